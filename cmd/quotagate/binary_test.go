@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinary compiles quotagate once per test binary.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "quotagate")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitReady polls /readyz until it answers 200 or the deadline passes.
+func waitReady(t *testing.T, admin string, proc *exec.Cmd, logs *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if proc.ProcessState != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling readiness
+	}
+	t.Fatalf("gateway not ready; logs:\n%s", logs.String())
+}
+
+func TestBinarySIGTERMDrainsInFlightRequest(t *testing.T) {
+	bin := buildBinary(t)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		_, _ = io.WriteString(w, "done")
+	}))
+	defer up.Close()
+	listen, admin := freeAddr(t), freeAddr(t)
+	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, shutdown_timeout: 10s}
+identity: {anonymous: {tier: anonymous}}
+tiers: {anonymous: {}}
+upstreams: {slow: {url: %q, timeout: 30s}}
+routes: [{name: slow, method: GET, path: /slow, upstream: slow}]
+`, listen, admin, up.URL)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	proc := exec.Command(bin, "-config", path)
+	proc.Stdout, proc.Stderr = &logs, &logs
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Process.Kill()
+	waitReady(t, admin, proc, &logs)
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, err := http.Get("http://" + listen + "/slow")
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{code: resp.StatusCode, body: string(b)}
+	}()
+	<-arrived
+	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// A second instance on the same address fails to start with exit 2
+	// while the first is draining.
+	second := exec.Command(bin, "-config", path)
+	if err := second.Run(); err == nil {
+		t.Error("a second gateway on a used port started")
+	} else {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("second instance: %v, want exit code 2", err)
+		}
+	}
+	close(release)
+	r := <-res
+	if r.err != nil || r.code != 200 || r.body != "done" {
+		t.Fatalf("in-flight request across SIGTERM: %+v\nlogs:\n%s", r, logs.String())
+	}
+	if err := proc.Wait(); err != nil {
+		t.Fatalf("gateway exit after SIGTERM: %v\nlogs:\n%s", err, logs.String())
+	}
+}

@@ -1,0 +1,78 @@
+// Command quotagate is a rate-limiting HTTP reverse proxy that enforces one
+// limit across a fleet of instances.
+//
+//	quotagate [-config config.yaml]                  run the gateway
+//	quotagate validate [-config FILE]                check a config, print every error
+//	quotagate explain [-config FILE] -method M -path P [-key K]
+//	                                                 show what would apply to a request
+//
+// Exit codes: 0 ok, 1 invalid config or flags, 2 failure to start or run.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries a process exit code with its message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, a ...any) error {
+	return &exitError{code: 1, err: fmt.Errorf(format, a...)}
+}
+
+func runtimeErr(err error) error { return &exitError{code: 2, err: err} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode prints err (if any) and maps it to the process exit code.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintln(stderr, "quotagate:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "quotagate:", err)
+	return 2
+}
+
+// run dispatches a command line. It returns nil on success or an error
+// whose exit code says what failed.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "validate":
+			return runValidate(args[1:], stdout, stderr)
+		case "explain":
+			return runExplain(args[1:], stdout, stderr)
+		case "version":
+			fmt.Fprintln(stdout, "quotagate", version)
+			return nil
+		}
+	}
+	return runServe(ctx, args, stdout, stderr)
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/gateway"
+	"github.com/quotagate/quotagate/telemetry"
+)
+
+// runServe runs the gateway until ctx is done (SIGINT/SIGTERM), reloading the
+// config on SIGHUP and when the file changes.
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("quotagate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "config.yaml", "config file")
+	watch := fs.Duration("watch-interval", time.Second, "how often to check the config file for changes (0 = only on SIGHUP)")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{code: 1, err: errors.New("")}
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unknown command %q (commands: validate, explain, version)", fs.Arg(0))
+	}
+	cfg, err := config.Load(*path, nil)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	level, err := telemetry.ParseLevel(cfg.Log.Level)
+	if err != nil {
+		return usageErr("log.level: %v", err)
+	}
+	logger := telemetry.NewLogger(stderr, level)
+
+	host, _ := os.Hostname()
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceVersion: version, InstanceID: fmt.Sprintf("%s-%d", host, os.Getpid())})
+	if err != nil {
+		return runtimeErr(fmt.Errorf("telemetry: %w", err))
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+	otel.SetTextMapPropagator(tel.Propagator)
+	metrics, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		return runtimeErr(fmt.Errorf("metrics: %w", err))
+	}
+
+	gw, err := gateway.New(cfg, gateway.Options{
+		OpenStore:      openStore,
+		Logger:         logger,
+		Metrics:        metrics,
+		TracerProvider: tel.TracerProvider,
+		Propagator:     tel.Propagator,
+		Transport:      otelhttp.NewTransport(newTransport(), otelhttp.WithTracerProvider(tel.TracerProvider), otelhttp.WithPropagators(tel.Propagator), otelhttp.WithMeterProvider(tel.MeterProvider)),
+	})
+	if err != nil {
+		return runtimeErr(err)
+	}
+	defer gw.Close()
+
+	pub, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return runtimeErr(fmt.Errorf("server.listen: %w", err))
+	}
+	adm, err := net.Listen("tcp", cfg.Server.AdminListen)
+	if err != nil {
+		pub.Close()
+		return runtimeErr(fmt.Errorf("server.admin_listen: %w", err))
+	}
+	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
+		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = gw.ReloadFile(*path)
+			}
+		}
+	}()
+	if *watch > 0 {
+		go gw.WatchFile(ctx, *path, *watch)
+	}
+
+	if err := gw.Serve(ctx, pub, adm, gw.Admin(tel.Metrics)); err != nil {
+		return runtimeErr(err)
+	}
+	logger.Info("quotagate stopped")
+	return nil
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/gateway"
+	"github.com/quotagate/quotagate/proxy"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// openStore is the one place that chooses the stage-2 backend.
+func openStore(c config.Store) (*gateway.Backend, error) {
+	switch c.Kind {
+	case "", "memory":
+		return &gateway.Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})}, nil
+	case "redis":
+		r := c.Redis
+		password := ""
+		if r.PasswordEnv != "" {
+			v, ok := os.LookupEnv(r.PasswordEnv)
+			if !ok {
+				return nil, fmt.Errorf("store.redis.password_env: environment variable %s is not set", r.PasswordEnv)
+			}
+			password = v
+		}
+		client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{
+			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password,
+			PoolSize: r.PoolSize, DialTimeout: 250 * time.Millisecond,
+			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
+		})
+		store := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: r.Timeout})
+		breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: r.BreakerFailures, Cooldown: r.BreakerCooldown})
+		return &gateway.Backend{
+			Store:        breaker,
+			Ping:         func(ctx context.Context) error { return client.Ping(ctx).Err() },
+			BreakerState: func() int64 { return int64(breaker.State()) },
+			RetryAfter:   r.BreakerCooldown,
+		}, nil
+	default:
+		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)
+	}
+}
+
+// newTransport is the shared transport to every upstream.
+func newTransport() http.RoundTripper {
+	return proxy.NewTransport(proxy.TransportOptions{})
+}

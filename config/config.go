@@ -1,0 +1,290 @@
+// Package config loads and validates quotagate's configuration file.
+//
+// A configuration is read with Load (or Parse), which decodes the YAML
+// strictly (an unknown key is an error naming its full path), applies
+// QUOTAGATE_* environment overrides, fills defaults and calls Validate. After
+// that a *Config is plain data: nothing in it changes, and the packages that
+// use it never re-check it.
+//
+// Names (of tiers, policies and upstreams, and the tier keys of a policy's
+// limits) are case-insensitive: keys are lowercased when read, references to
+// them (route.upstream, route.policies, api_keys[].tier, anonymous.tier) are
+// lowercased by Validate, and two keys of one mapping that differ only in case
+// are an error. Route names, methods and paths are values and keep their case.
+//
+// A key written with an empty value (`listen:`) counts as not written: the
+// default applies. A name written with an empty value (`free:` under tiers)
+// or an empty mapping (`free: {}`) still defines it: here, a tier without
+// stage 1.
+package config
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Config is a whole, validated configuration.
+type Config struct {
+	Server   Server   `mapstructure:"server"`
+	Store    Store    `mapstructure:"store"`
+	Identity Identity `mapstructure:"identity"`
+	Log      Log      `mapstructure:"log"`
+	// Tiers holds stage 1 (per instance, per caller) by tier name.
+	Tiers map[string]Tier `mapstructure:"tiers"`
+	// Policies holds the stage 2 (fleet-wide) policies by name.
+	Policies map[string]Policy `mapstructure:"policies"`
+	// Upstreams holds the services requests are forwarded to, by name.
+	Upstreams map[string]Upstream `mapstructure:"upstreams"`
+	// Routes are matched in order; the first match wins.
+	Routes []Route `mapstructure:"routes"`
+}
+
+// Server configures the two listeners and their HTTP limits.
+type Server struct {
+	// Listen is the gateway's host:port (default 127.0.0.1:8080). Port 0
+	// picks a free port.
+	Listen string `mapstructure:"listen"`
+	// AdminListen serves /metrics, /healthz, /readyz and /config (default
+	// 127.0.0.1:9090).
+	AdminListen string `mapstructure:"admin_listen"`
+	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
+	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long (default 90s).
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's header size (default 65536).
+	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	// MaxBodyBytes bounds a request body; larger bodies are answered 413
+	// (default 10 MiB). It is always > 0: there is no "unlimited".
+	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// ShutdownTimeout bounds draining in-flight requests on SIGINT/SIGTERM
+	// (default 10s).
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// TrustedProxies are the peers allowed to set X-Forwarded-For, as
+	// written: CIDRs or plain IPs.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
+	// TrustedPrefixes is TrustedProxies parsed by Validate: masked
+	// prefixes, a plain IP as a /32 or /128, IPv4-mapped IPv6 unmapped.
+	TrustedPrefixes []netip.Prefix `mapstructure:"-"`
+	// MaxLocalCallers bounds the stage 1 limiters kept per tier (default
+	// 1,000,000).
+	MaxLocalCallers int `mapstructure:"max_local_callers"`
+}
+
+// Store selects and configures stage 2, the global decision.
+type Store struct {
+	// Kind is "memory" (embedded, this instance only; the default) or
+	// "redis" (shared by the fleet).
+	Kind  string `mapstructure:"kind"`
+	Redis Redis  `mapstructure:"redis"`
+	// FleetSize is the number of instances sharing the store (default 1).
+	// A policy with on_store_error: local falls back to this instance's
+	// share of each limit, rate / FleetSize.
+	FleetSize int `mapstructure:"fleet_size"`
+}
+
+// Redis configures the Redis store. Its values are checked whatever the
+// store kind; Addrs is required only when Kind is "redis".
+type Redis struct {
+	// Addrs: one address = standalone; several = cluster; with MasterName
+	// set they are sentinels.
+	Addrs      []string `mapstructure:"addrs"`
+	MasterName string   `mapstructure:"master_name"`
+	Username   string   `mapstructure:"username"`
+	// PasswordEnv names the environment variable holding the password;
+	// the password itself never appears in the configuration.
+	PasswordEnv string `mapstructure:"password_env"`
+	// Timeout is the deadline of one decision (default 25ms, at most 1s).
+	Timeout time.Duration `mapstructure:"timeout"`
+	// PoolSize is the connection pool size per node (default 64).
+	PoolSize int `mapstructure:"pool_size"`
+	// KeyPrefix starts every Redis key (default "qg").
+	KeyPrefix string `mapstructure:"key_prefix"`
+	// BreakerFailures consecutive failures open the circuit breaker
+	// (default 5); while open, decisions fail at once without a round trip.
+	BreakerFailures int `mapstructure:"breaker_failures"`
+	// BreakerCooldown is how long the breaker stays open before one probe
+	// is let through (default 1s).
+	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
+}
+
+// Identity says how callers are recognized. At least one of APIKeys, JWT and
+// Anonymous must be set.
+type Identity struct {
+	APIKeys []APIKey `mapstructure:"api_keys"`
+	// JWT nil means JWTs are not accepted.
+	JWT *JWT `mapstructure:"jwt"`
+	// Anonymous nil means a request without a credential is answered 401.
+	Anonymous *Anonymous `mapstructure:"anonymous"`
+}
+
+// APIKey maps the SHA-256 of an API key to a tenant and tier.
+type APIKey struct {
+	// KeySHA256 is the lowercase hex SHA-256 of the key (64 characters).
+	KeySHA256 string `mapstructure:"key_sha256"`
+	Tenant    string `mapstructure:"tenant"`
+	Tier      string `mapstructure:"tier"`
+}
+
+// JWT accepts HS256 bearer tokens.
+type JWT struct {
+	// SecretEnv names the environment variable holding the HMAC secret. It
+	// is required; whether the variable is set is checked at startup.
+	SecretEnv string `mapstructure:"secret_env"`
+	// TenantClaim names the claim holding the tenant (default "sub").
+	TenantClaim string `mapstructure:"tenant_claim"`
+	// TierClaim names the claim holding the tier (default "tier").
+	TierClaim string `mapstructure:"tier_claim"`
+}
+
+// Anonymous admits callers without a credential; their identity is the
+// client IP.
+type Anonymous struct {
+	Tier string `mapstructure:"tier"`
+}
+
+// Log configures the process log.
+type Log struct {
+	// Level is debug, info (the default), warn or error.
+	Level string `mapstructure:"level"`
+}
+
+// Tier is a class of callers.
+type Tier struct {
+	// Local is the stage 1 token bucket per caller per instance; nil means
+	// no stage 1 for this tier.
+	Local *Limit `mapstructure:"local"`
+}
+
+// Limit is a quota. For a token bucket, Rate units refill every Per and at
+// most Burst are available at once. For the window algorithms at most Rate
+// units fit in any window of length Per, and Burst is 0.
+type Limit struct {
+	Rate  int64         `mapstructure:"rate"`
+	Per   time.Duration `mapstructure:"per"`
+	Burst int64         `mapstructure:"burst"`
+}
+
+// Policy is a stage 2 limit, enforced fleet-wide.
+type Policy struct {
+	// Name is the policy's key in Config.Policies; it is shown to clients.
+	Name string `mapstructure:"-"`
+	// Scope is what one counter covers: tenant (the default),
+	// tenant_route, route or global.
+	Scope string `mapstructure:"scope"`
+	// Algorithm is token_bucket (the default), fixed_window,
+	// sliding_window or sliding_log (see ratelimit.ParseAlgorithm).
+	Algorithm string `mapstructure:"algorithm"`
+	// OnStoreError is what happens when the store cannot decide: open
+	// (allow; the default), closed (answer 503) or local (this instance's
+	// share of the limit).
+	OnStoreError string `mapstructure:"on_store_error"`
+	// Shadow policies decide and record but never deny.
+	Shadow bool `mapstructure:"shadow"`
+	// Limits holds the limit per tier name; the key "*" applies to every
+	// tier without its own entry. A tier with neither is not limited.
+	Limits map[string]Limit `mapstructure:"limits"`
+}
+
+// Upstream is a service requests are forwarded to.
+type Upstream struct {
+	// Name is the upstream's key in Config.Upstreams.
+	Name string `mapstructure:"-"`
+	// URL is an absolute http or https URL, or EchoURL.
+	URL string `mapstructure:"url"`
+	// Timeout bounds one forwarded request, response headers included
+	// (default 30s).
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+// EchoURL as an upstream URL selects the built-in demo responder, which
+// answers 200 with a small JSON description of the request.
+const EchoURL = "echo:"
+
+// Route maps a method and path template to an upstream and policies.
+type Route struct {
+	// Name is bounded and safe in keys, metrics and spans: 1 to 64 of
+	// [a-z0-9_.-], unique.
+	Name string `mapstructure:"name"`
+	// Method is an uppercase HTTP method token, such as GET.
+	Method string `mapstructure:"method"`
+	// Path is a template starting with "/". Each segment is literal text,
+	// "{name}" (exactly one segment) or, as the last segment only,
+	// "{name...}" (the rest of the path, possibly empty).
+	Path     string `mapstructure:"path"`
+	Upstream string `mapstructure:"upstream"`
+	// Cost is the units a request takes from stage 1 and from every policy
+	// of the route (default 1).
+	Cost int64 `mapstructure:"cost"`
+	// Policies are applied in addition to stage 1; empty means stage 1 only.
+	Policies []string `mapstructure:"policies"`
+}
+
+// Default returns the configuration an empty file decodes to, before
+// validation: every default filled, no tiers, policies, upstreams or routes.
+func Default() *Config {
+	c := &Config{}
+	c.setDefaults()
+	return c
+}
+
+// defaulter is implemented by the types with defaults. setDefaults fills
+// only zero fields, so the decoder calls it on a fresh value before decoding
+// into it: a key that is written, even as 0, overrides its default.
+type defaulter interface {
+	setDefaults()
+}
+
+func (c *Config) setDefaults() {
+	c.Server.setDefaults()
+	c.Store.setDefaults()
+	c.Log.setDefaults()
+}
+
+func (s *Server) setDefaults() {
+	setZero(&s.Listen, "127.0.0.1:8080")
+	setZero(&s.AdminListen, "127.0.0.1:9090")
+	setZero(&s.ReadHeaderTimeout, 5*time.Second)
+	setZero(&s.IdleTimeout, 90*time.Second)
+	setZero(&s.MaxHeaderBytes, 65536)
+	setZero(&s.MaxBodyBytes, 10<<20)
+	setZero(&s.ShutdownTimeout, 10*time.Second)
+	setZero(&s.MaxLocalCallers, 1_000_000)
+}
+
+func (s *Store) setDefaults() {
+	setZero(&s.Kind, "memory")
+	setZero(&s.FleetSize, 1)
+	s.Redis.setDefaults()
+}
+
+func (r *Redis) setDefaults() {
+	setZero(&r.Timeout, 25*time.Millisecond)
+	setZero(&r.PoolSize, 64)
+	setZero(&r.KeyPrefix, "qg")
+	setZero(&r.BreakerFailures, 5)
+	setZero(&r.BreakerCooldown, time.Second)
+}
+
+func (j *JWT) setDefaults() {
+	setZero(&j.TenantClaim, "sub")
+	setZero(&j.TierClaim, "tier")
+}
+
+func (l *Log) setDefaults() { setZero(&l.Level, "info") }
+
+func (p *Policy) setDefaults() {
+	setZero(&p.Scope, "tenant")
+	setZero(&p.Algorithm, "token_bucket")
+	setZero(&p.OnStoreError, "open")
+}
+
+func (u *Upstream) setDefaults() { setZero(&u.Timeout, 30*time.Second) }
+
+func (r *Route) setDefaults() { setZero(&r.Cost, 1) }
+
+func setZero[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}

@@ -1,0 +1,253 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// noEnv is a getenv that finds no variable, so that tests do not depend on
+// the environment they run in.
+func noEnv(string) (string, bool) { return "", false }
+
+// invalidCases pairs each fixture of testdata/invalid with every problem
+// Load must report for it, in order.
+var invalidCases = map[string][]string{
+	"unknown_key.yaml": {
+		`policies.tenant.limits: must set a limit for at least one tier (or "*" for every tier)`,
+		`policies.tenant.limts: unknown key (did you mean "limits"?)`,
+	},
+	"unknown_section.yaml": {
+		`logs: unknown key (did you mean "log"?)`,
+	},
+	"wrong_type.yaml": {
+		`policies.tenant.limits.free.rate: must be a whole number, got 1.5`,
+		`policies.tenant.shadow: must be true or false, got "maybe"`,
+		`routes[0].cost: must be a whole number, got a list`,
+		`server.idle_timeout: must be a duration such as 250ms, 1s or 1m, got "soon"`,
+		`server.max_header_bytes: must be a whole number, got "lots"`,
+		`server.read_header_timeout: must be a duration such as 250ms, 1s or 1m, got 5 (missing unit)`,
+		`server.trusted_proxies: must be a list, got "127.0.0.1"`,
+	},
+	"case_collision.yaml": {
+		`tiers.free: written twice, as "Free" and "free" (keys and names are case-insensitive)`,
+	},
+	"nonpositive_limit.yaml": {
+		`policies.tenant.limits.free.burst: must be > 0 (the most units available at once)`,
+		`policies.tenant.limits.free.per: must be > 0`,
+		`policies.tenant.limits.free.rate: must be > 0`,
+	},
+	"burst_on_window.yaml": {
+		`policies.windowed.limits.free.burst: does not apply to sliding_window (its capacity is rate per window); remove it`,
+	},
+	"sliding_log_rate.yaml": {
+		`policies.log.limits.free.rate: must be at most 1000 for sliding_log (its state holds one entry per request); use sliding_window for larger rates`,
+	},
+	"exact_range.yaml": {
+		`policies.daily.limits.free.burst: burst × per (200000 × 86400000000µs) must be at most 2^53; lower the burst or the period`,
+		`policies.daily.limits.free.rate: rate × per (200000 × 86400000000µs) must be at most 2^53; lower the rate or the period`,
+		`policies.fine.limits.free.per: must be a whole number of microseconds, got 1.5µs`,
+	},
+	"cost_exceeds_capacity.yaml": {
+		`routes[0].cost: 10 exceeds the capacity 5 of policy "tenant" for tier "free": such a request could never be admitted`,
+		`routes[0].cost: 10 exceeds the capacity 8 of policy "windowed" for "*": such a request could never be admitted`,
+		`routes[1].cost: must be >= 1`,
+	},
+	"cost_exceeds_local_burst.yaml": {
+		`routes[0].cost: 5 exceeds the stage 1 burst 3 of tier "free": its callers could never be admitted`,
+	},
+	"unknown_tier.yaml": {
+		`identity.anonymous.tier: unknown tier "anonymous" (known: free)`,
+		`identity.api_keys[0].tier: unknown tier "gold" (known: free)`,
+		`identity.api_keys[1].tier: is required`,
+		`policies.tenant.limits.platinum: unknown tier "platinum" (known: free); "*" means every tier`,
+	},
+	"dangling_upstream.yaml": {
+		`routes[0].upstream: unknown upstream "ap" (known: app)`,
+		`routes[1].upstream: is required`,
+	},
+	"dangling_policy.yaml": {
+		`routes[0].policies[1]: unknown policy "tenants" (known: tenant)`,
+		`routes[0].policies[2]: policy "tenant" is listed twice`,
+		`routes[0].policies[3]: "local" is stage 1, which applies to every route through tiers; remove it`,
+	},
+	"bad_key_hash.yaml": {
+		`identity.api_keys[0].key_sha256: must be the SHA-256 of the key as 64 hex digits (not the key itself)`,
+		`identity.api_keys[1].key_sha256: must be the SHA-256 of the key as 64 hex digits (not the key itself)`,
+		`identity.api_keys[3].key_sha256: duplicate of identity.api_keys[2]`,
+		`identity.api_keys[4].tenant: must be 1 to 128 printable ASCII characters without spaces, '{' or '}'`,
+		`identity.api_keys[5].tenant: is required`,
+	},
+	"route_names.yaml": {
+		`routes[1].name: duplicate of routes[0].name "app.get"`,
+		`routes[2].name: route name must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'`,
+		`routes[3].name: route name must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'`,
+	},
+	"bad_method.yaml": {
+		`routes[0].method: must be an uppercase HTTP method such as GET or POST, got "get"`,
+		`routes[1].method: must be an uppercase HTTP method such as GET or POST, got "GET /"`,
+		`routes[2].method: must be an uppercase HTTP method such as GET or POST, got ""`,
+	},
+	"bad_path.yaml": {
+		`routes[0].path: must start with "/", got "v1/items"`,
+		`routes[1].path: segment "item{id}": a parameter must be a whole segment, like {id}`,
+		`routes[2].path: parameter {id} appears twice`,
+		`routes[3].path: segment "{rest...}": {rest...} must be the last segment`,
+		`routes[4].path: segment "*": '*' is not a wildcard here; use a last segment {name...} to match the rest`,
+		`routes[5].path: has an empty segment ("//") in "/v1//items"`,
+		`routes[6].path: segment "{}": a parameter name must be a letter or '_' followed by up to 31 letters, digits or '_'`,
+		`routes[7].path: segment ".." can never match a cleaned request path`,
+		`routes[8].path: segment "a b" has a character not allowed in a URL path`,
+		`routes[9].path: segment "%zz" has a character not allowed in a URL path`,
+		`routes[10].path: segment "{1st}": a parameter name must be a letter or '_' followed by up to 31 letters, digits or '_'`,
+	},
+	"shadowed_route.yaml": {
+		`routes[1].path: matches the same requests as routes[0], which comes first: this route can never match`,
+	},
+	"trusted_proxies.yaml": {
+		`server.trusted_proxies[2]: must be an IP address or a CIDR such as 10.0.0.0/8, got "10.0.0.300"`,
+		`server.trusted_proxies[3]: must be an IP address or a CIDR such as 10.0.0.0/8, got "proxy.local"`,
+		`server.trusted_proxies[4]: must be an IP address or a CIDR such as 10.0.0.0/8, got "10.0.0.0/33"`,
+		`server.trusted_proxies[5]: must be an IP address or a CIDR such as 10.0.0.0/8, got "fe80::1%eth0"`,
+	},
+	"policy_names.yaml": {
+		`policies.local: the policy name "local" is reserved for stage 1 (tiers.*.local)`,
+		`policies["bad name"]: policy name must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'`,
+	},
+	"unknown_values.yaml": {
+		`log.level: must be debug, info, warn or error, got "verbose"`,
+		`policies.tenant.algorithm: must be token_bucket, fixed_window, sliding_window or sliding_log, got "leaky_bucket"`,
+		`policies.tenant.on_store_error: must be open, closed or local, got "retry"`,
+		`policies.tenant.scope: must be tenant, tenant_route, route or global, got "user"`,
+		`store.kind: must be "memory" or "redis", got "etcd"`,
+	},
+	"redis_settings.yaml": {
+		`store.fleet_size: must be >= 1`,
+		`store.redis.addrs: must list at least one host:port when store.kind is "redis"`,
+		`store.redis.breaker_cooldown: must be > 0`,
+		`store.redis.breaker_failures: must be > 0`,
+		`store.redis.key_prefix: must be 1 to 32 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-', got "{qg}"`,
+		`store.redis.password_env: must name an environment variable, got "redis password"`,
+		`store.redis.pool_size: must be > 0`,
+		`store.redis.timeout: must be at most 1s (it is added to a request's latency), got 2s`,
+	},
+	"redis_addrs.yaml": {
+		`store.redis.addrs[0]: must be host:port, such as 127.0.0.1:6379, got "localhost"`,
+		`store.redis.addrs[2]: duplicate of store.redis.addrs[1]`,
+		`store.redis.addrs[3]: must be host:port, such as 127.0.0.1:6379, got "127.0.0.1:0" (port must be a number from 1 to 65535)`,
+		`store.redis.addrs[4]: must be host:port, such as 127.0.0.1:6379, got ":6379" (missing host)`,
+		`store.redis.addrs[5]: must be host:port, such as 127.0.0.1:6379, got "127.0.0.1:http" (port must be a number from 1 to 65535)`,
+	},
+	"bad_upstream_url.yaml": {
+		`upstreams.echo.timeout: must be > 0`,
+		`upstreams.echo.url: must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:", got "echo:x"`,
+		`upstreams.fragment.url: must not have a #fragment, got "http://example.com/#top"`,
+		`upstreams.ftp.url: must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:", got "ftp://files.example.com"`,
+		`upstreams.missing.url: is required: an absolute http or https URL such as http://127.0.0.1:9001, or "echo:"`,
+		`upstreams.nohost.url: must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:", got "http://"`,
+		`upstreams.relative.url: must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:", got "/api"`,
+		`upstreams.secret.url: has a bad port, got "http://user:xxxxx@:99999"`,
+	},
+	"jwt_without_secret.yaml": {
+		`identity.jwt.secret_env: is required: the name of the environment variable holding the HS256 secret`,
+		`identity.jwt.tenant_claim: must not be empty`,
+	},
+	"no_identity.yaml": {
+		`identity: must configure api_keys, jwt or anonymous (without any, every request is answered 401)`,
+		`routes: must list at least one route (without any, every request is answered 404)`,
+	},
+	"server_settings.yaml": {
+		`server.admin_listen: must differ from server.listen`,
+		`server.max_body_bytes: must be > 0`,
+		`server.max_local_callers: must be > 0`,
+		`server.read_header_timeout: must be > 0`,
+		`server.shutdown_timeout: must be > 0`,
+	},
+	// One mistake of each common kind, all reported at once.
+	"many_mistakes.yaml": {
+		`identity.api_keys[0].key_sha256: must be the SHA-256 of the key as 64 hex digits (not the key itself)`,
+		`identity.api_keys[1].tier: unknown tier "gold" (known: free)`,
+		`policies.transfers.limits.free.rate: must be > 0`,
+		`routes[0].policies[1]: unknown policy "tenant" (known: transfers)`,
+		`routes[0].upstream: unknown upstream "paymnts" (known: payments)`,
+		`server.admin_listn: unknown key (did you mean "admin_listen"?)`,
+	},
+}
+
+func TestLoadInvalid(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, ok := invalidCases[filepath.Base(f)]; !ok {
+			t.Errorf("%s has no expected problems in invalidCases", f)
+		}
+	}
+	for name, want := range invalidCases {
+		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
+			c, err := Load(filepath.Join("testdata", "invalid", name), noEnv)
+			if c != nil {
+				t.Errorf("Load returned a config with error %v", err)
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("Load error = %v (%T), want Errors", err, err)
+			}
+			var got []string
+			for _, e := range es {
+				got = append(got, e.Error())
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if err.Error() != strings.Join(want, "\n") {
+				t.Errorf("Error() = %q", err.Error())
+			}
+		})
+	}
+}
+
+// The fixture's problems are also found by errors.As on a single
+// FieldError, with Path and Problem apart.
+func TestErrorsAs(t *testing.T) {
+	_, err := Load("testdata/invalid/unknown_section.yaml", noEnv)
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("errors.As(%v, *FieldError) = false", err)
+	}
+	if fe.Path != "logs" || fe.Problem != `unknown key (did you mean "log"?)` {
+		t.Errorf("FieldError = %+v", fe)
+	}
+}
+
+func TestLoadUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "absent.yaml")
+	_, err := Load(missing, noEnv)
+	var es Errors
+	if err == nil || errors.As(err, &es) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Load(missing) = %v, want a plain error naming the file", err)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want it to wrap os.ErrNotExist", err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("server:\n  listen: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(bad, noEnv)
+	if err == nil || errors.As(err, &es) || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "line") {
+		t.Errorf("Load(malformed) = %v, want a YAML error naming file and line", err)
+	}
+
+	// A key written twice with the same spelling is a YAML error.
+	_, err = Parse([]byte("tiers: {a: {}}\ntiers: {b: {}}\n"), noEnv)
+	if err == nil || errors.As(err, &es) || !strings.Contains(err.Error(), "already defined") {
+		t.Errorf("Parse(duplicate key) = %v, want a YAML error", err)
+	}
+}

@@ -1,0 +1,285 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env returns a getenv that finds only the variables of m.
+func env(m map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := m[name]
+		return v, ok
+	}
+}
+
+func mustParse(t *testing.T, yaml string, getenv func(string) (string, bool)) *Config {
+	t.Helper()
+	c, err := Parse([]byte(yaml), getenv)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return c
+}
+
+func TestShippedConfig(t *testing.T) {
+	c, err := Load("../config.yaml", noEnv)
+	if err != nil {
+		t.Fatalf("the shipped config.yaml does not load:\n%v", err)
+	}
+	if c.Store.Kind != "memory" || c.Identity.Anonymous == nil || c.Identity.JWT != nil {
+		t.Errorf("store %q, anonymous %v, jwt %v: want memory, anonymous on, jwt off", c.Store.Kind, c.Identity.Anonymous, c.Identity.JWT)
+	}
+	if u := c.Upstreams["demo"]; u.URL != EchoURL || u.Name != "demo" {
+		t.Errorf("upstream demo = %+v, want the echo responder", u)
+	}
+	// The demo keys named in the file's comments hash to the listed keys.
+	for plain, tier := range map[string]string{"demo-free-key": "free", "demo-enterprise-key": "enterprise"} {
+		sum := sha256.Sum256([]byte(plain))
+		i := slices.IndexFunc(c.Identity.APIKeys, func(k APIKey) bool { return k.KeySHA256 == hex.EncodeToString(sum[:]) })
+		if i < 0 || c.Identity.APIKeys[i].Tier != tier {
+			t.Errorf("key %q: not listed with tier %q", plain, tier)
+		}
+	}
+	// A caller with curl sees a 429 after a handful of requests.
+	anon := c.Policies["tenant"].Limits[c.Identity.Anonymous.Tier]
+	if anon.Burst == 0 || anon.Burst > 10 {
+		t.Errorf("anonymous tenant burst = %d, want a handful", anon.Burst)
+	}
+	var names []string
+	for _, r := range c.Routes {
+		names = append(names, r.Name)
+	}
+	if want := []string{"transfers.create", "transfers.get", "other.get"}; !slices.Equal(names, want) {
+		t.Errorf("routes = %v, want %v", names, want)
+	}
+	if r := c.Routes[0]; r.Cost != 5 || !slices.Equal(r.Policies, []string{"tenant", "transfers"}) || r.Path != "/v1/transfers/{id}" {
+		t.Errorf("transfers.create = %+v", r)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	if !slices.Equal(c.Server.TrustedPrefixes, want) {
+		t.Errorf("TrustedPrefixes = %v, want %v", c.Server.TrustedPrefixes, want)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load("testdata/minimal.yaml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Server{
+		Listen:            "127.0.0.1:8080",
+		AdminListen:       "127.0.0.1:9090",
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    65536,
+		MaxBodyBytes:      10 << 20,
+		ShutdownTimeout:   10 * time.Second,
+		MaxLocalCallers:   1_000_000,
+	}
+	if !reflect.DeepEqual(c.Server, want) {
+		t.Errorf("Server = %+v\nwant %+v", c.Server, want)
+	}
+	wantStore := Store{Kind: "memory", FleetSize: 1, Redis: Redis{
+		Timeout: 25 * time.Millisecond, PoolSize: 64, KeyPrefix: "qg",
+		BreakerFailures: 5, BreakerCooldown: time.Second,
+	}}
+	if !reflect.DeepEqual(c.Store, wantStore) {
+		t.Errorf("Store = %+v\nwant %+v", c.Store, wantStore)
+	}
+	if c.Log.Level != "info" {
+		t.Errorf("log.level = %q, want info", c.Log.Level)
+	}
+	if c.Tiers["basic"].Local != nil {
+		t.Errorf("tier basic: {} has stage 1 %+v, want none", c.Tiers["basic"].Local)
+	}
+	wantPolicy := Policy{Name: "tenant", Scope: "tenant", Algorithm: "token_bucket", OnStoreError: "open",
+		Limits: map[string]Limit{"basic": {Rate: 1, Per: time.Second, Burst: 2}}}
+	if !reflect.DeepEqual(c.Policies["tenant"], wantPolicy) {
+		t.Errorf("policy = %+v\nwant %+v", c.Policies["tenant"], wantPolicy)
+	}
+	if u := c.Upstreams["app"]; u.Timeout != 30*time.Second || u.Name != "app" {
+		t.Errorf("upstream = %+v, want timeout 30s", u)
+	}
+	if r := c.Routes[0]; r.Cost != 1 || len(r.Policies) != 0 {
+		t.Errorf("route = %+v, want cost 1 and no policies", r)
+	}
+	if c.Identity.JWT != nil || len(c.Identity.APIKeys) != 0 {
+		t.Errorf("identity = %+v, want anonymous only", c.Identity)
+	}
+}
+
+const withJWT = `
+identity:
+  jwt: {secret_env: JWT_SECRET}
+tiers: {free: {}}
+upstreams: {app: {url: "http://127.0.0.1:9001"}}
+routes: [{name: r, method: GET, path: /, upstream: app}]
+`
+
+func TestJWTDefaults(t *testing.T) {
+	c := mustParse(t, withJWT, noEnv)
+	want := &JWT{SecretEnv: "JWT_SECRET", TenantClaim: "sub", TierClaim: "tier"}
+	if !reflect.DeepEqual(c.Identity.JWT, want) {
+		t.Errorf("JWT = %+v, want %+v", c.Identity.JWT, want)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	c, err := Load("testdata/minimal.yaml", env(map[string]string{
+		"QUOTAGATE_STORE_KIND":                "redis",
+		"QUOTAGATE_STORE_REDIS_ADDRS":         "10.0.0.1:6379, 10.0.0.2:6379,",
+		"QUOTAGATE_STORE_REDIS_TIMEOUT":       "50ms",
+		"QUOTAGATE_STORE_FLEET_SIZE":          "3",
+		"QUOTAGATE_SERVER_LISTEN":             ":8443",
+		"QUOTAGATE_SERVER_TRUSTED_PROXIES":    "10.0.0.0/8,::1",
+		"QUOTAGATE_SERVER_MAX_HEADER_BYTES":   "8192",
+		"QUOTAGATE_LOG_LEVEL":                 "debug",
+		"QUOTAGATE_IDENTITY_JWT_SECRET_ENV":   "MY_SECRET",
+		"QUOTAGATE_IDENTITY_ANONYMOUS_TIER":   "Basic",
+		"QUOTAGATE_SERVER_SHUTDOWN_TIMEOUT":   "", // empty: ignored
+		"QUOTAGATE_POLICIES_TENANT_SCOPE":     "global",
+		"QUOTAGATE_STORE_REDIS_PASSWORD":      "hunter2",
+		"quotagate_store_redis_key_prefix":    "lowercase",
+		"QUOTAGATE_STORE_REDIS_BREAKER_COUNT": "9",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Kind != "redis" || c.Store.FleetSize != 3 || c.Store.Redis.Timeout != 50*time.Millisecond {
+		t.Errorf("store = %+v", c.Store)
+	}
+	if want := []string{"10.0.0.1:6379", "10.0.0.2:6379"}; !slices.Equal(c.Store.Redis.Addrs, want) {
+		t.Errorf("addrs = %q, want %q", c.Store.Redis.Addrs, want)
+	}
+	if c.Server.Listen != ":8443" || c.Server.MaxHeaderBytes != 8192 || c.Server.ShutdownTimeout != 10*time.Second {
+		t.Errorf("server = %+v", c.Server)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	if !slices.Equal(c.Server.TrustedPrefixes, want) {
+		t.Errorf("trusted = %v, want %v", c.Server.TrustedPrefixes, want)
+	}
+	if c.Log.Level != "debug" {
+		t.Errorf("log.level = %q", c.Log.Level)
+	}
+	// A variable can enable a block the file leaves out; defaults fill the rest.
+	if j := c.Identity.JWT; j == nil || j.SecretEnv != "MY_SECRET" || j.TenantClaim != "sub" {
+		t.Errorf("jwt = %+v", j)
+	}
+	if c.Identity.Anonymous.Tier != "basic" {
+		t.Errorf("anonymous tier = %q, want basic (lowercased)", c.Identity.Anonymous.Tier)
+	}
+	// Named sections have no variables; unknown variables are ignored.
+	if c.Policies["tenant"].Scope != "tenant" || c.Store.Redis.KeyPrefix != "qg" {
+		t.Errorf("scope %q, key prefix %q: want the file's values", c.Policies["tenant"].Scope, c.Store.Redis.KeyPrefix)
+	}
+}
+
+func TestEnvOverrideInvalid(t *testing.T) {
+	_, err := Load("testdata/minimal.yaml", env(map[string]string{
+		"QUOTAGATE_STORE_REDIS_TIMEOUT": "fast",
+		"QUOTAGATE_STORE_KIND":          "redis",
+		"QUOTAGATE_STORE_REDIS_ADDRS":   " , ",
+	}))
+	want := `store.redis.addrs: must list at least one host:port when store.kind is "redis"` + "\n" +
+		`store.redis.timeout: must be a duration such as 250ms, 1s or 1m, got "fast" (from QUOTAGATE_STORE_REDIS_TIMEOUT)`
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v\nwant %s", err, want)
+	}
+}
+
+func TestEnvLeaves(t *testing.T) {
+	var names []string
+	for _, l := range envLeaves("", reflect.TypeFor[Config]()) {
+		names = append(names, l.path)
+	}
+	for _, want := range []string{"server.listen", "server.trusted_proxies", "server.max_local_callers",
+		"store.kind", "store.fleet_size", "store.redis.addrs", "store.redis.breaker_cooldown",
+		"identity.jwt.secret_env", "identity.anonymous.tier", "log.level"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no variable for %s", want)
+		}
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "tiers") || strings.HasPrefix(n, "policies") || strings.HasPrefix(n, "routes") ||
+			strings.HasPrefix(n, "upstreams") || strings.Contains(n, "api_keys") || strings.Contains(n, "trusted_prefixes") {
+			t.Errorf("unexpected variable for %s", n)
+		}
+	}
+}
+
+// Names may contain dots and dashes and are case-insensitive, references
+// included.
+func TestNames(t *testing.T) {
+	c := mustParse(t, `
+identity:
+  api_keys:
+    - {key_sha256: 9F8CFDB17116BF0E2A44E071454F25594CB9B8737BF331E6A2F0B30550572F29, tenant: Acme, tier: Gold.V2}
+tiers:
+  gold.v2: {local: {rate: 5, per: 1s, burst: 5}}
+  bronze-1:
+policies:
+  Per.Tenant:
+    limits:
+      GOLD.V2: {rate: 1, per: 1s, burst: 5}
+upstreams:
+  Api.Internal-1: {url: "https://api.internal:8443/base"}
+routes:
+  - {name: a.b-c_d, method: PATCH, path: "/v1/{id}/", upstream: API.internal-1, policies: [per.TENANT]}
+`, noEnv)
+	if _, ok := c.Tiers["bronze-1"]; !ok {
+		t.Errorf("tier bronze-1 written without a value is missing: %v", c.Tiers)
+	}
+	if k := c.Identity.APIKeys[0]; k.Tier != "gold.v2" || k.Tenant != "Acme" || k.KeySHA256 != "9f8cfdb17116bf0e2a44e071454f25594cb9b8737bf331e6a2f0b30550572f29" {
+		t.Errorf("api key = %+v: want tier and hash lowercased, tenant as written", k)
+	}
+	p, ok := c.Policies["per.tenant"]
+	if !ok || p.Name != "per.tenant" || p.Limits["gold.v2"].Burst != 5 {
+		t.Errorf("policies = %+v", c.Policies)
+	}
+	if r := c.Routes[0]; r.Upstream != "api.internal-1" || !slices.Equal(r.Policies, []string{"per.tenant"}) {
+		t.Errorf("route = %+v", r)
+	}
+}
+
+// An explicit value overrides its default, even a zero one, and a key
+// without a value leaves the default.
+func TestExplicitZero(t *testing.T) {
+	_, err := Parse([]byte(withJWT+"server: {idle_timeout: 0, max_header_bytes: 0, listen: }\n"), noEnv)
+	want := "server.idle_timeout: must be > 0\nserver.max_header_bytes: must be > 0"
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %s", err, want)
+	}
+}
+
+func TestYAMLFeatures(t *testing.T) {
+	// Anchors and merge keys work; numbers with underscores too.
+	c := mustParse(t, withJWT+`
+policies:
+  a: &base
+    algorithm: fixed_window
+    limits: {"*": {rate: 1_000, per: 1m}}
+  b:
+    <<: *base
+    shadow: true
+`, noEnv)
+	a, b := c.Policies["a"], c.Policies["b"]
+	if b.Algorithm != "fixed_window" || !b.Shadow || b.Limits["*"].Rate != 1000 || a.Shadow {
+		t.Errorf("a = %+v, b = %+v", a, b)
+	}
+}
+
+func TestEmptyDocument(t *testing.T) {
+	_, err := Parse(nil, noEnv)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 || es[0].Path != "identity" || es[1].Path != "routes" {
+		t.Errorf("Parse(empty) = %v, want identity and routes required", err)
+	}
+}

@@ -1,0 +1,120 @@
+package config
+
+import "time"
+
+// Redacted returns c as a tree of maps, lists, strings, numbers and booleans
+// for the admin /config endpoint (encoding/json renders it with sorted keys).
+// Keys are the configuration's keys; durations are strings such as "250ms".
+//
+// It shows no secret: API keys appear as their tenant and tier only (no
+// hash, not even a part of it), passwords and JWT secrets only by the name of
+// the environment variable holding them, and an upstream URL's password is
+// replaced by "xxxxx". It is built field by field, so a field added to
+// Config stays hidden until it is added here.
+func (c *Config) Redacted() map[string]any {
+	keys := make([]any, len(c.Identity.APIKeys))
+	for i, k := range c.Identity.APIKeys {
+		keys[i] = map[string]any{"tenant": k.Tenant, "tier": k.Tier}
+	}
+	identity := map[string]any{"api_keys": keys}
+	if j := c.Identity.JWT; j != nil {
+		identity["jwt"] = map[string]any{
+			"secret_env":   j.SecretEnv,
+			"tenant_claim": j.TenantClaim,
+			"tier_claim":   j.TierClaim,
+		}
+	}
+	if a := c.Identity.Anonymous; a != nil {
+		identity["anonymous"] = map[string]any{"tier": a.Tier}
+	}
+
+	tiers := make(map[string]any, len(c.Tiers))
+	for name, t := range c.Tiers {
+		tier := map[string]any{}
+		if t.Local != nil {
+			tier["local"] = redactLimit(*t.Local)
+		}
+		tiers[name] = tier
+	}
+	policies := make(map[string]any, len(c.Policies))
+	for name, p := range c.Policies {
+		limits := make(map[string]any, len(p.Limits))
+		for tier, l := range p.Limits {
+			limits[tier] = redactLimit(l)
+		}
+		policies[name] = map[string]any{
+			"scope":          p.Scope,
+			"algorithm":      p.Algorithm,
+			"on_store_error": p.OnStoreError,
+			"shadow":         p.Shadow,
+			"limits":         limits,
+		}
+	}
+	upstreams := make(map[string]any, len(c.Upstreams))
+	for name, u := range c.Upstreams {
+		upstreams[name] = map[string]any{"url": redactURL(u.URL), "timeout": dur(u.Timeout)}
+	}
+	routes := make([]any, len(c.Routes))
+	for i, r := range c.Routes {
+		routes[i] = map[string]any{
+			"name":     r.Name,
+			"method":   r.Method,
+			"path":     r.Path,
+			"upstream": r.Upstream,
+			"cost":     r.Cost,
+			"policies": copyList(r.Policies),
+		}
+	}
+
+	s, st, rd := c.Server, c.Store, c.Store.Redis
+	return map[string]any{
+		"server": map[string]any{
+			"listen":              s.Listen,
+			"admin_listen":        s.AdminListen,
+			"read_header_timeout": dur(s.ReadHeaderTimeout),
+			"idle_timeout":        dur(s.IdleTimeout),
+			"max_header_bytes":    s.MaxHeaderBytes,
+			"max_body_bytes":      s.MaxBodyBytes,
+			"shutdown_timeout":    dur(s.ShutdownTimeout),
+			"trusted_proxies":     copyList(s.TrustedProxies),
+			"max_local_callers":   s.MaxLocalCallers,
+		},
+		"store": map[string]any{
+			"kind":       st.Kind,
+			"fleet_size": st.FleetSize,
+			"redis": map[string]any{
+				"addrs":            copyList(rd.Addrs),
+				"master_name":      rd.MasterName,
+				"username":         rd.Username,
+				"password_env":     rd.PasswordEnv,
+				"timeout":          dur(rd.Timeout),
+				"pool_size":        rd.PoolSize,
+				"key_prefix":       rd.KeyPrefix,
+				"breaker_failures": rd.BreakerFailures,
+				"breaker_cooldown": dur(rd.BreakerCooldown),
+			},
+		},
+		"identity":  identity,
+		"log":       map[string]any{"level": c.Log.Level},
+		"tiers":     tiers,
+		"policies":  policies,
+		"upstreams": upstreams,
+		"routes":    routes,
+	}
+}
+
+func redactLimit(l Limit) map[string]any {
+	m := map[string]any{"rate": l.Rate, "per": dur(l.Per)}
+	if l.Burst != 0 {
+		m["burst"] = l.Burst
+	}
+	return m
+}
+
+func dur(d time.Duration) string { return d.String() }
+
+// copyList copies a list so that the tree shares nothing with c, and renders
+// an empty one as [] rather than null.
+func copyList(list []string) []string {
+	return append([]string{}, list...)
+}

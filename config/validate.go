@@ -1,0 +1,261 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate checks every invariant of c and returns all problems at once, as
+// Errors sorted by path, or nil.
+//
+// It also normalizes c in place, so that the packages using it need not:
+// references to tiers, policies and upstreams and the key hashes are
+// lowercased, Server.TrustedPrefixes is parsed from TrustedProxies, and
+// Policy.Name and Upstream.Name are set from their keys. Validate does not
+// fill defaults: a zero value is checked as written.
+func (c *Config) Validate() error {
+	var errs Errors
+	c.validateServer(&errs)
+	c.validateStore(&errs)
+	c.validateIdentity(&errs)
+	c.validateLog(&errs)
+	c.validateTiers(&errs)
+	c.validatePolicies(&errs)
+	c.validateUpstreams(&errs)
+	c.validateRoutes(&errs)
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs.sort()
+}
+
+// nameRE is the form of every name: tiers, policies, upstreams and routes.
+// Names appear in Redis keys, metric labels and headers, so they are short
+// and plain.
+var nameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+const nameRule = "must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'"
+
+// envNameRE is the form of an environment variable's name.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (c *Config) validateServer(errs *Errors) {
+	s := &c.Server
+	checkListen(errs, "server.listen", s.Listen)
+	checkListen(errs, "server.admin_listen", s.AdminListen)
+	if s.Listen == s.AdminListen && !strings.HasSuffix(s.Listen, ":0") {
+		errs.add("server.admin_listen", "must differ from server.listen")
+	}
+	positive(errs, "server.read_header_timeout", s.ReadHeaderTimeout)
+	positive(errs, "server.idle_timeout", s.IdleTimeout)
+	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
+	positive(errs, "server.max_header_bytes", s.MaxHeaderBytes)
+	positive(errs, "server.max_body_bytes", s.MaxBodyBytes)
+	positive(errs, "server.max_local_callers", s.MaxLocalCallers)
+
+	s.TrustedPrefixes = nil
+	for i, raw := range s.TrustedProxies {
+		p, err := parseTrusted(raw)
+		if err != nil {
+			errs.add(index("server.trusted_proxies", i), err.Error())
+			continue
+		}
+		s.TrustedPrefixes = append(s.TrustedPrefixes, p)
+	}
+}
+
+// parseTrusted parses a CIDR or a plain IP (a prefix of all its bits). The
+// result is masked, and IPv4-mapped IPv6 becomes IPv4.
+func parseTrusted(raw string) (netip.Prefix, error) {
+	const want = "must be an IP address or a CIDR such as 10.0.0.0/8"
+	if strings.Contains(raw, "/") {
+		p, err := netip.ParsePrefix(raw)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%s, got %q", want, raw)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(raw)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%s, got %q", want, raw)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// checkListen checks a listen address: host:port with a numeric port; the
+// host may be empty (every interface) and the port 0 (any free port).
+func checkListen(errs *Errors, path, addr string) {
+	if _, err := hostPort(addr, true); err != nil {
+		errs.add(path, err.Error())
+	}
+}
+
+// hostPort checks that addr is host:port with a port number in range (0
+// only when zeroPort) and a host that is empty, an IP or a DNS name.
+func hostPort(addr string, zeroPort bool) (string, error) {
+	want := "must be host:port, such as 127.0.0.1:6379"
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("%s, got %q", want, addr)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 && !zeroPort {
+		return "", fmt.Errorf("%s, got %q (port must be a number from 1 to 65535)", want, addr)
+	}
+	if host == "" {
+		if !zeroPort {
+			return "", fmt.Errorf("%s, got %q (missing host)", want, addr)
+		}
+		return host, nil
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return host, nil
+	}
+	if !hostnameRE.MatchString(host) {
+		return "", fmt.Errorf("%s, got %q (bad host)", want, addr)
+	}
+	return host, nil
+}
+
+var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$`)
+
+func positive[T int | int64 | time.Duration](errs *Errors, path string, v T) {
+	if v <= 0 {
+		errs.add(path, "must be > 0")
+	}
+}
+
+var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,32}$`)
+
+func (c *Config) validateStore(errs *Errors) {
+	s := &c.Store
+	switch s.Kind {
+	case "memory", "redis":
+	default:
+		errs.addf("store.kind", `must be "memory" or "redis", got %q`, s.Kind)
+	}
+	if s.FleetSize < 1 {
+		errs.add("store.fleet_size", "must be >= 1")
+	}
+	r := &s.Redis
+	if s.Kind == "redis" && len(r.Addrs) == 0 {
+		errs.add("store.redis.addrs", `must list at least one host:port when store.kind is "redis"`)
+	}
+	seen := make(map[string]int, len(r.Addrs))
+	for i, a := range r.Addrs {
+		p := index("store.redis.addrs", i)
+		if _, err := hostPort(a, false); err != nil {
+			errs.add(p, err.Error())
+		} else if j, dup := seen[a]; dup {
+			errs.addf(p, "duplicate of store.redis.addrs[%d]", j)
+		}
+		seen[a] = i
+	}
+	if r.PasswordEnv != "" && !envNameRE.MatchString(r.PasswordEnv) {
+		errs.addf("store.redis.password_env", "must name an environment variable, got %q", r.PasswordEnv)
+	}
+	positive(errs, "store.redis.timeout", r.Timeout)
+	if r.Timeout > time.Second {
+		errs.addf("store.redis.timeout", "must be at most 1s (it is added to a request's latency), got %s", r.Timeout)
+	}
+	positive(errs, "store.redis.pool_size", r.PoolSize)
+	if !keyPrefixRE.MatchString(r.KeyPrefix) {
+		errs.addf("store.redis.key_prefix", "must be 1 to 32 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-', got %q", r.KeyPrefix)
+	}
+	positive(errs, "store.redis.breaker_failures", r.BreakerFailures)
+	positive(errs, "store.redis.breaker_cooldown", r.BreakerCooldown)
+}
+
+// tenantRE bounds a configured tenant: it is sent upstream in a header and
+// forms a Redis hash tag, so no spaces, controls or braces.
+var tenantRE = regexp.MustCompile(`^[!-z|~]{1,128}$`)
+
+var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (c *Config) validateIdentity(errs *Errors) {
+	id := &c.Identity
+	if len(id.APIKeys) == 0 && id.JWT == nil && id.Anonymous == nil {
+		errs.add("identity", "must configure api_keys, jwt or anonymous (without any, every request is answered 401)")
+	}
+	seen := make(map[string]int, len(id.APIKeys))
+	for i := range id.APIKeys {
+		k := &id.APIKeys[i]
+		p := index("identity.api_keys", i)
+		k.KeySHA256 = strings.ToLower(k.KeySHA256)
+		if !hexRE.MatchString(k.KeySHA256) {
+			errs.add(p+".key_sha256", "must be the SHA-256 of the key as 64 hex digits (not the key itself)")
+		} else if j, dup := seen[k.KeySHA256]; dup {
+			errs.addf(p+".key_sha256", "duplicate of identity.api_keys[%d]", j)
+		} else {
+			seen[k.KeySHA256] = i
+		}
+		if k.Tenant == "" {
+			errs.add(p+".tenant", "is required")
+		} else if !tenantRE.MatchString(k.Tenant) {
+			errs.add(p+".tenant", "must be 1 to 128 printable ASCII characters without spaces, '{' or '}'")
+		}
+		c.checkTierRef(errs, p+".tier", &k.Tier)
+	}
+	if j := id.JWT; j != nil {
+		switch {
+		case j.SecretEnv == "":
+			errs.add("identity.jwt.secret_env", "is required: the name of the environment variable holding the HS256 secret")
+		case !envNameRE.MatchString(j.SecretEnv):
+			errs.addf("identity.jwt.secret_env", "must name an environment variable, got %q", j.SecretEnv)
+		}
+		if j.TenantClaim == "" {
+			errs.add("identity.jwt.tenant_claim", "must not be empty")
+		}
+		if j.TierClaim == "" {
+			errs.add("identity.jwt.tier_claim", "must not be empty")
+		}
+	}
+	if a := id.Anonymous; a != nil {
+		c.checkTierRef(errs, "identity.anonymous.tier", &a.Tier)
+	}
+}
+
+// checkTierRef lowercases a reference to a tier and checks that it exists.
+func (c *Config) checkTierRef(errs *Errors, path string, tier *string) {
+	*tier = strings.ToLower(*tier)
+	switch _, ok := c.Tiers[*tier]; {
+	case *tier == "":
+		errs.add(path, "is required")
+	case !ok:
+		errs.addf(path, "unknown tier %q%s", *tier, known(c.Tiers))
+	}
+}
+
+func (c *Config) validateLog(errs *Errors) {
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs.addf("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+}
+
+// known lists the keys of m for a problem message: " (known: a, b)".
+func known[V any](m map[string]V) string {
+	if len(m) == 0 {
+		return " (none are defined)"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(keys) > 10 {
+		keys = append(keys[:10], "...")
+	}
+	return " (known: " + strings.Join(keys, ", ") + ")"
+}

@@ -1,0 +1,149 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// maxExact bounds burst×per and rate×per in microseconds: the stores keep
+// state as integers scaled by per, and the Redis scripts compute in doubles,
+// which are exact up to 2^53.
+const maxExact = 1 << 53
+
+// reservedPolicy names stage 1 in 429 bodies, so no policy may take it.
+const reservedPolicy = "local"
+
+func (c *Config) validateTiers(errs *Errors) {
+	for name, t := range c.Tiers {
+		p := join("tiers", name)
+		if !nameRE.MatchString(name) {
+			errs.add(p, "tier name "+nameRule)
+		}
+		if t.Local != nil {
+			checkLimit(errs, p+".local", *t.Local, ratelimit.TokenBucket)
+		}
+	}
+}
+
+func (c *Config) validatePolicies(errs *Errors) {
+	for name, pol := range c.Policies {
+		p := join("policies", name)
+		pol.Name = name
+		c.Policies[name] = pol
+		switch {
+		case !nameRE.MatchString(name):
+			errs.add(p, "policy name "+nameRule)
+		case name == reservedPolicy:
+			errs.add(p, `the policy name "local" is reserved for stage 1 (tiers.*.local)`)
+		}
+		switch pol.Scope {
+		case "tenant", "tenant_route", "route", "global":
+		default:
+			errs.addf(p+".scope", "must be tenant, tenant_route, route or global, got %q", pol.Scope)
+		}
+		switch pol.OnStoreError {
+		case "open", "closed", "local":
+		default:
+			errs.addf(p+".on_store_error", "must be open, closed or local, got %q", pol.OnStoreError)
+		}
+		alg, err := ratelimit.ParseAlgorithm(pol.Algorithm)
+		if err != nil {
+			errs.addf(p+".algorithm", "must be token_bucket, fixed_window, sliding_window or sliding_log, got %q", pol.Algorithm)
+		}
+		if len(pol.Limits) == 0 {
+			errs.add(p+".limits", `must set a limit for at least one tier (or "*" for every tier)`)
+		}
+		for tier, l := range pol.Limits {
+			lp := join(p+".limits", tier)
+			if _, ok := c.Tiers[tier]; !ok && tier != "*" {
+				errs.addf(lp, `unknown tier %q%s; "*" means every tier`, tier, known(c.Tiers))
+			}
+			if alg != 0 {
+				checkLimit(errs, lp, l, alg)
+			}
+		}
+	}
+}
+
+// checkLimit checks l for algorithm alg and reports problems below path.
+func checkLimit(errs *Errors, path string, l Limit, alg ratelimit.Algorithm) {
+	if l.Rate <= 0 {
+		errs.add(path+".rate", "must be > 0")
+	}
+	switch {
+	case l.Per <= 0:
+		errs.add(path+".per", "must be > 0")
+	case l.Per%time.Microsecond != 0:
+		errs.addf(path+".per", "must be a whole number of microseconds, got %s", l.Per)
+	}
+	if alg == ratelimit.TokenBucket {
+		if l.Burst <= 0 {
+			errs.add(path+".burst", "must be > 0 (the most units available at once)")
+		}
+	} else if l.Burst != 0 {
+		errs.addf(path+".burst", "does not apply to %s (its capacity is rate per window); remove it", alg)
+	}
+	if alg == ratelimit.SlidingLog && l.Rate > ratelimit.MaxSlidingLogRate {
+		errs.addf(path+".rate", "must be at most %d for sliding_log (its state holds one entry per request); use sliding_window for larger rates", ratelimit.MaxSlidingLogRate)
+	}
+	us := l.Per.Microseconds()
+	if us <= 0 {
+		return
+	}
+	if l.Rate > maxExact/us {
+		errs.addf(path+".rate", "rate × per (%d × %dµs) must be at most 2^53; lower the rate or the period", l.Rate, us)
+	}
+	if l.Burst > maxExact/us {
+		errs.addf(path+".burst", "burst × per (%d × %dµs) must be at most 2^53; lower the burst or the period", l.Burst, us)
+	}
+}
+
+// capacity is the most units l can admit at once under alg, or 0 when l or
+// alg is invalid (already reported).
+func capacity(l Limit, alg ratelimit.Algorithm) int64 {
+	if alg == ratelimit.TokenBucket {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// effectiveLimits returns, for policy pol, the keys of pol.Limits that apply
+// to at least one defined tier: a tier's own entry, else "*".
+func (c *Config) effectiveLimits(pol Policy) []string {
+	used := make(map[string]bool)
+	for tier := range c.Tiers {
+		if _, ok := pol.Limits[tier]; ok {
+			used[tier] = true
+		} else if _, ok := pol.Limits["*"]; ok {
+			used["*"] = true
+		}
+	}
+	keys := make([]string, 0, len(used))
+	for k := range used {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// checkCost reports a route cost that a limit of policy pol or a tier's
+// stage 1 could never admit.
+func (c *Config) checkCost(errs *Errors, path string, cost int64, pol Policy) {
+	alg, err := ratelimit.ParseAlgorithm(pol.Algorithm)
+	if err != nil {
+		return
+	}
+	for _, tier := range c.effectiveLimits(pol) {
+		capa := capacity(pol.Limits[tier], alg)
+		if capa > 0 && cost > capa {
+			who := fmt.Sprintf("tier %q", tier)
+			if tier == "*" {
+				who = `"*"`
+			}
+			errs.addf(path, "%d exceeds the capacity %d of policy %q for %s: such a request could never be admitted", cost, capa, pol.Name, who)
+		}
+	}
+}

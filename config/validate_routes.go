@@ -1,0 +1,211 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+func (c *Config) validateUpstreams(errs *Errors) {
+	for name, u := range c.Upstreams {
+		p := join("upstreams", name)
+		u.Name = name
+		c.Upstreams[name] = u
+		if !nameRE.MatchString(name) {
+			errs.add(p, "upstream name "+nameRule)
+		}
+		if err := checkUpstreamURL(u.URL); err != nil {
+			errs.add(p+".url", err.Error())
+		}
+		positive(errs, p+".timeout", u.Timeout)
+	}
+}
+
+// checkUpstreamURL accepts EchoURL or an absolute http(s) URL with a host
+// and without a fragment.
+func checkUpstreamURL(raw string) error {
+	const want = `must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:"`
+	if raw == EchoURL {
+		return nil
+	}
+	if raw == "" {
+		return errors.New("is required: " + want[len("must be "):])
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return fmt.Errorf("%s, got %q", want, redactURL(raw))
+	}
+	if u.Fragment != "" {
+		return fmt.Errorf("must not have a #fragment, got %q", redactURL(raw))
+	}
+	if u.Port() != "" {
+		if _, err := hostPort(u.Host, false); err != nil {
+			return fmt.Errorf("has a bad port, got %q", redactURL(raw))
+		}
+	}
+	return nil
+}
+
+// redactURL hides the password of a URL's user information.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+var (
+	// methodRE is an uppercase HTTP token (RFC 9110 tchar without a-z).
+	methodRE = regexp.MustCompile("^[A-Z0-9!#$%&'*+.^_`|~-]+$")
+	// paramRE is the name inside {name} or {name...}.
+	paramRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,31}$`)
+	// literalRE is a literal segment: RFC 3986 pchar without '*', which is
+	// easy to mistake for a wildcard, and with '%' only as %XX.
+	literalRE = regexp.MustCompile(`^([A-Za-z0-9._~!$&'()+,;=:@-]|%[0-9A-Fa-f]{2})+$`)
+)
+
+const maxPathLen = 1024
+
+func (c *Config) validateRoutes(errs *Errors) {
+	if len(c.Routes) == 0 {
+		errs.add("routes", "must list at least one route (without any, every request is answered 404)")
+	}
+	names := make(map[string]int, len(c.Routes))
+	shapes := make(map[string]int, len(c.Routes))
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		p := index("routes", i)
+		switch j, dup := names[r.Name]; {
+		case !nameRE.MatchString(r.Name):
+			errs.add(p+".name", "route name "+nameRule)
+		case dup:
+			errs.addf(p+".name", "duplicate of routes[%d].name %q", j, r.Name)
+		default:
+			names[r.Name] = i
+		}
+		methodOK := methodRE.MatchString(r.Method)
+		if !methodOK {
+			errs.addf(p+".method", "must be an uppercase HTTP method such as GET or POST, got %q", r.Method)
+		}
+		shape, err := pathShape(r.Path)
+		if err != nil {
+			errs.add(p+".path", err.Error())
+		} else if j, dup := shapes[r.Method+" "+shape]; dup && methodOK {
+			errs.addf(p+".path", "matches the same requests as routes[%d], which comes first: this route can never match", j)
+		} else {
+			shapes[r.Method+" "+shape] = i
+		}
+		r.Upstream = strings.ToLower(r.Upstream)
+		if _, ok := c.Upstreams[r.Upstream]; !ok {
+			if r.Upstream == "" {
+				errs.add(p+".upstream", "is required")
+			} else {
+				errs.addf(p+".upstream", "unknown upstream %q%s", r.Upstream, known(c.Upstreams))
+			}
+		}
+		c.validateRoutePolicies(errs, p, r)
+	}
+}
+
+// validateRoutePolicies checks a route's policy references and its cost
+// against every limit that could apply to it.
+func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
+	if r.Cost < 1 {
+		errs.add(p+".cost", "must be >= 1")
+	}
+	seen := make(map[string]bool, len(r.Policies))
+	for j := range r.Policies {
+		pp := index(p+".policies", j)
+		name := strings.ToLower(r.Policies[j])
+		r.Policies[j] = name
+		pol, ok := c.Policies[name]
+		switch {
+		case name == reservedPolicy:
+			errs.add(pp, `"local" is stage 1, which applies to every route through tiers; remove it`)
+		case !ok:
+			errs.addf(pp, "unknown policy %q%s", name, known(c.Policies))
+		case seen[name]:
+			errs.addf(pp, "policy %q is listed twice", name)
+		case r.Cost >= 1:
+			c.checkCost(errs, p+".cost", r.Cost, pol)
+		}
+		seen[name] = true
+	}
+	if r.Cost < 1 {
+		return
+	}
+	for _, tier := range sortedTierNames(c.Tiers) {
+		if l := c.Tiers[tier].Local; l != nil && l.Burst > 0 && r.Cost > l.Burst {
+			errs.addf(p+".cost", "%d exceeds the stage 1 burst %d of tier %q: its callers could never be admitted", r.Cost, l.Burst, tier)
+		}
+	}
+}
+
+func sortedTierNames(m map[string]Tier) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// pathShape checks a route path template and returns its shape: the
+// template with parameter names removed, so that two templates matching the
+// same requests have the same shape.
+//
+// A template starts with "/"; each segment between slashes is literal text,
+// "{name}" (exactly one non-empty segment) or, as the last segment only,
+// "{name...}" (the rest of the path). Only the last segment may be empty (a
+// trailing slash). Parameter names are unique within a template.
+func pathShape(path string) (string, error) {
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("must start with \"/\", got %q", path)
+	}
+	if len(path) > maxPathLen {
+		return "", fmt.Errorf("must be at most %d bytes", maxPathLen)
+	}
+	segs := strings.Split(path[1:], "/")
+	shape := make([]string, len(segs))
+	params := make(map[string]bool)
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		switch {
+		case seg == "":
+			if !last {
+				return "", fmt.Errorf("has an empty segment (\"//\") in %q", path)
+			}
+		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}"):
+			name, rest := strings.CutSuffix(seg[1:len(seg)-1], "...")
+			if rest && !last {
+				return "", fmt.Errorf("segment %q: {%s...} must be the last segment", seg, name)
+			}
+			if !paramRE.MatchString(name) {
+				return "", fmt.Errorf("segment %q: a parameter name must be a letter or '_' followed by up to 31 letters, digits or '_'", seg)
+			}
+			if params[name] {
+				return "", fmt.Errorf("parameter {%s} appears twice", name)
+			}
+			params[name] = true
+			shape[i] = "{}"
+			if rest {
+				shape[i] = "{...}"
+			}
+			continue
+		case strings.ContainsAny(seg, "{}"):
+			return "", fmt.Errorf("segment %q: a parameter must be a whole segment, like {id}", seg)
+		case seg == "." || seg == "..":
+			return "", fmt.Errorf("segment %q can never match a cleaned request path", seg)
+		case strings.Contains(seg, "*"):
+			return "", fmt.Errorf("segment %q: '*' is not a wildcard here; use a last segment {name...} to match the rest", seg)
+		case !literalRE.MatchString(seg):
+			return "", fmt.Errorf("segment %q has a character not allowed in a URL path", seg)
+		}
+		shape[i] = seg
+	}
+	return "/" + strings.Join(shape, "/"), nil
+}

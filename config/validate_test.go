@@ -1,0 +1,262 @@
+package config
+
+import (
+	"encoding/json"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+func TestPathShape(t *testing.T) {
+	ok := map[string]string{
+		"/":                      "/",
+		"/v1/transfers/{id}":     "/v1/transfers/{}",
+		"/v1/transfers/{id}/":    "/v1/transfers/{}/",
+		"/{rest...}":             "/{...}",
+		"/a/{x}/b/{y...}":        "/a/{}/b/{...}",
+		"/files/%20x/~user@host": "/files/%20x/~user@host",
+		"/v1/a:b;c=d,e+f!$&'()":  "/v1/a:b;c=d,e+f!$&'()",
+	}
+	for path, want := range ok {
+		got, err := pathShape(path)
+		if err != nil || got != want {
+			t.Errorf("pathShape(%q) = %q, %v; want %q", path, got, err, want)
+		}
+	}
+	bad := []string{"", "v1", "/a//b", "/{a}{b}", "/{a", "/a}", "/{a...}/b", "/{a}/{a...}", "/./a",
+		"/a/*", "/a?b", "/a#b", "/a%2", "/{a-b}", "/" + strings.Repeat("a", maxPathLen)}
+	for _, path := range bad {
+		if got, err := pathShape(path); err == nil {
+			t.Errorf("pathShape(%q) = %q, want an error", path, got)
+		}
+	}
+}
+
+func TestParseTrusted(t *testing.T) {
+	ok := map[string]string{
+		"127.0.0.1":           "127.0.0.1/32",
+		"10.1.2.3/8":          "10.0.0.0/8",
+		"::1":                 "::1/128",
+		"2001:db8::/32":       "2001:db8::/32",
+		"::ffff:10.0.0.1":     "10.0.0.1/32",
+		"::ffff:10.0.0.0/104": "10.0.0.0/8",
+	}
+	for raw, want := range ok {
+		got, err := parseTrusted(raw)
+		if err != nil || got != netip.MustParsePrefix(want) {
+			t.Errorf("parseTrusted(%q) = %v, %v; want %s", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{"", "localhost", "10.0.0.0/", "10.0.0.0/33", "fe80::1%eth0", "1.2.3"} {
+		if got, err := parseTrusted(raw); err == nil {
+			t.Errorf("parseTrusted(%q) = %v, want an error", raw, got)
+		}
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	for _, c := range []struct {
+		addr     string
+		zeroPort bool
+		ok       bool
+	}{
+		{"127.0.0.1:8080", false, true},
+		{"[::1]:6379", false, true},
+		{"redis-1.internal:6379", false, true},
+		{":8080", true, true},
+		{"127.0.0.1:0", true, true},
+		{"127.0.0.1:0", false, false},
+		{":6379", false, false},
+		{"localhost", false, false},
+		{"localhost:65536", true, false},
+		{"localhost:-1", true, false},
+		{"bad host:80", true, false},
+		{"-bad:80", true, false},
+	} {
+		if _, err := hostPort(c.addr, c.zeroPort); (err == nil) != c.ok {
+			t.Errorf("hostPort(%q, %v) = %v, want ok %v", c.addr, c.zeroPort, err, c.ok)
+		}
+	}
+}
+
+func TestCheckLimitExactRange(t *testing.T) {
+	problems := func(l Limit, alg ratelimit.Algorithm) []string {
+		var errs Errors
+		checkLimit(&errs, "l", l, alg)
+		var out []string
+		for _, e := range errs {
+			out = append(out, e.Path)
+		}
+		return out
+	}
+	// 2^53 / 3µs rounds down: the largest rate and burst that stay exact.
+	bound := int64(maxExact / 3)
+	if got := problems(Limit{Rate: bound, Per: 3 * time.Microsecond, Burst: bound}, ratelimit.TokenBucket); got != nil {
+		t.Errorf("at the bound: %v, want none", got)
+	}
+	got := problems(Limit{Rate: bound + 1, Per: 3 * time.Microsecond, Burst: bound + 1}, ratelimit.TokenBucket)
+	if !slices.Equal(got, []string{"l.rate", "l.burst"}) {
+		t.Errorf("past the bound: %v, want rate and burst", got)
+	}
+	if got := problems(Limit{Rate: 1, Per: time.Microsecond, Burst: 1}, ratelimit.TokenBucket); got != nil {
+		t.Errorf("per 1µs: %v, want none", got)
+	}
+	if got := problems(Limit{Rate: 1000, Per: time.Hour}, ratelimit.SlidingLog); got != nil {
+		t.Errorf("sliding_log at MaxSlidingLogRate: %v, want none", got)
+	}
+	if got := problems(Limit{Rate: 1001, Per: time.Hour}, ratelimit.SlidingLog); !slices.Equal(got, []string{"l.rate"}) {
+		t.Errorf("sliding_log above MaxSlidingLogRate: %v", got)
+	}
+	if got := problems(Limit{Rate: 5, Per: time.Second}, ratelimit.FixedWindow); got != nil {
+		t.Errorf("window without burst: %v, want none", got)
+	}
+}
+
+func TestNaturalSort(t *testing.T) {
+	es := Errors{
+		{Path: "routes[10].cost", Problem: "b"},
+		{Path: "routes[2].cost", Problem: "a"},
+		{Path: "routes", Problem: "x"},
+		{Path: "routes[2].cost", Problem: "a"},
+		{Path: "identity", Problem: "y"},
+		{Path: "routes[02].name", Problem: "c"},
+	}
+	var got []string
+	for _, e := range es.sort() {
+		got = append(got, e.Path)
+	}
+	want := []string{"identity", "routes", "routes[2].cost", "routes[02].name", "routes[10].cost"}
+	if !slices.Equal(got, want) {
+		t.Errorf("sorted = %v, want %v", got, want)
+	}
+}
+
+func TestJoin(t *testing.T) {
+	for _, c := range [][3]string{
+		{"", "server", "server"},
+		{"policies", "per-tenant_2", "policies.per-tenant_2"},
+		{"policies.a.limits", "*", "policies.a.limits.*"},
+		{"upstreams", "api.v2", `upstreams["api.v2"]`},
+		{"tiers", "", `tiers[""]`},
+	} {
+		if got := join(c[0], c[1]); got != c[2] {
+			t.Errorf("join(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		}
+	}
+}
+
+func TestUnknownKeyHint(t *testing.T) {
+	fields := fieldsOf(reflect.TypeFor[Policy]())
+	for key, want := range map[string]string{
+		"limts":          `unknown key (did you mean "limits"?)`,
+		"on_store_erorr": `unknown key (did you mean "on_store_error"?)`,
+		"zz":             "unknown key",
+		"burst":          "unknown key",
+	} {
+		if got := unknownKey(key, fields); got != want {
+			t.Errorf("unknownKey(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// A Config built in code validates like a loaded one, and Validate can be
+// called again on its result.
+func TestValidateBuiltConfig(t *testing.T) {
+	c := Default()
+	c.Identity.Anonymous = &Anonymous{Tier: "Free"}
+	c.Tiers = map[string]Tier{"free": {Local: &Limit{Rate: 1, Per: time.Second, Burst: 3}}}
+	c.Policies = map[string]Policy{"p": {Scope: "global", Algorithm: "token_bucket", OnStoreError: "local",
+		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 3}}}}
+	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
+	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "UP", Cost: 3, Policies: []string{"P"}}}
+	c.Server.TrustedProxies = []string{"10.0.0.1"}
+	for range 2 {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Identity.Anonymous.Tier != "free" || c.Routes[0].Upstream != "up" || c.Routes[0].Policies[0] != "p" {
+		t.Errorf("references not lowercased: %+v %+v", c.Identity.Anonymous, c.Routes[0])
+	}
+	if c.Policies["p"].Name != "p" || c.Upstreams["up"].Name != "up" {
+		t.Errorf("names not filled: %+v %+v", c.Policies["p"], c.Upstreams["up"])
+	}
+	if len(c.Server.TrustedPrefixes) != 1 {
+		t.Errorf("TrustedPrefixes = %v after two Validate calls, want one", c.Server.TrustedPrefixes)
+	}
+
+	c.Routes[0].Cost = 4
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), `routes[0].cost: 4 exceeds the capacity 3 of policy "p" for "*"`) ||
+		!strings.Contains(err.Error(), `routes[0].cost: 4 exceeds the stage 1 burst 3 of tier "free"`) {
+		t.Errorf("Validate = %v, want both cost problems", err)
+	}
+}
+
+// A tier's own limit replaces "*" for that tier, so "*" is only checked
+// against a route's cost when some tier uses it.
+func TestCostAgainstEffectiveLimits(t *testing.T) {
+	c := Default()
+	c.Identity.Anonymous = &Anonymous{Tier: "free"}
+	c.Tiers = map[string]Tier{"free": {}}
+	c.Policies = map[string]Policy{"p": {Scope: "tenant", Algorithm: "token_bucket", OnStoreError: "open",
+		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 1}, "free": {Rate: 1, Per: time.Second, Burst: 10}}}}
+	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
+	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "up", Cost: 10, Policies: []string{"p"}}}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate = %v, want nil: every tier has its own limit", err)
+	}
+	c.Tiers["paid"] = Tier{}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `capacity 1 of policy "p" for "*"`) {
+		t.Errorf("Validate = %v, want the \"*\" limit checked once a tier uses it", err)
+	}
+}
+
+func TestRedacted(t *testing.T) {
+	c := mustParse(t, `
+store:
+  redis: {password_env: REDIS_PASSWORD, addrs: ["10.0.0.1:6379"]}
+identity:
+  api_keys:
+    - {key_sha256: 9f8cfdb17116bf0e2a44e071454f25594cb9b8737bf331e6a2f0b30550572f29, tenant: acme, tier: free}
+  jwt: {secret_env: JWT_SECRET}
+tiers: {free: {local: {rate: 1, per: 250ms, burst: 2}}}
+policies: {w: {algorithm: fixed_window, limits: {"*": {rate: 5, per: 1m}}}}
+upstreams: {app: {url: "https://svc:s3cret-pw@api.example.com/base"}}
+routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
+`, noEnv)
+	out, err := json.Marshal(c.Redacted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, secret := range []string{"9f8cfdb1", "s3cret-pw", "key_sha256"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("Redacted shows %q: %s", secret, s)
+		}
+	}
+	for _, want := range []string{
+		`"api_keys":[{"tenant":"acme","tier":"free"}]`,
+		`"secret_env":"JWT_SECRET"`,
+		`"password_env":"REDIS_PASSWORD"`,
+		`"url":"https://svc:xxxxx@api.example.com/base"`,
+		`"local":{"burst":2,"per":"250ms","rate":1}`,
+		`"limits":{"*":{"per":"1m0s","rate":5}}`,
+		`"timeout":"25ms"`,
+		`"trusted_proxies":[]`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("Redacted lacks %s:\n%s", want, s)
+		}
+	}
+	// The tree shares no list with the config.
+	c.Redacted()["routes"].([]any)[0].(map[string]any)["policies"].([]string)[0] = "changed"
+	if c.Routes[0].Policies[0] != "w" {
+		t.Error("Redacted shares a list with the config")
+	}
+}

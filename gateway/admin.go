@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Admin returns the handler of the admin listener:
+//
+//	GET /healthz  200 while the process serves
+//	GET /readyz   200 once a configuration is live and the store answers
+//	              (and its circuit breaker is not open); 503 otherwise
+//	GET /config   the live configuration, redacted (no key hashes, no secrets)
+//	GET /metrics  Prometheus text exposition (when metrics is not nil)
+func (g *Gateway) Admin(metrics http.Handler) http.Handler {
+	r := chi.NewRouter()
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", g.readyz)
+	r.Get("/config", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.Config().Redacted())
+	})
+	if metrics != nil {
+		r.Handle("/metrics", metrics)
+	}
+	return r
+}
+
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	p := g.live.Load()
+	if p == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no configuration"})
+		return
+	}
+	if f := p.backend.BreakerState; f != nil && f() == 2 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store circuit open"})
+		return
+	}
+	if ping := p.backend.Ping; ping != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := ping(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unreachable"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/quotagate/quotagate/identity"
+)
+
+// authenticate is the identity stage: it resolves the caller or answers 401.
+// A bad credential is never downgraded to an anonymous caller.
+//
+// It also prepares the headers the upstream will see: X-Forwarded-For is
+// dropped unless the peer is a trusted proxy, and X-Quotagate-Tenant is
+// replaced by the authenticated tenant (absent for anonymous callers).
+func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
+	trusted := p.cfg.Server.TrustedPrefixes
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st := stateFrom(r.Context())
+			caller, err := p.auth.Authenticate(r)
+			if err != nil {
+				msg := "credential rejected"
+				if errors.Is(err, identity.ErrUnauthenticated) {
+					msg = err.Error()
+				}
+				w.Header().Set("WWW-Authenticate", `Bearer realm="quotagate"`)
+				writeProblem(w, problem{Status: http.StatusUnauthorized, Error: codeUnauthenticated, Message: msg, RequestID: st.requestID})
+				return
+			}
+			st.caller = caller
+			if !peerTrusted(r.RemoteAddr, trusted) {
+				r.Header.Del("X-Forwarded-For")
+			}
+			if caller.Kind == identity.KindAnonymous {
+				r.Header.Del("X-Quotagate-Tenant")
+			} else {
+				r.Header.Set("X-Quotagate-Tenant", caller.Tenant)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// peerTrusted reports whether the TCP peer is one of the trusted proxies.
+func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	addr, err := netip.ParseAddr(strings.TrimSpace(host))
+	if err != nil {
+		return false
+	}
+	addr = addr.Unmap()
+	for _, p := range trusted {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// begin is the outermost stage. It gives the request its state, its request
+// id and its server span, bounds its body, and after the inner stages have
+// answered it records the request metric and the access log line.
+func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st := &requestState{start: g.opts.Now()}
+			st.rec.ResponseWriter = w
+			st.requestID = requestID(r.Header.Get("X-Request-ID"))
+			r.Header.Set("X-Request-ID", st.requestID)
+			w.Header().Set("X-Request-ID", st.requestID)
+
+			ctx := g.opts.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+			ctx, span := g.tracer.Start(ctx, "quotagate.request",
+				trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+			ctx = context.WithValue(ctx, stateKey{}, st)
+			r = r.WithContext(ctx)
+
+			if p.maxBody > 0 && r.Body != nil && r.Body != http.NoBody {
+				if r.ContentLength > p.maxBody {
+					writeProblem(&st.rec, problem{Status: http.StatusRequestEntityTooLarge, Error: codePayloadTooLarge,
+						Message: "request body exceeds " + strconv.FormatInt(p.maxBody, 10) + " bytes", RequestID: st.requestID})
+					g.finish(ctx, span, r, st)
+					return
+				}
+				r.Body = &limitedBody{rc: r.Body, left: p.maxBody, st: st}
+			}
+
+			next.ServeHTTP(&st.rec, r)
+			g.finish(ctx, span, r, st)
+		})
+	}
+}
+
+// finish records what the request came to.
+func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, st *requestState) {
+	status := st.rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	routeName := "unmatched"
+	if st.route != nil {
+		routeName = st.route.name
+	}
+	span.SetAttributes(attribute.String("quotagate.route", routeName), attribute.Int("http.response.status_code", status))
+	if st.caller.ID != "" {
+		span.SetAttributes(attribute.String("quotagate.caller", st.caller.ID))
+	}
+	if status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+	span.End()
+	if g.opts.Metrics != nil {
+		g.opts.Metrics.Request(ctx, routeName, status)
+	}
+	lvl := slog.LevelInfo
+	if status == http.StatusTooManyRequests {
+		// Denials can come in floods; they are logged at debug, sampled.
+		if g.denials.Add(1)%100 != 1 {
+			return
+		}
+		lvl = slog.LevelDebug
+	}
+	if !g.opts.Logger.Enabled(ctx, lvl) {
+		return
+	}
+	g.opts.Logger.LogAttrs(ctx, lvl, "request",
+		slog.String("request_id", st.requestID),
+		slog.String("method", r.Method),
+		slog.String("route", routeName),
+		slog.Int("status", status),
+		slog.String("caller", st.caller.ID),
+		slog.Int64("bytes", st.rec.written),
+		slog.Duration("duration", g.opts.Now().Sub(st.start)),
+	)
+}
+
+// limitedBody stops a request body at the configured maximum and marks the
+// request so that the resulting proxy failure is answered 413.
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+	st   *requestState
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		b.st.bodyTooLarge = true
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	if int64(n) > b.left {
+		n = int(b.left)
+		b.left = 0
+		b.st.bodyTooLarge = true
+		return n, errBodyTooLarge
+	}
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
+
+var errBodyTooLarge = &http.MaxBytesError{}
+
+// requestID keeps a caller's X-Request-ID when it is short and made of safe
+// characters, and otherwise makes a new one.
+func requestID(in string) string {
+	if n := len(in); n > 0 && n <= 128 {
+		ok := true
+		for i := 0; i < n; i++ {
+			c := in[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return in
+		}
+	}
+	return newRequestID()
+}
+
+var (
+	idPrefix  = randomHex(6)
+	idCounter atomic.Uint64
+)
+
+// newRequestID returns a process-unique id: a random per-process prefix and
+// a counter, so that generating one costs no system call.
+func newRequestID() string {
+	var buf [12 + 1 + 16]byte
+	copy(buf[:], idPrefix)
+	buf[12] = '-'
+	n := idCounter.Add(1)
+	const hexdigits = "0123456789abcdef"
+	for i := 28; i >= 13; i-- {
+		buf[i] = hexdigits[n&0xf]
+		n >>= 4
+	}
+	return string(buf[:])
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

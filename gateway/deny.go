@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rateLimitView is what the RateLimit-Policy and RateLimit headers describe:
+// the one policy that decided the request (the denying policy with the
+// longest wait, or, when allowed, the policy with the least left).
+type rateLimitView struct {
+	policy    string
+	quota     int64         // q: units of the quota
+	window    int64         // w: seconds of the quota's window
+	remaining int64         // r: units left
+	reset     time.Duration // t: until the quota is back in full (allowed) or usable again (denied)
+	retry     time.Duration // exact wait before the request's cost fits; 0 when allowed
+}
+
+// setRateLimitHeaders writes RateLimit-Policy and RateLimit in the syntax of
+// draft-ietf-httpapi-ratelimit-headers-10 (Structured Field lists). Times
+// are delta seconds, never timestamps.
+func setRateLimitHeaders(h http.Header, v rateLimitView) {
+	if v.policy == "" {
+		return
+	}
+	name := sfString(v.policy)
+	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10)+";w="+strconv.FormatInt(v.window, 10))
+	t := int64(0)
+	if v.reset > 0 {
+		t = ceilSeconds(v.reset)
+	}
+	h.Set("RateLimit", name+";r="+strconv.FormatInt(max(v.remaining, 0), 10)+";t="+strconv.FormatInt(t, 10))
+}
+
+// sfString renders s as a Structured Field string.
+func sfString(s string) string {
+	if !strings.ContainsAny(s, `"\`) {
+		return `"` + s + `"`
+	}
+	return strconv.Quote(strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return -1
+		}
+		return r
+	}, s))
+}
+
+// retryJitter returns the random extra delay added to a denial's wait so
+// that callers denied together do not come back together: uniform in
+// [0, J) where J is a quarter of the wait, at least 1 s and at most 10 s.
+// With at least 1 s of spread, the whole-second Retry-After values of
+// concurrent denials differ even when the exact wait is short.
+func retryJitter(wait time.Duration) time.Duration {
+	j := wait / 4
+	j = max(j, time.Second)
+	j = min(j, 10*time.Second)
+	return time.Duration(rand.Int64N(int64(j)))
+}
+
+// ceilMillis rounds d up to whole milliseconds.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// deny answers 429. Retry-After is whole seconds, at least 1, and never
+// earlier than the exact wait: ceil(wait + jitter).
+func (g *Gateway) deny(w http.ResponseWriter, st *requestState, v rateLimitView, violated []string) {
+	jitter := retryJitter(v.retry)
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(v.retry+jitter), 10))
+	setRateLimitHeaders(h, v)
+	retryMS, jitterMS := ceilMillis(v.retry), int64(jitter/time.Millisecond)
+	writeProblem(w, problem{
+		Status:    http.StatusTooManyRequests,
+		Error:     codeRateLimited,
+		Message:   "rate limit exceeded for policy " + v.policy,
+		RequestID: st.requestID,
+		Policy:    v.policy,
+		Violated:  violated,
+		RetryMS:   &retryMS,
+		JitterMS:  &jitterMS,
+	})
+}
+
+// unavailable answers 503 for a policy that fails closed while the store
+// cannot decide.
+func (g *Gateway) unavailable(w http.ResponseWriter, st *requestState, policy string, retry time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(retry), 10))
+	writeProblem(w, problem{
+		Status:    http.StatusServiceUnavailable,
+		Error:     codeLimiterUnavailable,
+		Message:   "the rate limiter cannot decide for policy " + policy + " right now",
+		RequestID: st.requestID,
+		Policy:    policy,
+	})
+}
+
+// writeProxyError is the proxy's error writer: 502 and 504 as problem+json,
+// or 413 when the failure was the request body running past its limit.
+func writeProxyError(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	st := stateFrom(r.Context())
+	id := ""
+	if st != nil {
+		id = st.requestID
+		if st.bodyTooLarge {
+			status, code, message = http.StatusRequestEntityTooLarge, codePayloadTooLarge, "request body too large"
+		}
+	}
+	if status == 499 { // the client went away; there is nobody to answer
+		if st != nil {
+			st.rec.status = 499
+		}
+		return
+	}
+	writeProblem(w, problem{Status: status, Error: code, Message: message, RequestID: id})
+}

@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/identity"
+	"github.com/quotagate/quotagate/routes"
+)
+
+// Explanation is what the pipeline would apply to one request, without
+// sending it anywhere or consuming anything.
+type Explanation struct {
+	Route    string            `json:"route"`
+	Template string            `json:"template"`
+	Caller   string            `json:"caller"` // tenant, or the hashed client address of an anonymous caller
+	Kind     string            `json:"kind"`
+	Tier     string            `json:"tier"`
+	Cost     int64             `json:"cost"`
+	Local    *config.Limit     `json:"local,omitempty"`
+	Policies []PolicyExplained `json:"policies"`
+}
+
+// PolicyExplained is one stage-2 policy as it applies to the request.
+type PolicyExplained struct {
+	Name         string        `json:"name"`
+	Scope        string        `json:"scope"`
+	Algorithm    string        `json:"algorithm"`
+	OnStoreError string        `json:"on_store_error"`
+	Shadow       bool          `json:"shadow"`
+	Rate         int64         `json:"rate"`
+	Per          time.Duration `json:"per"`
+	Burst        int64         `json:"burst,omitempty"`
+	Key          string        `json:"key"`
+}
+
+// Explain tells which route, caller, tier, policies and store keys a request
+// with method, path and credential (an API key or JWT; "" = anonymous from
+// 127.0.0.1) would get under cfg. Keys carry the hashed tenant, never the raw
+// path or tenant.
+func Explain(cfg *config.Config, method, path, credential string, getenv func(string) (string, bool)) (*Explanation, error) {
+	o := &Options{Getenv: getenv}
+	o.fill()
+	p, err := buildPipeline(cfg, nil, nil, o)
+	if err != nil {
+		return nil, err
+	}
+	r := httptest.NewRequest(method, "http://quotagate.invalid/", nil)
+	r.URL.Path, r.URL.RawPath = "", ""
+	if u, err := r.URL.Parse(path); err == nil {
+		r.URL = u
+	} else {
+		return nil, fmt.Errorf("path: %w", err)
+	}
+	r.RemoteAddr = "127.0.0.1:1"
+	if credential != "" {
+		r.Header.Set("Authorization", "Bearer "+credential)
+	}
+	m, ok := p.table.Match(method, r.URL.EscapedPath())
+	if !ok {
+		return nil, fmt.Errorf("no route matches %s %s", method, r.URL.EscapedPath())
+	}
+	caller, err := p.auth.Authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	rt := p.routes[m.Index]
+	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
+	ex.Caller = caller.Tenant
+	if caller.Kind == identity.KindAnonymous {
+		ex.Caller = "ip#" + caller.ID
+	}
+	if t, ok := cfg.Tiers[caller.Tier]; ok && t.Local != nil {
+		l := *t.Local
+		ex.Local = &l
+	}
+	prefix := cfg.Store.Redis.KeyPrefix
+	if prefix == "" {
+		prefix = "qg"
+	}
+	for _, bp := range rt.policyFor(caller.Tier) {
+		key, err := routes.Key(prefix, bp.scope, bp.name, bp.algorithm.String(), rt.name, caller.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		ex.Policies = append(ex.Policies, PolicyExplained{
+			Name: bp.name, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError,
+			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Key: key,
+		})
+	}
+	return ex, nil
+}

@@ -1,0 +1,61 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// localPolicy is the policy name reported for stage-1 denials.
+const localPolicy = "local"
+
+// localStage is stage 1: a per-instance token bucket per caller, from the
+// caller's tier. It rejects obvious bursts without a store call; a denial
+// here never reaches stage 2 and consumes nothing there. It never replaces
+// stage 2: an allowed request always continues to it.
+func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st := stateFrom(r.Context())
+			set := p.tiers[st.caller.Tier]
+			if set == nil {
+				next.ServeHTTP(w, r)
+				return
+			}
+			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.local", trace.WithAttributes(
+				attribute.String("quotagate.stage", "local"),
+				attribute.String("quotagate.route", st.route.name),
+				attribute.String("quotagate.policy", localPolicy),
+				attribute.String("quotagate.caller", st.caller.ID)))
+			now := g.opts.Now()
+			ok, remaining, retry := set.Allow(st.caller.Tenant, now, int(st.route.cost))
+			lim, burst := set.Limit()
+			quota := int64(burst)
+			window := ceilSeconds(time.Duration(float64(burst) / float64(lim) * float64(time.Second)))
+			view := rateLimitView{policy: localPolicy, quota: quota, window: window, remaining: int64(remaining)}
+			result := "allowed"
+			if !ok {
+				result = "denied"
+				view.retry = retry
+				view.reset = retry
+			} else if missing := quota - int64(remaining); missing > 0 {
+				view.reset = time.Duration(float64(missing) / float64(lim) * float64(time.Second))
+			}
+			span.SetAttributes(attribute.String("quotagate.decision", result), attribute.Int("quotagate.remaining", remaining),
+				attribute.Int64("quotagate.retry_after_ms", ceilMillis(view.retry)))
+			span.End()
+			if m := g.opts.Metrics; m != nil {
+				m.Decision(ctx, localPolicy, "local", result)
+				m.DecisionDuration(ctx, "local", g.opts.Now().Sub(now))
+			}
+			st.limit = view
+			if !ok {
+				g.deny(w, st, view, []string{localPolicy})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Serve runs the public handler on pub and the admin handler on admin until
+// ctx is done, then stops accepting, lets in-flight requests finish for at
+// most the configured shutdown_timeout, and returns. It returns nil after a
+// clean drain, or the error that stopped a listener.
+func (g *Gateway) Serve(ctx context.Context, pub, admin net.Listener, adminHandler http.Handler) error {
+	s := g.Config().Server
+	public := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: s.ReadHeaderTimeout,
+		IdleTimeout:       s.IdleTimeout,
+		MaxHeaderBytes:    s.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
+	}
+	adm := &http.Server{
+		Handler:           adminHandler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- public.Serve(pub) }()
+	go func() { errc <- adm.Serve(admin) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	timeout := g.Config().Server.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	g.opts.Logger.Info("shutting down", slog.Duration("drain_timeout", timeout))
+	derr := public.Shutdown(sctx)
+	_ = adm.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	if derr != nil {
+		return errors.New("shutdown: in-flight requests did not finish within shutdown_timeout")
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/quotagate/quotagate/identity"
+)
+
+// requestState is what the stages of the pipeline learn about one request.
+// The outermost stage creates it and stores one pointer in the request's
+// context; each later stage reads and fills its own fields, so a request
+// costs one context value, not one per stage.
+type requestState struct {
+	start     time.Time
+	requestID string
+	caller    identity.Caller
+	route     *route // nil until the route stage matched
+	policies  []boundPolicy
+	limit     rateLimitView // what the RateLimit headers describe
+	// bodyTooLarge is set when the request body ran past server.max_body_bytes
+	// while it was being forwarded, so the proxy's failure is answered 413.
+	bodyTooLarge bool
+	rec          statusRecorder
+}
+
+type stateKey struct{}
+
+// stateFrom returns the request's state; nil outside the pipeline.
+func stateFrom(ctx context.Context) *requestState {
+	st, _ := ctx.Value(stateKey{}).(*requestState)
+	return st
+}
+
+// statusRecorder remembers the status written through it, for metrics and
+// logs. It unwraps to the original writer, so http.ResponseController (which
+// the reverse proxy uses to flush) reaches the connection.
+type statusRecorder struct {
+	http.ResponseWriter
+	status  int
+	written int64
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.written += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController find Flush, Hijack and deadlines.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush forwards to the underlying writer when it can flush.
+func (s *statusRecorder) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

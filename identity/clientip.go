@@ -1,0 +1,84 @@
+package identity
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ClientIP returns the address of the client that sent r.
+//
+// It is the peer address of r.RemoteAddr unless that peer is in trusted.
+// Only then is X-Forwarded-For believed: its entries (of every such header,
+// in order) are walked from the right, each trusted hop is skipped, and the
+// first untrusted address is the client. A malformed entry stops the walk and
+// the last good hop is returned; if every hop is trusted, the leftmost one
+// is. An entry may carry a port ("192.0.2.1:4711", "[2001:db8::1]:4711").
+// IPv4-mapped IPv6 addresses are unmapped and zones dropped. The zero Addr is
+// returned when r.RemoteAddr cannot be parsed.
+func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	peer := parseHop(r.RemoteAddr)
+	if !peer.IsValid() || !isTrusted(peer, trusted) {
+		return peer
+	}
+	vals := r.Header.Values("X-Forwarded-For")
+	for i := len(vals) - 1; i >= 0; i-- {
+		v := vals[i]
+		for {
+			comma := strings.LastIndexByte(v, ',')
+			hop := parseHop(strings.Trim(v[comma+1:], " \t"))
+			if !hop.IsValid() {
+				return peer
+			}
+			peer = hop
+			if !isTrusted(hop, trusted) {
+				return hop
+			}
+			if comma < 0 {
+				break
+			}
+			v = v[:comma]
+		}
+	}
+	return peer
+}
+
+// parseHop parses an address with or without a port; the zero Addr if s is
+// neither.
+func parseHop(s string) netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}
+		}
+		a = ap.Addr()
+	}
+	return a.Unmap().WithZone("")
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// anonymousTenant returns the tenant of an anonymous caller at a: "ip:" and
+// the address, or its /64 for IPv6, whose holders usually control the whole
+// /64 and could otherwise rotate through 2^64 identities.
+func anonymousTenant(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "ip:unknown"
+	case a.Is4():
+		return "ip:" + a.String()
+	}
+	p, err := a.Prefix(64)
+	if err != nil {
+		return "ip:unknown"
+	}
+	return "ip:" + p.String()
+}

@@ -1,0 +1,80 @@
+package identity
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+)
+
+func TestClientIP(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	for _, tc := range []struct {
+		name   string
+		remote string
+		xff    []string
+		want   string // "" = invalid
+	}{
+		{"untrusted peer, no XFF", "203.0.113.7:4000", nil, "203.0.113.7"},
+		{"untrusted peer spoofing XFF", "203.0.113.7:4000", []string{"198.51.100.1"}, "203.0.113.7"},
+		{"trusted peer, no XFF", "10.0.0.1:4000", nil, "10.0.0.1"},
+		{"trusted peer, one hop", "10.0.0.1:4000", []string{"198.51.100.9"}, "198.51.100.9"},
+		{"rightmost untrusted through a trusted chain", "10.0.0.1:4000", []string{"192.0.2.66, 198.51.100.9, 10.0.0.3, 10.0.0.2"}, "198.51.100.9"},
+		{"chain across headers", "10.0.0.1:4000", []string{"192.0.2.66, 198.51.100.9", "10.0.0.3"}, "198.51.100.9"},
+		{"client spoofing the leftmost entry", "10.0.0.1:4000", []string{"10.9.9.9, 198.51.100.9"}, "198.51.100.9"},
+		{"every hop trusted", "10.0.0.1:4000", []string{"10.0.0.5, 10.0.0.2"}, "10.0.0.5"},
+		{"malformed entry stops the walk", "10.0.0.1:4000", []string{"198.51.100.9, garbage, 10.0.0.2"}, "10.0.0.2"},
+		{"malformed first entry", "10.0.0.1:4000", []string{"not an ip"}, "10.0.0.1"},
+		{"empty entry stops the walk", "10.0.0.1:4000", []string{"198.51.100.9,, 10.0.0.2"}, "10.0.0.2"},
+		{"empty header", "10.0.0.1:4000", []string{""}, "10.0.0.1"},
+		{"entries with ports", "10.0.0.1:4000", []string{"198.51.100.9:5555, [2001:db8:ffff::1]:443"}, "198.51.100.9"},
+		{"ipv6 hops", "[2001:db8:ffff::2]:443", []string{"2001:db8:1:2::77, 2001:db8:ffff::9"}, "2001:db8:1:2::77"},
+		{"mapped peer is unmapped and trusted", "[::ffff:10.0.0.1]:4000", []string{"::ffff:198.51.100.9"}, "198.51.100.9"},
+		{"zone dropped", "[fe80::1%eth0]:80", nil, "fe80::1"},
+		{"remote without port", "203.0.113.7", nil, "203.0.113.7"},
+		{"malformed remote", "pipe", []string{"198.51.100.9"}, ""},
+		{"empty remote", "", nil, ""},
+		{"remote with bad port", "203.0.113.7:port", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			r.Header["X-Forwarded-For"] = tc.xff
+			got := ClientIP(r, trusted)
+			if tc.want == "" {
+				if got.IsValid() {
+					t.Fatalf("ClientIP = %v, want invalid", got)
+				}
+				return
+			}
+			if got != netip.MustParseAddr(tc.want) {
+				t.Fatalf("ClientIP = %v, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAnonymousTenant(t *testing.T) {
+	a := mustNew(t, testConfig())
+	for _, tc := range []struct{ remote, tenant string }{
+		{"203.0.113.7:1", "ip:203.0.113.7"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:5555", "ip:2001:db8:1:2::/64"},
+		{"[2001:db8:1:2::1]:80", "ip:2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:80", "ip:2001:db8:1:3::/64"},
+		{"[::ffff:203.0.113.7]:1", "ip:203.0.113.7"},
+		{"garbage", "ip:unknown"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		c, err := a.Authenticate(r)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.remote, err)
+		}
+		if c.Kind != KindAnonymous || c.Tenant != tc.tenant || c.Tier != "anonymous" {
+			t.Fatalf("%s: caller %+v, want tenant %s", tc.remote, c, tc.tenant)
+		}
+		if c.ID != callerID(KindAnonymous, tc.tenant) {
+			t.Fatalf("%s: ID %s", tc.remote, c.ID)
+		}
+	}
+}

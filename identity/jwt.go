@@ -1,0 +1,127 @@
+package identity
+
+import (
+	"errors"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// jwtVerifier checks HS256 tokens and reads the caller from their claims.
+type jwtVerifier struct {
+	parser      *jwt.Parser
+	secret      []byte
+	tenantClaim string
+	tierClaim   string
+	tiers       map[string]bool
+}
+
+func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*jwtVerifier, error) {
+	var errs []error
+	if len(c.Secret) < 32 {
+		errs = append(errs, errors.New("jwt: secret must be at least 32 bytes"))
+	}
+	if c.Leeway < 0 {
+		errs = append(errs, errors.New("jwt: leeway must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	leeway := c.Leeway
+	if leeway == 0 {
+		leeway = DefaultLeeway
+	}
+	if now == nil {
+		now = time.Now
+	}
+	v := &jwtVerifier{
+		secret:      append([]byte(nil), c.Secret...),
+		tenantClaim: c.TenantClaim,
+		tierClaim:   c.TierClaim,
+		tiers:       tiers,
+	}
+	if v.tenantClaim == "" {
+		v.tenantClaim = "sub"
+	}
+	if v.tierClaim == "" {
+		v.tierClaim = "tier"
+	}
+	// The parser is read-only once built and safe to share.
+	v.parser = jwt.NewParser(
+		jwt.WithValidMethods([]string{"HS256"}), // refuses "none", RS256, ...
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(leeway),
+		jwt.WithTimeFunc(now),
+		jwt.WithStrictDecoding(), // one encoding per token: no malleable signatures
+	)
+	return v, nil
+}
+
+// verify checks token and returns its tenant and tier.
+func (v *jwtVerifier) verify(token string) (tenant, tier string, err error) {
+	claims := jwt.MapClaims{}
+	tok, err := v.parser.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) {
+		return v.secret, nil
+	})
+	if err != nil {
+		if tok != nil && !errors.Is(err, jwt.ErrTokenMalformed) {
+			if alg, _ := tok.Header["alg"].(string); alg != "HS256" {
+				return "", "", errTokenAlgorithm
+			}
+		}
+		return "", "", jwtReason(err)
+	}
+	tenant, ok := claims[v.tenantClaim].(string)
+	if !ok || checkTenant(tenant) != nil {
+		return "", "", errTokenTenant
+	}
+	tier, ok = claims[v.tierClaim].(string)
+	if !ok || tier == "" {
+		return "", "", errTokenTier
+	}
+	if !v.tiers[tier] {
+		return "", "", errUnknownTier
+	}
+	return tenant, tier, nil
+}
+
+// jwtReason maps a parser error to the reason shown to clients; the parser's
+// own message can quote token contents and is not shown.
+func jwtReason(err error) *authError {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return errTokenMalformed
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return errTokenSignature
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return errTokenAlgorithm
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return errTokenNoExpiry
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return errTokenExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return errTokenNotYetValid
+	}
+	return errTokenInvalid
+}
+
+// looksLikeJWT reports whether s has the shape of a compact JWS: three
+// non-empty base64url parts separated by dots.
+func looksLikeJWT(s string) bool {
+	parts, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if i == start {
+				return false
+			}
+			parts++
+			start = i + 1
+			continue
+		}
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return parts == 3
+}

@@ -1,0 +1,99 @@
+package redistest
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) { os.Exit(RunMain(m)) }
+
+func TestStandaloneLifecycle(t *testing.T) {
+	start := time.Now()
+	s := StartStandalone(t)
+	t.Logf("standalone up in %v", time.Since(start))
+	s.MustDo(t, "SET", "k", "v")
+	if got := s.MustDo(t, "GET", "k"); got != "v" {
+		t.Fatalf("GET k = %v, want v", got)
+	}
+
+	s.Pause()
+	c, err := dial(s.Addr, time.Second)
+	if err != nil {
+		t.Fatalf("dial paused server: %v", err) // the kernel still accepts
+	}
+	if _, err := c.do(100*time.Millisecond, "PING"); err == nil {
+		t.Fatal("PING on a paused server answered")
+	}
+	c.close()
+	s.Resume()
+	if got := s.MustDo(t, "GET", "k"); got != "v" {
+		t.Fatalf("GET k after resume = %v, want v", got)
+	}
+
+	s.Kill()
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("PING on a killed server answered")
+	}
+	addr := s.Addr
+	s.Restart()
+	if s.Addr != addr {
+		t.Fatalf("restart moved the server from %s to %s", addr, s.Addr)
+	}
+	if got := s.MustDo(t, "GET", "k"); got != nil {
+		t.Fatalf("GET k after restart = %v, want nil (empty server)", got)
+	}
+}
+
+func TestShared(t *testing.T) {
+	a, b := Shared(t), Shared(t)
+	if a != b {
+		t.Fatal("Shared started two servers")
+	}
+	p1, p2 := KeyPrefix(t), KeyPrefix(t)
+	if p1 == p2 || strings.ContainsAny(p1, "{}") {
+		t.Fatalf("prefixes %q %q: want distinct and without braces", p1, p2)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Kill on the shared server did not panic")
+			}
+		}()
+		a.Kill()
+	}()
+	a.MustDo(t, "PING")
+}
+
+func TestCluster(t *testing.T) {
+	start := time.Now()
+	c := StartCluster(t, 3)
+	t.Logf("3-node cluster ok in %v", time.Since(start))
+	if len(c.Addrs()) != 3 {
+		t.Fatalf("Addrs = %v", c.Addrs())
+	}
+	for _, key := range []string{"plain", "{acme}:a", "{acme}:b", "x{}y", "{}", "a{b}c{d}", "{tenant-42}route"} {
+		n := c.Nodes()[0]
+		got := n.MustDo(t, "CLUSTER", "KEYSLOT", key)
+		if got != int64(Slot(key)) {
+			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT = %v", key, Slot(key), got)
+		}
+		owner := c.PrimaryForKey(key)
+		// The owner accepts the key; any other node redirects.
+		for _, s := range c.Nodes() {
+			_, err := s.Do("SET", key, "v")
+			if s == owner && err != nil {
+				t.Errorf("owner %s refused %q: %v", s.Addr, key, err)
+			}
+			if s != owner && (err == nil || !strings.HasPrefix(err.Error(), "MOVED")) {
+				t.Errorf("non-owner %s on %q: err = %v, want MOVED", s.Addr, key, err)
+			}
+		}
+	}
+	victim := c.PrimaryForKey("{acme}:a")
+	victim.Kill()
+	if _, err := victim.Do("PING"); err == nil {
+		t.Fatal("killed node answered")
+	}
+}

@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+)
+
+// errorFunnel is the one place where a failed exchange becomes a status.
+type errorFunnel struct {
+	upstream string
+	log      *slog.Logger
+	write    func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+}
+
+// handle is the ReverseProxy's ErrorHandler. r is the outbound request.
+func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) {
+	// The outbound request carries the inbound context, which net/http
+	// cancels when the client goes away, including when its upload breaks
+	// off (the failed read of the body cancels it before the error
+	// reaches the transport).
+	status, code, message := classify(r.Context().Err() != nil, err)
+	level := slog.LevelWarn
+	if status == StatusClientClosedRequest {
+		level = slog.LevelInfo
+	}
+	f.log.LogAttrs(r.Context(), level, "upstream exchange failed",
+		slog.String("upstream", f.upstream),
+		slog.Int("status", status),
+		slog.String("code", code),
+		slog.String("method", r.Method),
+		slog.String("request_id", r.Header.Get("X-Request-ID")),
+		slog.String("error", err.Error()),
+	)
+	f.write(w, r, status, code, message)
+}
+
+// classify maps the error of an exchange to a status, a code and a message
+// for the client. A client that left wins over any other cause, since
+// nothing can reach it.
+func classify(clientGone bool, err error) (status int, code, message string) {
+	if clientGone {
+		return StatusClientClosedRequest, CodeClientClosed, "the client closed the request"
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return http.StatusGatewayTimeout, CodeTimeout, "the upstream service did not answer in time"
+	}
+	return http.StatusBadGateway, CodeUnavailable, "the upstream service is unavailable"
+}
+
+// writePlainError is the default Options.WriteError: the message as plain
+// text, or only the status for 499.
+func writePlainError(w http.ResponseWriter, _ *http.Request, status int, _ string, message string) {
+	if status == StatusClientClosedRequest {
+		w.WriteHeader(status)
+		return
+	}
+	http.Error(w, message, status)
+}

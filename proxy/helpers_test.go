@@ -1,0 +1,166 @@
+package proxy
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitFor is how long a test waits for something that should happen at once
+// before it fails; it only bounds a hang.
+const waitFor = 10 * time.Second
+
+// errorCall is one call of Options.WriteError.
+type errorCall struct {
+	status int
+	code   string
+}
+
+// errorLog records WriteError calls and writes a recognizable body.
+type errorLog struct {
+	mu    sync.Mutex
+	calls []errorCall
+}
+
+func (l *errorLog) write(w http.ResponseWriter, _ *http.Request, status int, code, message string) {
+	l.mu.Lock()
+	l.calls = append(l.calls, errorCall{status, code})
+	l.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(status)
+	w.Write([]byte(code + ": " + message))
+}
+
+func (l *errorLog) get() []errorCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]errorCall(nil), l.calls...)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for log output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixture is a gateway front server whose only job is to call the proxy
+// handler, plus what the handler reported.
+type fixture struct {
+	front  *httptest.Server
+	errs   *errorLog
+	logs   *syncBuffer
+	served chan struct{} // receives once per request after the handler returns
+}
+
+// newFixture builds the proxy handler for upstream URL raw and serves it
+// from a test server. after may be nil for the real clock.
+func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc) *fixture {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == nil {
+		after = stdAfterFunc
+	}
+	f := &fixture{errs: &errorLog{}, logs: &syncBuffer{}, served: make(chan struct{}, 16)}
+	transport := NewTransport(TransportOptions{})
+	t.Cleanup(transport.CloseIdleConnections)
+	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: timeout}, Options{
+		Transport:  transport,
+		WriteError: f.errs.write,
+		Logger:     slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { f.served <- struct{}{} }()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.front.Close)
+	return f
+}
+
+// waitServed waits until the front handler has returned once.
+func (f *fixture) waitServed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.served:
+	case <-time.After(waitFor):
+		t.Fatal("the proxy handler did not return")
+	}
+}
+
+// manualTimer is an afterFunc whose timers fire only when the test says so.
+type manualTimer struct {
+	mu      sync.Mutex
+	pending []*manualEntry
+}
+
+type manualEntry struct {
+	f       func()
+	stopped bool
+	fired   bool
+}
+
+func (m *manualTimer) after(_ time.Duration, f func()) func() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := &manualEntry{f: f}
+	m.pending = append(m.pending, e)
+	return func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		was := !e.stopped && !e.fired
+		e.stopped = true
+		return was
+	}
+}
+
+// fire runs every timer not stopped or fired yet and returns how many ran.
+func (m *manualTimer) fire() int {
+	m.mu.Lock()
+	var run []func()
+	for _, e := range m.pending {
+		if !e.stopped && !e.fired {
+			e.fired = true
+			run = append(run, e.f)
+		}
+	}
+	m.mu.Unlock()
+	for _, f := range run {
+		f()
+	}
+	return len(run)
+}
+
+// stoppedCount returns how many timers were stopped.
+func (m *manualTimer) stoppedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.pending {
+		if e.stopped && !e.fired {
+			n++
+		}
+	}
+	return n
+}

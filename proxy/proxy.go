@@ -1,0 +1,185 @@
+// Package proxy forwards requests to upstreams. It never decides whether a
+// request may pass: the gateway has done that before it calls the handler.
+//
+// Each upstream gets an httputil.ReverseProxy that
+//
+//   - points the request at the upstream (SetURL: the upstream URL's path is
+//     prepended, queries are joined, and the Host header becomes the
+//     upstream's; the inbound host travels in X-Forwarded-Host);
+//   - sets X-Forwarded-For to the inbound value (which the gateway must
+//     already have deleted when the peer is not a trusted proxy) followed by
+//     the peer's address, and X-Forwarded-Host and X-Forwarded-Proto to the
+//     inbound Host and scheme (inbound values of these two are replaced);
+//   - drops hop-by-hop headers (Connection, Keep-Alive, Proxy-Authorization,
+//     TE, Upgrade unless upgrading, ...) and the caller's credentials that
+//     the gateway consumes (Authorization, X-API-Key); keeps everything else,
+//     including X-Request-ID, X-Quotagate-Tenant, traceparent, tracestate
+//     and Cookie;
+//   - streams bodies in both directions, never buffering a whole body; a
+//     response of unknown length or of type text/event-stream is flushed to
+//     the client after every write;
+//   - sends every failure before the response headers through one error
+//     funnel (see Options.WriteError).
+//
+// A failure after the response headers (the upstream drops the connection
+// mid-body, the client stops reading) cannot become an error status. The
+// handler then aborts the response with panic(http.ErrAbortHandler), as
+// httputil.ReverseProxy does: net/http recovers it quietly and closes the
+// connection, so the client sees a broken response rather than a short one
+// that looks complete. Middleware that recovers panics must let
+// http.ErrAbortHandler through. No other failure panics.
+//
+// An upstream URL with the scheme "echo" ("echo:") is served by a built-in
+// handler without any network; see New.
+package proxy
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+)
+
+// Upstream is where one route's requests go.
+type Upstream struct {
+	// Name identifies the upstream in logs.
+	Name string
+	// URL is the upstream's base URL: scheme http or https with a host, and
+	// optionally a base path and query; or scheme "echo" for the built-in
+	// demo handler.
+	URL *url.URL
+	// Timeout bounds the exchange from sending the request until the
+	// response headers arrive: connecting, sending the request (including
+	// its body) and waiting. A response body may take longer, so streaming
+	// responses are not cut off. 0 means no timeout.
+	Timeout time.Duration
+}
+
+// Options configures the handlers New builds. The zero value is usable.
+type Options struct {
+	// Transport sends requests to upstreams. nil means a new
+	// NewTransport(TransportOptions{}) per handler; pass one Transport to
+	// every handler so that all upstreams share one tuned connection pool.
+	Transport http.RoundTripper
+	// WriteError writes the response for a failed exchange. The proxy calls
+	// it exactly once per failure, before anything of the response has been
+	// written, with
+	//   - 502 "upstream_unavailable": refused, reset, DNS failure, malformed
+	//     response, ...;
+	//   - 504 "upstream_timeout": Upstream.Timeout passed, or a network
+	//     timeout, before the response headers arrived;
+	//   - 499 "client_closed_request": the client went away, or its request
+	//     body broke off mid-upload; what it writes most likely reaches no
+	//     one, so it should mainly record the status.
+	// message is safe to show to clients. r is the outbound request: it
+	// carries the inbound request's context and headers (less the removed
+	// ones), and its URL points at the upstream. nil means plain text
+	// (and a bare status for 499).
+	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	// Logger receives one record per failure (Warn for 502 and 504, Info for
+	// 499) and the reverse proxy's own messages. nil discards them.
+	Logger *slog.Logger
+	// BufferPool provides the buffers that copy response bodies. nil means
+	// a shared sync.Pool of 32 KiB buffers.
+	BufferPool httputil.BufferPool
+}
+
+// Error codes passed to Options.WriteError.
+const (
+	CodeUnavailable  = "upstream_unavailable"
+	CodeTimeout      = "upstream_timeout"
+	CodeClientClosed = "client_closed_request"
+)
+
+// StatusClientClosedRequest is the status recorded when the client went
+// away before the upstream answered (the value nginx uses).
+const StatusClientClosedRequest = 499
+
+// New returns the handler that forwards requests to up. It returns an error
+// when up is invalid (no URL, a scheme other than http, https or echo, no
+// host, credentials in the URL, a negative timeout).
+//
+// For the scheme "echo", New returns a handler that answers every request
+// itself with 200 and a JSON object {"method", "path", "request_id",
+// "tenant"} taken from the request (the last two from the X-Request-ID and
+// X-Quotagate-Tenant headers). It needs no network, so a configuration can
+// be tried with nothing behind it. Options and Upstream.Timeout do not
+// apply to it.
+func New(up Upstream, o Options) (http.Handler, error) {
+	return newHandler(up, o, stdAfterFunc)
+}
+
+// afterFunc runs f after d unless the returned stop is called first; stop
+// reports whether it prevented f from running, like time.Timer.Stop.
+type afterFunc func(d time.Duration, f func()) (stop func() bool)
+
+func stdAfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
+
+func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
+	if err := validate(up); err != nil {
+		return nil, err
+	}
+	if up.URL.Scheme == "echo" {
+		return echoHandler{}, nil
+	}
+	transport := o.Transport
+	if transport == nil {
+		transport = NewTransport(TransportOptions{})
+	}
+	if up.Timeout > 0 {
+		transport = &headerTimeout{next: transport, timeout: up.Timeout, after: after}
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	pool := o.BufferPool
+	if pool == nil {
+		pool = defaultBufferPool
+	}
+	funnel := &errorFunnel{upstream: up.Name, log: logger, write: o.WriteError}
+	if funnel.write == nil {
+		funnel.write = writePlainError
+	}
+	target := *up.URL
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&target)
+			// Rewrite runs on a request stripped of X-Forwarded-*; carry the
+			// inbound chain over so that SetXForwarded appends to it.
+			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
+				pr.Out.Header["X-Forwarded-For"] = xff
+			}
+			pr.SetXForwarded()
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("X-Api-Key")
+		},
+		Transport:    transport,
+		BufferPool:   pool,
+		ErrorLog:     slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
+		ErrorHandler: funnel.handle,
+	}, nil
+}
+
+func validate(up Upstream) error {
+	u := up.URL
+	switch {
+	case u == nil:
+		return fmt.Errorf("proxy: upstream %q: no URL", up.Name)
+	case up.Timeout < 0:
+		return fmt.Errorf("proxy: upstream %q: negative timeout %v", up.Name, up.Timeout)
+	case u.Scheme == "echo":
+		return nil
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("proxy: upstream %q: scheme %q: want http, https or echo", up.Name, u.Scheme)
+	case u.Host == "" || u.Opaque != "":
+		return fmt.Errorf("proxy: upstream %q: URL %q has no host", up.Name, u.Redacted())
+	case u.User != nil:
+		return fmt.Errorf("proxy: upstream %q: credentials in the URL are not supported", up.Name)
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TransportOptions tunes NewTransport. Zero fields take the default in
+// their comment.
+type TransportOptions struct {
+	// DialTimeout bounds establishing a TCP connection; 0 = 5s.
+	DialTimeout time.Duration
+	// KeepAlive is the TCP keep-alive probe interval; 0 = 30s, negative
+	// disables probes.
+	KeepAlive time.Duration
+	// TLSHandshakeTimeout bounds a TLS handshake; 0 = 5s.
+	TLSHandshakeTimeout time.Duration
+	// IdleConnTimeout closes a connection idle this long; 0 = 90s.
+	IdleConnTimeout time.Duration
+	// MaxIdleConns caps idle connections over all upstreams; 0 = 1024.
+	MaxIdleConns int
+	// MaxIdleConnsPerHost caps idle connections per upstream host, which
+	// bounds how many concurrent requests can reuse connections; 0 = 256.
+	MaxIdleConnsPerHost int
+	// MaxConnsPerHost caps all connections per upstream host; 0 = no cap.
+	MaxConnsPerHost int
+	// ExpectContinueTimeout is how long to wait for "100 Continue" before
+	// sending a body when the request asks for it; 0 = 1s.
+	ExpectContinueTimeout time.Duration
+	// TLSClientConfig configures TLS to https upstreams; nil = system roots.
+	TLSClientConfig *tls.Config
+}
+
+// NewTransport returns a transport tuned for a gateway: keep-alive with a
+// large idle pool per upstream, bounded dial and TLS handshake, HTTP/2 when
+// the upstream offers it over TLS, no proxy from the environment, and no
+// transparent compression (Accept-Encoding and compressed bodies pass
+// through unchanged). It sets no ResponseHeaderTimeout: Upstream.Timeout
+// bounds the wait for response headers per upstream. Share one transport
+// among all handlers.
+func NewTransport(o TransportOptions) *http.Transport {
+	def := func(v, d time.Duration) time.Duration {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	defInt := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	dialer := &net.Dialer{
+		Timeout:   def(o.DialTimeout, 5*time.Second),
+		KeepAlive: def(o.KeepAlive, 30*time.Second),
+	}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSClientConfig:       o.TLSClientConfig,
+		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
+		IdleConnTimeout:       def(o.IdleConnTimeout, 90*time.Second),
+		MaxIdleConns:          defInt(o.MaxIdleConns, 1024),
+		MaxIdleConnsPerHost:   defInt(o.MaxIdleConnsPerHost, 256),
+		MaxConnsPerHost:       o.MaxConnsPerHost,
+		ExpectContinueTimeout: def(o.ExpectContinueTimeout, time.Second),
+		DisableCompression:    true,
+	}
+}
+
+// errHeaderTimeout is the cause of an exchange cut by Upstream.Timeout. It
+// wraps context.DeadlineExceeded, so the funnel maps it to 504.
+var errHeaderTimeout = fmt.Errorf("no response headers within the upstream timeout: %w", context.DeadlineExceeded)
+
+// headerTimeout bounds each round trip until the response headers arrive,
+// and no longer: the response body is read under a context that the timer
+// can no longer cancel.
+type headerTimeout struct {
+	next    http.RoundTripper
+	timeout time.Duration
+	after   afterFunc
+}
+
+func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	// state decides the race between the timer and the response headers:
+	// whoever moves it from pending first wins, and the loser does nothing.
+	var state atomic.Int32
+	const (
+		pending = iota
+		arrived
+		timedOut
+	)
+	stop := t.after(t.timeout, func() {
+		if state.CompareAndSwap(pending, timedOut) {
+			cancel(errHeaderTimeout)
+		}
+	})
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	stop()
+	if !state.CompareAndSwap(pending, arrived) {
+		// The timer won. If a response made it anyway, its body is cut off
+		// by the canceled context: report the timeout instead.
+		if resp != nil {
+			resp.Body.Close()
+		}
+		cancel(errHeaderTimeout)
+		return nil, fmt.Errorf("after %v: %w", t.timeout, errHeaderTimeout)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The body must stay the transport's read-write connection; the
+		// context ends with the inbound request.
+		return resp, nil
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases a round trip's context once its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// bufferSize is the size of the buffers that copy response bodies.
+const bufferSize = 32 << 10
+
+// bufferPool is an httputil.BufferPool backed by a sync.Pool.
+type bufferPool struct{ pool sync.Pool }
+
+// defaultBufferPool is shared by every handler built without a BufferPool.
+var defaultBufferPool = &bufferPool{pool: sync.Pool{New: func() any {
+	b := make([]byte, bufferSize)
+	return &b
+}}}
+
+func (p *bufferPool) Get() []byte { return *p.pool.Get().(*[]byte) }
+
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) < bufferSize {
+		return
+	}
+	b = b[:bufferSize]
+	p.pool.Put(&b)
+}

@@ -1,0 +1,273 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// flakyStore fails while err is set and counts the calls that reach it.
+type flakyStore struct {
+	mu    sync.Mutex
+	err   error
+	calls int
+}
+
+func (f *flakyStore) set(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
+
+func (f *flakyStore) Decide(context.Context, []ratelimit.Item) (ratelimit.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return ratelimit.Decision{}, f.err
+	}
+	return ratelimit.Decision{Allowed: true}, nil
+}
+
+func (f *flakyStore) Close() error { return nil }
+
+func (f *flakyStore) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stepClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var errDown = fmt.Errorf("%w: connection refused", ratelimit.ErrUnavailable)
+
+func TestBreakerStates(t *testing.T) {
+	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	fs := &flakyStore{}
+	b := ratelimit.NewBreaker(fs, ratelimit.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
+	ctx := context.Background()
+	decide := func() error {
+		_, err := b.Decide(ctx, nil)
+		return err
+	}
+	want := func(st ratelimit.BreakerState, calls int) {
+		t.Helper()
+		if got := b.State(); got != st {
+			t.Fatalf("state %v, want %v", got, st)
+		}
+		if got := fs.count(); got != calls {
+			t.Fatalf("store called %d times, want %d", got, calls)
+		}
+	}
+
+	// Failures below the threshold, interrupted by a success, keep it closed.
+	fs.set(errDown)
+	decide()
+	decide()
+	fs.set(nil)
+	if err := decide(); err != nil {
+		t.Fatalf("healthy store: %v", err)
+	}
+	fs.set(errDown)
+	decide()
+	decide()
+	want(ratelimit.BreakerClosed, 5)
+	// Invalid items and a caller's cancellation say nothing about the store.
+	fs.set(fmt.Errorf("%w: bad", ratelimit.ErrInvalid))
+	decide()
+	fs.set(fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, context.Canceled))
+	decide()
+	want(ratelimit.BreakerClosed, 7)
+
+	// The third consecutive failure opens it.
+	fs.set(errDown)
+	if err := decide(); !errors.Is(err, errDown) {
+		t.Fatalf("third failure: %v", err)
+	}
+	want(ratelimit.BreakerOpen, 8)
+	for range 10 {
+		err := decide()
+		if !errors.Is(err, ratelimit.ErrBreakerOpen) || !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("open breaker: err = %v, want ErrBreakerOpen and ErrUnavailable", err)
+		}
+	}
+	want(ratelimit.BreakerOpen, 8)
+
+	// Just before the cooldown: still open. At it: half-open, one probe.
+	clock.Add(time.Second - time.Nanosecond)
+	decide()
+	want(ratelimit.BreakerOpen, 8)
+	clock.Add(time.Nanosecond)
+	want(ratelimit.BreakerHalfOpen, 8)
+	decide() // the probe fails
+	want(ratelimit.BreakerOpen, 9)
+	decide()
+	want(ratelimit.BreakerOpen, 9)
+
+	// The next probe succeeds and closes it.
+	clock.Add(time.Second)
+	fs.set(nil)
+	if err := decide(); err != nil {
+		t.Fatalf("successful probe: %v", err)
+	}
+	want(ratelimit.BreakerClosed, 10)
+	for range 3 {
+		decide()
+	}
+	want(ratelimit.BreakerClosed, 13)
+}
+
+// blockingStore blocks in Decide until release is closed.
+type blockingStore struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) Decide(context.Context, []ratelimit.Item) (ratelimit.Decision, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return ratelimit.Decision{Allowed: true}, nil
+}
+
+func (s *blockingStore) Close() error { return nil }
+
+func TestBreakerOneProbeAtATime(t *testing.T) {
+	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	bs := &blockingStore{entered: make(chan struct{}), release: make(chan struct{})}
+	b := ratelimit.NewBreaker(&switchStore{first: errDown, then: bs}, ratelimit.BreakerOptions{Failures: 1, Now: clock.Now})
+	b.Decide(context.Background(), nil)
+	if b.State() != ratelimit.BreakerOpen {
+		t.Fatalf("state %v after a failure with Failures 1", b.State())
+	}
+	clock.Add(time.Second) // the default cooldown
+
+	done := make(chan error)
+	go func() {
+		_, err := b.Decide(context.Background(), nil)
+		done <- err
+	}()
+	<-bs.entered // the probe is in the store
+	if _, err := b.Decide(context.Background(), nil); !errors.Is(err, ratelimit.ErrBreakerOpen) {
+		t.Fatalf("call during the probe: err = %v, want ErrBreakerOpen", err)
+	}
+	close(bs.release)
+	if err := <-done; err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if b.State() != ratelimit.BreakerClosed {
+		t.Fatalf("state %v after a successful probe", b.State())
+	}
+}
+
+// switchStore fails its first call with first, then delegates to then.
+type switchStore struct {
+	mu    sync.Mutex
+	first error
+	then  ratelimit.Store
+}
+
+func (s *switchStore) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
+	s.mu.Lock()
+	err := s.first
+	s.first = nil
+	s.mu.Unlock()
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return s.then.Decide(ctx, items)
+}
+
+func (s *switchStore) Close() error { return nil }
+
+func TestBreakerStateString(t *testing.T) {
+	for st, want := range map[ratelimit.BreakerState]string{
+		ratelimit.BreakerClosed: "closed", ratelimit.BreakerOpen: "open", ratelimit.BreakerHalfOpen: "half-open", 9: "BreakerState(9)",
+	} {
+		if got := st.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", st, got, want)
+		}
+	}
+}
+
+// TestBreakerPausedRedis opens the breaker on a hung (SIGSTOP) Redis: once
+// open, calls return far sooner than the store's timeout; after Resume and
+// the cooldown a probe closes it again.
+func TestBreakerPausedRedis(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const timeout = 100 * time.Millisecond
+	store := newRedisStore(t, []string{srv.Addr}, nil, timeout)
+	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	b := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
+	items := []ratelimit.Item{{Key: "{brk}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1}}
+	ctx := context.Background()
+	warmUp(t, store, items)
+
+	srv.Pause()
+	defer srv.Resume()
+	for i := range 3 {
+		start := time.Now()
+		_, err := b.Decide(ctx, items)
+		if !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("call %d on a paused Redis: err = %v, want the store's ErrUnavailable", i, err)
+		}
+		if d := time.Since(start); d < timeout/2 {
+			t.Fatalf("call %d failed after %v, before the timeout: not the hang under test", i, d)
+		}
+	}
+	if b.State() != ratelimit.BreakerOpen {
+		t.Fatalf("state %v after 3 timeouts", b.State())
+	}
+	start := time.Now()
+	for range 100 {
+		if _, err := b.Decide(ctx, items); !errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("open breaker: %v", err)
+		}
+	}
+	if d := time.Since(start); d > timeout {
+		t.Fatalf("100 calls on an open breaker took %v, more than one timeout (%v)", d, timeout)
+	}
+
+	srv.Resume()
+	clock.Add(time.Second)
+	if _, err := b.Decide(ctx, items); err != nil {
+		t.Fatalf("probe after Resume: %v", err)
+	}
+	if b.State() != ratelimit.BreakerClosed {
+		t.Fatalf("state %v after a successful probe", b.State())
+	}
+}
+
+// warmUp decides items until it succeeds (at most 20 tries): the first
+// call dials and loads the script, which a loaded machine can stretch past
+// a short test timeout.
+func warmUp(t *testing.T, s ratelimit.Store, items []ratelimit.Item) {
+	t.Helper()
+	var err error
+	for range 20 {
+		if _, err = s.Decide(context.Background(), items); err == nil {
+			return
+		}
+	}
+	t.Fatalf("store never answered: %v", err)
+}

@@ -1,0 +1,126 @@
+-- Entry point. One call decides, evaluates or refunds one group of keys
+-- that share a hash slot, atomically.
+--
+-- KEYS[i]: the key of item i (a key may appear more than once).
+-- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund.
+-- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
+-- ARGV[3..]: per item, 6 values: algorithm, rate, per (µs), burst, cost,
+--            shadow (1 or 0).
+--
+-- Items are evaluated in order; an item that fits tentatively takes its
+-- cost, so a later item of the same key sees it. Decide consumes (writes)
+-- only when every non-shadow item fits; evaluate never writes.
+--
+-- Decide and evaluate reply {admitted, then per item: allowed, remaining,
+-- retry_us, reset_us, remaining_before, reset_before_us}, all integers below
+-- 2^53. When admitted, remaining and reset_us count the item's own cost;
+-- otherwise they do not. remaining_before and reset_before_us never count
+-- it (they are what to report if the group is refunded later).
+--
+-- Refund gives each item's cost back and keeps each key's expiry (a refund
+-- never makes a key live longer). Reply: {1}.
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local now
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+end
+local mode = ARGV[1]
+
+local n = #KEYS
+local items = {}
+for i = 1, n do
+  local b = 2 + (i - 1) * 6
+  local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
+  if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
+  items[i] = {
+    alg = alg,
+    lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4])},
+    cost = tonumber(ARGV[b + 5]),
+    shadow = ARGV[b + 6] == '1',
+  }
+end
+
+-- The working state of each distinct key: {alg, lim, s, dirty}. A key whose
+-- working state belongs to another algorithm is read afresh, as absent when
+-- that state was changed in this call.
+local work = {}
+local order = {}
+local function state_for(key, it)
+  local w = work[key]
+  if w and w.alg == it.alg then return w end
+  local fresh = {alg = it.alg, lim = it.lim, dirty = false}
+  if w and w.dirty then
+    -- Keep the changed state unless this item changes the key in turn.
+    fresh.s = it.alg.load(nil, it.lim, now)
+    fresh.s.stale = true
+    return fresh
+  end
+  fresh.s = it.alg.load(key, it.lim, now)
+  if not w then order[#order + 1] = key end
+  work[key] = fresh
+  return fresh
+end
+
+if mode == 'r' then
+  for i = 1, n do
+    local it = items[i]
+    local w = state_for(KEYS[i], it)
+    if it.cost > 0 and it.alg.give(w.s, it.lim, it.cost) then
+      w.dirty, w.lim = true, it.lim
+      work[KEYS[i]] = w
+    end
+  end
+  for _, key in ipairs(order) do
+    local w = work[key]
+    if w.dirty then w.alg.save(key, w.s, w.lim, true) end
+  end
+  return {1}
+end
+
+local admitted = 1
+local values = {}
+for i = 1, n do
+  local it = items[i]
+  local w = state_for(KEYS[i], it)
+  local allowed = it.alg.fits(w.s, it.lim, it.cost)
+  if not allowed and not it.shadow then admitted = 0 end
+  local rem0, retry, reset0 = it.alg.report(w.s, it.lim, it.cost, allowed)
+  local rem1, reset1 = rem0, reset0
+  if allowed and it.cost > 0 then
+    it.alg.take(w.s, it.lim, it.cost)
+    w.dirty, w.lim = true, it.lim
+    work[KEYS[i]] = w
+    local _retry
+    rem1, _retry, reset1 = it.alg.report(w.s, it.lim, it.cost, true)
+  end
+  local a = 0
+  if allowed then a = 1 end
+  values[i] = {a, rem0, retry, reset0, rem1, reset1}
+end
+if mode ~= 'd' then admitted = 0 end
+
+if admitted == 1 then
+  for _, key in ipairs(order) do
+    local w = work[key]
+    if w.dirty then w.alg.save(key, w.s, w.lim, false) end
+  end
+end
+
+local reply = {admitted}
+for i = 1, n do
+  local v = values[i]
+  local rem, reset = v[2], v[4]
+  if admitted == 1 then rem, reset = v[5], v[6] end
+  reply[#reply + 1] = v[1]
+  reply[#reply + 1] = rem
+  reply[#reply + 1] = v[3]
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = v[2]
+  reply[#reply + 1] = v[4]
+end
+return reply

@@ -1,0 +1,67 @@
+-- Fixed window. Hash fields: a = algorithm (2), w = window number
+-- (floor(now / per)), n = units counted in it, p = per (µs).
+
+ALGORITHMS[2] = {
+  load = function(key, lim, now)
+    local into = math.fmod(now, lim.per)
+    local w = (now - into) / lim.per
+    local s = {now = now, w = w, window = w, count = 0, kept = false}
+    local v = hget_numbers(key, 'a', 'w', 'n', 'p')
+    s.stale = v[1] ~= nil and v[1] ~= 2
+    if v[1] ~= 2 or not v[2] or not v[3] or v[4] ~= lim.per then
+      -- Absent, written by another algorithm, or counted on the grid of
+      -- another window length: start afresh.
+      return s
+    end
+    local stored = v[2]
+    if stored >= w then
+      -- Same window, or the clock went back: keep the stored window.
+      s.window, s.count, s.kept = stored, v[3], true
+    end
+    return s
+  end,
+
+  fits = function(s, lim, cost)
+    return s.count + cost <= lim.rate
+  end,
+
+  take = function(s, lim, cost)
+    s.count = s.count + cost
+  end,
+
+  -- Microseconds from s.now to the end of the stored window.
+  left = function(s, lim)
+    return (s.window - s.w) * lim.per + lim.per - math.fmod(s.now, lim.per)
+  end,
+
+  report = function(s, lim, cost, allowed)
+    local left = ALGORITHMS[2].left(s, lim)
+    local retry = 0
+    if not allowed then
+      retry = left
+      if retry < 1 then retry = 1 end
+    end
+    local reset = 0
+    if s.count > 0 then reset = left end
+    local remaining = lim.rate - s.count
+    if remaining < 0 then remaining = 0 end
+    return remaining, retry, reset
+  end,
+
+  save = function(key, s, lim, keep_ttl)
+    if s.count <= 0 then
+      redis.call('DEL', key)
+      return
+    end
+    if s.stale then redis.call('DEL', key) end
+    redis.call('HSET', key, 'a', 2, 'w', s.window, 'n', s.count, 'p', lim.per)
+    if not keep_ttl then expire_us(key, ALGORITHMS[2].left(s, lim)) end
+  end,
+
+  give = function(s, lim, cost)
+    if not s.kept or s.count <= 0 then return false end
+    s.count = s.count - cost
+    if s.count < 0 then s.count = 0 end
+    return true
+  end,
+}

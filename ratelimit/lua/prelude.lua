@@ -1,0 +1,101 @@
+-- Shared arithmetic for the rate limit scripts.
+--
+-- Lua numbers are doubles: integers are exact below 2^53, and every value
+-- kept or compared here stays below that bound (the Go side validates
+-- limits so that Burst*Per and Rate*Per are at most 2^53). Divisions use
+-- math.fmod, which is exact, so quotients are exact too.
+
+local MAX_EXACT = 9007199254740992 -- 2^53
+
+-- floor(a / b) for a >= 0, b > 0.
+local function fdiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+-- ceil(a / b) for b > 0 and any integer a.
+local function cdiv(a, b)
+  if a <= 0 then
+    local q = fdiv(-a, b)
+    if q == 0 then return 0 end
+    return -q
+  end
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+-- floor(a * b / c) for integers 0 <= a, b, c < 2^53, c > 0, computed exactly
+-- even when a * b is not representable. Returns nil when the quotient is
+-- 2^53 or more.
+local function muldiv(a, b, c)
+  if a == 0 or b == 0 then return 0 end
+  if a <= fdiv(MAX_EXACT, b) then return fdiv(a * b, c) end
+  -- Multiply in base 2^16 limbs (little-endian), then divide bit by bit.
+  local A, B, P = {}, {}, {0, 0, 0, 0, 0, 0, 0, 0}
+  for i = 1, 4 do
+    A[i] = math.fmod(a, 65536); a = (a - A[i]) / 65536
+    B[i] = math.fmod(b, 65536); b = (b - B[i]) / 65536
+  end
+  for i = 1, 4 do
+    for j = 1, 4 do P[i + j - 1] = P[i + j - 1] + A[i] * B[j] end
+  end
+  local carry = 0
+  for k = 1, 8 do
+    local v = P[k] + carry
+    P[k] = math.fmod(v, 65536)
+    carry = (v - P[k]) / 65536
+  end
+  local q, rem = 0, 0
+  for k = 8, 1, -1 do
+    local limb = P[k]
+    for bit = 15, 0, -1 do
+      local d, p = 0, 2 ^ bit
+      if limb >= p then d = 1; limb = limb - p end
+      -- rem = 2*rem + d, reduced modulo c without leaving the exact range.
+      if rem >= c - rem - d then
+        rem = rem - (c - rem) + d
+        q = 2 * q + 1
+      else
+        rem = 2 * rem + d
+        q = 2 * q
+      end
+      if q >= MAX_EXACT then return nil end
+    end
+  end
+  return q
+end
+
+-- Sets the key's time to live to us microseconds rounded up to whole
+-- milliseconds, at least 1 ms.
+local function expire_us(key, us)
+  local ms = cdiv(us, 1000)
+  if ms < 1 then ms = 1 end
+  redis.call('PEXPIRE', key, ms)
+end
+
+-- Reads a hash's fields as numbers; a missing field is nil. A nil key
+-- reads as an absent one.
+local function hget_numbers(key, ...)
+  local out = {}
+  if not key then return out end
+  local v = redis.call('HMGET', key, ...)
+  for i = 1, select('#', ...) do
+    if v[i] then out[i] = tonumber(v[i]) end
+  end
+  return out
+end
+
+-- Algorithms register themselves here by their Go Algorithm value. Each
+-- provides:
+--   load(key, lim, now) -> s     state normalised to now (absent = full);
+--                                a nil key is absent; s.stale is true when
+--                                another algorithm wrote the key
+--   fits(s, lim, cost) -> bool
+--   take(s, lim, cost)           consume cost
+--   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us
+--   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
+--   give(s, lim, cost) -> bool   refund cost; true when s changed
+-- lim has fields rate, per (µs), burst; s carries the time it was
+-- normalised to as s.now.
+local ALGORITHMS = {}

@@ -1,0 +1,74 @@
+-- Token bucket. Hash fields: a = algorithm (1), l = level (tokens * per),
+-- s = stamp (µs), p = per (µs) the level is scaled by.
+
+ALGORITHMS[1] = {
+  load = function(key, lim, now)
+    local cap = lim.burst * lim.per
+    local s = {cap = cap, now = now, level = cap, stamp = now}
+    local v = hget_numbers(key, 'a', 'l', 's', 'p')
+    s.stale = v[1] ~= nil and v[1] ~= 1
+    if v[1] ~= 1 or not v[2] or not v[3] or not v[4] or v[4] <= 0 then
+      return s -- absent (or written by another algorithm): full
+    end
+    local level, stamp, per = v[2], v[3], v[4]
+    if per ~= lim.per then
+      level = muldiv(level, lim.per, per) or cap
+      if level > cap then level = cap end
+    end
+    if level < 0 then level = 0 end
+    local elapsed = now - stamp
+    if elapsed < 0 then
+      elapsed = 0 -- the clock went back: no capacity, and keep the stamp
+    else
+      stamp = now
+    end
+    if elapsed >= cdiv(cap - level, lim.rate) then
+      level = cap
+    else
+      level = level + elapsed * lim.rate
+    end
+    s.level, s.stamp = level, stamp
+    return s
+  end,
+
+  fits = function(s, lim, cost)
+    return s.level >= cost * lim.per
+  end,
+
+  take = function(s, lim, cost)
+    s.level = s.level - cost * lim.per
+  end,
+
+  report = function(s, lim, cost, allowed)
+    local retry = 0
+    if not allowed then retry = cdiv(cost * lim.per - s.level, lim.rate) end
+    local reset = 0
+    if s.level < s.cap then reset = cdiv(s.cap - s.level, lim.rate) end
+    return fdiv(s.level, lim.per), retry, reset
+  end,
+
+  save = function(key, s, lim, keep_ttl)
+    if s.level >= s.cap then
+      redis.call('DEL', key) -- a full bucket is the same as an absent one
+      return
+    end
+    if s.stale then redis.call('DEL', key) end
+    redis.call('HSET', key, 'a', 1, 'l', s.level, 's', s.stamp, 'p', lim.per)
+    -- Full again reset µs after the stamp, which is ahead of now when the
+    -- clock went back.
+    local ahead = s.stamp - s.now
+    if ahead < 0 then ahead = 0 end
+    if not keep_ttl then expire_us(key, cdiv(s.cap - s.level, lim.rate) + ahead) end
+  end,
+
+  give = function(s, lim, cost)
+    if s.level >= s.cap then return false end
+    local need = cost * lim.per
+    if need >= s.cap - s.level then
+      s.level = s.cap
+    else
+      s.level = s.level + need
+    end
+    return true
+  end,
+}

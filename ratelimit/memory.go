@@ -1,0 +1,331 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MemoryOptions configures a MemoryStore. The zero value is ready to use.
+type MemoryOptions struct {
+	// Now returns the current time; the store reads it once per Decide,
+	// after locking the batch's keys. nil means time.Now. A clock that goes
+	// backwards creates no capacity (see Apply).
+	Now func() time.Time
+	// Shards is the number of independently locked parts of the key space,
+	// rounded up to a power of two (at most 65536). 0 or less means 64.
+	Shards int
+}
+
+const (
+	memDefaultShards = 64
+	memMaxShards     = 1 << 16
+	// memMinSweep is the number of entries a shard may hold before its first
+	// sweep of expired keys.
+	memMinSweep = 128
+)
+
+// MemoryStore is a Store that keeps every key's state in this process.
+//
+// It decides a whole batch atomically: it locks the shards of the batch's
+// keys in ascending order (so concurrent batches cannot deadlock), evaluates
+// every item, and consumes only if every non-shadow item allowed. Items of
+// the same key within one batch are evaluated in order, each seeing the
+// costs that the earlier ones would take.
+//
+// A key lives until the TTL that Apply gives its state has passed on the
+// store's clock; an expired key is exactly an absent (full) one. Expired
+// keys are removed when a batch touches them, and each shard sweeps itself
+// whenever it has doubled in size since its last sweep, so memory stays
+// proportional to the number of live keys. A key holds the state of one
+// algorithm: using it with another starts it afresh.
+//
+// MemoryStore is safe for concurrent use. It starts no goroutine. Create
+// one with NewMemoryStore; the zero value is not usable.
+type MemoryStore struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards []memShard
+	mask   uint64
+	closed atomic.Bool
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+type memShard struct {
+	mu   sync.Mutex
+	keys map[string]memEntry
+	// sweepAt is the number of entries at which the next sweep runs.
+	sweepAt int
+	_       [40]byte // keeps neighbouring shards' locks off one cache line
+}
+
+type memEntry struct {
+	alg Algorithm
+	// expires is the Unix time in µs from which the entry is absent.
+	expires int64
+	st      State
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore(opts MemoryOptions) *MemoryStore {
+	n := opts.Shards
+	if n <= 0 {
+		n = memDefaultShards
+	}
+	n = min(n, memMaxShards)
+	size := 1
+	for size < n {
+		size *= 2
+	}
+	s := &MemoryStore{
+		now:    opts.Now,
+		seed:   maphash.MakeSeed(),
+		shards: make([]memShard, size),
+		mask:   uint64(size - 1),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]memEntry)
+		s.shards[i].sweepAt = memMinSweep
+	}
+	return s
+}
+
+// memSlot is the working copy of one distinct key of a batch.
+type memSlot struct {
+	key     string
+	shard   int
+	found   bool // the map holds an entry for key, live or expired
+	expired bool // that entry has expired and must be removed
+	has     bool // st is a live state (otherwise the key is absent)
+	dirty   bool // st must be written back
+	alg     Algorithm
+	st      State
+	ttl     time.Duration
+}
+
+// Decide decides items as one atomic group at the store's current time.
+//
+// It returns an error wrapping ErrInvalid, without deciding anything, if any
+// item is invalid (see ValidateItem), and one wrapping ErrUnavailable if ctx
+// is already done or the store is closed. It does not otherwise watch ctx:
+// it never blocks on anything but its own short critical sections.
+func (s *MemoryStore) Decide(ctx context.Context, items []Item) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if s.closed.Load() {
+		return Decision{}, fmt.Errorf("%w: memory store closed", ErrUnavailable)
+	}
+	for i := range items {
+		if err := ValidateItem(items[i]); err != nil {
+			return Decision{}, fmt.Errorf("item %d: %w", i, err)
+		}
+	}
+	d := Decision{Allowed: true, Results: make([]Result, len(items))}
+	if len(items) == 0 {
+		return d, nil
+	}
+
+	var slotBuf [4]memSlot
+	var ofBuf, lockBuf [8]int
+	slots := slotBuf[:0]
+	slotOf := ofBuf[:0] // item index -> slot index
+	locks := lockBuf[:0]
+	var index map[string]int // key -> slot index, for large batches only
+	if len(items) > 16 {
+		index = make(map[string]int, len(items))
+	}
+	for i := range items {
+		j := findMemSlot(slots, index, items[i].Key)
+		if j < 0 {
+			j = len(slots)
+			sh := int(maphash.String(s.seed, items[i].Key) & s.mask)
+			slots = append(slots, memSlot{key: items[i].Key, shard: sh})
+			if index != nil {
+				index[items[i].Key] = j
+			}
+			locks = insertShard(locks, sh)
+		}
+		slotOf = append(slotOf, j)
+	}
+
+	for _, sh := range locks {
+		s.shards[sh].mu.Lock()
+	}
+	defer func() {
+		for k := len(locks) - 1; k >= 0; k-- {
+			s.shards[locks[k]].mu.Unlock()
+		}
+	}()
+
+	now := s.now().UnixMicro()
+	s.load(slots, now)
+	for i := range items {
+		it := &items[i]
+		r := s.step(&slots[slotOf[i]], it, now)
+		d.Results[i] = r
+		if !r.Allowed && !it.Shadow {
+			d.Allowed = false
+			d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
+		}
+	}
+
+	if !d.Allowed && anyDirty(slots) {
+		// Nothing is consumed: report every item as evaluated without
+		// taking its own cost (earlier items of the same key still count,
+		// as they did for the decision).
+		s.load(slots, now)
+		for i := range items {
+			sl := &slots[slotOf[i]]
+			_, d.Results[i], _ = Apply(items[i].Algorithm, sl.state(items[i].Algorithm), now, items[i].Cost, items[i].Limit, false)
+			s.step(sl, &items[i], now)
+		}
+		for k := range slots {
+			slots[k].dirty = false
+		}
+	}
+	s.commit(slots, now)
+	return d, nil
+}
+
+// step applies one item to its slot, taking its cost when it fits, and
+// returns the item's result.
+func (s *MemoryStore) step(sl *memSlot, it *Item, now int64) Result {
+	next, r, ttl := Apply(it.Algorithm, sl.state(it.Algorithm), now, it.Cost, it.Limit, true)
+	if r.Allowed && it.Cost > 0 {
+		sl.st, sl.has, sl.alg, sl.dirty, sl.ttl = next, true, it.Algorithm, true, ttl
+	}
+	return r
+}
+
+// state returns the slot's state for alg, nil when the key is absent or
+// holds another algorithm's state.
+func (sl *memSlot) state(alg Algorithm) *State {
+	if sl.has && sl.alg == alg {
+		return &sl.st
+	}
+	return nil
+}
+
+// load fills the slots from the map. The caller holds their shards' locks.
+func (s *MemoryStore) load(slots []memSlot, now int64) {
+	for k := range slots {
+		sl := &slots[k]
+		e, ok := s.shards[sl.shard].keys[sl.key]
+		sl.found, sl.dirty = ok, false
+		sl.has = ok && e.expires > now
+		sl.expired = ok && !sl.has
+		if sl.has {
+			sl.alg, sl.st = e.alg, e.st
+		} else {
+			sl.alg, sl.st = 0, State{}
+		}
+	}
+}
+
+// commit writes the dirty slots back and removes expired entries the batch
+// found. The caller holds the slots' shards' locks.
+func (s *MemoryStore) commit(slots []memSlot, now int64) {
+	for k := range slots {
+		sl := &slots[k]
+		sh := &s.shards[sl.shard]
+		switch {
+		case sl.dirty && sl.ttl > 0:
+			sh.keys[sl.key] = memEntry{alg: sl.alg, expires: now + sl.ttl.Microseconds(), st: sl.st}
+			if !sl.found && len(sh.keys) >= sh.sweepAt {
+				sh.sweep(now)
+			}
+		case sl.dirty || sl.expired:
+			delete(sh.keys, sl.key)
+		}
+	}
+}
+
+// sweep removes every expired entry of the shard and sets the size of the
+// next sweep to twice what is left, so that sweeping costs O(1) per
+// inserted key. The caller holds sh.mu.
+func (sh *memShard) sweep(now int64) {
+	for k, e := range sh.keys {
+		if e.expires <= now {
+			delete(sh.keys, k)
+		}
+	}
+	sh.sweepAt = max(2*len(sh.keys), memMinSweep)
+}
+
+// Len returns the number of live (unexpired) keys, removing the expired
+// ones it finds. It takes every shard's lock in turn, so it costs time
+// proportional to the number of keys.
+func (s *MemoryStore) Len() int {
+	now := s.now().UnixMicro()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.sweep(now)
+		n += len(sh.keys)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Close drops every key. Decide afterwards fails with ErrUnavailable.
+// Close always returns nil.
+func (s *MemoryStore) Close() error {
+	s.closed.Store(true)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		clear(sh.keys)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// anyDirty reports whether a slot holds a cost taken in this batch.
+func anyDirty(slots []memSlot) bool {
+	for k := range slots {
+		if slots[k].dirty {
+			return true
+		}
+	}
+	return false
+}
+
+// findMemSlot returns the index of key's memSlot, or -1.
+func findMemSlot(slots []memSlot, index map[string]int, key string) int {
+	if index != nil {
+		if j, ok := index[key]; ok {
+			return j
+		}
+		return -1
+	}
+	for j := range slots {
+		if slots[j].key == key {
+			return j
+		}
+	}
+	return -1
+}
+
+// insertShard adds v to the ascending set xs.
+func insertShard(xs []int, v int) []int {
+	i := 0
+	for i < len(xs) && xs[i] < v {
+		i++
+	}
+	if i < len(xs) && xs[i] == v {
+		return xs
+	}
+	xs = append(xs, 0)
+	copy(xs[i+1:], xs[i:])
+	xs[i] = v
+	return xs
+}

@@ -1,0 +1,164 @@
+// Package ratelimit decides whether a unit of work fits a limit.
+//
+// It knows keys, costs, limits and time; it knows nothing of HTTP, routes or
+// upstreams, and imports no other package of this module, so it can be used
+// as a library on its own.
+//
+// The package has three layers:
+//
+//   - Algorithms are pure functions of (state, now, cost, limit): see Apply.
+//     They never read a clock. All time is integer microseconds and all state
+//     is integer, so the embedded store and the Redis scripts compute exactly
+//     the same answers.
+//   - A Store keeps state per key and decides a batch of Items atomically.
+//     MemoryStore keeps it in this process; RedisStore in Redis, shared by a
+//     fleet.
+//   - LocalSet is the coarse per-instance stage built on golang.org/x/time/rate.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names a limiting algorithm. The zero value is invalid.
+type Algorithm uint8
+
+// The algorithms a Store can apply.
+const (
+	// TokenBucket holds up to Limit.Burst units and refills Limit.Rate units
+	// every Limit.Per, continuously (fractions of a unit accrue exactly).
+	TokenBucket Algorithm = iota + 1
+	// FixedWindow admits at most Limit.Rate units per aligned window of
+	// length Limit.Per (windows start at multiples of Per since the Unix epoch).
+	FixedWindow
+	// SlidingWindow approximates a sliding window from the count of the
+	// current and the previous fixed window, weighting the previous one by
+	// the share of it that still lies inside the sliding window.
+	SlidingWindow
+	// SlidingLog admits at most Limit.Rate units in any window of length
+	// Limit.Per, exactly, by remembering each admission. Its Rate is bounded
+	// by MaxSlidingLogRate because state grows with it.
+	SlidingLog
+)
+
+// MaxSlidingLogRate is the largest Limit.Rate a SlidingLog limit may have:
+// its state holds one entry per admitted request, and a Redis script that
+// walks it must stay short.
+const MaxSlidingLogRate = 1000
+
+var algorithmNames = [...]string{
+	TokenBucket:   "token_bucket",
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+}
+
+// String returns the configuration name of a, such as "token_bucket".
+func (a Algorithm) String() string {
+	if a == 0 || int(a) >= len(algorithmNames) {
+		return fmt.Sprintf("Algorithm(%d)", uint8(a))
+	}
+	return algorithmNames[a]
+}
+
+// ParseAlgorithm maps a configuration name to an Algorithm.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	for a, n := range algorithmNames {
+		if n != "" && n == name {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q", name)
+}
+
+// Limit is a quota.
+type Limit struct {
+	// Rate is the number of units granted per Per. Must be > 0.
+	Rate int64
+	// Per is the refill period (token bucket) or window length (window
+	// algorithms). Must be > 0; it is used at microsecond precision.
+	Per time.Duration
+	// Burst is the token bucket's capacity in units. Must be > 0 for
+	// TokenBucket and 0 for the window algorithms, whose capacity is Rate.
+	Burst int64
+}
+
+// Item is one key of a batch passed to Store.Decide.
+type Item struct {
+	// Key identifies the state. Keys that share a Redis hash tag ("{...}")
+	// are decided in one atomic step; see Store.
+	Key       string
+	Algorithm Algorithm
+	Limit     Limit
+	// Cost is the number of units the request takes. 0 asks without
+	// consuming. Must not exceed the limit's capacity (ErrInvalid).
+	Cost int64
+	// Shadow items are evaluated and reported but never deny the batch. A
+	// shadow item consumes its cost only if it allows and the batch is admitted.
+	Shadow bool
+}
+
+// Result is the outcome for one Item.
+type Result struct {
+	// Allowed reports whether this item's cost fits its limit now,
+	// regardless of the other items of the batch.
+	Allowed bool
+	// Limit is the capacity in units: Burst for a token bucket, Rate otherwise.
+	Limit int64
+	// Remaining is the whole number of units left after the decision
+	// (after consumption if the batch was admitted), in [0, Limit].
+	Remaining int64
+	// RetryAfter is how long until Cost fits, exactly (rounded up to the
+	// microsecond); 0 when Allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to its full capacity
+	// if nothing else is consumed; 0 when it is full.
+	ResetAfter time.Duration
+}
+
+// Decision is the outcome of one Store.Decide call.
+type Decision struct {
+	// Allowed is true when every non-shadow item allowed; their costs (and
+	// those of allowed shadow items) were then consumed. When false, nothing
+	// was consumed.
+	Allowed bool
+	// Results holds one Result per Item, in the order of the items.
+	Results []Result
+	// RetryAfter is the longest RetryAfter among the non-shadow items that
+	// denied; 0 when Allowed.
+	RetryAfter time.Duration
+}
+
+// Store keeps limiter state and decides batches of items.
+//
+// Decide evaluates every item at the store's current time. Within one
+// atomic group either every non-shadow item's cost is consumed or none is.
+// MemoryStore decides a whole batch as one group. RedisStore forms one group
+// per hash tag (the text between the first "{" and the next "}" of a key) and
+// decides groups in the order of their first item, stopping at the first group
+// that denies; groups it had already admitted are refunded (see
+// RedisStore.Decide for the bound this gives).
+//
+// Implementations are safe for concurrent use. A Decide that fails returns an
+// error wrapping ErrUnavailable (store unreachable, timed out, or its reply
+// malformed; whether anything was consumed is then unknown, and the call must
+// not be retried) or ErrInvalid (the items themselves are wrong). Decide
+// honours ctx's deadline.
+type Store interface {
+	Decide(ctx context.Context, items []Item) (Decision, error)
+	// Close releases the store's resources. Decide must not be called after.
+	Close() error
+}
+
+var (
+	// ErrUnavailable means the store could not decide: the caller applies
+	// its failure policy (open, closed -> HTTP 503, or local).
+	ErrUnavailable = errors.New("ratelimit: store unavailable")
+	// ErrInvalid means an item is malformed (unknown algorithm, non-positive
+	// limit, cost above capacity, empty key). It is a programming or
+	// configuration error, never a reason to deny a caller.
+	ErrInvalid = errors.New("ratelimit: invalid item")
+)

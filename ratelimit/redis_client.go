@@ -1,0 +1,62 @@
+package ratelimit
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisClientOptions describes how to reach Redis.
+type RedisClientOptions struct {
+	// Addrs are host:port addresses. One address is a standalone server;
+	// several are cluster seed nodes; with MasterName set they are
+	// Sentinels.
+	Addrs []string
+	// MasterName, when set, selects Sentinel: the client follows the
+	// primary that the Sentinels at Addrs name.
+	MasterName string
+	// Username and Password authenticate (ACL user, or Password alone for
+	// requirepass) to the Redis servers, not to the Sentinels.
+	Username, Password string
+	// PoolSize is the number of connections per node; 0 means 10 per CPU.
+	PoolSize int
+	// DialTimeout bounds connecting; 0 means 250ms. It is short so that a
+	// dead server fails fast.
+	DialTimeout time.Duration
+	// ReadTimeout and WriteTimeout bound socket reads and writes when the
+	// caller's context has no earlier deadline; 0 means 1s.
+	ReadTimeout, WriteTimeout time.Duration
+}
+
+// NewRedisClient returns a client suited to RedisStore: it never retries a
+// command (a retried decision could consume twice; the store's deadline is
+// short anyway), honours context deadlines on socket reads and writes, and
+// sends every command to primaries (cluster ReadOnly, RouteByLatency and
+// RouteRandomly off). It does not connect until first used.
+func NewRedisClient(o RedisClientOptions) redis.UniversalClient {
+	or := func(d, def time.Duration) time.Duration {
+		if d > 0 {
+			return d
+		}
+		return def
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 o.Addrs,
+		MasterName:            o.MasterName,
+		Username:              o.Username,
+		Password:              o.Password,
+		PoolSize:              o.PoolSize,
+		DialTimeout:           or(o.DialTimeout, 250*time.Millisecond),
+		ReadTimeout:           or(o.ReadTimeout, time.Second),
+		WriteTimeout:          or(o.WriteTimeout, time.Second),
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1, // go-redis: -1 disables retries
+		DialerRetries:         1,
+		// A cluster redirect (MOVED, ASK) after a resharding is not a retry
+		// of a failed command: follow a few.
+		MaxRedirects:   3,
+		ReadOnly:       false,
+		RouteByLatency: false,
+		RouteRandomly:  false,
+	})
+}

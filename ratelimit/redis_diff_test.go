@@ -1,0 +1,139 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// diffEpoch is a whole hour since the Unix epoch, so that every window of
+// the differential tests starts on it.
+var diffEpoch = time.Unix(1_699_999_200, 0)
+
+// diffSpecs are the limits of the differential tests. Their keys live at
+// least 5 s of real time after a write (a token bucket misses at least
+// Per/Rate >= 5 s of refill; clock instants keep >= 5 s before any window
+// end), so Redis never expires a key before the injected clock would.
+var diffSpecs = []struct {
+	alg ratelimit.Algorithm
+	lim ratelimit.Limit
+}{
+	{ratelimit.TokenBucket, ratelimit.Limit{Rate: 1, Per: 10 * time.Second, Burst: 3}},
+	{ratelimit.TokenBucket, ratelimit.Limit{Rate: 7, Per: time.Minute, Burst: 5}},
+	{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: time.Hour, Burst: 20}},
+	{ratelimit.FixedWindow, ratelimit.Limit{Rate: 3, Per: 10 * time.Second}},
+	{ratelimit.FixedWindow, ratelimit.Limit{Rate: 5, Per: time.Minute}},
+	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 4, Per: 10 * time.Second}},
+	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 6, Per: time.Minute}},
+	{ratelimit.SlidingLog, ratelimit.Limit{Rate: 3, Per: 10 * time.Second}},
+	{ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Per: time.Hour}},
+}
+
+// diffClock is the injected clock shared by both stores.
+type diffClock struct{ us atomic.Int64 }
+
+func (c *diffClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+var diffSeq atomic.Int64
+
+// runDifferential decides random batches on a RedisStore and a MemoryStore
+// with the same clock and requires identical Decisions. keys are the key
+// names (under a fresh prefix per run); with switchSpecs a key's limit or
+// algorithm may change between batches, as a reload does.
+func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool) {
+	rapid.Check(t, func(rt *rapid.T) {
+		clock := &diffClock{}
+		clock.us.Store(diffEpoch.UnixMicro())
+		mem := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+		defer mem.Close()
+		red := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{addr}}), ratelimit.RedisOptions{Now: clock.Now})
+		defer red.Close()
+		prefix := fmt.Sprintf("diff%d:", diffSeq.Add(1))
+
+		spec := make([]int, len(keys))
+		for i := range spec {
+			spec[i] = rapid.IntRange(0, len(diffSpecs)-1).Draw(rt, "spec")
+		}
+		// now = epoch + grid×10s + off with off < 5s, never going back.
+		grid, off, small := int64(0), int64(0), int64(0)
+		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
+		for step := range steps {
+			g := grid
+			switch rapid.IntRange(0, 9).Draw(rt, "advance") {
+			case 0, 1, 2:
+			case 9:
+				g += rapid.Int64Range(1, 800).Draw(rt, "jump")
+			default:
+				g += rapid.Int64Range(0, 8).Draw(rt, "grid")
+			}
+			lo := int64(0)
+			if g == grid {
+				lo = off
+			}
+			grid, off = g, rapid.Int64Range(lo, 4_999_999).Draw(rt, "off")
+			if switchSpecs {
+				// Keys change limits: stay well inside every key's time to
+				// live (see TestRedisStoreMatchesMemoryStoreReload).
+				small = min(small+rapid.Int64Range(0, 50_000).Draw(rt, "dt"), 4_999_999)
+				grid, off = 0, small
+			}
+			clock.us.Store(diffEpoch.UnixMicro() + grid*10_000_000 + off)
+			if switchSpecs && rapid.IntRange(0, 7).Draw(rt, "switch") == 0 {
+				k := rapid.IntRange(0, len(keys)-1).Draw(rt, "switched key")
+				spec[k] = rapid.IntRange(0, len(diffSpecs)-1).Draw(rt, "new spec")
+			}
+			n := rapid.IntRange(1, 4).Draw(rt, "items")
+			items := make([]ratelimit.Item, n)
+			for i := range items {
+				k := rapid.IntRange(0, len(keys)-1).Draw(rt, "key")
+				sp := diffSpecs[spec[k]]
+				items[i] = ratelimit.Item{
+					Key:       prefix + keys[k],
+					Algorithm: sp.alg,
+					Limit:     sp.lim,
+					Cost:      rapid.Int64Range(0, ratelimit.Capacity(sp.alg, sp.lim)).Draw(rt, "cost"),
+					Shadow:    rapid.IntRange(0, 4).Draw(rt, "shadow") == 0,
+				}
+			}
+			dm, errM := mem.Decide(context.Background(), items)
+			dr, errR := red.Decide(context.Background(), items)
+			if errM != nil || errR != nil {
+				rt.Fatalf("step %d: memory err %v, redis err %v", step, errM, errR)
+			}
+			rt.Logf("step %d at %v: %+v\n  -> %+v", step, clock.Now().Sub(diffEpoch), items, dm)
+			if !reflect.DeepEqual(dm, dr) {
+				rt.Fatalf("step %d at %v, items %+v:\nmemory %+v\nredis  %+v", step, clock.Now().Sub(diffEpoch), items, dm, dr)
+			}
+		}
+	})
+}
+
+// TestRedisStoreMatchesMemoryStore compares batches spread over several
+// hash tags (so RedisStore decides them in several groups, refunding and
+// evaluating after a denial) with MemoryStore's single atomic group. Specs
+// stay fixed per key: a refund rewrites a key, which would make a later Per
+// change round differently than on a key never written.
+func TestRedisStoreMatchesMemoryStore(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	runDifferential(t, srv.Addr, []string{"{a}x", "{a}y", "{b}x", "z", "{c}"}, false)
+}
+
+// TestRedisStoreMatchesMemoryStoreReload compares single-group batches
+// while keys change algorithm, rate and Per between batches (Per changes
+// between 10 s, 1 min and 1 h exercise the exact wide multiplication of the
+// scripts). The clock advances by at most 50 ms a batch, so no key reaches
+// its time to live: once it has, MemoryStore (on the injected clock) drops
+// the key while Redis (on real time) keeps it, and under a new limit the
+// kept state legitimately differs from an absent one.
+func TestRedisStoreMatchesMemoryStoreReload(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	runDifferential(t, srv.Addr, []string{"{t}x", "{t}y", "{t}z"}, true)
+}

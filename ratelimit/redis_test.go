@@ -1,0 +1,42 @@
+package ratelimit_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
+)
+
+// newRedisStore returns a store on its own client for addrs, closed when t
+// ends. now nil uses the Redis server clock.
+func newRedisStore(t testing.TB, addrs []string, now func() time.Time, timeout time.Duration) *ratelimit.RedisStore {
+	t.Helper()
+	s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: addrs}), ratelimit.RedisOptions{Now: now, Timeout: timeout})
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestRedisStoreConformanceStandalone(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		return newRedisStore(t, []string{srv.Addr}, now, 0)
+	})
+}
+
+func TestRedisStoreConformanceCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		return newRedisStore(t, c.Addrs(), now, 0)
+	})
+}
+
+// TestRedisStoreExpiry runs the expiry suite on the Redis server clock: the
+// store ignores the suite's clock (time.Now) and uses TIME.
+func TestRedisStoreExpiry(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	storetest.RunExpiry(t, func(t *testing.T, _ func() time.Time) ratelimit.Store {
+		return newRedisStore(t, []string{srv.Addr}, nil, 0)
+	})
+}

@@ -1,0 +1,73 @@
+package ratelimit
+
+import "time"
+
+// applyTokenBucket is Apply for TokenBucket. l must be valid.
+//
+// The level is kept as tokens × P (P = Per in µs), so a refill of R tokens
+// per P microseconds adds exactly R per microsecond.
+func applyTokenBucket(st *State, now, cost int64, l Limit, consume bool) (State, Result, time.Duration) {
+	p := l.Per.Microseconds()
+	r := l.Rate
+	capacity := l.Burst * p
+	level, stamp := tokenStart(st, p, capacity, now)
+
+	// Refill. A clock that went backwards refills nothing and leaves the
+	// stamp where it was, so the next forward step does not refill twice.
+	elapsed := now - stamp
+	if elapsed < 0 {
+		elapsed = 0
+	} else {
+		stamp = now
+	}
+	// Compare before multiplying so that elapsed×R cannot overflow.
+	if elapsed >= ceilDiv(capacity-level, r) {
+		level = capacity
+	} else {
+		level += elapsed * r
+	}
+
+	need := cost * p
+	res := Result{Allowed: level >= need, Limit: l.Burst}
+	if res.Allowed && consume {
+		level -= need
+	} else if !res.Allowed {
+		res.RetryAfter = micros(ceilDiv(need-level, r))
+	}
+	res.Remaining = clamp(level/p, 0, l.Burst)
+	reset := ceilDiv(capacity-level, r)
+	res.ResetAfter = micros(reset)
+
+	// The bucket is full again reset µs after the stamp; a stamp ahead of
+	// now (the clock went backwards) delays that.
+	ttl := ttlMillis(reset + max(stamp-now, 0))
+	ttl = max(ttl, time.Millisecond)
+	return State{Per: p, Level: level, Stamp: stamp}, res, ttl
+}
+
+// refundTokenBucket is Refund for TokenBucket: it puts cost units back,
+// never above the capacity, without refilling.
+func refundTokenBucket(st *State, now, cost int64, l Limit) State {
+	if absent(st) {
+		return State{}
+	}
+	p := l.Per.Microseconds()
+	capacity := l.Burst * p
+	level, stamp := tokenStart(st, p, capacity, now)
+	level = min(capacity, level+cost*p)
+	return State{Per: p, Level: level, Stamp: stamp}
+}
+
+// tokenStart returns the level and stamp of st, converted to the scale of p
+// when st was written with another Per. An absent key is a full bucket
+// stamped now.
+func tokenStart(st *State, p, capacity, now int64) (level, stamp int64) {
+	if absent(st) {
+		return capacity, now
+	}
+	level = st.Level
+	if st.Per != p {
+		level = clamp(mulDivFloor(max(level, 0), p, st.Per), 0, capacity)
+	}
+	return level, st.Stamp
+}

@@ -1,0 +1,149 @@
+package routes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Scope says whose requests share one policy's state. The zero value is
+// invalid.
+type Scope uint8
+
+const (
+	// ScopeTenant: one state per subject (tenant or client address), shared
+	// by all its routes.
+	ScopeTenant Scope = iota + 1
+	// ScopeTenantRoute: one state per subject and route.
+	ScopeTenantRoute
+	// ScopeRoute: one state per route, shared by all subjects.
+	ScopeRoute
+	// ScopeGlobal: one state per policy, shared by everything.
+	ScopeGlobal
+)
+
+var scopeNames = [...]string{
+	ScopeTenant:      "tenant",
+	ScopeTenantRoute: "tenant_route",
+	ScopeRoute:       "route",
+	ScopeGlobal:      "global",
+}
+
+// String returns the configuration name of s, such as "tenant_route".
+func (s Scope) String() string {
+	if s == 0 || int(s) >= len(scopeNames) {
+		return fmt.Sprintf("Scope(%d)", uint8(s))
+	}
+	return scopeNames[s]
+}
+
+// ParseScope maps a configuration name ("tenant", "tenant_route", "route",
+// "global") to a Scope. The empty string is an error; defaults are the
+// caller's business.
+func ParseScope(name string) (Scope, error) {
+	for s, n := range scopeNames {
+		if n != "" && n == name {
+			return Scope(s), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scope %q (want tenant, tenant_route, route or global)", name)
+}
+
+// PerSubject reports whether keys of scope s depend on the subject; such
+// keys of one subject all share one hash tag, hence one Redis slot.
+func (s Scope) PerSubject() bool { return s == ScopeTenant || s == ScopeTenantRoute }
+
+// algorithmCodes maps configuration names of algorithms to the short codes
+// that end a key.
+var algorithmCodes = map[string]string{
+	"token_bucket":   "tb",
+	"fixed_window":   "fw",
+	"sliding_window": "sw",
+	"sliding_log":    "sl",
+}
+
+// ErrEmptySubject is returned by Key for a per-subject scope without a
+// subject: one bucket shared by every unidentified caller would be wrong.
+var ErrEmptySubject = errors.New("routes: empty subject for a per-subject scope")
+
+// Key returns the store key of policy for one request; the format is in the
+// package documentation. algorithm is a configuration name
+// ("token_bucket", "fixed_window", "sliding_window", "sliding_log"). route
+// is used by the tenant_route and route scopes and ignored by the others;
+// subject (a tenant name or client address, never stored in clear) is used
+// by tenant and tenant_route and ignored by the others.
+//
+// prefix is 1 to 64 letters, digits, '.', '_', '-' or ':'; policy and route
+// must pass ValidateName. An invalid argument, or an empty subject for a
+// per-subject scope (ErrEmptySubject), is an error.
+func Key(prefix string, scope Scope, policy, algorithm, route, subject string) (string, error) {
+	if err := validatePrefix(prefix); err != nil {
+		return "", err
+	}
+	if err := ValidateName(policy); err != nil {
+		return "", fmt.Errorf("routes: policy: %w", err)
+	}
+	code, ok := algorithmCodes[algorithm]
+	if !ok {
+		return "", fmt.Errorf("routes: unknown algorithm %q", algorithm)
+	}
+	withRoute := scope == ScopeTenantRoute || scope == ScopeRoute
+	if withRoute {
+		if err := ValidateName(route); err != nil {
+			return "", fmt.Errorf("routes: route: %w", err)
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(policy) + len(route) + 32)
+	b.WriteString(prefix)
+	b.WriteString(":{")
+	switch scope {
+	case ScopeTenant, ScopeTenantRoute:
+		if subject == "" {
+			return "", ErrEmptySubject
+		}
+		b.WriteString("t:")
+		b.WriteString(HashID(subject))
+	case ScopeRoute:
+		b.WriteString("r:")
+		b.WriteString(route)
+	case ScopeGlobal:
+		b.WriteString("g:")
+		b.WriteString(policy)
+	default:
+		return "", fmt.Errorf("routes: invalid scope %v", scope)
+	}
+	b.WriteString("}:")
+	b.WriteString(policy)
+	if withRoute {
+		b.WriteByte(':')
+		b.WriteString(route)
+	}
+	b.WriteByte(':')
+	b.WriteString(code)
+	return b.String(), nil
+}
+
+// HashID returns the first 16 hex digits (64 bits) of the SHA-256 of s. It
+// names a caller in keys, logs and spans without revealing it.
+func HashID(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
+// validatePrefix checks a key prefix: 1 to 64 ASCII letters, digits, '.',
+// '_', '-' or ':'.
+func validatePrefix(prefix string) error {
+	if prefix == "" || len(prefix) > 64 {
+		return fmt.Errorf("routes: key prefix %q: want 1 to 64 bytes", prefix)
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := prefix[i]
+		if c != ':' && (c == '~' || !isUnreserved(c)) {
+			return fmt.Errorf("routes: key prefix %q: character %q not allowed", prefix, c)
+		}
+	}
+	return nil
+}

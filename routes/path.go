@@ -1,0 +1,110 @@
+package routes
+
+import "strings"
+
+// scannedPath is an escaped request path split into decoded segments. It is
+// large (about 2 KiB) and meant to live on the caller's stack, so that a
+// lookup allocates nothing.
+type scannedPath struct {
+	// buf holds the decoded segments back to back.
+	buf [MaxPathLength]byte
+	// ends[i] is the end offset in buf of segment i; segment i starts at
+	// ends[i-1] (or 0).
+	ends [MaxSegments]uint16
+	// n is the number of segments; 0 for the root "/".
+	n int
+}
+
+// seg returns segment i, decoded, as a view into buf.
+func (s *scannedPath) seg(i int) []byte {
+	start := uint16(0)
+	if i > 0 {
+		start = s.ends[i-1]
+	}
+	return s.buf[start:s.ends[i]]
+}
+
+// scan splits and decodes the escaped path p. It reports false for a path
+// that must match nothing (see the package documentation).
+func (s *scannedPath) scan(p string) bool {
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	if p == "" || p[0] != '/' || len(p) > MaxPathLength {
+		return false
+	}
+	s.n = 0
+	if p == "/" {
+		return true
+	}
+	w := 0          // write offset in buf
+	start := w      // start of the current segment in buf
+	for i := 1; ; { // p[i:] is the unread rest; p[i-1] was '/'
+		if s.n == MaxSegments {
+			return false
+		}
+		for i < len(p) && p[i] != '/' {
+			c := p[i]
+			if c == '%' {
+				if i+2 >= len(p) {
+					return false
+				}
+				hi, ok1 := unhex(p[i+1])
+				lo, ok2 := unhex(p[i+2])
+				if !ok1 || !ok2 {
+					return false
+				}
+				c = hi<<4 | lo
+				if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
+					return false
+				}
+				i += 3
+			} else {
+				if !isPathChar(c) {
+					return false
+				}
+				i++
+			}
+			s.buf[w] = c
+			w++
+		}
+		seg := s.buf[start:w]
+		if len(seg) == 0 || isDotSegment(seg) {
+			return false
+		}
+		s.ends[s.n] = uint16(w)
+		s.n++
+		if i == len(p) {
+			return true
+		}
+		i++ // skip '/'
+		start = w
+		if i == len(p) { // trailing slash: an empty final segment
+			return false
+		}
+	}
+}
+
+// isDotSegment reports whether a decoded segment is "." or "..".
+func isDotSegment(seg []byte) bool {
+	return (len(seg) == 1 && seg[0] == '.') || (len(seg) == 2 && seg[0] == '.' && seg[1] == '.')
+}
+
+// isPathChar reports whether c may appear unencoded in an escaped path: the
+// RFC 3986 pchar set, plus "[" and "]" which net/url also leaves unescaped.
+// A raw backslash is not among them.
+func isPathChar(c byte) bool {
+	return isLiteralChar(c) || c == '[' || c == ']'
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

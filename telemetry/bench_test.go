@@ -1,0 +1,115 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+func BenchmarkMetricsDecision(b *testing.B) {
+	p, err := Setup(context.Background(), Options{Getenv: mapEnv(nil), InstanceID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	m, err := NewMetrics(p.MeterProvider)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.Decision(ctx, "transfers", "global", ResultAllowed)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.Decision(ctx, "transfers", "global", ResultAllowed)
+			}
+		})
+	})
+	// Baselines: the same counter with the attribute set built per call, and
+	// with one prebuilt option passed directly (the floor the cache adds to).
+	b.Run("baseline_attrs_per_call", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.decisions.Add(ctx, 1, metric.WithAttributes(
+				labelPolicy.String("transfers"), labelStage.String("global"), labelResult.String(ResultAllowed)))
+		}
+	})
+	b.Run("baseline_prebuilt", func(b *testing.B) {
+		opts := m.decisionSets.get([3]string{"transfers", "global", ResultAllowed}).add
+		b.ReportAllocs()
+		for b.Loop() {
+			m.decisions.Add(ctx, 1, opts...)
+		}
+	})
+	b.Run("duration", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.DecisionDuration(ctx, "global", 300*time.Microsecond)
+		}
+	})
+	b.Run("request", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.Request(ctx, "transfers", 200)
+		}
+	})
+}
+
+// BenchmarkSpan starts and ends one span with two attributes, as a stage
+// does, with no exporter attached.
+func BenchmarkSpan(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{
+		{"always_off", sdktrace.NeverSample()},
+		{"always_on", sdktrace.AlwaysSample()},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			tr := tp.Tracer(InstrumentationName)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				_, span := tr.Start(ctx, "ratelimit.global")
+				if span.IsRecording() {
+					span.SetAttributes(AttrPolicy.String("transfers"), AttrDecision.String(ResultAllowed))
+				}
+				span.End()
+			}
+		})
+	}
+}
+
+func BenchmarkLogLimiterAllow(b *testing.B) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLogLimiter(10, time.Second, func() time.Time { return t0 })
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Allow("store_error")
+	}
+}
+
+func BenchmarkLoggerWithSpan(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ctx, span := tp.Tracer("b").Start(context.Background(), "req")
+	defer span.End()
+	log := NewLogger(io.Discard, slog.LevelInfo)
+	b.ReportAllocs()
+	for b.Loop() {
+		log.InfoContext(ctx, "decision", "policy", "transfers")
+	}
+}

@@ -1,0 +1,293 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Values of the result label of quotagate_decisions_total.
+const (
+	ResultAllowed      = "allowed"
+	ResultDenied       = "denied"
+	ResultShadowDenied = "shadow_denied"
+	ResultError        = "error"
+)
+
+// Values of the mode label of quotagate_store_fallback_total.
+const (
+	FallbackOpen   = "open"
+	FallbackClosed = "closed"
+	FallbackLocal  = "local"
+)
+
+// Breaker states reported by quotagate_store_breaker_state.
+const (
+	BreakerClosed   int64 = 0
+	BreakerHalfOpen int64 = 1
+	BreakerOpen     int64 = 2
+)
+
+// Metric label keys.
+const (
+	labelPolicy attribute.Key = "policy"
+	labelStage  attribute.Key = "stage"
+	labelResult attribute.Key = "result"
+	labelKind   attribute.Key = "kind"
+	labelMode   attribute.Key = "mode"
+	labelRoute  attribute.Key = "route"
+	labelCode   attribute.Key = "code"
+	labelOp     attribute.Key = "op"
+)
+
+// latencyBuckets (seconds) cover in-process and Redis work: 50µs to 1s.
+var latencyBuckets = []float64{
+	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+	0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+}
+
+// upstreamBuckets (seconds) cover proxied requests: 1ms to 30s.
+var upstreamBuckets = []float64{
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30,
+}
+
+// Metrics records quotagate's metrics. Label values must come from bounded
+// sets (configured route and policy names, the constants above); each distinct
+// combination is a time series. Methods are safe for concurrent use and, after
+// a combination's first use, do not allocate. All methods on a nil *Metrics
+// do nothing, so code under test may pass nil.
+type Metrics struct {
+	decisions     metric.Int64Counter
+	decisionDur   metric.Float64Histogram
+	storeErrors   metric.Int64Counter
+	storeFallback metric.Int64Counter
+	requests      metric.Int64Counter
+	reloads       metric.Int64Counter
+	storeCall     metric.Float64Histogram
+	upstream      metric.Float64Histogram
+	breakerState  metric.Int64ObservableGauge
+	localLimiters metric.Int64ObservableGauge
+	meter         metric.Meter
+
+	decisionSets *optCache[[3]string] // policy, stage, result
+	stageSets    *optCache[string]    // stage
+	kindSets     *optCache[string]    // kind
+	fallbackSets *optCache[[2]string] // policy, mode
+	requestSets  *optCache[routeCode] // route, code
+	opSets       *optCache[string]    // op
+	routeSets    *optCache[string]    // route
+	reloadSets   [2]measureOpts       // error, ok
+
+	mu  sync.Mutex
+	reg metric.Registration // gauge callback, nil until ObserveGauges
+}
+
+type routeCode struct {
+	route string
+	code  int
+}
+
+// NewMetrics creates the instruments on mp's meter for InstrumentationName.
+// Instrument names translate to the Prometheus names of the product contract
+// (see the package doc). It fails only if mp rejects an instrument.
+func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+	if mp == nil {
+		return nil, errors.New("telemetry: NewMetrics: nil MeterProvider")
+	}
+	m := &Metrics{meter: mp.Meter(InstrumentationName)}
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	m.decisions, err = m.meter.Int64Counter("quotagate.decisions",
+		metric.WithDescription("Rate-limit decisions by policy, stage and result."))
+	check(err)
+	m.decisionDur, err = m.meter.Float64Histogram("quotagate.decision.duration",
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
+		metric.WithDescription("Time taken by one rate-limit stage to decide."))
+	check(err)
+	m.storeErrors, err = m.meter.Int64Counter("quotagate.store.errors",
+		metric.WithDescription("Failed calls to the shared limit store, by kind."))
+	check(err)
+	m.storeFallback, err = m.meter.Int64Counter("quotagate.store.fallback",
+		metric.WithDescription("Decisions taken by a policy's fallback while the store was unavailable."))
+	check(err)
+	m.requests, err = m.meter.Int64Counter("quotagate.requests",
+		metric.WithDescription("Requests answered, by route and HTTP status code."))
+	check(err)
+	m.reloads, err = m.meter.Int64Counter("quotagate.config.reloads",
+		metric.WithDescription("Configuration reload attempts, by result."))
+	check(err)
+	m.storeCall, err = m.meter.Float64Histogram("quotagate.store.call.duration",
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
+		metric.WithDescription("Latency of calls to the shared limit store, by operation."))
+	check(err)
+	m.upstream, err = m.meter.Float64Histogram("quotagate.upstream.duration",
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(upstreamBuckets...),
+		metric.WithDescription("Time from forwarding a request upstream to its response headers, by route."))
+	check(err)
+	m.breakerState, err = m.meter.Int64ObservableGauge("quotagate.store.breaker.state",
+		metric.WithDescription("Store circuit breaker state: 0 closed, 1 half-open, 2 open."))
+	check(err)
+	m.localLimiters, err = m.meter.Int64ObservableGauge("quotagate.local.limiters",
+		metric.WithDescription("Per-key limiters held by the local stage."))
+	check(err)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
+	}
+
+	m.decisionSets = newOptCache(func(k [3]string) attribute.Set {
+		return attribute.NewSet(labelPolicy.String(k[0]), labelStage.String(k[1]), labelResult.String(k[2]))
+	})
+	m.stageSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelStage.String(s)) })
+	m.kindSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelKind.String(s)) })
+	m.fallbackSets = newOptCache(func(k [2]string) attribute.Set {
+		return attribute.NewSet(labelPolicy.String(k[0]), labelMode.String(k[1]))
+	})
+	m.requestSets = newOptCache(func(k routeCode) attribute.Set {
+		return attribute.NewSet(labelRoute.String(k.route), labelCode.String(strconv.Itoa(k.code)))
+	})
+	m.opSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelOp.String(s)) })
+	m.routeSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelRoute.String(s)) })
+	m.reloadSets[0] = newMeasureOpts(attribute.NewSet(labelResult.String("error")))
+	m.reloadSets[1] = newMeasureOpts(attribute.NewSet(labelResult.String("ok")))
+	// Both reload series exist from the start, so a rate or alert on
+	// result="error" has a series to read before the first failure.
+	for _, o := range m.reloadSets {
+		m.reloads.Add(context.Background(), 0, o.add...)
+	}
+	return m, nil
+}
+
+// Decision counts one rate-limit decision in quotagate_decisions_total.
+// result is one of ResultAllowed, ResultDenied, ResultShadowDenied,
+// ResultError; stage is "local" or "global".
+func (m *Metrics) Decision(ctx context.Context, policy, stage, result string) {
+	if m == nil {
+		return
+	}
+	m.decisions.Add(ctx, 1, m.decisionSets.get([3]string{policy, stage, result}).add...)
+}
+
+// DecisionDuration records how long a stage took to decide, in
+// quotagate_decision_duration_seconds. Negative durations are recorded as 0.
+func (m *Metrics) DecisionDuration(ctx context.Context, stage string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.decisionDur.Record(ctx, seconds(d), m.stageSets.get(stage).rec...)
+}
+
+// StoreError counts a failed store call in quotagate_store_errors_total;
+// kind is e.g. "timeout", "unavailable", "breaker_open" or "invalid".
+func (m *Metrics) StoreError(ctx context.Context, kind string) {
+	if m == nil {
+		return
+	}
+	m.storeErrors.Add(ctx, 1, m.kindSets.get(kind).add...)
+}
+
+// StoreFallback counts a decision a policy's fallback took because the store
+// was unavailable, in quotagate_store_fallback_total; mode is FallbackOpen,
+// FallbackClosed or FallbackLocal.
+func (m *Metrics) StoreFallback(ctx context.Context, policy, mode string) {
+	if m == nil {
+		return
+	}
+	m.storeFallback.Add(ctx, 1, m.fallbackSets.get([2]string{policy, mode}).add...)
+}
+
+// Request counts an answered request in quotagate_requests_total; route is
+// the configured route name (never the raw path) and code the HTTP status.
+func (m *Metrics) Request(ctx context.Context, route string, code int) {
+	if m == nil {
+		return
+	}
+	m.requests.Add(ctx, 1, m.requestSets.get(routeCode{route, code}).add...)
+}
+
+// ConfigReload counts a reload attempt in quotagate_config_reloads_total with
+// result "ok" or "error". Both series are exported at 0 from NewMetrics on.
+func (m *Metrics) ConfigReload(ctx context.Context, ok bool) {
+	if m == nil {
+		return
+	}
+	i := 0
+	if ok {
+		i = 1
+	}
+	m.reloads.Add(ctx, 1, m.reloadSets[i].add...)
+}
+
+// StoreCall records the latency of one store operation (e.g. "check",
+// "ping") in quotagate_store_call_duration_seconds.
+func (m *Metrics) StoreCall(ctx context.Context, op string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.storeCall.Record(ctx, seconds(d), m.opSets.get(op).rec...)
+}
+
+// UpstreamDuration records the time an upstream took to answer, in
+// quotagate_upstream_duration_seconds.
+func (m *Metrics) UpstreamDuration(ctx context.Context, route string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.upstream.Record(ctx, seconds(d), m.routeSets.get(route).rec...)
+}
+
+// ObserveGauges registers the callback that reports
+// quotagate_store_breaker_state (BreakerClosed, BreakerHalfOpen, BreakerOpen)
+// and quotagate_local_limiters at each collection. The functions are called
+// at every scrape or export, from any goroutine, and should read the current
+// pipeline (for instance through an atomic pointer) so that a reload needs no
+// new registration. A nil function leaves its gauge unreported. Calling
+// ObserveGauges again replaces the previous functions.
+func (m *Metrics) ObserveGauges(breakerState func() int64, localLimiters func() int64) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reg != nil {
+		if err := m.reg.Unregister(); err != nil {
+			return fmt.Errorf("telemetry: replacing gauge callback: %w", err)
+		}
+		m.reg = nil
+	}
+	if breakerState == nil && localLimiters == nil {
+		return nil
+	}
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if breakerState != nil {
+			o.ObserveInt64(m.breakerState, breakerState())
+		}
+		if localLimiters != nil {
+			o.ObserveInt64(m.localLimiters, localLimiters())
+		}
+		return nil
+	}, m.breakerState, m.localLimiters)
+	if err != nil {
+		return fmt.Errorf("telemetry: registering gauge callback: %w", err)
+	}
+	m.reg = reg
+	return nil
+}
+
+func seconds(d time.Duration) float64 {
+	if d < 0 {
+		return 0
+	}
+	return d.Seconds()
+}
