@@ -207,9 +207,10 @@ type Route struct {
 	Name string `mapstructure:"name"`
 	// Method is an uppercase HTTP method token, such as GET.
 	Method string `mapstructure:"method"`
-	// Path is a template starting with "/". Each segment is literal text,
-	// "{name}" (exactly one segment) or, as the last segment only,
-	// "{name...}" (the rest of the path, possibly empty).
+	// Path is a template: "/", or "/" followed by up to 32 non-empty
+	// segments separated by "/" (no trailing slash). Each segment is literal
+	// text, "{name}" (exactly one segment) or, as the last segment only,
+	// "{name...}" (one or more remaining segments).
 	Path     string `mapstructure:"path"`
 	Upstream string `mapstructure:"upstream"`
 	// Cost is the units a request takes from stage 1 and from every policy

@@ -103,6 +103,8 @@ var invalidCases = map[string][]string{
 		`routes[8].path: segment "a b" has a character not allowed in a URL path`,
 		`routes[9].path: segment "%zz" has a character not allowed in a URL path`,
 		`routes[10].path: segment "{1st}": a parameter name must be a letter or '_' followed by up to 31 letters, digits or '_'`,
+		`routes[11].path: must not end in "/" (only the root "/" does), got "/v1/items/"`,
+		`routes[12].path: segment "a%20b" has a character not allowed in a URL path`,
 	},
 	"shadowed_route.yaml": {
 		`routes[1].path: matches the same requests as routes[0], which comes first: this route can never match`,

@@ -17,7 +17,9 @@ import (
 // QUOTAGATE_STORE_REDIS_ADDRS for store.redis.addrs.
 const EnvPrefix = "QUOTAGATE_"
 
-// Load reads the YAML file at path and returns the validated configuration.
+// Load reads the YAML file at path with viper and returns the validated
+// configuration. Keys are decoded strictly, defaults fill what the file
+// leaves out, and Validate checks the result.
 //
 // Environment variables override keys of the fixed sections (server, store,
 // identity.jwt, identity.anonymous, log): QUOTAGATE_STORE_KIND=redis sets
@@ -50,12 +52,11 @@ func Parse(data []byte, getenv func(string) (string, bool)) (*Config, error) {
 }
 
 // newViper returns a viper that reads YAML with yamlCodec. Its key delimiter
-// "::" cannot occur in a name, so names containing dots stay whole.
+// "::" is one no key contains, so viper never splits a name with dots.
 func newViper() (*viper.Viper, *yamlCodec) {
 	codec := &yamlCodec{}
 	reg := viper.NewCodecRegistry()
-	// RegisterCodec fails only for an empty format name.
-	_ = reg.RegisterCodec("yaml", codec)
+	_ = reg.RegisterCodec("yaml", codec) // never fails (viper v1.21)
 	v := viper.NewWithOptions(viper.KeyDelimiter("::"), viper.WithDecoderRegistry(reg))
 	v.SetConfigType("yaml")
 	return v, codec

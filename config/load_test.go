@@ -232,7 +232,7 @@ policies:
 upstreams:
   Api.Internal-1: {url: "https://api.internal:8443/base"}
 routes:
-  - {name: a.b-c_d, method: PATCH, path: "/v1/{id}/", upstream: API.internal-1, policies: [per.TENANT]}
+  - {name: a.b-c_d, method: PATCH, path: "/v1/{id}", upstream: API.internal-1, policies: [per.TENANT]}
 `, noEnv)
 	if _, ok := c.Tiers["bronze-1"]; !ok {
 		t.Errorf("tier bronze-1 written without a value is missing: %v", c.Tiers)

@@ -63,12 +63,18 @@ var (
 	methodRE = regexp.MustCompile("^[A-Z0-9!#$%&'*+.^_`|~-]+$")
 	// paramRE is the name inside {name} or {name...}.
 	paramRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,31}$`)
-	// literalRE is a literal segment: RFC 3986 pchar without '*', which is
-	// easy to mistake for a wildcard, and with '%' only as %XX.
-	literalRE = regexp.MustCompile(`^([A-Za-z0-9._~!$&'()+,;=:@-]|%[0-9A-Fa-f]{2})+$`)
+	// literalRE is a literal segment: RFC 3986 pchar without
+	// percent-encodings (requests are matched decoded) and without '*',
+	// which is easy to mistake for a wildcard.
+	literalRE = regexp.MustCompile(`^[A-Za-z0-9._~!$&'()+,;=:@-]+$`)
 )
 
-const maxPathLen = 1024
+// maxPathLen and maxSegments bound a route path template, as the route
+// table does.
+const (
+	maxPathLen  = 2048
+	maxSegments = 32
+)
 
 func (c *Config) validateRoutes(errs *Errors) {
 	if len(c.Routes) == 0 {
@@ -158,10 +164,10 @@ func sortedTierNames(m map[string]Tier) []string {
 // template with parameter names removed, so that two templates matching the
 // same requests have the same shape.
 //
-// A template starts with "/"; each segment between slashes is literal text,
-// "{name}" (exactly one non-empty segment) or, as the last segment only,
-// "{name...}" (the rest of the path). Only the last segment may be empty (a
-// trailing slash). Parameter names are unique within a template.
+// A template is "/" or starts with "/" and has up to 32 segments between
+// slashes, none empty (so no trailing slash). Each is literal text, "{name}"
+// (exactly one segment) or, as the last segment only, "{name...}" (one or
+// more remaining segments). Parameter names are unique within a template.
 func pathShape(path string) (string, error) {
 	if !strings.HasPrefix(path, "/") {
 		return "", fmt.Errorf("must start with \"/\", got %q", path)
@@ -169,16 +175,22 @@ func pathShape(path string) (string, error) {
 	if len(path) > maxPathLen {
 		return "", fmt.Errorf("must be at most %d bytes", maxPathLen)
 	}
+	if path == "/" {
+		return path, nil
+	}
 	segs := strings.Split(path[1:], "/")
+	if len(segs) > maxSegments {
+		return "", fmt.Errorf("must have at most %d segments", maxSegments)
+	}
 	shape := make([]string, len(segs))
 	params := make(map[string]bool)
 	for i, seg := range segs {
 		last := i == len(segs)-1
 		switch {
+		case seg == "" && last:
+			return "", fmt.Errorf("must not end in \"/\" (only the root \"/\" does), got %q", path)
 		case seg == "":
-			if !last {
-				return "", fmt.Errorf("has an empty segment (\"//\") in %q", path)
-			}
+			return "", fmt.Errorf("has an empty segment (\"//\") in %q", path)
 		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}"):
 			name, rest := strings.CutSuffix(seg[1:len(seg)-1], "...")
 			if rest && !last {

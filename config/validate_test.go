@@ -14,13 +14,12 @@ import (
 
 func TestPathShape(t *testing.T) {
 	ok := map[string]string{
-		"/":                      "/",
-		"/v1/transfers/{id}":     "/v1/transfers/{}",
-		"/v1/transfers/{id}/":    "/v1/transfers/{}/",
-		"/{rest...}":             "/{...}",
-		"/a/{x}/b/{y...}":        "/a/{}/b/{...}",
-		"/files/%20x/~user@host": "/files/%20x/~user@host",
-		"/v1/a:b;c=d,e+f!$&'()":  "/v1/a:b;c=d,e+f!$&'()",
+		"/":                     "/",
+		"/v1/transfers/{id}":    "/v1/transfers/{}",
+		"/{rest...}":            "/{...}",
+		"/a/{x}/b/{y...}":       "/a/{}/b/{...}",
+		"/files/x/~user@host":   "/files/x/~user@host",
+		"/v1/a:b;c=d,e+f!$&'()": "/v1/a:b;c=d,e+f!$&'()",
 	}
 	for path, want := range ok {
 		got, err := pathShape(path)
@@ -29,7 +28,8 @@ func TestPathShape(t *testing.T) {
 		}
 	}
 	bad := []string{"", "v1", "/a//b", "/{a}{b}", "/{a", "/a}", "/{a...}/b", "/{a}/{a...}", "/./a",
-		"/a/*", "/a?b", "/a#b", "/a%2", "/{a-b}", "/" + strings.Repeat("a", maxPathLen)}
+		"/a/*", "/a?b", "/a#b", "/a%2", "/a%20b", "/a/", "/{a-b}", "/" + strings.Repeat("a", maxPathLen),
+		strings.Repeat("/a", maxSegments+1)}
 	for _, path := range bad {
 		if got, err := pathShape(path); err == nil {
 			t.Errorf("pathShape(%q) = %q, want an error", path, got)

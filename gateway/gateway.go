@@ -137,14 +137,19 @@ func (o *Options) fill() {
 	if o.Getenv == nil {
 		o.Getenv = os.LookupEnv
 	}
-	if o.TracerProvider == nil {
-		o.TracerProvider = noop.NewTracerProvider()
-	}
 	if o.Propagator == nil {
 		o.Propagator = propagation.NewCompositeTextMapPropagator()
 	}
 	if o.Transport == nil {
 		o.Transport = proxy.NewTransport(proxy.TransportOptions{})
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = noop.NewTracerProvider()
+	} else {
+		// The upstream call gets a client span, and the upstream our trace
+		// context (same trace id as the caller's).
+		o.Transport = &tracingTransport{next: o.Transport, propagator: o.Propagator,
+			tracer: o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway")}
 	}
 	if o.OpenStore == nil {
 		o.OpenStore = func(config.Store) (*Backend, error) {
@@ -165,7 +170,7 @@ func (g *Gateway) build(cfg *config.Config, prev *pipeline, backend *Backend) (*
 		g.matchRoute(p),
 		g.localStage(p),
 		g.globalStage(p),
-	).Handler(http.HandlerFunc(forward))
+	).Handler(g.forward())
 	return p, nil
 }
 
@@ -235,8 +240,15 @@ func (g *Gateway) Close() error {
 	return err
 }
 
-// forward is the last stage: it hands the request to the route's upstream.
-func forward(w http.ResponseWriter, r *http.Request) {
-	st := stateFrom(r.Context())
-	st.route.proxy.ServeHTTP(w, r)
+// forward is the last stage: it hands the request to the route's upstream
+// and records how long the upstream took.
+func (g *Gateway) forward() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := stateFrom(r.Context())
+		start := time.Now()
+		st.route.proxy.ServeHTTP(w, r)
+		if m := g.opts.Metrics; m != nil {
+			m.UpstreamDuration(r.Context(), st.route.name, time.Since(start))
+		}
+	})
 }

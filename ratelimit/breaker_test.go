@@ -261,13 +261,14 @@ func TestBreakerPausedRedis(t *testing.T) {
 // warmUp decides items until it succeeds (at most 20 tries): the first
 // call dials and loads the script, which a loaded machine can stretch past
 // a short test timeout.
-func warmUp(t *testing.T, s ratelimit.Store, items []ratelimit.Item) {
-	t.Helper()
+func warmUp(t testing.TB, s ratelimit.Store, items []ratelimit.Item) {
 	var err error
 	for range 20 {
 		if _, err = s.Decide(context.Background(), items); err == nil {
 			return
 		}
 	}
-	t.Fatalf("store never answered: %v", err)
+	if t != nil {
+		t.Fatalf("store never answered: %v", err)
+	}
 }

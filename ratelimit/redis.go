@@ -92,7 +92,9 @@ func hashTag(key string) string {
 // Decide decides items (see Store).
 //
 // Items are grouped by hash tag; each group is one atomic script call that
-// consumes every non-shadow cost of the group or none. Groups are decided
+// consumes every non-shadow cost of the group or none. Within a group,
+// items of the same key are evaluated in order, each seeing the costs the
+// earlier ones take, as in MemoryStore. Groups are decided
 // one after another in the order of their first item, and the first group
 // that denies ends the batch: the groups admitted before it are refunded
 // (one call each) and the groups after it are evaluated without consuming,

@@ -308,9 +308,17 @@ func TestRedisStoreClusterSlots(t *testing.T) {
 // tenant's group denies, and the tenant's bucket is untouched when the
 // route denies.
 func TestRedisStoreGroupsBound(t *testing.T) {
-	srv := redistest.StartStandalone(t)
+	t.Run("standalone", func(t *testing.T) {
+		testGroupsBound(t, []string{redistest.StartStandalone(t).Addr})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		testGroupsBound(t, redistest.StartCluster(t, 3).Addrs())
+	})
+}
+
+func testGroupsBound(t *testing.T, addrs []string) {
 	var failPipelines atomic.Bool
-	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}})
+	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: addrs})
 	client.AddHook(pipelineFailer{fail: &failPipelines})
 	s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: time.Second})
 	t.Cleanup(func() { _ = s.Close() })

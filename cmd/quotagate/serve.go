@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 
 	"github.com/quotagate/quotagate/config"
@@ -66,7 +65,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		Metrics:        metrics,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,
-		Transport:      otelhttp.NewTransport(newTransport(), otelhttp.WithTracerProvider(tel.TracerProvider), otelhttp.WithPropagators(tel.Propagator), otelhttp.WithMeterProvider(tel.MeterProvider)),
+		Transport:      newTransport(),
 	})
 	if err != nil {
 		return runtimeErr(err)

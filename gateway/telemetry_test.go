@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
+)
+
+type observed struct {
+	*fixture
+	spans   *tracetest.InMemoryExporter
+	metrics http.Handler
+}
+
+// newObservedFixture is newFixture with a recording tracer and the real
+// metrics pipeline (OpenTelemetry SDK -> Prometheus exporter).
+func newObservedFixture(t *testing.T) *observed {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	m, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
+	f.path = writeConfig(t, renderConfig(baseConfig, f.upstream.srv.URL, deadURL(t)))
+	cfg, err := config.Load(f.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(cfg, Options{
+		Now: f.clock.Now, Getenv: testGetenv, Metrics: m, TracerProvider: tp,
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		OpenStore: func(config.Store) (*Backend, error) {
+			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: f.clock.Now})}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	f.gw = gw
+	return &observed{fixture: f, spans: exp, metrics: tel.Metrics}
+}
+
+func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func TestDeniedRequestIsTracedPerStage(t *testing.T) {
+	o := newObservedFixture(t)
+	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	hdr := map[string]string{"Authorization": "Bearer " + freeKey, "traceparent": "00-" + callerTrace + "-00f067aa0ba902b7-01"}
+	if w := o.do("POST", "/v1/transfers/secret-42", hdr, nil); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	up, _ := o.upstream.Last()
+	if tp := up.Header.Get("traceparent"); !strings.Contains(tp, callerTrace) {
+		t.Fatalf("upstream traceparent %q lacks the caller's trace id", tp)
+	}
+	o.spans.Reset()
+	if w := o.do("POST", "/v1/transfers/secret-42", hdr, nil); w.Code != 429 {
+		t.Fatalf("second: %d", w.Code)
+	}
+	var global, server *tracetest.SpanStub
+	spans := o.spans.GetSpans()
+	for i := range spans {
+		s := &spans[i]
+		if s.SpanContext.TraceID().String() != callerTrace {
+			t.Errorf("span %s has trace %s, not the caller's", s.Name, s.SpanContext.TraceID())
+		}
+		switch s.Name {
+		case "quotagate.stage.global":
+			global = s
+		case "quotagate.request":
+			server = s
+		}
+		for _, kv := range s.Attributes {
+			v := kv.Value.Emit()
+			for _, leak := range []string{"secret-42", "acme", freeKey, sha256Hex(freeKey)} {
+				if strings.Contains(v, leak) {
+					t.Errorf("span %s attribute %s = %q leaks %q", s.Name, kv.Key, v, leak)
+				}
+			}
+		}
+	}
+	if global == nil || server == nil {
+		t.Fatalf("spans: %v", spans)
+	}
+	if global.Parent.SpanID() != server.SpanContext.SpanID() {
+		t.Error("the global stage span is not a child of the request span")
+	}
+	a := spanAttrs(*global)
+	want := map[string]string{"quotagate.route": "transfers.create", "quotagate.policy": "tenant", "quotagate.decision": "denied", "quotagate.stage": "global"}
+	for k, v := range want {
+		if got := a[attribute.Key(k)].Emit(); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if a["quotagate.retry_after_ms"].AsInt64() != 5000 || a["quotagate.remaining"].AsInt64() != 0 {
+		t.Errorf("retry_after_ms %v remaining %v", a["quotagate.retry_after_ms"].Emit(), a["quotagate.remaining"].Emit())
+	}
+	if c := a["quotagate.caller"].Emit(); len(c) != 16 {
+		t.Errorf("quotagate.caller = %q, want a 16-hex hash", c)
+	}
+}
+
+func TestMetricsCountDecisionsWithoutSensitiveLabels(t *testing.T) {
+	o := newObservedFixture(t)
+	o.do("POST", "/v1/transfers/secret-1", bearer(freeKey), nil)
+	o.do("POST", "/v1/transfers/secret-1", bearer(freeKey), nil)
+	o.do("GET", "/v1/audit", bearer(enterpriseKey), nil)
+
+	w := httptest.NewRecorder()
+	o.metrics.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(w.Body.String()))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	count := func(name string, labels map[string]string) float64 {
+		var sum float64
+		for _, m := range families[name].GetMetric() {
+			ok := true
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				ok = ok && found
+			}
+			if ok {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+		return sum
+	}
+	if got := count("quotagate_decisions_total", map[string]string{"policy": "tenant", "stage": "global", "result": "allowed"}); got != 1 {
+		t.Errorf("tenant allowed = %v, want 1", got)
+	}
+	if got := count("quotagate_decisions_total", map[string]string{"policy": "tenant", "stage": "global", "result": "denied"}); got != 1 {
+		t.Errorf("tenant denied = %v, want 1", got)
+	}
+	if got := count("quotagate_requests_total", map[string]string{"route": "transfers.create", "code": "429"}); got != 1 {
+		t.Errorf("requests 429 = %v, want 1", got)
+	}
+	if families["quotagate_decision_duration_seconds"] == nil {
+		t.Error("no quotagate_decision_duration_seconds")
+	}
+	for name, fam := range families {
+		if !strings.HasPrefix(name, "quotagate_") {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				v := lp.GetValue()
+				if strings.Contains(v, "secret-1") || strings.Contains(v, "acme") || strings.Contains(v, "/") || !utf8.ValidString(v) {
+					t.Errorf("%s label %s=%q carries a tenant or a raw path", name, lp.GetName(), v)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// benchTenants is the number of distinct tenants the benchmarks spread
+// their decisions over.
+const benchTenants = 1000
+
+// benchItems returns a typical admitted batch for tenant i: a tenant and a
+// tenant-route token bucket that share the tenant's hash tag (one script
+// call), with capacity high enough never to deny.
+func benchItems(prefix string, i int) []ratelimit.Item {
+	tag := prefix + "{t" + strconv.Itoa(i) + "}"
+	return []ratelimit.Item{
+		tb(tag+":tenant", 1_000_000, 1_000_000, time.Second, 1),
+		tb(tag+":route:transfers", 1_000_000, 1_000_000, time.Second, 1),
+	}
+}
+
+// BenchmarkRedisDecide measures admitted decisions against a local
+// redis-server at 1, 16 and 64 concurrent callers, reporting throughput
+// and latency percentiles.
+func BenchmarkRedisDecide(b *testing.B) {
+	srv := redistest.StartStandalone(b)
+	for _, conc := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
+			s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
+			prefix := redistest.KeyPrefix(b)
+			warmUp(b, s, benchItems(prefix, 0))
+			var seq atomic.Int64
+			var mu sync.Mutex
+			var lat []time.Duration
+			worker := func(next func() bool) {
+				local := make([]time.Duration, 0, 1024)
+				for next() {
+					items := benchItems(prefix, int(seq.Add(1))%benchTenants)
+					start := time.Now()
+					d, err := s.Decide(context.Background(), items)
+					local = append(local, time.Since(start))
+					if err != nil || !d.Allowed {
+						b.Errorf("Decide: %+v %v", d, err)
+						return
+					}
+				}
+				mu.Lock()
+				lat = append(lat, local...)
+				mu.Unlock()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			if conc == 1 {
+				i := 0
+				worker(func() bool { i++; return i <= b.N })
+			} else {
+				b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) { worker(pb.Next) })
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			reportLatency(b, lat, elapsed)
+		})
+	}
+}
+
+func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// commandCalls returns the number of commands the server has run, from
+// INFO commandstats: all of them (those that scripts run included, INFO
+// itself left out) and the script calls alone (EVALSHA and EVAL), which
+// are the round trips.
+func commandCalls(b *testing.B, srv *redistest.Server) (total, scripts int64) {
+	info, _ := srv.MustDo(b, "INFO", "commandstats").(string)
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || name == "cmdstat_info" {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
+			b.Fatalf("commandstats line %q: %v", line, err)
+		}
+		total += v
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			scripts += v
+		}
+	}
+	return total, scripts
+}
+
+// BenchmarkRedisCommandsPerDecision counts Redis commands per Decide:
+// an admitted one-group batch, and a two-group batch whose second group
+// denies (decide, decide, then a refund).
+func BenchmarkRedisCommandsPerDecision(b *testing.B) {
+	srv := redistest.StartStandalone(b)
+	cases := []struct {
+		name  string
+		items func(prefix string, i int) []ratelimit.Item
+	}{
+		{"admitted_one_group", benchItems},
+		{"denied_second_group", func(prefix string, i int) []ratelimit.Item {
+			return []ratelimit.Item{
+				tb(prefix+"{route}", 1_000_000, 1_000_000, time.Second, 1),
+				tb(prefix+"{tenant}", 1, 1, time.Hour, 1),
+			}
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
+			prefix := redistest.KeyPrefix(b)
+			warmUp(b, s, c.items(prefix, 0)) // loads the script, drains {tenant}
+			total0, scripts0 := commandCalls(b, srv)
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := s.Decide(context.Background(), c.items(prefix, i%benchTenants)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			total1, scripts1 := commandCalls(b, srv)
+			b.ReportMetric(float64(total1-total0)/float64(b.N), "cmds/decision")
+			b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/decision")
+		})
+	}
+}
+
+// BenchmarkRedisMemoryPerKey reports MEMORY USAGE of one key per algorithm
+// (the sliding log with 10 and with 1000 entries).
+func BenchmarkRedisMemoryPerKey(b *testing.B) {
+	srv := redistest.StartStandalone(b)
+	s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
+	win := ratelimit.Limit{Rate: 1000, Per: time.Hour}
+	cases := []struct {
+		name  string
+		item  ratelimit.Item
+		times int
+	}{
+		{"token_bucket", tb("{m}:tb", 1, 1000, time.Hour, 1), 1},
+		{"fixed_window", ratelimit.Item{Key: "{m}:fw", Algorithm: ratelimit.FixedWindow, Limit: win, Cost: 1}, 1},
+		{"sliding_window", ratelimit.Item{Key: "{m}:sw", Algorithm: ratelimit.SlidingWindow, Limit: win, Cost: 1}, 1},
+		{"sliding_log_10", ratelimit.Item{Key: "{m}:sl10", Algorithm: ratelimit.SlidingLog, Limit: win, Cost: 1}, 10},
+		{"sliding_log_1000", ratelimit.Item{Key: "{m}:sl1000", Algorithm: ratelimit.SlidingLog, Limit: win, Cost: 1}, 1000},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			// A fresh key each run: the framework may run this more than once.
+			c.item.Key = redistest.KeyPrefix(b) + c.item.Key
+			for range c.times {
+				if d, err := s.Decide(context.Background(), []ratelimit.Item{c.item}); err != nil || !d.Allowed {
+					b.Fatalf("Decide: %+v %v", d, err)
+				}
+			}
+			var bytes int64
+			for range b.N {
+				bytes, _ = srv.MustDo(b, "MEMORY", "USAGE", c.item.Key, "SAMPLES", "0").(int64)
+			}
+			b.ReportMetric(float64(bytes), "bytes/key")
+		})
+	}
+}
