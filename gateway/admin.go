@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // Admin returns the handler of the admin listener:
@@ -37,7 +39,7 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no configuration"})
 		return
 	}
-	if f := p.backend.BreakerState; f != nil && f() == 2 {
+	if f := p.backend.BreakerState; f != nil && f() == telemetry.BreakerOpen {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store circuit open"})
 		return
 	}

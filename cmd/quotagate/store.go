@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/gateway"
@@ -28,19 +26,7 @@ func openStore(c config.Store) (*gateway.Backend, error) {
 			}
 			password = v
 		}
-		client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{
-			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password,
-			PoolSize: r.PoolSize, DialTimeout: 250 * time.Millisecond,
-			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
-		})
-		store := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: r.Timeout})
-		breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: r.BreakerFailures, Cooldown: r.BreakerCooldown})
-		return &gateway.Backend{
-			Store:        breaker,
-			Ping:         func(ctx context.Context) error { return client.Ping(ctx).Err() },
-			BreakerState: func() int64 { return int64(breaker.State()) },
-			RetryAfter:   r.BreakerCooldown,
-		}, nil
+		return gateway.NewRedisBackend(r, password), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)
 	}

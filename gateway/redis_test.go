@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/redistest"
+)
+
+// failureConfig has one route per on_store_error mode, on a Redis store
+// with a 50ms deadline and a fast breaker.
+const failureConfig = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+store:
+  kind: redis
+  fleet_size: 2
+  redis: {addrs: [REDIS], timeout: 50ms, breaker_failures: 3, breaker_cooldown: 200ms}
+identity: {anonymous: {tier: anonymous}}
+tiers: {anonymous: {}}
+policies:
+  fail_open:   {on_store_error: open,   limits: {"*": {rate: 1, per: 1h, burst: 100}}}
+  fail_closed: {on_store_error: closed, limits: {"*": {rate: 1, per: 1h, burst: 100}}}
+  fail_local:  {on_store_error: local,  limits: {"*": {rate: 1, per: 1h, burst: 4}}}
+upstreams: {up: {url: UPSTREAM}}
+routes:
+  - {name: open.get,   method: GET, path: /open,   upstream: up, policies: [fail_open]}
+  - {name: closed.get, method: GET, path: /closed, upstream: up, policies: [fail_closed]}
+  - {name: local.get,  method: GET, path: /local,  upstream: up, policies: [fail_local]}
+`
+
+func newRedisFixture(t *testing.T, srv *redistest.Server) *fixture {
+	t.Helper()
+	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
+	text := strings.NewReplacer("REDIS", srv.Addr, "UPSTREAM", f.upstream.srv.URL).Replace(failureConfig)
+	f.path = writeConfig(t, text)
+	cfg, err := config.Load(f.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Redis.KeyPrefix = "gw" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	gw, err := New(cfg, Options{
+		Now:       f.clock.Now,
+		OpenStore: func(c config.Store) (*Backend, error) { return NewRedisBackend(c.Redis, ""), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	f.gw = gw
+	return f
+}
+
+// timed sends a request and returns the response and how long it took.
+func (f *fixture) timed(path string) (int, http.Header, time.Duration) {
+	start := time.Now()
+	w := f.do("GET", path, nil, nil)
+	return w.Code, w.Header(), time.Since(start)
+}
+
+// TestStoreFailureModesOnPausedRedis: with Redis frozen (SIGSTOP), an open
+// policy answers 200, a closed one 503 with Retry-After, and a local one
+// admits this instance's share (burst 4 over a fleet of 2 = 2) and then
+// 429 — each within the 50ms deadline plus scheduling margin, and, once the
+// breaker has opened, without waiting for the deadline at all.
+func TestStoreFailureModesOnPausedRedis(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	f := newRedisFixture(t, srv)
+	for _, p := range []string{"/open", "/closed", "/local"} {
+		if code, _, _ := f.timed(p); code != http.StatusOK {
+			t.Fatalf("%s with Redis up: %d", p, code)
+		}
+	}
+	srv.Pause()
+	defer srv.Resume()
+	const bound = 400 * time.Millisecond // 50ms deadline + generous margin for -race on 2 cores
+	var worst time.Duration
+	check := func(path string, want int) http.Header {
+		t.Helper()
+		code, h, took := f.timed(path)
+		worst = max(worst, took)
+		if code != want {
+			t.Fatalf("%s with Redis paused: %d, want %d", path, code, want)
+		}
+		if took > bound {
+			t.Fatalf("%s took %v with Redis paused; the deadline is 50ms", path, took)
+		}
+		return h
+	}
+	check("/open", http.StatusOK)
+	h := check("/closed", http.StatusServiceUnavailable)
+	if ra, err := strconv.Atoi(h.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("503 Retry-After = %q", h.Get("Retry-After"))
+	}
+	// The local share: the first /local request with Redis up consumed from
+	// Redis, not from the share; the share starts full at 2.
+	check("/local", http.StatusOK)
+	check("/local", http.StatusOK)
+	h = check("/local", http.StatusTooManyRequests)
+	if !strings.Contains(h.Get("RateLimit-Policy"), `"fail_local"`) {
+		t.Fatalf("local-share denial names %q", h.Get("RateLimit-Policy"))
+	}
+	// The breaker is open now (3 failures): answers no longer wait.
+	start := time.Now()
+	for i := 0; i < 20; i++ {
+		check("/open", http.StatusOK)
+	}
+	if per := time.Since(start) / 20; per >= 50*time.Millisecond {
+		t.Fatalf("with the breaker open a request still takes %v, the whole deadline", per)
+	}
+	t.Logf("worst latency with Redis paused: %v", worst)
+}
+
+// TestGatewayRecoversFromRedisRestart: Redis killed and started again empty
+// on the same port; the gateway, never restarted, decides through Redis
+// again once the breaker's probe succeeds.
+func TestGatewayRecoversFromRedisRestart(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	f := newRedisFixture(t, srv)
+	if code, _, _ := f.timed("/closed"); code != http.StatusOK {
+		t.Fatalf("before: %d", code)
+	}
+	srv.Kill()
+	if code, _, _ := f.timed("/closed"); code != http.StatusServiceUnavailable {
+		t.Fatalf("Redis dead: %d, want 503", code)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, h, _ := f.timed("/closed")
+		if code == http.StatusOK {
+			if h.Get("RateLimit") == "" {
+				t.Fatal("recovered response lacks RateLimit")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not recover after Redis restarted: last status %d", code)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the breaker's cooldown to pass
+	}
+	// The restarted Redis is empty: the first decision there sees a full bucket.
+	if _, h, _ := f.timed("/closed"); !strings.Contains(h.Get("RateLimit"), "r=98") {
+		t.Fatalf("after recovery RateLimit = %q, want the second request of a fresh bucket (r=98)", h.Get("RateLimit"))
+	}
+}
