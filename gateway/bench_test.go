@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/proxy"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// benchConfig limits generously so the benchmark measures the admitted
+// path: identity, route, local stage, global stage, proxy (built-in echo
+// upstream, so no network is measured).
+const benchConfig = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+identity:
+  api_keys:
+KEYS
+tiers: {free: {local: {rate: 1000000000, per: 1s, burst: 1000000000}}}
+policies:
+  tenant: {limits: {"*": {rate: 1000000000, per: 1s, burst: 1000000000}}}
+  transfers: {scope: tenant_route, limits: {"*": {rate: 1000000000, per: 1s, burst: 1000000000}}}
+upstreams: {echo: {url: "echo:"}}
+routes:
+  - {name: transfers.create, method: POST, path: "/v1/transfers/{id}", upstream: echo, policies: [tenant, transfers]}
+`
+
+func benchGateway(b *testing.B, keys int) *Gateway {
+	b.Helper()
+	var sb strings.Builder
+	for i := 0; i < keys; i++ {
+		sb.WriteString("    - {key_sha256: " + sha256Hex("bench-key-"+strconv.Itoa(i)) + ", tenant: t" + strconv.Itoa(i) + ", tier: free}\n")
+	}
+	cfg, err := config.Parse([]byte(strings.Replace(benchConfig, "KEYS\n", sb.String(), 1)), testGetenv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw, err := New(cfg, Options{Transport: proxy.NewTransport(proxy.TransportOptions{}),
+		OpenStore: func(config.Store) (*Backend, error) {
+			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})}, nil
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = gw.Close() })
+	return gw
+}
+
+// discardWriter is a ResponseWriter that keeps nothing, so the benchmark
+// measures the gateway, not a recorder.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(c int)           { d.code = c }
+
+// BenchmarkPipeline is the whole per-request path on the memory store, one
+// tenant and many tenants: go test -run '^$' -bench Pipeline -benchmem ./gateway
+func BenchmarkPipeline(b *testing.B) {
+	for _, tenants := range []int{1, 1000} {
+		b.Run("tenants="+strconv.Itoa(tenants), func(b *testing.B) {
+			gw := benchGateway(b, tenants)
+			keys := make([]string, tenants)
+			for i := range keys {
+				keys[i] = "Bearer bench-key-" + strconv.Itoa(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
+					r.Header.Set("Authorization", keys[i%len(keys)])
+					w := &discardWriter{h: http.Header{}}
+					gw.ServeHTTP(w, r)
+					if w.code != http.StatusOK {
+						b.Fatalf("status %d", w.code)
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+var _ = time.Second
