@@ -5,6 +5,7 @@
 //	quotagate validate [-config FILE]                check a config, print every error
 //	quotagate explain [-config FILE] -method M -path P [-key K]
 //	                                                 show what would apply to a request
+//	quotagate healthcheck [-url URL]                 exit 0 when a gateway's /readyz answers 200
 //
 // Exit codes: 0 ok, 1 invalid config or flags, 2 failure to start or run.
 package main
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runValidate(args[1:], stdout, stderr)
 		case "explain":
 			return runExplain(args[1:], stdout, stderr)
+		case "healthcheck":
+			return runHealthcheck(args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, "quotagate", version)
 			return nil

@@ -75,6 +75,9 @@ func TestQuickStart(t *testing.T) {
 	if !strings.Contains(string(b), `quotagate_decisions_total{policy="tenant",result="denied",stage="global"}`) {
 		t.Fatalf("/metrics lacks the denial counter:\n%s", b)
 	}
+	if code, out, errs := runCmd(t, "healthcheck", "-url", "http://"+admin+"/readyz"); code != 0 {
+		t.Fatalf("healthcheck: exit %d %s %s", code, out, errs)
+	}
 	_ = proc.Process.Signal(syscall.SIGTERM)
 	if err := proc.Wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, logs.String())

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 
 	"github.com/quotagate/quotagate/config"
@@ -42,6 +43,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return usageErr("log.level: %v", err)
 	}
 	logger := telemetry.NewLogger(stderr, level)
+	redis.SetLogger(redisLog{logger})
 
 	host, _ := os.Hostname()
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceVersion: version, InstanceID: fmt.Sprintf("%s-%d", host, os.Getpid())})

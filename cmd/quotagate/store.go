@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 
@@ -35,4 +37,13 @@ func openStore(c config.Store) (*gateway.Backend, error) {
 // newTransport is the shared transport to every upstream.
 func newTransport() http.RoundTripper {
 	return proxy.NewTransport(proxy.TransportOptions{})
+}
+
+// redisLog routes go-redis's own log lines (dial failures while Redis is
+// down, which the breaker and metrics already report) to the debug level,
+// so an outage does not flood stderr.
+type redisLog struct{ logger *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.logger.Log(ctx, slog.LevelDebug, "redis client", slog.String("detail", fmt.Sprintf(format, v...)))
 }
