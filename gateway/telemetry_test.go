@@ -99,7 +99,7 @@ func TestDeniedRequestIsTracedPerStage(t *testing.T) {
 			server = s
 		}
 		for _, kv := range s.Attributes {
-			v := kv.Value.Emit()
+			v := kv.Value.String()
 			for _, leak := range []string{"secret-42", "acme", freeKey, sha256Hex(freeKey)} {
 				if strings.Contains(v, leak) {
 					t.Errorf("span %s attribute %s = %q leaks %q", s.Name, kv.Key, v, leak)
@@ -116,14 +116,14 @@ func TestDeniedRequestIsTracedPerStage(t *testing.T) {
 	a := spanAttrs(*global)
 	want := map[string]string{"quotagate.route": "transfers.create", "quotagate.policy": "tenant", "quotagate.decision": "denied", "quotagate.stage": "global"}
 	for k, v := range want {
-		if got := a[attribute.Key(k)].Emit(); got != v {
+		if got := a[attribute.Key(k)].String(); got != v {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
 	}
 	if a["quotagate.retry_after_ms"].AsInt64() != 5000 || a["quotagate.remaining"].AsInt64() != 0 {
-		t.Errorf("retry_after_ms %v remaining %v", a["quotagate.retry_after_ms"].Emit(), a["quotagate.remaining"].Emit())
+		t.Errorf("retry_after_ms %v remaining %v", a["quotagate.retry_after_ms"].String(), a["quotagate.remaining"].String())
 	}
-	if c := a["quotagate.caller"].Emit(); len(c) != 16 {
+	if c := a["quotagate.caller"].String(); len(c) != 16 {
 		t.Errorf("quotagate.caller = %q, want a 16-hex hash", c)
 	}
 }
