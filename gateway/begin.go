@@ -29,9 +29,10 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 			w.Header().Set("X-Request-ID", st.requestID)
 
 			ctx := g.opts.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := g.tracer.Start(ctx, "quotagate.request",
-				trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+			ctx, span := g.tracer.Start(ctx, "quotagate.request", serverSpan)
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("http.request.method", r.Method))
+			}
 			ctx = context.WithValue(ctx, stateKey{}, st)
 			r = r.WithContext(ctx)
 
@@ -51,6 +52,9 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 	}
 }
 
+// serverSpan is the start option of every request span, built once.
+var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
+
 // finish records what the request came to.
 func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, st *requestState) {
 	status := st.rec.status
@@ -61,12 +65,14 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	if st.route != nil {
 		routeName = st.route.name
 	}
-	span.SetAttributes(attribute.String("quotagate.route", routeName), attribute.Int("http.response.status_code", status))
-	if st.caller.ID != "" {
-		span.SetAttributes(attribute.String("quotagate.caller", st.caller.ID))
-	}
-	if status >= 500 {
-		span.SetStatus(codes.Error, http.StatusText(status))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("quotagate.route", routeName), attribute.Int("http.response.status_code", status))
+		if st.caller.ID != "" {
+			span.SetAttributes(attribute.String("quotagate.caller", st.caller.ID))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
 	}
 	span.End()
 	if g.opts.Metrics != nil {

@@ -20,7 +20,9 @@ type rateLimitView struct {
 	retry     time.Duration // exact wait before the request's cost fits; 0 when allowed
 }
 
-// setRateLimitHeaders writes RateLimit-Policy and RateLimit in the syntax of
+// setRateLimitHeaders writes RateLimit-Policy and RateLimit (spelled in Go's
+// canonical form, which spares a canonicalization per request; header names
+// are case-insensitive) in the syntax of
 // draft-ietf-httpapi-ratelimit-headers-10 (Structured Field lists). Times
 // are delta seconds, never timestamps.
 func setRateLimitHeaders(h http.Header, v rateLimitView) {
@@ -28,12 +30,12 @@ func setRateLimitHeaders(h http.Header, v rateLimitView) {
 		return
 	}
 	name := sfString(v.policy)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10)+";w="+strconv.FormatInt(v.window, 10))
+	h.Set("Ratelimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10)+";w="+strconv.FormatInt(v.window, 10))
 	t := int64(0)
 	if v.reset > 0 {
 		t = ceilSeconds(v.reset)
 	}
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(max(v.remaining, 0), 10)+";t="+strconv.FormatInt(t, 10))
+	h.Set("Ratelimit", name+";r="+strconv.FormatInt(max(v.remaining, 0), 10)+";t="+strconv.FormatInt(t, 10))
 }
 
 // sfString renders s as a Structured Field string.

@@ -47,10 +47,13 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow}
 			}
 
-			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.global", trace.WithAttributes(
-				attribute.String("quotagate.stage", "global"),
-				attribute.String("quotagate.route", st.route.name),
-				attribute.String("quotagate.caller", st.caller.ID)))
+			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.global")
+			if span.IsRecording() {
+				span.SetAttributes(
+					attribute.String("quotagate.stage", "global"),
+					attribute.String("quotagate.route", st.route.name),
+					attribute.String("quotagate.caller", st.caller.ID))
+			}
 			start := time.Now()
 			d, err := p.backend.Store.Decide(ctx, items)
 			elapsed := time.Since(start)
@@ -109,19 +112,24 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 			g.count(ctx, bp.name, stage, "allowed")
 		}
 	}
-	result := "allowed"
-	if !d.Allowed {
-		result = "denied"
+	recording := span.IsRecording()
+	if recording {
+		result := "allowed"
+		if !d.Allowed {
+			result = "denied"
+		}
+		span.SetAttributes(attribute.String("quotagate.decision", result))
 	}
-	span.SetAttributes(attribute.String("quotagate.decision", result))
 	if decided >= 0 {
 		res, bp := d.Results[decided], &ps[decided]
 		view = rateLimitView{policy: bp.name, quota: bp.quota, window: bp.window, remaining: res.Remaining, retry: res.RetryAfter, reset: res.ResetAfter}
 		if !res.Allowed {
 			view.reset = res.RetryAfter
 		}
-		span.SetAttributes(attribute.String("quotagate.policy", bp.name), attribute.Int64("quotagate.remaining", res.Remaining),
-			attribute.Int64("quotagate.retry_after_ms", ceilMillis(res.RetryAfter)))
+		if recording {
+			span.SetAttributes(attribute.String("quotagate.policy", bp.name), attribute.Int64("quotagate.remaining", res.Remaining),
+				attribute.Int64("quotagate.retry_after_ms", ceilMillis(res.RetryAfter)))
+		}
 	}
 	return d.Allowed, view, violated
 }

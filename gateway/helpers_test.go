@@ -94,7 +94,7 @@ routes:
   - {name: transfers.create, method: POST, path: "/v1/transfers/{id}", upstream: payments, cost: 5, policies: [tenant, transfers]}
   - {name: transfers.get, method: GET, path: "/v1/transfers/{id}", upstream: payments, policies: [tenant]}
   - {name: audit.get, method: GET, path: "/v1/audit", upstream: payments, policies: [audit]}
-  - {name: open.get, method: GET, path: "/v1/open", upstream: payments}
+  - {name: open.get, method: GET, path: "/v1/open", upstream: patient}
   - {name: slow.get, method: GET, path: "/v1/slow", upstream: payments}
   - {name: dead.get, method: GET, path: "/v1/dead", upstream: dead}
   - {name: gated.get, method: GET, path: "/v1/gated", upstream: patient}

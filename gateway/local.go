@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // localPolicy is the policy name reported for stage-1 denials.
@@ -24,11 +23,7 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.local", trace.WithAttributes(
-				attribute.String("quotagate.stage", "local"),
-				attribute.String("quotagate.route", st.route.name),
-				attribute.String("quotagate.policy", localPolicy),
-				attribute.String("quotagate.caller", st.caller.ID)))
+			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.local")
 			now := g.opts.Now()
 			ok, remaining, retry := set.Allow(st.caller.Tenant, now, int(st.route.cost))
 			lim, burst := set.Limit()
@@ -43,8 +38,15 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 			} else if missing := quota - int64(remaining); missing > 0 {
 				view.reset = time.Duration(float64(missing) / float64(lim) * float64(time.Second))
 			}
-			span.SetAttributes(attribute.String("quotagate.decision", result), attribute.Int("quotagate.remaining", remaining),
-				attribute.Int64("quotagate.retry_after_ms", ceilMillis(view.retry)))
+			if span.IsRecording() {
+				span.SetAttributes(
+					attribute.String("quotagate.stage", "local"),
+					attribute.String("quotagate.route", st.route.name),
+					attribute.String("quotagate.policy", localPolicy),
+					attribute.String("quotagate.caller", st.caller.ID),
+					attribute.String("quotagate.decision", result), attribute.Int("quotagate.remaining", remaining),
+					attribute.Int64("quotagate.retry_after_ms", ceilMillis(view.retry)))
+			}
 			span.End()
 			if m := g.opts.Metrics; m != nil {
 				m.Decision(ctx, localPolicy, "local", result)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,6 +134,7 @@ func TestReloadUnderTrafficFailsNoRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var failed, total atomic.Int64
+	var firstFailure atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
@@ -149,6 +151,7 @@ func TestReloadUnderTrafficFailsNoRequest(t *testing.T) {
 				total.Add(1)
 				if w.Code != http.StatusOK {
 					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, strconv.Itoa(w.Code)+" "+w.Body.String())
 				}
 			}
 		}()
@@ -168,7 +171,7 @@ func TestReloadUnderTrafficFailsNoRequest(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 || total.Load() == 0 {
-		t.Fatalf("%d of %d requests failed during reloads", failed.Load(), total.Load())
+		t.Fatalf("%d of %d requests failed during reloads; first: %v", failed.Load(), total.Load(), firstFailure.Load())
 	}
 }
 
