@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
@@ -30,7 +31,7 @@ routes:
   - {name: transfers.create, method: POST, path: "/v1/transfers/{id}", upstream: echo, policies: [tenant, transfers]}
 `
 
-func benchGateway(b *testing.B, keys int) *Gateway {
+func benchGateway(b *testing.B, keys int, opts ...func(*Options)) *Gateway {
 	b.Helper()
 	var sb strings.Builder
 	for i := 0; i < keys; i++ {
@@ -40,10 +41,14 @@ func benchGateway(b *testing.B, keys int) *Gateway {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gw, err := New(cfg, Options{Transport: proxy.NewTransport(proxy.TransportOptions{}),
+	o := Options{Transport: proxy.NewTransport(proxy.TransportOptions{}),
 		OpenStore: func(config.Store) (*Backend, error) {
 			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})}, nil
-		}})
+		}}
+	for _, f := range opts {
+		f(&o)
+	}
+	gw, err := New(cfg, o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,6 +66,39 @@ type discardWriter struct {
 func (d *discardWriter) Header() http.Header         { return d.h }
 func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discardWriter) WriteHeader(c int)           { d.code = c }
+
+// BenchmarkPipelineTracing is the same path with tracing off (no provider),
+// with an SDK provider whose sampler drops every span, and with one that
+// records every span (exported to nothing): what tracing costs per request.
+func BenchmarkPipelineTracing(b *testing.B) {
+	cases := map[string]func(*Options){
+		"none": func(*Options) {},
+		"never": func(o *Options) {
+			o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		},
+		"always_on": func(o *Options) {
+			o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		},
+	}
+	for _, name := range []string{"none", "never", "always_on"} {
+		b.Run("tracer="+name, func(b *testing.B) {
+			gw := benchGateway(b, 1, cases[name])
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
+					r.Header.Set("Authorization", "Bearer bench-key-0")
+					w := &discardWriter{h: http.Header{}}
+					gw.ServeHTTP(w, r)
+					if w.code != http.StatusOK {
+						b.Fatalf("status %d", w.code)
+					}
+				}
+			})
+		})
+	}
+}
 
 // BenchmarkPipeline is the whole per-request path on the memory store, one
 // tenant and many tenants: go test -run '^$' -bench Pipeline -benchmem ./gateway
@@ -90,5 +128,3 @@ func BenchmarkPipeline(b *testing.B) {
 		})
 	}
 }
-
-var _ = time.Second
