@@ -27,7 +27,7 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 				if errors.Is(err, identity.ErrUnauthenticated) {
 					msg = err.Error()
 				}
-				w.Header().Set("WWW-Authenticate", `Bearer realm="quotagate"`)
+				w.Header().Set("Www-Authenticate", `Bearer realm="quotagate"`)
 				writeProblem(w, problem{Status: http.StatusUnauthorized, Error: codeUnauthenticated, Message: msg, RequestID: st.requestID})
 				return
 			}

@@ -24,14 +24,17 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := &requestState{start: g.opts.Now()}
 			st.rec.ResponseWriter = w
-			st.requestID = requestID(r.Header.Get("X-Request-ID"))
-			r.Header.Set("X-Request-ID", st.requestID)
-			w.Header().Set("X-Request-ID", st.requestID)
+			st.requestID = requestID(r.Header.Get("X-Request-Id"))
+			r.Header.Set("X-Request-Id", st.requestID)
+			w.Header().Set("X-Request-Id", st.requestID)
 
-			ctx := g.opts.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := g.tracer.Start(ctx, "quotagate.request", serverSpan)
-			if span.IsRecording() {
-				span.SetAttributes(attribute.String("http.request.method", r.Method))
+			ctx, span := r.Context(), nonRecording
+			if g.tracing {
+				ctx = g.opts.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+				ctx, span = g.tracer.Start(ctx, "quotagate.request", serverSpan)
+				if span.IsRecording() {
+					span.SetAttributes(attribute.String("http.request.method", r.Method))
+				}
 			}
 			ctx = context.WithValue(ctx, stateKey{}, st)
 			r = r.WithContext(ctx)
@@ -54,6 +57,21 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 
 // serverSpan is the start option of every request span, built once.
 var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
+
+// nonRecording is a span that records nothing and whose End does nothing.
+var nonRecording = trace.SpanFromContext(context.Background())
+
+// startStage starts the span of a pipeline stage as a child of the request
+// span, or, when the request span records nothing (tracing off or not
+// sampled), returns ctx unchanged and a span that records nothing: with a
+// parent-based sampler the child would not be recorded either, and this
+// spares a context and a span per stage.
+func (g *Gateway) startStage(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, nonRecording
+	}
+	return g.tracer.Start(ctx, name)
+}
 
 // finish records what the request came to.
 func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, st *requestState) {

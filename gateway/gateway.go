@@ -77,6 +77,7 @@ type Gateway struct {
 	live     atomic.Pointer[pipeline]
 	fallback *ratelimit.MemoryStore // this instance's share when the store fails
 	logLimit *telemetry.LogLimiter
+	tracing  bool // a TracerProvider was given
 
 	mu        sync.Mutex // serializes reloads
 	storeCfg  config.Store
@@ -86,8 +87,10 @@ type Gateway struct {
 
 // New builds a gateway for cfg, which must have passed Validate.
 func New(cfg *config.Config, o Options) (*Gateway, error) {
+	tracing := o.TracerProvider != nil
 	o.fill()
 	g := &Gateway{
+		tracing:  tracing,
 		opts:     o,
 		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
 		fallback: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now}),

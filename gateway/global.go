@@ -47,7 +47,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow}
 			}
 
-			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.global")
+			ctx, span := g.startStage(r.Context(), "quotagate.stage.global")
 			if span.IsRecording() {
 				span.SetAttributes(
 					attribute.String("quotagate.stage", "global"),

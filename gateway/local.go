@@ -23,7 +23,7 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			ctx, span := g.tracer.Start(r.Context(), "quotagate.stage.local")
+			ctx, span := g.startStage(r.Context(), "quotagate.stage.local")
 			now := g.opts.Now()
 			ok, remaining, retry := set.Allow(st.caller.Tenant, now, int(st.route.cost))
 			lim, burst := set.Limit()

@@ -294,7 +294,7 @@ func (a *Authenticator) lookupKey(key string) (keyEntry, bool) {
 // credential extracts the presented credential from h, and whether it came
 // as a bearer token. It returns "" and no error when none is presented.
 func credential(h http.Header) (cred string, bearer bool, err error) {
-	auths, keys := h.Values("Authorization"), h.Values("X-API-Key")
+	auths, keys := h.Values("Authorization"), h.Values("X-Api-Key") // canonical spelling: no allocation per lookup
 	if len(auths) > 1 || len(keys) > 1 {
 		return "", false, errMultipleHeaders
 	}

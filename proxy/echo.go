@@ -22,7 +22,7 @@ func (echoHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := json.Marshal(echoBody{
 		Method:    r.Method,
 		Path:      r.URL.Path,
-		RequestID: r.Header.Get("X-Request-ID"),
+		RequestID: r.Header.Get("X-Request-Id"),
 		Tenant:    r.Header.Get("X-Quotagate-Tenant"),
 	})
 	w.Header().Set("Content-Type", "application/json")

@@ -31,7 +31,7 @@ func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) 
 		slog.Int("status", status),
 		slog.String("code", code),
 		slog.String("method", r.Method),
-		slog.String("request_id", r.Header.Get("X-Request-ID")),
+		slog.String("request_id", r.Header.Get("X-Request-Id")),
 		slog.String("error", err.Error()),
 	)
 	f.write(w, r, status, code, message)
