@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// bench starts everything o asks for, runs the rounds and returns the
+// report. Every process it started is stopped before it returns.
+func bench(ctx context.Context, o *options, command string, progress io.Writer) (*Report, error) {
+	dir, err := os.MkdirTemp("", "quotagate-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ps := &procs{}
+	defer ps.stopAll()
+
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this binary: %w", err)
+	}
+	rep := &Report{
+		Command: command,
+		Machine: map[string]string{
+			"cores": strconv.Itoa(runtime.NumCPU()),
+			"os":    runtime.GOOS + "/" + runtime.GOARCH,
+			"go":    runtime.Version(),
+			"load":  "loadavg at start " + loadAvg(),
+		},
+		Settings: map[string]string{
+			"conns": strconv.Itoa(o.conns), "duration": o.duration.String(), "warmup": o.warmup.String(),
+			"rounds": strconv.Itoa(o.rounds), "keys": strings.Join(o.mixes, ","),
+			"rate":          strconv.Itoa(o.rate) + "/s per key (burst " + strconv.Itoa(o.rate) + ")",
+			"redis_timeout": o.timeout.String(),
+		},
+	}
+	e := &env{ps: ps, dir: dir, self: self, rate: o.rate, timeout: o.timeout}
+
+	var contenders []string
+	needRedis, needQG := false, false
+	for _, c := range o.contenders {
+		if c == cNginx {
+			if e.nginxBin = findNginx(); e.nginxBin == "" {
+				rep.Notes = append(rep.Notes, "nginx is not installed: the nginx contender was skipped")
+				continue
+			}
+			rep.Machine["nginx"] = nginxVersion(e.nginxBin)
+		}
+		needRedis = needRedis || contenderInfo[c].usesRedis
+		needQG = needQG || c == cQGMemory || c == cQGRedis
+		contenders = append(contenders, c)
+	}
+	if len(contenders) == 0 {
+		return nil, fmt.Errorf("no contender can run")
+	}
+	rep.Settings["contenders"] = strings.Join(contenders, ",")
+
+	fmt.Fprintln(progress, "starting upstream")
+	upProc, upAddr, err := startSelf(ctx, e, cmdUpstream)
+	if err != nil {
+		return nil, err
+	}
+	e.upstream = "http://" + upAddr
+	if needRedis {
+		fmt.Fprintln(progress, "starting redis-server")
+		if e.redis, err = startRedis(ctx, ps, dir); err != nil {
+			return nil, err
+		}
+		defer e.redis.client.Close()
+		rep.Machine["redis"] = e.redis.version(ctx)
+	}
+	if needQG {
+		if e.qgBin = o.quotagate; e.qgBin == "" {
+			fmt.Fprintln(progress, "building quotagate")
+			if e.qgBin, err = buildQuotagate(ctx, dir); err != nil {
+				return nil, err
+			}
+		}
+	}
+	running := map[string]*contender{}
+	for _, name := range contenders {
+		fmt.Fprintf(progress, "starting %s\n", name)
+		c, err := startContender(ctx, e, name)
+		if err != nil {
+			return nil, fmt.Errorf("starting %s: %w", name, err)
+		}
+		running[name] = c
+	}
+
+	auth := make([][]string, numKeys)
+	for i := range auth {
+		auth[i] = []string{"Bearer " + benchKey(i)}
+	}
+	var samples []sample
+	for round := range o.rounds {
+		for _, mix := range o.mixes {
+			// Rotate the order each round so that no contender always runs
+			// first (after the machine idled) or last.
+			for i := range contenders {
+				c := running[contenders[(i+round)%len(contenders)]]
+				s, err := measure(ctx, e, c, upProc, loadSpec{
+					URL: c.base + requestURI, Conns: o.conns, Duration: o.duration,
+					Warmup: o.warmup, Mix: mix, Auth: auth,
+				})
+				if err != nil {
+					return nil, fmt.Errorf("round %d, keys %s, %s: %w", round+1, mix, c.name, err)
+				}
+				s.Round = round + 1
+				samples = append(samples, *s)
+				l := s.Load
+				fmt.Fprintf(progress, "round %d/%d keys=%-7s %-16s %8.0f req/s  p99 %-8s 200:%d 429:%d other:%d\n",
+					round+1, o.rounds, mix, c.name, float64(l.Requests)/l.Elapsed.Seconds(),
+					fmtUS(float64(l.Latency.Quantile(0.99))/1e3), l.OK, l.Limited, l.Other+l.Errors)
+			}
+		}
+	}
+	rep.Machine["load"] += ", at end " + loadAvg()
+	rep.Rows = aggregate(samples, o.mixes, contenders)
+	rep.Notes = append(rep.Notes, fallbackNotes(rep.Rows)...)
+	rep.Notes = append(rep.Notes, notes(runtime.NumCPU())...)
+	return rep, nil
+}
+
+// measure runs one load against c and reads the CPU and Redis counters
+// around its measured part.
+func measure(ctx context.Context, e *env, c *contender, up *proc, spec loadSpec) (*sample, error) {
+	s := &sample{Mix: spec.Mix, Contender: c.name}
+	usesRedis := contenderInfo[c.name].usesRedis
+	if e.redis != nil {
+		// Every run starts from empty buckets.
+		if err := e.redis.client.FlushAll(ctx).Err(); err != nil {
+			return nil, fmt.Errorf("FLUSHALL: %w", err)
+		}
+	}
+	groups := []int{c.proc.pgid, up.pgid}
+	if e.redis != nil {
+		groups = append(groups, e.redis.proc.pgid)
+	}
+	var (
+		before, after         map[int]uint64
+		selfBefore, selfAfter uint64
+		cmdBefore, cmdAfter   cmdCounts
+		fbBefore, fbAfter     uint64
+		errStart, errEnd      error
+	)
+	snapshot := func(ticks *map[int]uint64, self *uint64, cmds *cmdCounts, fb *uint64) error {
+		var err error
+		if *ticks, err = cpuTicks(groups); err != nil {
+			return err
+		}
+		if *self, err = selfTicks(); err != nil {
+			return err
+		}
+		if usesRedis {
+			if *cmds, err = e.redis.commandStats(ctx); err != nil {
+				return err
+			}
+		}
+		if c.admin != "" {
+			if *fb, err = storeFallbacks(ctx, c.admin); err != nil {
+				return fmt.Errorf("reading quotagate metrics: %w", err)
+			}
+		}
+		return nil
+	}
+	res, err := runLoad(ctx, spec,
+		func() { errStart = snapshot(&before, &selfBefore, &cmdBefore, &fbBefore) },
+		func() { errEnd = snapshot(&after, &selfAfter, &cmdAfter, &fbAfter) })
+	if err != nil {
+		return nil, err
+	}
+	if errStart != nil || errEnd != nil {
+		return nil, fmt.Errorf("reading counters: %v %v", errStart, errEnd)
+	}
+	if c.proc.exited() {
+		return nil, fmt.Errorf("%s exited during the run:\n%s", c.name, c.proc.output())
+	}
+	if res.Requests == 0 {
+		return nil, fmt.Errorf("no request completed")
+	}
+	s.Load = res
+	s.ContenderTicks = after[c.proc.pgid] - before[c.proc.pgid]
+	s.UpstreamTicks = after[up.pgid] - before[up.pgid]
+	s.LoadgenTicks = selfAfter - selfBefore
+	if usesRedis {
+		s.RedisTicks = after[e.redis.proc.pgid] - before[e.redis.proc.pgid]
+		all, scripts := cmdAfter.delta(cmdBefore)
+		s.RedisCmds, s.RedisScripts = &all, &scripts
+	}
+	if c.admin != "" {
+		d := fbAfter - fbBefore
+		s.StoreFallbacks = &d
+	}
+	return s, nil
+}
+
+// fallbackNotes warns about rows where more than 1% of quotagate's
+// decisions fell back to on_store_error: those rows mostly measure the
+// fallback, not the store.
+func fallbackNotes(rows []Row) []string {
+	var out []string
+	for _, r := range rows {
+		if r.StoreFallbacks == nil || r.Requests == 0 || *r.StoreFallbacks*100 <= r.Requests {
+			continue
+		}
+		out = append(out, fmt.Sprintf("WARNING %s keys=%s: %.1f%% of decisions fell back to on_store_error: open (store deadline missed or breaker open); "+
+			"this row does not measure the store. Raise -redis-timeout or lower -c",
+			r.Contender, r.Keys, 100*float64(*r.StoreFallbacks)/float64(r.Requests)))
+	}
+	return out
+}
+
+// notes explains how to read the table.
+func notes(cores int) []string {
+	return []string{
+		fmt.Sprintf("the machine has %d cores, shared by the load generator (this process), the upstream, redis-server and the contender under load; "+
+			"throughput and latency are bounded by that contention and are comparable only between rows of one run. "+
+			"CPU per request is the better measure of each contender's own cost", cores),
+		"cpu µs/req: utime+stime of the contender's process group (/proc, 10 ms ticks) over the measured time / requests; " +
+			"redis µs/req: the same for redis-server; gen µs/req: the load generator",
+		"redis cmd/req: INFO commandstats delta / requests, counting commands called from scripts too; fallbacks: quotagate decisions made by on_store_error (store failed or missed its deadline)",
+		"rps/evalsha, rps/nginx: throughput ratio; cpu/evalsha, cpu/nginx: ratio of CPU per request of contender + redis-server",
+		"latency: log-linear histogram (buckets within 0.8%), from sending the request to reading the whole answer, closed loop",
+	}
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages from /proc/loadavg,
+// or "?" when it cannot be read. Other work on the machine shows here.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
