@@ -7,15 +7,14 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-
-	"github.com/quotagate/quotagate/telemetry"
 )
 
 // Admin returns the handler of the admin listener:
 //
 //	GET /healthz  200 while the process serves
 //	GET /readyz   200 once a configuration is live and the store answers
-//	              (and its circuit breaker is not open); 503 otherwise
+//	              (and not every failure domain of its circuit breaker is
+//	              open); 503 otherwise
 //	GET /config   the live configuration, redacted (no key hashes, no secrets)
 //	GET /metrics  Prometheus text exposition (when metrics is not nil)
 func (g *Gateway) Admin(metrics http.Handler) http.Handler {
@@ -39,7 +38,7 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no configuration"})
 		return
 	}
-	if f := p.backend.BreakerState; f != nil && f() == telemetry.BreakerOpen {
+	if f := p.backend.AllDown; f != nil && f() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store circuit open"})
 		return
 	}

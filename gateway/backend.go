@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
@@ -24,7 +26,8 @@ func NewRedisBackend(c config.Redis, password string) *Backend {
 		ReadTimeout: timeout, WriteTimeout: timeout,
 	})
 	store := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: timeout})
-	breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown})
+	breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{
+		Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Partition: clusterPartition(client)})
 	cooldown := c.BreakerCooldown
 	if cooldown <= 0 {
 		cooldown = time.Second
@@ -41,6 +44,28 @@ func NewRedisBackend(c config.Redis, password string) *Backend {
 			}
 			return telemetry.BreakerClosed
 		},
+		AllDown:    breaker.AllOpen,
 		RetryAfter: cooldown,
+	}
+}
+
+// clusterPartition gives a Redis Cluster's breaker one failure domain per
+// primary: a batch belongs to the primary that owns its last item's key
+// (the tenant's slot, which the gateway puts last). Other clients have one
+// domain.
+func clusterPartition(client redis.UniversalClient) func([]ratelimit.Item) string {
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	return func(items []ratelimit.Item) string {
+		if len(items) == 0 {
+			return ""
+		}
+		node, err := cc.MasterForKey(context.Background(), items[len(items)-1].Key)
+		if err != nil {
+			return ""
+		}
+		return node.Options().Addr
 	}
 }

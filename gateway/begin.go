@@ -118,8 +118,9 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	)
 }
 
-// limitedBody stops a request body at the configured maximum and marks the
-// request so that the resulting proxy failure is answered 413.
+// limitedBody stops a request body at the configured maximum and remembers
+// how reading the caller's body failed, so that the resulting proxy failure
+// is answered as the caller's fault (413 or 400), not the upstream's (502).
 type limitedBody struct {
 	rc   io.ReadCloser
 	left int64
@@ -142,6 +143,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return n, errBodyTooLarge
 	}
 	b.left -= int64(n)
+	if err != nil && err != io.EOF {
+		b.st.bodyUnreadable = true
+	}
 	return n, err
 }
 

@@ -111,8 +111,12 @@ func writeProxyError(w http.ResponseWriter, r *http.Request, status int, code, m
 	id := ""
 	if st != nil {
 		id = st.requestID
-		if st.bodyTooLarge {
+		switch {
+		case status == 499:
+		case st.bodyTooLarge:
 			status, code, message = http.StatusRequestEntityTooLarge, codePayloadTooLarge, "request body too large"
+		case st.bodyUnreadable:
+			status, code, message = http.StatusBadRequest, codeBadRequest, "the request body could not be read"
 		}
 	}
 	if status == 499 { // the client went away; there is nobody to answer

@@ -34,8 +34,12 @@ type Backend struct {
 	Store ratelimit.Store
 	// Ping reports whether the store answers; nil means it always does.
 	Ping func(ctx context.Context) error
-	// BreakerState reports 0 closed, 1 half-open, 2 open; nil means always 0.
+	// BreakerState reports 0 closed, 1 half-open, 2 open (the worst over the
+	// store's failure domains); nil means always 0.
 	BreakerState func() int64
+	// AllDown reports whether no decision can reach the store at all (every
+	// failure domain's breaker is open); nil means never.
+	AllDown func() bool
 	// RetryAfter is what a 503 caused by this store advertises in
 	// Retry-After: about the time until the store is probed again.
 	RetryAfter time.Duration

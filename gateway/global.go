@@ -188,7 +188,9 @@ func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span t
 			it.Key = "fallback:" + it.Key
 			it.Limit = bp.share
 			local = append(local, it)
-			localPs = append(localPs, *bp)
+			lp := *bp // advertise the share that is enforced, not the fleet's quota
+			lp.quota, lp.window = advertised(bp.share, bp.algorithm)
+			localPs = append(localPs, lp)
 		}
 	}
 	if closedBy != "" {

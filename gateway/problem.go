@@ -16,6 +16,7 @@ const (
 	codeUpstreamUnavailable = "upstream_unavailable"
 	codeUpstreamTimeout     = "upstream_timeout"
 	codePayloadTooLarge     = "payload_too_large"
+	codeBadRequest          = "bad_request"
 	codeInternal            = "internal_error"
 )
 
@@ -28,6 +29,7 @@ var problemTitles = map[string]string{
 	codeUpstreamUnavailable: "Upstream Unavailable",
 	codeUpstreamTimeout:     "Upstream Timeout",
 	codePayloadTooLarge:     "Payload Too Large",
+	codeBadRequest:          "Bad Request",
 	codeInternal:            "Internal Error",
 }
 

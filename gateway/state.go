@@ -22,7 +22,10 @@ type requestState struct {
 	// bodyTooLarge is set when the request body ran past server.max_body_bytes
 	// while it was being forwarded, so the proxy's failure is answered 413.
 	bodyTooLarge bool
-	rec          statusRecorder
+	// bodyUnreadable is set when reading the caller's body failed (for
+	// example a malformed chunk), so the proxy's failure is answered 400.
+	bodyUnreadable bool
+	rec            statusRecorder
 }
 
 type stateKey struct{}

@@ -51,6 +51,13 @@ type BreakerOptions struct {
 	Cooldown time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Partition names the failure domain a batch depends on, such as the
+	// Redis Cluster primary that owns its keys; each domain gets a breaker
+	// state of its own, so one dead primary does not fail the tenants of the
+	// others. nil means one domain for the whole store. It is called on
+	// every Decide and must be cheap and safe for concurrent use; the number
+	// of distinct names it returns must be bounded (the nodes of a cluster).
+	Partition func(items []Item) string
 }
 
 // Breaker is a Store that stops calling a failing store for a while, so that
@@ -65,13 +72,23 @@ type BreakerOptions struct {
 // closes the breaker, failure opens it for another Cooldown. ErrInvalid
 // says nothing about the store's health and changes nothing.
 //
+// With BreakerOptions.Partition, all of this happens per failure domain.
+//
 // A Breaker is safe for concurrent use.
 type Breaker struct {
-	store    Store
-	failures int
-	cooldown time.Duration
-	now      func() time.Time
+	store     Store
+	failures  int
+	cooldown  time.Duration
+	now       func() time.Time
+	partition func([]Item) string
 
+	mu    sync.Mutex
+	cells map[string]*breakerCell
+	only  *breakerCell // the single domain when partition is nil
+}
+
+// breakerCell is the state of one failure domain.
+type breakerCell struct {
 	mu       sync.Mutex
 	state    BreakerState
 	failed   int       // consecutive failures while closed
@@ -83,7 +100,8 @@ var _ Store = (*Breaker)(nil)
 
 // NewBreaker returns a closed Breaker around s.
 func NewBreaker(s Store, opts BreakerOptions) *Breaker {
-	b := &Breaker{store: s, failures: opts.Failures, cooldown: opts.Cooldown, now: opts.Now}
+	b := &Breaker{store: s, failures: opts.Failures, cooldown: opts.Cooldown, now: opts.Now,
+		partition: opts.Partition, cells: map[string]*breakerCell{}, only: &breakerCell{}}
 	if b.failures <= 0 {
 		b.failures = 5
 	}
@@ -98,75 +116,137 @@ func NewBreaker(s Store, opts BreakerOptions) *Breaker {
 
 // Decide calls the store unless the breaker is open (see Breaker).
 func (b *Breaker) Decide(ctx context.Context, items []Item) (Decision, error) {
-	ok, probe := b.admit()
+	c := b.cell(items)
+	ok, probe := b.admit(c)
 	if !ok {
 		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
 	}
 	d, err := b.store.Decide(ctx, items)
-	b.record(err, probe)
+	b.record(c, err, probe)
 	return d, err
+}
+
+// cell returns the state of the failure domain of items.
+func (b *Breaker) cell(items []Item) *breakerCell {
+	if b.partition == nil {
+		return b.only
+	}
+	name := b.partition(items)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.cells[name]
+	if !ok {
+		c = &breakerCell{}
+		b.cells[name] = c
+	}
+	return c
+}
+
+// each calls f with every domain's cell.
+func (b *Breaker) each(f func(*breakerCell)) {
+	if b.partition == nil {
+		f(b.only)
+		return
+	}
+	b.mu.Lock()
+	cells := make([]*breakerCell, 0, len(b.cells))
+	for _, c := range b.cells {
+		cells = append(cells, c)
+	}
+	b.mu.Unlock()
+	for _, c := range cells {
+		f(c)
+	}
 }
 
 // admit reports whether a call may go to the store, and whether it is the
 // half-open probe.
-func (b *Breaker) admit() (ok, probe bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.state {
+func (b *Breaker) admit(c *breakerCell) (ok, probe bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
 	case BreakerClosed:
 		return true, false
 	case BreakerOpen:
-		if b.now().Sub(b.openedAt) < b.cooldown {
+		if b.now().Sub(c.openedAt) < b.cooldown {
 			return false, false
 		}
-		b.state = BreakerHalfOpen
+		c.state = BreakerHalfOpen
 	}
-	if b.probing {
+	if c.probing {
 		return false, false
 	}
-	b.probing = true
+	c.probing = true
 	return true, true
 }
 
 // record updates the state with the outcome of a call that went through.
-func (b *Breaker) record(err error, probe bool) {
+func (b *Breaker) record(c *breakerCell, err error, probe bool) {
 	failed := errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled)
 	neutral := err != nil && !failed // invalid items, or the caller left
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if probe {
-		b.probing = false
+		c.probing = false
 		switch {
 		case failed:
-			b.state, b.openedAt = BreakerOpen, b.now()
+			c.state, c.openedAt = BreakerOpen, b.now()
 		case !neutral:
-			b.state, b.failed = BreakerClosed, 0
+			c.state, c.failed = BreakerClosed, 0
 		}
 		// A neutral probe leaves the breaker half-open for another probe.
 		return
 	}
-	if b.state != BreakerClosed || neutral {
+	if c.state != BreakerClosed || neutral {
 		return
 	}
 	if !failed {
-		b.failed = 0
+		c.failed = 0
 		return
 	}
-	b.failed++
-	if b.failed >= b.failures {
-		b.state, b.openedAt, b.failed = BreakerOpen, b.now(), 0
+	c.failed++
+	if c.failed >= b.failures {
+		c.state, c.openedAt, c.failed = BreakerOpen, b.now(), 0
 	}
 }
 
-// State returns the breaker's state. An open breaker whose cooldown has
+// stateOf reads one domain's state; an open domain whose cooldown has
 // passed reports BreakerHalfOpen: its next call is a probe.
-func (b *Breaker) State() BreakerState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.state == BreakerOpen && b.now().Sub(b.openedAt) >= b.cooldown {
+func (b *Breaker) stateOf(c *breakerCell) BreakerState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == BreakerOpen && b.now().Sub(c.openedAt) >= b.cooldown {
 		return BreakerHalfOpen
 	}
-	return b.state
+	return c.state
+}
+
+// State returns the worst state over the failure domains: open if any is
+// open, else half-open if any is, else closed.
+func (b *Breaker) State() BreakerState {
+	worst := BreakerClosed
+	b.each(func(c *breakerCell) {
+		switch st := b.stateOf(c); {
+		case st == BreakerOpen:
+			worst = BreakerOpen
+		case st == BreakerHalfOpen && worst == BreakerClosed:
+			worst = BreakerHalfOpen
+		}
+	})
+	return worst
+}
+
+// AllOpen reports whether every failure domain seen so far is open, that
+// is, whether no decision can reach the store right now.
+func (b *Breaker) AllOpen() bool {
+	all, seen := true, false
+	b.each(func(c *breakerCell) {
+		seen = true
+		if b.stateOf(c) != BreakerOpen {
+			all = false
+		}
+	})
+	return seen && all
 }
 
 // Close closes the store.

@@ -1,0 +1,54 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// domainStore fails every batch whose first key is in down.
+type domainStore struct{ down map[string]bool }
+
+func (s domainStore) Decide(_ context.Context, items []Item) (Decision, error) {
+	if s.down[items[0].Key] {
+		return Decision{}, ErrUnavailable
+	}
+	return Decision{Allowed: true, Results: make([]Result, len(items))}, nil
+}
+
+func (domainStore) Close() error { return nil }
+
+// TestBreakerPartitionsIsolateDomains: failures of one domain open only that
+// domain's breaker; the other domain keeps calling the store.
+func TestBreakerPartitionsIsolateDomains(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := NewBreaker(domainStore{down: map[string]bool{"a": true}}, BreakerOptions{
+		Failures: 2, Cooldown: time.Second, Now: func() time.Time { return now },
+		Partition: func(items []Item) string { return items[0].Key },
+	})
+	call := func(key string) error {
+		_, err := b.Decide(context.Background(), []Item{{Key: key}})
+		return err
+	}
+	for i := 0; i < 2; i++ {
+		if err := call("a"); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBreakerOpen) {
+			t.Fatalf("failure %d of domain a: %v", i, err)
+		}
+	}
+	if err := call("a"); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("domain a after 2 failures: %v, want open", err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := call("b"); err != nil {
+			t.Fatalf("domain b must be unaffected: %v", err)
+		}
+	}
+	if b.State() != BreakerOpen || b.AllOpen() {
+		t.Fatalf("State %v AllOpen %v: want open (worst) and not all open", b.State(), b.AllOpen())
+	}
+	now = now.Add(time.Second)
+	if st := b.State(); st != BreakerHalfOpen {
+		t.Fatalf("after cooldown: %v", st)
+	}
+}
