@@ -183,6 +183,27 @@ type Policy struct {
 	// Limits holds the limit per tier name; the key "*" applies to every
 	// tier without its own entry. A tier with neither is not limited.
 	Limits map[string]Limit `mapstructure:"limits"`
+	// Lease, when set, lets each instance reserve blocks of this policy's
+	// units and admit from them locally (token_bucket only, never shadow).
+	// nil means every decision goes to the store.
+	Lease *Lease `mapstructure:"lease"`
+}
+
+// Lease configures block reservation for a hot token-bucket policy (see
+// ratelimit.LeaseStore). An instance holds at most
+// min(MaxBlock, burst/(2×Instances)) units of a key at once; the fleet
+// never admits more than the bucket gives out, and may deny early by at
+// most (Instances−1) blocks held elsewhere, for at most TTL.
+type Lease struct {
+	// MaxBlock is the most units one instance reserves at once (default
+	// 50). Must be >= 1 and >= the cost of every route of the policy.
+	MaxBlock int64 `mapstructure:"max_block"`
+	// TTL is how long a reserved block may be used; its unused units then
+	// go back to the bucket (default 1s).
+	TTL time.Duration `mapstructure:"ttl"`
+	// Instances is the number of instances expected to share a hot key.
+	// Absent or 0 means store.fleet_size; Validate fills it in.
+	Instances int `mapstructure:"instances"`
 }
 
 // Upstream is a service requests are forwarded to.
@@ -277,6 +298,11 @@ func (p *Policy) setDefaults() {
 	setZero(&p.Scope, "tenant")
 	setZero(&p.Algorithm, "token_bucket")
 	setZero(&p.OnStoreError, "open")
+}
+
+func (l *Lease) setDefaults() {
+	setZero(&l.MaxBlock, 50)
+	setZero(&l.TTL, time.Second)
 }
 
 func (u *Upstream) setDefaults() { setZero(&u.Timeout, 30*time.Second) }

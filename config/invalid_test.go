@@ -168,6 +168,18 @@ var invalidCases = map[string][]string{
 		`server.read_header_timeout: must be > 0`,
 		`server.shutdown_timeout: must be > 0`,
 	},
+	"lease_settings.yaml": {
+		`policies.tenant.lease.instances: must be >= 1 (leave it out for store.fleet_size)`,
+		`policies.tenant.lease.max_block: must be >= 1`,
+		`policies.tenant.lease.ttl: must be > 0`,
+	},
+	"lease_algorithm.yaml": {
+		`policies.watched.lease: a shadow policy is never leased; remove it`,
+		`policies.windowed.lease: applies to token_bucket policies only, not fixed_window; remove it`,
+	},
+	"lease_cost.yaml": {
+		`routes[0].cost: 20 exceeds lease.max_block 10 of policy "tenant": a block could never hold such a request`,
+	},
 	// One mistake of each common kind, all reported at once.
 	"many_mistakes.yaml": {
 		`identity.api_keys[0].key_sha256: must be the SHA-256 of the key as 64 hex digits (not the key itself)`,

@@ -42,13 +42,17 @@ func (c *Config) Redacted() map[string]any {
 		for tier, l := range p.Limits {
 			limits[tier] = redactLimit(l)
 		}
-		policies[name] = map[string]any{
+		pol := map[string]any{
 			"scope":          p.Scope,
 			"algorithm":      p.Algorithm,
 			"on_store_error": p.OnStoreError,
 			"shadow":         p.Shadow,
 			"limits":         limits,
 		}
+		if l := p.Lease; l != nil {
+			pol["lease"] = map[string]any{"max_block": l.MaxBlock, "ttl": dur(l.TTL), "instances": l.Instances}
+		}
+		policies[name] = pol
 	}
 	upstreams := make(map[string]any, len(c.Upstreams))
 	for name, u := range c.Upstreams {

@@ -56,6 +56,7 @@ func (c *Config) validatePolicies(errs *Errors) {
 		if len(pol.Limits) == 0 {
 			errs.add(p+".limits", `must set a limit for at least one tier (or "*" for every tier)`)
 		}
+		c.validateLease(errs, p+".lease", pol, alg)
 		for tier, l := range pol.Limits {
 			lp := join(p+".limits", tier)
 			if _, ok := c.Tiers[tier]; !ok && tier != "*" {
@@ -65,6 +66,32 @@ func (c *Config) validatePolicies(errs *Errors) {
 				checkLimit(errs, lp, l, alg)
 			}
 		}
+	}
+}
+
+// validateLease checks a policy's lease and fills in its instances.
+func (c *Config) validateLease(errs *Errors, path string, pol Policy, alg ratelimit.Algorithm) {
+	l := pol.Lease
+	if l == nil {
+		return
+	}
+	if alg != 0 && alg != ratelimit.TokenBucket {
+		errs.addf(path, "applies to token_bucket policies only, not %s; remove it", alg)
+	}
+	if pol.Shadow {
+		errs.add(path, "a shadow policy is never leased; remove it")
+	}
+	if l.MaxBlock < 1 {
+		errs.add(path+".max_block", "must be >= 1")
+	}
+	if l.TTL <= 0 {
+		errs.add(path+".ttl", "must be > 0")
+	}
+	switch {
+	case l.Instances < 0:
+		errs.add(path+".instances", "must be >= 1 (leave it out for store.fleet_size)")
+	case l.Instances == 0 && c.Store.FleetSize >= 1:
+		l.Instances = c.Store.FleetSize
 	}
 }
 
@@ -132,6 +159,9 @@ func (c *Config) effectiveLimits(pol Policy) []string {
 // checkCost reports a route cost that a limit of policy pol or a tier's
 // stage 1 could never admit.
 func (c *Config) checkCost(errs *Errors, path string, cost int64, pol Policy) {
+	if pol.Lease != nil && pol.Lease.MaxBlock >= 1 && cost > pol.Lease.MaxBlock {
+		errs.addf(path, "%d exceeds lease.max_block %d of policy %q: a block could never hold such a request", cost, pol.Lease.MaxBlock, pol.Name)
+	}
 	alg, err := ratelimit.ParseAlgorithm(pol.Algorithm)
 	if err != nil {
 		return

@@ -12,8 +12,8 @@ import (
 )
 
 // NewRedisBackend builds the fleet-wide backend: a Redis store (standalone,
-// Cluster or Sentinel by the shape of c) under c.Timeout per decision, behind
-// a circuit breaker that answers at once while Redis is failing and probes
+// Cluster or Sentinel by the shape of c) under c.Timeout per decision, with
+// token leases for the policies that ask for them, behind a circuit breaker that answers at once while Redis is failing and probes
 // it once per cooldown. password is the resolved value of c.PasswordEnv.
 func NewRedisBackend(c config.Redis, password string) *Backend {
 	timeout := c.Timeout
@@ -26,7 +26,10 @@ func NewRedisBackend(c config.Redis, password string) *Backend {
 		ReadTimeout: timeout, WriteTimeout: timeout,
 	})
 	store := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: timeout})
-	breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{
+	// Policies with a lease option admit from blocks this instance reserved;
+	// the others pass through to Redis on every request.
+	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{})
+	breaker := ratelimit.NewBreaker(leased, ratelimit.BreakerOptions{
 		Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Partition: clusterPartition(client)})
 	cooldown := c.BreakerCooldown
 	if cooldown <= 0 {

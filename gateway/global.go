@@ -44,7 +44,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 						Message: "caller has no identity", RequestID: st.requestID})
 					return
 				}
-				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow}
+				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow, Lease: bp.lease}
 			}
 
 			ctx, span := g.startStage(r.Context(), "quotagate.stage.global")
@@ -187,6 +187,7 @@ func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span t
 			it := items[i]
 			it.Key = "fallback:" + it.Key
 			it.Limit = bp.share
+			it.Lease = ratelimit.Lease{}
 			local = append(local, it)
 			lp := *bp // advertise the share that is enforced, not the fleet's quota
 			lp.quota, lp.window = advertised(bp.share, bp.algorithm)

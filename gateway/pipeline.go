@@ -55,6 +55,7 @@ type boundPolicy struct {
 	algorithm ratelimit.Algorithm
 	onError   string // open | closed | local
 	shadow    bool
+	lease     ratelimit.Lease // zero = not leased
 	limit     ratelimit.Limit
 	// share is this instance's part of limit, used when the store fails and
 	// onError is "local".
@@ -171,6 +172,9 @@ func bindPolicies(cfg *config.Config, names []string, tier string, fleet, cost i
 		bp := boundPolicy{
 			name: name, scope: scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
 			limit: ratelimit.Limit{Rate: lc.Rate, Per: lc.Per, Burst: lc.Burst},
+		}
+		if l := pc.Lease; l != nil {
+			bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
 		}
 		bp.share = localShare(bp.limit, alg, fleet, cost)
 		bp.quota, bp.window = advertised(bp.limit, alg)

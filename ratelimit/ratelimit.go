@@ -99,6 +99,46 @@ type Item struct {
 	// Shadow items are evaluated and reported but never deny the batch. A
 	// shadow item consumes its cost only if it allows and the batch is admitted.
 	Shadow bool
+	// Lease lets a LeaseStore admit this item from a block of units that
+	// its instance reserved ahead from the key's token bucket. Stores other
+	// than LeaseStore ignore it; so does LeaseStore for shadow items and
+	// items of cost 0. The zero value leases nothing.
+	Lease Lease
+}
+
+// Lease describes how an instance may reserve blocks of a token-bucket
+// key (see LeaseStore). The zero value (MaxBlock 0) leases nothing.
+type Lease struct {
+	// MaxBlock is the most units one instance holds reserved for the key
+	// at once. A block is also at most Burst/(2×Instances), and never less
+	// than the item's cost. Must be >= 0.
+	MaxBlock int64
+	// TTL is how long a block may be used after it was reserved; the units
+	// left in it then go back to the key. Must be > 0 when MaxBlock > 0.
+	TTL time.Duration
+	// Instances is the number of instances expected to share the key;
+	// 0 means 1. Must be >= 0.
+	Instances int
+}
+
+// Leased reports whether l asks for leasing.
+func (l Lease) Leased() bool { return l.MaxBlock > 0 }
+
+// check reports an invalid lease of an item of algorithm alg.
+func (l Lease) check(alg Algorithm) error {
+	switch {
+	case l.MaxBlock < 0:
+		return fmt.Errorf("%w: lease max block %d is negative", ErrInvalid, l.MaxBlock)
+	case l.MaxBlock == 0:
+		return nil
+	case alg != TokenBucket:
+		return fmt.Errorf("%w: only token_bucket items can be leased, not %s", ErrInvalid, alg)
+	case l.TTL <= 0:
+		return fmt.Errorf("%w: lease TTL %v must be > 0", ErrInvalid, l.TTL)
+	case l.Instances < 0:
+		return fmt.Errorf("%w: lease instances %d is negative", ErrInvalid, l.Instances)
+	}
+	return nil
 }
 
 // Result is the outcome for one Item.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,9 @@ type RedisOptions struct {
 	// Redis server clock (TIME). It exists for tests that drive time; a
 	// fleet must leave it nil so that every instance uses one clock.
 	Now func() time.Time
+	// Coalesce configures the batching of concurrent script calls into
+	// pipelines; the zero value turns it on with its defaults.
+	Coalesce CoalesceOptions
 }
 
 // RedisStore is a Store that keeps state in Redis (standalone, Sentinel or
@@ -36,22 +40,109 @@ type RedisOptions struct {
 // Decide deadline, and few or no retries (a retried decision may consume
 // twice). NewRedisClient returns a client configured that way.
 //
+// Script calls of concurrent Decides are coalesced into pipelines unless
+// RedisOptions.Coalesce.Disabled is set (see CoalesceOptions).
+//
 // A RedisStore is safe for concurrent use.
 type RedisStore struct {
 	client redis.UniversalClient
 	opts   RedisOptions
+	co     *coalescer // nil when coalescing is disabled
+
+	// On a Cluster each primary gets a queue of its own, so that a dead or
+	// frozen primary holds up only the calls bound for it, never a pipeline
+	// shared with calls for healthy primaries.
+	cluster *redis.ClusterClient
+	nodeMu  sync.Mutex
+	nodeCo  map[string]*coalescer
 }
 
-var _ Store = (*RedisStore)(nil)
+var (
+	_ Store    = (*RedisStore)(nil)
+	_ Reserver = (*RedisStore)(nil)
+)
 
 // NewRedisStore returns a store that decides with client, which it owns
-// from then on: Close closes it.
+// from then on: Close closes it. It starts no goroutine.
 func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
-	return &RedisStore{client: client, opts: opts}
+	s := &RedisStore{client: client, opts: opts}
+	if !opts.Coalesce.Disabled {
+		s.co = newCoalescer(client, opts.Coalesce)
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			s.cluster, s.nodeCo = cc, map[string]*coalescer{}
+		}
+	}
+	return s
 }
 
-// Close closes the Redis client. Decide must not be called after.
-func (s *RedisStore) Close() error { return s.client.Close() }
+// coalescerFor returns the queue of the primary that owns key (on a
+// Cluster), or the store's one queue.
+func (s *RedisStore) coalescerFor(key string) *coalescer {
+	if s.cluster == nil {
+		return s.co
+	}
+	addr := ""
+	if node, err := s.cluster.MasterForKey(context.Background(), key); err == nil {
+		addr = node.Options().Addr
+	}
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	c, ok := s.nodeCo[addr]
+	if !ok {
+		c = newCoalescer(s.client, s.opts.Coalesce)
+		s.nodeCo[addr] = c
+	}
+	return c
+}
+
+// Close closes the Redis client. Decide must not be called after; a
+// Decide still waiting in the queue returns an error wrapping
+// ErrUnavailable.
+func (s *RedisStore) Close() error {
+	if s.co != nil {
+		s.co.close()
+	}
+	s.nodeMu.Lock()
+	for _, c := range s.nodeCo {
+		c.close()
+	}
+	s.nodeMu.Unlock()
+	return s.client.Close()
+}
+
+// exchange sends calls (through the queue, or alone when coalescing is
+// disabled) and returns each one's reply or error. The calls share one
+// context. A call
+// whose context ends first reports that context's error.
+func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
+	vals, errs := make([]any, len(calls)), make([]error, len(calls))
+	if s.co == nil {
+		sendPipeline(calls[0].ctx, s.client, calls, false)
+		for i, c := range calls {
+			vals[i], errs[i] = c.val, c.err
+		}
+		return vals, errs
+	}
+	queued := make([]*coalescer, len(calls))
+	for i, c := range calls {
+		co := s.coalescerFor(c.keys[0])
+		if errs[i] = co.enqueue(c); errs[i] == nil {
+			queued[i] = co
+		}
+	}
+	for i, c := range calls {
+		if queued[i] != nil {
+			vals[i], errs[i] = queued[i].wait(c)
+		}
+	}
+	return vals, errs
+}
+
+// call sends one script call and returns its reply.
+func (s *RedisStore) call(ctx context.Context, keys []string, args []any) (any, error) {
+	vals, errs := s.exchange([]*scriptCall{newScriptCall(ctx, keys, args)})
+	return vals[0], errs[0]
+}
 
 // group is the items of one hash tag, decided by one script call.
 type group struct {
@@ -98,8 +189,9 @@ func hashTag(key string) string {
 // one after another in the order of their first item, and the first group
 // that denies ends the batch: the groups admitted before it are refunded
 // (one call each) and the groups after it are evaluated without consuming,
-// so that every Result is reported. These follow-up calls are pipelined,
-// run under a Timeout of their own and are not cancelled with ctx.
+// so that every Result is reported. These follow-up calls are sent
+// together, run under a Timeout of their own and are not cancelled with
+// ctx.
 //
 // The bound this gives, with the gateway ordering route and global policies
 // before the tenant's group:
@@ -117,6 +209,12 @@ func hashTag(key string) string {
 //     still serve the request under its failure policy: the costs taken are
 //     at most the request's.
 //
+// With coalescing on, a group's call may share a pipeline with other
+// Decides' calls; each call stays one atomic script, so this changes
+// nothing above. A caller whose deadline passes while its call is queued
+// or in flight returns at its deadline; the call is then either never sent
+// or its outcome is unknown, as for any timeout.
+//
 // A Decide that cannot complete returns an error wrapping ErrUnavailable;
 // invalid items return an error wrapping ErrInvalid before Redis is
 // contacted. If evaluating the groups after a denial fails, the Decision is
@@ -128,18 +226,114 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error)
 			return Decision{}, fmt.Errorf("item %d: %w", i, err)
 		}
 	}
+	d, _, err := s.decide(ctx, items, nil)
+	return d, err
+}
+
+// DecideReserve is Decide with reservations: want[i] > items[i].Cost asks
+// that item i, when the batch is admitted, take min(want[i], the whole units
+// its key holds) units instead of its cost. Whether the item fits is still
+// decided on its cost alone. taken[i] is the number of units item i
+// consumed (0 for every item when the batch was denied). want[i] <= Cost
+// (0 included) is a plain item.
+//
+// Only non-shadow token-bucket items may reserve, and want[i] must not
+// exceed the bucket's burst; otherwise, or if len(want) != len(items), the
+// error wraps ErrInvalid. Refunds after a later group's denial give back
+// everything a reserving item took.
+func (s *RedisStore) DecideReserve(ctx context.Context, items []Item, want []int64) (Decision, []int64, error) {
+	if err := validateReserve(items, want); err != nil {
+		return Decision{}, nil, err
+	}
+	return s.decide(ctx, items, want)
+}
+
+// validateReserve checks items and the want of DecideReserve.
+func validateReserve(items []Item, want []int64) error {
+	if len(want) != len(items) {
+		return fmt.Errorf("%w: %d reservations for %d items", ErrInvalid, len(want), len(items))
+	}
+	for i, it := range items {
+		if err := ValidateItem(it); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		w := want[i]
+		switch {
+		case w < 0:
+			return fmt.Errorf("item %d: %w: negative reservation %d", i, ErrInvalid, w)
+		case w <= it.Cost:
+		case it.Algorithm != TokenBucket || it.Shadow:
+			return fmt.Errorf("item %d: %w: only non-shadow token buckets reserve", i, ErrInvalid)
+		case w > it.Limit.Burst:
+			return fmt.Errorf("item %d: %w: reservation %d above burst %d", i, ErrInvalid, w, it.Limit.Burst)
+		}
+	}
+	return nil
+}
+
+// Refund gives each item's Cost back to its key, one script call per hash
+// tag, sent together: a token bucket gets the units back (never above its
+// burst), a window loses them from its count if it is still current (see
+// the package function Refund). A refund keeps each key's expiry. Items
+// with Cost 0 are skipped. It is for units taken by an earlier decision and
+// not used, such as the unused part of a reserved block.
+//
+// It returns the first failure, wrapping ErrUnavailable (that group's
+// units may or may not have gone back; it is not retried), or ErrInvalid
+// for an invalid item, before contacting Redis.
+func (s *RedisStore) Refund(ctx context.Context, items []Item) error {
+	var idx []int
+	for i, it := range items {
+		if err := ValidateItem(it); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if it.Cost > 0 {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	nowUS, useNow := s.now()
+	cctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	sub := make([]Item, len(idx))
+	for k, i := range idx {
+		sub[k] = items[i]
+	}
+	var calls []*scriptCall
+	for _, gr := range groupItems(sub) {
+		keys, args := scriptArgs(modeRefund, nowUS, useNow, sub, gr.idx, nil)
+		calls = append(calls, newScriptCall(cctx, keys, args))
+	}
+	_, errs := s.exchange(calls)
+	for _, err := range errs {
+		if err != nil {
+			return unavailable("refund", withDeadline(cctx, err))
+		}
+	}
+	return nil
+}
+
+// now returns the injected time, if any.
+func (s *RedisStore) now() (nowUS int64, useNow bool) {
+	if s.opts.Now == nil {
+		return 0, false
+	}
+	return s.opts.Now().UnixMicro(), true
+}
+
+// decide runs a validated batch; want is nil or DecideReserve's.
+func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64) (Decision, []int64, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, unavailable("decide", err)
+		return Decision{}, nil, unavailable("decide", err)
 	}
 	dec := Decision{Allowed: true, Results: make([]Result, len(items))}
+	taken := make([]int64, len(items))
 	if len(items) == 0 {
-		return dec, nil
+		return dec, taken, nil
 	}
-	var nowUS int64
-	useNow := s.opts.Now != nil
-	if useNow {
-		nowUS = s.opts.Now().UnixMicro()
-	}
+	nowUS, useNow := s.now()
 	groups := groupItems(items)
 
 	cctx, cancel := withTimeout(ctx, s.opts.Timeout)
@@ -147,14 +341,14 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error)
 	replies := make([]groupReply, len(groups))
 	denied := -1
 	for g, gr := range groups {
-		keys, args := scriptArgs(modeDecide, nowUS, useNow, items, gr.idx)
-		v, err := decideScript.Run(cctx, s.client, keys, args...).Result()
+		keys, args := scriptArgs(modeDecide, nowUS, useNow, items, gr.idx, want)
+		v, err := s.call(cctx, keys, args)
 		if err != nil {
-			return Decision{}, unavailable("decide", withDeadline(cctx, err))
+			return Decision{}, nil, unavailable("decide", withDeadline(cctx, err))
 		}
 		rep, err := parseReply(v, items, gr.idx)
 		if err != nil {
-			return Decision{}, err
+			return Decision{}, nil, err
 		}
 		replies[g] = rep
 		if !rep.admitted {
@@ -169,6 +363,9 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error)
 		for i, j := range gr.idx {
 			if g < len(replies) && replies[g].results != nil {
 				dec.Results[j] = replies[g].results[i]
+				if denied < 0 {
+					taken[j] = replies[g].taken[i]
+				}
 			} else {
 				dec.Results[j] = Result{Limit: Capacity(items[j].Algorithm, items[j].Limit)}
 			}
@@ -180,13 +377,13 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error)
 			dec.RetryAfter = max(dec.RetryAfter, r.RetryAfter)
 		}
 	}
-	return dec, nil
+	return dec, taken, nil
 }
 
 // afterDenial refunds the groups admitted before group denied and
-// evaluates the groups after it, in one pipeline. Refunded groups report
+// evaluates the groups after it, sent together. Refunded groups report
 // their Results as they were before consuming. Failures are absorbed: a
-// failed refund loses its cost, a failed evaluation leaves its replies
+// failed refund loses its units, a failed evaluation leaves its replies
 // empty.
 func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []group, replies []groupReply, denied int, nowUS int64, useNow bool) {
 	for g := range denied {
@@ -197,25 +394,24 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []gro
 	}
 	fctx, cancel := withTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 	defer cancel()
-	type call struct {
-		keys []string
-		args []any
-		cmd  *redis.Cmd
-	}
-	calls := make([]*call, len(groups))
-	pipe := s.client.Pipeline()
+	// Refund exactly what was taken: for each item, the units its reply
+	// says it consumed (a shadow item that did not fit took nothing; a
+	// reserving item may have taken more than its cost).
+	refund := make([]Item, len(items))
+	copy(refund, items)
+	var calls []*scriptCall
+	callOf := make([]int, len(groups))
 	for g, gr := range groups {
+		callOf[g] = -1
 		if g == denied {
 			continue
 		}
-		mode, idx := modeEval, gr.idx
+		mode, idx, its := modeEval, gr.idx, items
 		if g < denied {
-			// Refund exactly what was taken: the items that fitted and
-			// cost something (a shadow item that did not fit took
-			// nothing).
-			mode, idx = modeRefund, nil
+			mode, idx, its = modeRefund, nil, refund
 			for i, j := range gr.idx {
-				if replies[g].results[i].Allowed && items[j].Cost > 0 {
+				if t := replies[g].taken[i]; t > 0 {
+					refund[j].Cost = t
 					idx = append(idx, j)
 				}
 			}
@@ -223,30 +419,17 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []gro
 				continue
 			}
 		}
-		c := &call{}
-		c.keys, c.args = scriptArgs(mode, nowUS, useNow, items, idx)
-		c.cmd = decideScript.EvalSha(fctx, pipe, c.keys, c.args...)
-		calls[g] = c
+		keys, args := scriptArgs(mode, nowUS, useNow, its, idx, nil)
+		callOf[g] = len(calls)
+		calls = append(calls, newScriptCall(fctx, keys, args))
 	}
-	_, _ = pipe.Exec(fctx)
+	vals, errs := s.exchange(calls)
 	for g, gr := range groups {
-		c := calls[g]
-		if c == nil {
-			continue
-		}
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			// The script cache was flushed: run this one alone, which
-			// loads the script again.
-			c.cmd = decideScript.Run(fctx, s.client, c.keys, c.args...)
-		}
-		if g < denied {
+		c := callOf[g]
+		if c < 0 || g < denied || errs[c] != nil {
 			continue // a refund's reply carries nothing
 		}
-		v, err := c.cmd.Result()
-		if err != nil {
-			continue
-		}
-		if rep, err := parseReply(v, items, gr.idx); err == nil {
+		if rep, err := parseReply(vals[c], items, gr.idx); err == nil {
 			replies[g] = rep
 		}
 	}

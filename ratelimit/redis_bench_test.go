@@ -32,49 +32,58 @@ func benchItems(prefix string, i int) []ratelimit.Item {
 }
 
 // BenchmarkRedisDecide measures admitted decisions against a local
-// redis-server at 1, 16 and 64 concurrent callers, reporting throughput
-// and latency percentiles.
+// redis-server at 1, 16, 64 and 256 concurrent callers, with coalescing on
+// (the default) and off, reporting throughput and latency percentiles.
 func BenchmarkRedisDecide(b *testing.B) {
 	srv := redistest.StartStandalone(b)
-	for _, conc := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
-			prefix := redistest.KeyPrefix(b)
-			warmUp(b, s, benchItems(prefix, 0))
-			var seq atomic.Int64
-			var mu sync.Mutex
-			var lat []time.Duration
-			worker := func(next func() bool) {
-				local := make([]time.Duration, 0, 1024)
-				for next() {
-					items := benchItems(prefix, int(seq.Add(1))%benchTenants)
-					start := time.Now()
-					d, err := s.Decide(context.Background(), items)
-					local = append(local, time.Since(start))
-					if err != nil || !d.Allowed {
-						b.Errorf("Decide: %+v %v", d, err)
-						return
-					}
-				}
-				mu.Lock()
-				lat = append(lat, local...)
-				mu.Unlock()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			if conc == 1 {
-				i := 0
-				worker(func() bool { i++; return i <= b.N })
-			} else {
-				b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
-				b.RunParallel(func(pb *testing.PB) { worker(pb.Next) })
-			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			reportLatency(b, lat, elapsed)
-		})
+	for _, mode := range []string{"coalesced", "uncoalesced"} {
+		for _, conc := range []int{1, 16, 64, 256} {
+			b.Run(fmt.Sprintf("%s/conc=%d", mode, conc), func(b *testing.B) {
+				s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}),
+					ratelimit.RedisOptions{Timeout: time.Second, Coalesce: ratelimit.CoalesceOptions{Disabled: mode == "uncoalesced"}})
+				b.Cleanup(func() { _ = s.Close() })
+				benchDecide(b, s, conc)
+			})
+		}
 	}
+}
+
+// benchDecide runs b.N admitted decisions over conc callers.
+func benchDecide(b *testing.B, s ratelimit.Store, conc int) {
+	prefix := redistest.KeyPrefix(b)
+	warmUp(b, s, benchItems(prefix, 0))
+	var seq atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	worker := func(next func() bool) {
+		local := make([]time.Duration, 0, 1024)
+		for next() {
+			items := benchItems(prefix, int(seq.Add(1))%benchTenants)
+			start := time.Now()
+			d, err := s.Decide(context.Background(), items)
+			local = append(local, time.Since(start))
+			if err != nil || !d.Allowed {
+				b.Errorf("Decide: %+v %v", d, err)
+				return
+			}
+		}
+		mu.Lock()
+		lat = append(lat, local...)
+		mu.Unlock()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if conc == 1 {
+		i := 0
+		worker(func() bool { i++; return i <= b.N })
+	} else {
+		b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) { worker(pb.Next) })
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	reportLatency(b, lat, elapsed)
 }
 
 func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
@@ -90,26 +99,29 @@ func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
 
 // commandCalls returns the number of commands the server has run, from
 // INFO commandstats: all of them (those that scripts run included, INFO
-// itself left out) and the script calls alone (EVALSHA and EVAL), which
-// are the round trips.
-func commandCalls(b *testing.B, srv *redistest.Server) (total, scripts int64) {
+// itself left out), the script calls alone (EVALSHA and EVAL), which are
+// the round trips, and the server time those script calls took, in µs.
+func commandCalls(b testing.TB, srv *redistest.Server) (total, scripts, scriptUS int64) {
 	info, _ := srv.MustDo(b, "INFO", "commandstats").(string)
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
 		if !ok || name == "cmdstat_info" {
 			continue
 		}
-		n, _, _ := strings.Cut(rest, ",")
+		n, rest, _ := strings.Cut(rest, ",usec=")
+		us, _, _ := strings.Cut(rest, ",")
 		v, err := strconv.ParseInt(n, 10, 64)
-		if err != nil {
-			b.Fatalf("commandstats line %q: %v", line, err)
+		u, err2 := strconv.ParseInt(us, 10, 64)
+		if err != nil || err2 != nil {
+			b.Fatalf("commandstats line %q: %v %v", line, err, err2)
 		}
 		total += v
 		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			scripts += v
+			scriptUS += u
 		}
 	}
-	return total, scripts
+	return total, scripts, scriptUS
 }
 
 // BenchmarkRedisCommandsPerDecision counts Redis commands per Decide:
@@ -134,7 +146,7 @@ func BenchmarkRedisCommandsPerDecision(b *testing.B) {
 			s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
 			prefix := redistest.KeyPrefix(b)
 			warmUp(b, s, c.items(prefix, 0)) // loads the script, drains {tenant}
-			total0, scripts0 := commandCalls(b, srv)
+			total0, scripts0, us0 := commandCalls(b, srv)
 			b.ResetTimer()
 			for i := range b.N {
 				if _, err := s.Decide(context.Background(), c.items(prefix, i%benchTenants)); err != nil {
@@ -142,9 +154,10 @@ func BenchmarkRedisCommandsPerDecision(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			total1, scripts1 := commandCalls(b, srv)
+			total1, scripts1, us1 := commandCalls(b, srv)
 			b.ReportMetric(float64(total1-total0)/float64(b.N), "cmds/decision")
 			b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/decision")
+			b.ReportMetric(float64(us1-us0)/float64(b.N), "server-µs/decision")
 		})
 	}
 }

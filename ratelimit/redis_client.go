@@ -52,9 +52,13 @@ func NewRedisClient(o RedisClientOptions) redis.UniversalClient {
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1, // go-redis: -1 disables retries
 		DialerRetries:         1,
-		// A cluster redirect (MOVED, ASK) after a resharding is not a retry
-		// of a failed command: follow a few.
-		MaxRedirects:   3,
+		// go-redis's Cluster client also retries a command whose connection
+		// failed (EOF, reset, dial error) under MaxRedirects, and such a
+		// command may already have run: a decision retried that way could
+		// consume twice. So no redirects at all (-1 means 0): a MOVED after
+		// a resharding fails that one decision (its policy's on_store_error
+		// applies) and makes the client reload the slot map for the next.
+		MaxRedirects:   -1,
 		ReadOnly:       false,
 		RouteByLatency: false,
 		RouteRandomly:  false,

@@ -376,8 +376,9 @@ func testGroupsBound(t *testing.T, addrs []string) {
 	}
 }
 
-// pipelineFailer fails every pipeline while fail is set, as a network
-// failure after the decision would.
+// pipelineFailer fails the refund calls (script mode "r") of every
+// pipeline while fail is set, as a network failure after the decision
+// would; the other calls of the pipeline go through.
 type pipelineFailer struct{ fail *atomic.Bool }
 
 func (h pipelineFailer) DialHook(next redis.DialHook) redis.DialHook {
@@ -388,15 +389,37 @@ func (h pipelineFailer) ProcessHook(next redis.ProcessHook) redis.ProcessHook { 
 
 func (h pipelineFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.fail.Load() {
-			err := errors.New("injected pipeline failure")
-			for _, c := range cmds {
+		if !h.fail.Load() {
+			return next(ctx, cmds)
+		}
+		err := errors.New("injected pipeline failure")
+		var rest []redis.Cmder
+		for _, c := range cmds {
+			if isRefund(c) {
 				c.SetErr(err)
+			} else {
+				rest = append(rest, c)
 			}
+		}
+		if len(rest) == 0 {
 			return err
 		}
-		return next(ctx, cmds)
+		return next(ctx, rest)
 	}
+}
+
+// isRefund reports whether c is a script call in refund mode: EVALSHA or
+// EVAL, script, numkeys, keys..., then the mode.
+func isRefund(c redis.Cmder) bool {
+	args := c.Args()
+	if len(args) < 3 {
+		return false
+	}
+	if name, _ := args[0].(string); name != "evalsha" && name != "eval" {
+		return false
+	}
+	n, ok := args[2].(int)
+	return ok && len(args) > 3+n && args[3+n] == "r"
 }
 
 // TestRedisStoreMalformedKeyType: a key holding another Redis type is an

@@ -16,7 +16,7 @@ import (
 func TestParseReplyRejectsMalformed(t *testing.T) {
 	items := []Item{{Key: "{a}k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: time.Second, Burst: 5}, Cost: 1}}
 	idx := []int{0}
-	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0)}
+	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0), int64(1)}
 	if g, err := parseReply(good, items, idx); err != nil || !g.admitted || g.results[0].Remaining != 4 || g.before[0].Remaining != 5 {
 		t.Fatalf("well-formed reply: %+v, %v", g, err)
 	}
@@ -25,11 +25,13 @@ func TestParseReplyRejectsMalformed(t *testing.T) {
 		"nil":            nil,
 		"short":          []any{int64(1), int64(1)},
 		"long":           append(append([]any{}, good...), int64(0)),
-		"string value":   []any{int64(1), "1", int64(4), int64(0), int64(1), int64(5), int64(0)},
-		"admitted=2":     []any{int64(2), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0)},
-		"remaining>cap":  []any{int64(1), int64(1), int64(6), int64(0), int64(1), int64(5), int64(0)},
-		"negative retry": []any{int64(1), int64(1), int64(4), int64(-1), int64(1), int64(5), int64(0)},
-		"allowed=3":      []any{int64(1), int64(3), int64(4), int64(0), int64(1), int64(5), int64(0)},
+		"string value":   []any{int64(1), "1", int64(4), int64(0), int64(1), int64(5), int64(0), int64(1)},
+		"admitted=2":     []any{int64(2), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1)},
+		"remaining>cap":  []any{int64(1), int64(1), int64(6), int64(0), int64(1), int64(5), int64(0), int64(1)},
+		"negative retry": []any{int64(1), int64(1), int64(4), int64(-1), int64(1), int64(5), int64(0), int64(1)},
+		"allowed=3":      []any{int64(1), int64(3), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1)},
+		"taken>cap":      []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(6)},
+		"negative taken": []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(-1)},
 	}
 	for name, v := range bad {
 		if _, err := parseReply(v, items, idx); !errors.Is(err, ErrUnavailable) {

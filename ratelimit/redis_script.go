@@ -56,15 +56,17 @@ const (
 )
 
 // argsPerItem is the number of ARGV values that describe one item.
-const argsPerItem = 6
+const argsPerItem = 7
 
 // valuesPerResult is the number of integers the script returns per item:
-// allowed, remaining, retry (µs), reset (µs), and remaining and reset as
-// they were before this call consumed anything.
-const valuesPerResult = 6
+// allowed, remaining, retry (µs), reset (µs), remaining and reset as they
+// were before this call consumed anything, and the units taken.
+const valuesPerResult = 7
 
-// scriptArgs builds KEYS and ARGV for the items of one group.
-func scriptArgs(mode string, nowUS int64, useNow bool, items []Item, idx []int) ([]string, []any) {
+// scriptArgs builds KEYS and ARGV for the items of one group. want, when
+// not nil, holds per batch item the units to reserve (see DecideReserve);
+// 0 means the item's cost.
+func scriptArgs(mode string, nowUS int64, useNow bool, items []Item, idx []int, want []int64) ([]string, []any) {
 	keys := make([]string, len(idx))
 	args := make([]any, 0, 2+argsPerItem*len(idx))
 	now := ""
@@ -79,7 +81,11 @@ func scriptArgs(mode string, nowUS int64, useNow bool, items []Item, idx []int) 
 		if it.Shadow {
 			shadow = 1
 		}
-		args = append(args, int(it.Algorithm), it.Limit.Rate, it.Limit.Per.Microseconds(), it.Limit.Burst, it.Cost, shadow)
+		var w int64
+		if want != nil {
+			w = want[j]
+		}
+		args = append(args, int(it.Algorithm), it.Limit.Rate, it.Limit.Per.Microseconds(), it.Limit.Burst, it.Cost, shadow, w)
 	}
 	return keys, args
 }
@@ -91,6 +97,8 @@ type groupReply struct {
 	// before holds Remaining and ResetAfter as they were before the call
 	// consumed anything, to report after a refund.
 	before []Result
+	// taken holds the units each item consumed (0 unless admitted).
+	taken []int64
 }
 
 // parseReply checks the shape of a decide or evaluate reply for n items and
@@ -114,15 +122,15 @@ func parseReply(v any, items []Item, idx []int) (groupReply, error) {
 	if ints[0] != 0 && ints[0] != 1 {
 		return groupReply{}, fmt.Errorf("%w: script replied admitted=%d", ErrUnavailable, ints[0])
 	}
-	g := groupReply{admitted: ints[0] == 1, results: make([]Result, len(idx)), before: make([]Result, len(idx))}
+	g := groupReply{admitted: ints[0] == 1, results: make([]Result, len(idx)), before: make([]Result, len(idx)), taken: make([]int64, len(idx))}
 	for i, j := range idx {
 		it := items[j]
 		capacity := Capacity(it.Algorithm, it.Limit)
 		v := ints[1+valuesPerResult*i:]
-		allowed, remaining, retry, reset, remaining0, reset0 := v[0], v[1], v[2], v[3], v[4], v[5]
+		allowed, remaining, retry, reset, remaining0, reset0, taken := v[0], v[1], v[2], v[3], v[4], v[5], v[6]
 		if allowed != 0 && allowed != 1 ||
 			remaining < 0 || remaining > capacity || remaining0 < 0 || remaining0 > capacity ||
-			retry < 0 || reset < 0 || reset0 < 0 {
+			retry < 0 || reset < 0 || reset0 < 0 || taken < 0 || taken > capacity {
 			return groupReply{}, fmt.Errorf("%w: script reply for item %d out of range: %v", ErrUnavailable, j, v[:valuesPerResult])
 		}
 		g.results[i] = Result{
@@ -135,6 +143,7 @@ func parseReply(v any, items []Item, idx []int) (groupReply, error) {
 		g.before[i] = g.results[i]
 		g.before[i].Remaining = remaining0
 		g.before[i].ResetAfter = micros(reset0)
+		g.taken[i] = taken
 	}
 	return g, nil
 }

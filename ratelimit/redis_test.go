@@ -25,6 +25,18 @@ func TestRedisStoreConformanceStandalone(t *testing.T) {
 	})
 }
 
+// TestRedisStoreConformanceUncoalesced runs the suite with every script
+// call sent from the calling goroutine.
+func TestRedisStoreConformanceUncoalesced(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}),
+			ratelimit.RedisOptions{Now: now, Coalesce: ratelimit.CoalesceOptions{Disabled: true}})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
 func TestRedisStoreConformanceCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {

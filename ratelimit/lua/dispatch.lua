@@ -4,18 +4,25 @@
 -- KEYS[i]: the key of item i (a key may appear more than once).
 -- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund.
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
--- ARGV[3..]: per item, 6 values: algorithm, rate, per (µs), burst, cost,
---            shadow (1 or 0).
+-- ARGV[3..]: per item, 7 values: algorithm, rate, per (µs), burst, cost,
+--            shadow (1 or 0), want.
 --
 -- Items are evaluated in order; an item that fits tentatively takes its
 -- cost, so a later item of the same key sees it. Decide consumes (writes)
 -- only when every non-shadow item fits; evaluate never writes.
 --
+-- want reserves a block: when it exceeds cost and the algorithm can say how
+-- many whole units it holds (token bucket), an item that fits takes
+-- min(want, available) units instead of its cost (never fewer than cost).
+-- Fitting is still decided on cost alone.
+--
 -- Decide and evaluate reply {admitted, then per item: allowed, remaining,
--- retry_us, reset_us, remaining_before, reset_before_us}, all integers below
--- 2^53. When admitted, remaining and reset_us count the item's own cost;
--- otherwise they do not. remaining_before and reset_before_us never count
--- it (they are what to report if the group is refunded later).
+-- retry_us, reset_us, remaining_before, reset_before_us, taken}, all
+-- integers below 2^53. When admitted, remaining and reset_us count the
+-- units the item took; otherwise they do not. remaining_before and
+-- reset_before_us never count them (they are what to report if the group is
+-- refunded later). taken is the units the item consumed: 0 unless the group
+-- was admitted and the item fitted.
 --
 -- Refund gives each item's cost back and keeps each key's expiry (a refund
 -- never makes a key live longer). Reply: {1}.
@@ -34,7 +41,7 @@ local mode = ARGV[1]
 local n = #KEYS
 local items = {}
 for i = 1, n do
-  local b = 2 + (i - 1) * 6
+  local b = 2 + (i - 1) * 7
   local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
   if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
   items[i] = {
@@ -42,6 +49,7 @@ for i = 1, n do
     lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4])},
     cost = tonumber(ARGV[b + 5]),
     shadow = ARGV[b + 6] == '1',
+    want = tonumber(ARGV[b + 7]) or 0,
   }
 end
 
@@ -91,8 +99,15 @@ for i = 1, n do
   if not allowed and not it.shadow then admitted = 0 end
   local rem0, retry, reset0 = it.alg.report(w.s, it.lim, it.cost, allowed)
   local rem1, reset1 = rem0, reset0
+  local taken = 0
   if allowed and it.cost > 0 then
-    it.alg.take(w.s, it.lim, it.cost)
+    taken = it.cost
+    if it.want > it.cost and it.alg.avail then
+      local a = it.alg.avail(w.s, it.lim)
+      if a > it.want then a = it.want end
+      if a > taken then taken = a end
+    end
+    it.alg.take(w.s, it.lim, taken)
     w.dirty, w.lim = true, it.lim
     work[KEYS[i]] = w
     local _retry
@@ -100,7 +115,7 @@ for i = 1, n do
   end
   local a = 0
   if allowed then a = 1 end
-  values[i] = {a, rem0, retry, reset0, rem1, reset1}
+  values[i] = {a, rem0, retry, reset0, rem1, reset1, taken}
 end
 if mode ~= 'd' then admitted = 0 end
 
@@ -114,13 +129,14 @@ end
 local reply = {admitted}
 for i = 1, n do
   local v = values[i]
-  local rem, reset = v[2], v[4]
-  if admitted == 1 then rem, reset = v[5], v[6] end
+  local rem, reset, taken = v[2], v[4], 0
+  if admitted == 1 then rem, reset, taken = v[5], v[6], v[7] end
   reply[#reply + 1] = v[1]
   reply[#reply + 1] = rem
   reply[#reply + 1] = v[3]
   reply[#reply + 1] = reset
   reply[#reply + 1] = v[2]
   reply[#reply + 1] = v[4]
+  reply[#reply + 1] = taken
 end
 return reply

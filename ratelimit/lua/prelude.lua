@@ -93,6 +93,8 @@ end
 --                                another algorithm wrote the key
 --   fits(s, lim, cost) -> bool
 --   take(s, lim, cost)           consume cost
+--   avail(s, lim) -> units       optional: whole units available now, so
+--                                that an item can reserve a block
 --   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us
 --   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
 --   give(s, lim, cost) -> bool   refund cost; true when s changed

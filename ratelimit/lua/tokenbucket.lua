@@ -39,6 +39,11 @@ ALGORITHMS[1] = {
     s.level = s.level - cost * lim.per
   end,
 
+  -- Whole units available now.
+  avail = function(s, lim)
+    return fdiv(s.level, lim.per)
+  end,
+
   report = function(s, lim, cost, allowed)
     local retry = 0
     if not allowed then retry = cdiv(cost * lim.per - s.level, lim.rate) end

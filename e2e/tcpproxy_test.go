@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tcpProxy forwards TCP connections from its own 127.0.0.1 port to a target,
+// and can degrade the network in between: add latency to every chunk sent
+// towards the target, or stop forwarding altogether (a black hole: bytes
+// are held, connections stay open, nothing is answered) until healed.
+type tcpProxy struct {
+	Addr   string
+	target string
+	ln     net.Listener
+
+	mu      sync.Mutex
+	delay   time.Duration
+	holed   bool
+	healed  chan struct{} // closed when a black hole ends
+	conns   map[net.Conn]struct{}
+	closing bool
+}
+
+// startTCPProxy proxies to target until t ends.
+func startTCPProxy(t testing.TB, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("tcp proxy: %v", err)
+	}
+	p := &tcpProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, healed: make(chan struct{})}
+	close(p.healed)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// setDelay makes every chunk towards the target wait d first (0 = none).
+func (p *tcpProxy) setDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
+}
+
+// blackhole stops forwarding in both directions until heal.
+func (p *tcpProxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.holed {
+		p.holed, p.healed = true, make(chan struct{})
+	}
+}
+
+// heal ends a black hole and removes any delay.
+func (p *tcpProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = 0
+	if p.holed {
+		p.holed = false
+		close(p.healed)
+	}
+}
+
+func (p *tcpProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.serve(c)
+	}
+}
+
+func (p *tcpProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *tcpProxy) serve(client net.Conn) {
+	server, err := net.DialTimeout("tcp", p.target, time.Second)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	if !p.track(client) || !p.track(server) {
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.pipe(server, client, true) }()
+	go func() { defer wg.Done(); p.pipe(client, server, false) }()
+	wg.Wait()
+	p.mu.Lock()
+	delete(p.conns, client)
+	delete(p.conns, server)
+	p.mu.Unlock()
+}
+
+// pipe copies src to dst chunk by chunk, applying the delay (towards the
+// target only) and holding chunks while the proxy is a black hole. It
+// closes both ends when either fails.
+func (p *tcpProxy) pipe(dst, src net.Conn, towardsTarget bool) {
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			delay, healed := p.delay, p.healed
+			p.mu.Unlock()
+			<-healed
+			if towardsTarget && delay > 0 {
+				time.Sleep(delay) // the latency being simulated
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil { // EOF or a closed connection
+			return
+		}
+	}
+}
+
+// close stops the proxy and drops every connection.
+func (p *tcpProxy) close() {
+	p.mu.Lock()
+	p.closing = true
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	if p.holed {
+		p.holed = false
+		close(p.healed)
+	}
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	for c := range conns {
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,197 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// pipelineCounter counts the pipelines of script calls a client sends and
+// the calls in them (a new connection's setup pipeline is left out).
+type pipelineCounter struct {
+	pipelines, cmds atomic.Int64
+	mu              sync.Mutex
+	sizes           []int
+}
+
+func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != "evalsha" {
+			return next(ctx, cmds)
+		}
+		h.pipelines.Add(1)
+		h.cmds.Add(int64(len(cmds)))
+		h.mu.Lock()
+		h.sizes = append(h.sizes, len(cmds))
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func countedStore(t *testing.T, addr string, opts ratelimit.RedisOptions) (*ratelimit.RedisStore, *pipelineCounter) {
+	t.Helper()
+	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{addr}})
+	h := &pipelineCounter{}
+	client.AddHook(h)
+	s := ratelimit.NewRedisStore(client, opts)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, h
+}
+
+// TestCoalesceLoneCallsGoAlone: calls made one after another each go out
+// in a pipeline of their own, at once (a writer never waits for company).
+func TestCoalesceLoneCallsGoAlone(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s, h := countedStore(t, srv.Addr, ratelimit.RedisOptions{Timeout: time.Second})
+	it := tb(redistest.KeyPrefix(t)+"{lone}k", 1000, 1000, time.Second, 1)
+	warmUp(t, s, []ratelimit.Item{it})
+	p0 := h.pipelines.Load()
+	const n = 50
+	start := time.Now()
+	for range n {
+		mustDecide(t, s, it)
+	}
+	elapsed := time.Since(start)
+	if got := h.pipelines.Load() - p0; got != n {
+		t.Fatalf("%d sequential decisions went out in %d pipelines, want %d", n, got, n)
+	}
+	// A writer that waited for a batch to fill (or for a timer) would add
+	// at least its wait to each call; a round trip here is well under 1ms.
+	if per := elapsed / n; per > 5*time.Millisecond {
+		t.Fatalf("sequential decisions took %v each", per)
+	}
+}
+
+// TestCoalesceBatchesConcurrentCalls: concurrent decisions share
+// pipelines, and every one of them is still decided exactly (a bucket of
+// 500 admits exactly 500 of 1000 concurrent requests).
+func TestCoalesceBatchesConcurrentCalls(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s, h := countedStore(t, srv.Addr, ratelimit.RedisOptions{Timeout: 2 * time.Second, Coalesce: ratelimit.CoalesceOptions{Writers: 2}})
+	prefix := redistest.KeyPrefix(t)
+	hot := tb(prefix+"{hot}k", 1, 500, time.Hour, 1)
+	warmUp(t, s, []ratelimit.Item{tb(prefix+"{warm}k", 1, 1, time.Hour, 0)})
+	p0, c0 := h.pipelines.Load(), h.cmds.Load()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for range 1000 / 64 {
+				d, err := s.Decide(context.Background(), []ratelimit.Item{hot})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	calls := (1000 / 64) * 64
+	if admitted.Load() != 500 {
+		t.Fatalf("admitted %d of %d, want exactly 500", admitted.Load(), calls)
+	}
+	pipes, cmds := h.pipelines.Load()-p0, h.cmds.Load()-c0
+	t.Logf("%d calls in %d pipelines (%.1f per pipeline)", cmds, pipes, float64(cmds)/float64(pipes))
+	if cmds != int64(calls) {
+		t.Fatalf("%d script calls for %d decisions, want one each", cmds, calls)
+	}
+	if float64(cmds)/float64(pipes) < 2 {
+		t.Fatalf("%d calls in %d pipelines: not coalesced", cmds, pipes)
+	}
+}
+
+// TestCoalesceAbandonedCallsNeverSent: calls whose deadline passes while
+// they wait behind a stuck pipeline return at their deadline and are
+// never sent; at most the call in flight consumes once Redis is back.
+func TestCoalesceAbandonedCallsNeverSent(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const timeout = 60 * time.Millisecond
+	s, _ := countedStore(t, srv.Addr, ratelimit.RedisOptions{
+		Timeout:  timeout,
+		Coalesce: ratelimit.CoalesceOptions{Writers: 1, MaxBatch: 1},
+	})
+	it := tb(redistest.KeyPrefix(t)+"{stuck}k", 1, 100, time.Hour, 1)
+	peek := it
+	peek.Cost = 0
+	warmUp(t, s, []ratelimit.Item{peek})
+
+	srv.Pause()
+	var wg sync.WaitGroup
+	var late atomic.Int64
+	for range 10 {
+		wg.Go(func() {
+			start := time.Now()
+			_, err := s.Decide(context.Background(), []ratelimit.Item{it})
+			if time.Since(start) > timeout+100*time.Millisecond {
+				late.Add(1)
+			}
+			if !errors.Is(err, ratelimit.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want ErrUnavailable wrapping DeadlineExceeded", err)
+			}
+		})
+	}
+	wg.Wait()
+	srv.Resume()
+	if late.Load() > 0 {
+		t.Errorf("%d callers returned well after their deadline", late.Load())
+	}
+	var rem int64
+	for range 20 { // the first calls after the resume may meet a dead connection
+		d, err := s.Decide(context.Background(), []ratelimit.Item{peek})
+		if err == nil {
+			rem = d.Results[0].Remaining
+			break
+		}
+	}
+	if rem < 99 {
+		t.Fatalf("remaining %d after 10 timed-out calls, want >= 99: abandoned calls were sent", rem)
+	}
+}
+
+// TestCoalesceClosedStore: a Decide on a closed store fails with
+// ErrUnavailable instead of hanging.
+func TestCoalesceClosedStore(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}), ratelimit.RedisOptions{})
+	it := tb(redistest.KeyPrefix(t)+"{c}k", 1, 10, time.Hour, 1)
+	mustDecide(t, s, it)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(context.Background(), []ratelimit.Item{it})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("Decide after Close: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Decide after Close hung")
+	}
+}
