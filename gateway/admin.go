@@ -17,6 +17,9 @@ import (
 //	              open); 503 otherwise
 //	GET /config   the live configuration, redacted (no key hashes, no secrets)
 //	GET /metrics  Prometheus text exposition (when metrics is not nil)
+//	GET /hotkeys  the store keys with the most decisions (estimated rate per
+//	              second; keys carry hashed tenants, never names), to find
+//	              the tenants whose policies would gain from a lease
 func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -25,6 +28,9 @@ func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	r.Get("/readyz", g.readyz)
 	r.Get("/config", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.Config().Redacted())
+	})
+	r.Get("/hotkeys", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"keys": g.hot.Top(20)})
 	})
 	if metrics != nil {
 		r.Handle("/metrics", metrics)

@@ -82,6 +82,7 @@ type Gateway struct {
 	fallback *ratelimit.MemoryStore // this instance's share when the store fails
 	logLimit *telemetry.LogLimiter
 	tracing  bool // a TracerProvider was given
+	hot      *ratelimit.HotKeys
 
 	mu        sync.Mutex // serializes reloads
 	storeCfg  config.Store
@@ -95,6 +96,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	o.fill()
 	g := &Gateway{
 		tracing:  tracing,
+		hot:      ratelimit.NewHotKeys(ratelimit.HotKeysOptions{}),
 		opts:     o,
 		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
 		fallback: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now}),
@@ -126,6 +128,17 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 				}
 				return n
 			})
+		if err != nil {
+			return nil, err
+		}
+		err = o.Metrics.ObserveHotKeys(func() []float64 {
+			top := g.hot.Top(telemetry.MaxHotKeyRanks)
+			rates := make([]float64, len(top))
+			for i, k := range top {
+				rates[i] = k.PerSecond
+			}
+			return rates
+		})
 		if err != nil {
 			return nil, err
 		}

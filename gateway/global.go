@@ -47,6 +47,8 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow, Lease: bp.lease}
 			}
 
+			// The last item is the tenant's slot (shared scopes come first).
+			g.hot.Observe(items[len(items)-1].Key)
 			ctx, span := g.startStage(r.Context(), "quotagate.stage.global")
 			if span.IsRecording() {
 				span.SetAttributes(

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -206,5 +207,36 @@ func TestReloadKeepsLocalStateOfUnchangedTiers(t *testing.T) {
 	w := f.do("GET", "/v1/open", nil, nil)
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("a reload handed the anonymous caller a fresh local burst: %d", w.Code)
+	}
+}
+
+func TestAdminHotKeysShowsTheBusiestKeyHashed(t *testing.T) {
+	f := newFixture(t, baseConfig)
+	_, admin, _ := f.serve(t)
+	for i := 0; i < 64; i++ {
+		f.do("GET", "/v1/transfers/1", bearer(enterpriseKey), nil)
+	}
+	f.do("GET", "/v1/transfers/1", bearer(freeKey), nil)
+	resp, err := http.Get(admin + "/hotkeys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Keys []struct {
+			Key       string  `json:"key"`
+			PerSecond float64 `json:"per_second"`
+		} `json:"keys"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Keys) == 0 || !strings.Contains(body.Keys[0].Key, "{t:") || !strings.HasSuffix(body.Keys[0].Key, ":tenant:tb") {
+		t.Fatalf("hot keys = %+v", body.Keys)
+	}
+	for _, k := range body.Keys {
+		if strings.Contains(k.Key, "bigco") || strings.Contains(k.Key, "acme") {
+			t.Fatalf("hot key %q names a tenant", k.Key)
+		}
 	}
 }

@@ -132,7 +132,9 @@ func TestMetricsCountDecisionsWithoutSensitiveLabels(t *testing.T) {
 	o := newObservedFixture(t)
 	o.do("POST", "/v1/transfers/secret-1", bearer(freeKey), nil)
 	o.do("POST", "/v1/transfers/secret-1", bearer(freeKey), nil)
-	o.do("GET", "/v1/audit", bearer(enterpriseKey), nil)
+	for i := 0; i < 32; i++ { // enough decisions for the hot-key sampler (1 in 16)
+		o.do("GET", "/v1/audit", bearer(enterpriseKey), nil)
+	}
 
 	w := httptest.NewRecorder()
 	o.metrics.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
@@ -168,6 +170,9 @@ func TestMetricsCountDecisionsWithoutSensitiveLabels(t *testing.T) {
 	}
 	if got := count("quotagate_requests_total", map[string]string{"route": "transfers.create", "code": "429"}); got != 1 {
 		t.Errorf("requests 429 = %v, want 1", got)
+	}
+	if families["quotagate_hot_key_decisions_rate"] == nil {
+		t.Error("no quotagate_hot_key_decisions_rate")
 	}
 	if families["quotagate_decision_duration_seconds"] == nil {
 		t.Error("no quotagate_decision_duration_seconds")

@@ -1,0 +1,47 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// MaxHotKeyRanks is how many ranks quotagate_hot_key_decisions_rate reports.
+// The label is the rank, never the key, so the series stay bounded.
+const MaxHotKeyRanks = 10
+
+// ObserveHotKeys reports, at each collection, the estimated decisions per
+// second of the busiest keys as quotagate_hot_key_decisions_rate{rank="1"}
+// to {rank="10"}. rates returns them highest first; entries past
+// MaxHotKeyRanks are ignored. Which key holds a rank is on the admin API
+// (/hotkeys), not in a label. It may be called once per Metrics.
+func (m *Metrics) ObserveHotKeys(rates func() []float64) error {
+	if m == nil || rates == nil {
+		return nil
+	}
+	g, err := m.meter.Float64ObservableGauge("quotagate.hot_key.decisions.rate",
+		metric.WithDescription("Estimated decisions per second of the busiest store keys, by rank."))
+	if err != nil {
+		return fmt.Errorf("telemetry: hot key gauge: %w", err)
+	}
+	ranks := make([]metric.ObserveOption, MaxHotKeyRanks)
+	for i := range ranks {
+		ranks[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("rank", strconv.Itoa(i+1))))
+	}
+	_, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for i, r := range rates() {
+			if i >= MaxHotKeyRanks {
+				break
+			}
+			o.ObserveFloat64(g, r, ranks[i])
+		}
+		return nil
+	}, g)
+	if err != nil {
+		return fmt.Errorf("telemetry: registering hot key callback: %w", err)
+	}
+	return nil
+}
