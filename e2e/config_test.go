@@ -88,6 +88,13 @@ type policyCfg struct {
 	Algorithm    string              `json:"algorithm,omitempty"`
 	OnStoreError string              `json:"on_store_error,omitempty"`
 	Limits       map[string]limitCfg `json:"limits"`
+	Lease        *leaseCfg           `json:"lease,omitempty"`
+}
+
+type leaseCfg struct {
+	MaxBlock  int64  `json:"max_block"`
+	TTL       string `json:"ttl"`
+	Instances int    `json:"instances"`
 }
 
 type upstreamCfg struct {
