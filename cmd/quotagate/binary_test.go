@@ -82,6 +82,31 @@ func waitReady(t *testing.T, admin string, proc *exec.Cmd, logs *bytes.Buffer) {
 	t.Fatalf("gateway not ready; logs:\n%s", logs.String())
 }
 
+// startBinary writes cfg (when it is not a path to an existing file) and
+// runs the built gateway on it with env added to the environment, waits
+// until its admin listener at admin is ready, and kills it when t ends.
+func startBinary(t *testing.T, cfg, admin string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	bin := buildBinary(t)
+	path := cfg
+	if _, err := os.Stat(cfg); err != nil {
+		path = filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := &bytes.Buffer{}
+	proc := exec.Command(bin, "-config", path)
+	proc.Env = append(os.Environ(), env...)
+	proc.Stdout, proc.Stderr = logs, logs
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Process.Kill() })
+	waitReady(t, admin, proc, logs)
+	return proc, logs
+}
+
 func TestBinarySIGTERMDrainsInFlightRequest(t *testing.T) {
 	bin := buildBinary(t)
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
@@ -98,18 +123,8 @@ tiers: {anonymous: {}}
 upstreams: {slow: {url: %q, timeout: 30s}}
 routes: [{name: slow, method: GET, path: /slow, upstream: slow}]
 `, listen, admin, up.URL)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	proc := exec.Command(bin, "-config", path)
-	proc.Stdout, proc.Stderr = &logs, &logs
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Process.Kill()
-	waitReady(t, admin, proc, &logs)
+	proc, logs := startBinary(t, cfg, admin)
+	path := proc.Args[2]
 
 	type result struct {
 		code int

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,7 +78,6 @@ func (rc *otlpReceiver) find(name string) *tracepb.Span {
 }
 
 func TestBinaryExportsDeniedSpanOverOTLPHTTP(t *testing.T) {
-	bin := buildBinary(t)
 	rc := newOTLPReceiver(t)
 	upTrace := make(chan string, 4)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,23 +93,11 @@ policies:
 upstreams: {up: {url: %q}}
 routes: [{name: items.get, method: GET, path: "/items/{id}", upstream: up, policies: [tenant]}]
 `, listen, admin, up.URL)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	proc := exec.Command(bin, "-config", path)
-	proc.Env = append(os.Environ(),
+	proc, logs := startBinary(t, cfg, admin,
 		"OTEL_EXPORTER_OTLP_ENDPOINT="+rc.srv.URL,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_BSP_SCHEDULE_DELAY=50",
 		"OTEL_METRIC_EXPORT_INTERVAL=60000")
-	proc.Stdout, proc.Stderr = &logs, &logs
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Process.Kill()
-	waitReady(t, admin, proc, &logs)
 
 	const callerTrace = "0af7651916cd43dd8448eb211c80319c"
 	get := func() int {

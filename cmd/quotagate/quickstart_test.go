@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,17 +14,9 @@ import (
 // environment overrides), and walks the README's curl session: anonymous
 // requests turn from 200 into 429 with the contract's headers and body.
 func TestQuickStart(t *testing.T) {
-	bin := buildBinary(t)
 	listen, admin := freeAddr(t), freeAddr(t)
-	var logs bytes.Buffer
-	proc := exec.Command(bin, "-config", "../../config.yaml")
-	proc.Env = append(os.Environ(), "QUOTAGATE_SERVER_LISTEN="+listen, "QUOTAGATE_SERVER_ADMIN_LISTEN="+admin)
-	proc.Stdout, proc.Stderr = &logs, &logs
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Process.Kill()
-	waitReady(t, admin, proc, &logs)
+	proc, logs := startBinary(t, "../../config.yaml", admin,
+		"QUOTAGATE_SERVER_LISTEN="+listen, "QUOTAGATE_SERVER_ADMIN_LISTEN="+admin)
 
 	var codes []int
 	var last *http.Response

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,9 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,7 +19,6 @@ import (
 // tiny local limit, a dead upstream — and checks every row of the status
 // table over real HTTP.
 func TestBinaryAnswersTheStatusTable(t *testing.T) {
-	bin := buildBinary(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
 			w.WriteHeader(http.StatusTeapot) // the credential must never reach the upstream
@@ -56,18 +51,7 @@ routes:
   - {name: items.get, method: GET, path: "/items/{id}", upstream: up, policies: [strict]}
   - {name: dead.get, method: GET, path: /dead, upstream: dead}
 `, listen, admin, hash("gold-key"), hash("tiny-key"), up.URL, deadURL)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	proc := exec.Command(bin, "-config", path)
-	proc.Stdout, proc.Stderr = &logs, &logs
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Process.Kill()
-	waitReady(t, admin, proc, &logs)
+	proc, logs := startBinary(t, cfg, admin)
 
 	send := func(method, p, key string) (*http.Response, map[string]any) {
 		t.Helper()
