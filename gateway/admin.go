@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 )
 
 // Admin returns the handler of the admin listener:
@@ -20,6 +21,7 @@ import (
 //	GET /hotkeys  the store keys with the most decisions (estimated rate per
 //	              second; keys carry hashed tenants, never names), to find
 //	              the tenants whose policies would gain from a lease
+//	GET /debug/pprof/  Go profiles (CPU, heap, goroutines) of the process
 func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -35,6 +37,7 @@ func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	if metrics != nil {
 		r.Handle("/metrics", metrics)
 	}
+	r.Mount("/debug", middleware.Profiler())
 	return r
 }
 
