@@ -25,7 +25,7 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 			if err != nil {
 				msg := "credential rejected"
 				if errors.Is(err, identity.ErrUnauthenticated) {
-					msg = err.Error()
+					msg = identity.Reason(err)
 				}
 				w.Header().Set("Www-Authenticate", `Bearer realm="quotagate"`)
 				writeProblem(w, problem{Status: http.StatusUnauthorized, Error: codeUnauthenticated, Message: msg, RequestID: st.requestID})
@@ -58,7 +58,7 @@ func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
 	if err != nil {
 		return false
 	}
-	addr = addr.Unmap()
+	addr = addr.Unmap().WithZone("") // as identity.ClientIP reads the peer
 	for _, p := range trusted {
 		if p.Contains(addr) {
 			return true

@@ -76,12 +76,8 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 		l := *t.Local
 		ex.Local = &l
 	}
-	prefix := cfg.Store.Redis.KeyPrefix
-	if prefix == "" {
-		prefix = "qg"
-	}
 	for _, bp := range rt.policyFor(caller.Tier) {
-		key, err := routes.Key(prefix, bp.scope, bp.name, bp.algorithm.String(), rt.name, caller.Tenant)
+		key, err := bp.pattern.Key(routes.NewSubjectID(caller.Tenant))
 		if err != nil {
 			return nil, err
 		}

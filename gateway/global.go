@@ -22,10 +22,6 @@ import (
 // and counted but never deny. When the store cannot decide, each policy
 // applies its on_store_error mode.
 func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
-	prefix := p.cfg.Store.Redis.KeyPrefix
-	if prefix == "" {
-		prefix = "qg"
-	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := stateFrom(r.Context())
@@ -36,9 +32,10 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			items := make([]ratelimit.Item, len(ps))
+			subject := routes.NewSubjectID(st.caller.Tenant) // hashed once per request
 			for i := range ps {
 				bp := &ps[i]
-				key, err := routes.Key(prefix, bp.scope, bp.name, bp.algorithm.String(), st.route.name, st.caller.Tenant)
+				key, err := bp.pattern.Key(subject)
 				if err != nil { // an empty subject: refuse rather than share one bucket
 					writeProblem(w, problem{Status: http.StatusUnauthorized, Error: codeUnauthenticated,
 						Message: "caller has no identity", RequestID: st.requestID})

@@ -56,7 +56,10 @@ type boundPolicy struct {
 	onError   string // open | closed | local
 	shadow    bool
 	lease     ratelimit.Lease // zero = not leased
-	limit     ratelimit.Limit
+	// pattern builds the policy's store key for a subject, everything but
+	// the subject's hash prepared once per configuration.
+	pattern routes.KeyPattern
+	limit   ratelimit.Limit
 	// share is this instance's part of limit, used when the store fails and
 	// onError is "local".
 	share ratelimit.Limit
@@ -138,9 +141,13 @@ func buildPipeline(cfg *config.Config, prev *pipeline, backend *Backend, o *Opti
 			r.cost = 1
 		}
 		for _, tier := range tierNames {
-			r.byTier[tier] = bindPolicies(cfg, rc.Policies, tier, fleet, r.cost)
+			if r.byTier[tier], err = bindPolicies(cfg, rc.Policies, tier, fleet, r.cost, rc.Name); err != nil {
+				return nil, err
+			}
 		}
-		r.anyTier = bindPolicies(cfg, rc.Policies, "", fleet, r.cost)
+		if r.anyTier, err = bindPolicies(cfg, rc.Policies, "", fleet, r.cost, rc.Name); err != nil {
+			return nil, err
+		}
 		p.routes[i] = r
 	}
 	return p, nil
@@ -148,7 +155,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, backend *Backend, o *Opti
 
 // bindPolicies resolves the named policies for tier ("" = a tier that only
 // "*" limits) and orders them shared scopes first, tenant scopes last.
-func bindPolicies(cfg *config.Config, names []string, tier string, fleet, cost int64) []boundPolicy {
+func bindPolicies(cfg *config.Config, names []string, tier string, fleet, cost int64, routeName string) ([]boundPolicy, error) {
 	var shared, tenant []boundPolicy
 	for _, name := range names {
 		pc, ok := cfg.Policies[name]
@@ -177,6 +184,9 @@ func bindPolicies(cfg *config.Config, names []string, tier string, fleet, cost i
 			bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
 		}
 		bp.share = localShare(bp.limit, alg, fleet, cost)
+		if bp.pattern, err = routes.NewKeyPattern(keyPrefix(cfg), scope, name, alg.String(), routeName); err != nil {
+			return nil, fmt.Errorf("routes[%s] policy %s: %w", routeName, name, err)
+		}
 		bp.quota, bp.window = advertised(bp.limit, alg)
 		if scope == routes.ScopeTenant || scope == routes.ScopeTenantRoute {
 			tenant = append(tenant, bp)
@@ -184,7 +194,15 @@ func bindPolicies(cfg *config.Config, names []string, tier string, fleet, cost i
 			shared = append(shared, bp)
 		}
 	}
-	return append(shared, tenant...)
+	return append(shared, tenant...), nil
+}
+
+// keyPrefix is the first part of every store key (store.redis.key_prefix).
+func keyPrefix(cfg *config.Config) string {
+	if p := cfg.Store.Redis.KeyPrefix; p != "" {
+		return p
+	}
+	return "qg"
 }
 
 // localShare is this instance's part of a fleet-wide limit: the rate and

@@ -44,15 +44,22 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
 }
 
 // parseHop parses an address with or without a port; the zero Addr if s is
-// neither.
+// neither. The form is chosen from the text ("[" or a single ":" means a
+// port follows), so that a well-formed RemoteAddr, which always carries a
+// port, is parsed once and without allocating a parse error.
 func parseHop(s string) netip.Addr {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
+	var a netip.Addr
+	if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
 		ap, err := netip.ParseAddrPort(s)
 		if err != nil {
 			return netip.Addr{}
 		}
 		a = ap.Addr()
+	} else {
+		var err error
+		if a, err = netip.ParseAddr(s); err != nil {
+			return netip.Addr{}
+		}
 	}
 	return a.Unmap().WithZone("")
 }
@@ -70,15 +77,17 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 // the address, or its /64 for IPv6, whose holders usually control the whole
 // /64 and could otherwise rotate through 2^64 identities.
 func anonymousTenant(a netip.Addr) string {
+	var buf [64]byte // "ip:" and the longest IPv6 prefix fit
+	b := append(buf[:0], "ip:"...)
 	switch {
 	case !a.IsValid():
 		return "ip:unknown"
 	case a.Is4():
-		return "ip:" + a.String()
+		return string(a.AppendTo(b))
 	}
 	p, err := a.Prefix(64)
 	if err != nil {
 		return "ip:unknown"
 	}
-	return "ip:" + p.String()
+	return string(p.AppendTo(b))
 }

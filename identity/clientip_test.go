@@ -78,3 +78,42 @@ func TestAnonymousTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestParseHopMatchesStdlib checks that choosing the form from the text
+// gives what trying ParseAddr and then ParseAddrPort gives.
+func TestParseHopMatchesStdlib(t *testing.T) {
+	reference := func(s string) netip.Addr {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			ap, err := netip.ParseAddrPort(s)
+			if err != nil {
+				return netip.Addr{}
+			}
+			a = ap.Addr()
+		}
+		return a.Unmap().WithZone("")
+	}
+	for _, s := range []string{
+		"", ":", "::", ":80", "1.2.3.4", "1.2.3.4:80", "1.2.3.4:", "1.2.3.4:x", "[1.2.3.4]:80",
+		"::1", "[::1]:80", "[::1]", "::1:80", "[::1]:80:1", "fe80::1%eth0", "[fe80::1%eth0]:80",
+		"::ffff:1.2.3.4", "[::ffff:1.2.3.4]:9", "2001:db8::1", "[2001:db8::1]:443", "pipe", "a:b",
+		"1.2.3.4:65536", "[2001:db8::1%a:b]:1", "fe80::1%a:b",
+	} {
+		if got, want := parseHop(s), reference(s); got != want {
+			t.Errorf("parseHop(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestClientIPAllocs: resolving the client of an ordinary request (a
+// RemoteAddr with a port, a trusted proxy's X-Forwarded-For) allocates
+// nothing.
+func TestClientIPAllocs(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.0.0.1:4000"
+	r.Header.Set("X-Forwarded-For", "198.51.100.9, 10.0.0.2")
+	if n := testing.AllocsPerRun(100, func() { ClientIP(r, trusted) }); n != 0 {
+		t.Fatalf("ClientIP allocates %v times per call, want 0", n)
+	}
+}

@@ -65,3 +65,19 @@ func BenchmarkKey(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKeyPattern is the per-request cost of a key when the pattern is
+// built with the configuration and the subject hashed once per request.
+func BenchmarkKeyPattern(b *testing.B) {
+	p, err := NewKeyPattern("qg", ScopeTenantRoute, "transfers", "token_bucket", "transfers.create")
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := NewSubjectID("acme")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Key(id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -78,7 +78,47 @@ var ErrEmptySubject = errors.New("routes: empty subject for a per-subject scope"
 // prefix is 1 to 64 letters, digits, '.', '_', '-' or ':'; policy and route
 // must pass ValidateName. An invalid argument, or an empty subject for a
 // per-subject scope (ErrEmptySubject), is an error.
+//
+// Key checks its arguments and hashes the subject on every call. On a
+// request path, build a KeyPattern per policy and route once, and a
+// SubjectID per request, instead.
 func Key(prefix string, scope Scope, policy, algorithm, route, subject string) (string, error) {
+	code, err := checkKey(prefix, scope, policy, algorithm, route)
+	if err != nil {
+		return "", err
+	}
+	if scope.PerSubject() && subject == "" {
+		return "", ErrEmptySubject
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(policy) + len(route) + 32)
+	b.WriteString(prefix)
+	b.WriteString(":{")
+	switch scope {
+	case ScopeTenant, ScopeTenantRoute:
+		b.WriteString("t:")
+		b.WriteString(HashID(subject))
+	case ScopeRoute:
+		b.WriteString("r:")
+		b.WriteString(route)
+	case ScopeGlobal:
+		b.WriteString("g:")
+		b.WriteString(policy)
+	}
+	b.WriteString("}:")
+	b.WriteString(policy)
+	if scope == ScopeTenantRoute || scope == ScopeRoute {
+		b.WriteByte(':')
+		b.WriteString(route)
+	}
+	b.WriteByte(':')
+	b.WriteString(code)
+	return b.String(), nil
+}
+
+// checkKey checks the arguments of Key other than the subject and returns
+// the algorithm's code.
+func checkKey(prefix string, scope Scope, policy, algorithm, route string) (code string, err error) {
 	if err := validatePrefix(prefix); err != nil {
 		return "", err
 	}
@@ -89,41 +129,82 @@ func Key(prefix string, scope Scope, policy, algorithm, route, subject string) (
 	if !ok {
 		return "", fmt.Errorf("routes: unknown algorithm %q", algorithm)
 	}
-	withRoute := scope == ScopeTenantRoute || scope == ScopeRoute
-	if withRoute {
+	if scope == ScopeTenantRoute || scope == ScopeRoute {
 		if err := ValidateName(route); err != nil {
 			return "", fmt.Errorf("routes: route: %w", err)
 		}
 	}
-	var b strings.Builder
-	b.Grow(len(prefix) + len(policy) + len(route) + 32)
-	b.WriteString(prefix)
-	b.WriteString(":{")
-	switch scope {
-	case ScopeTenant, ScopeTenantRoute:
-		if subject == "" {
-			return "", ErrEmptySubject
-		}
-		b.WriteString("t:")
-		b.WriteString(HashID(subject))
-	case ScopeRoute:
-		b.WriteString("r:")
-		b.WriteString(route)
-	case ScopeGlobal:
-		b.WriteString("g:")
-		b.WriteString(policy)
-	default:
+	if scope == 0 || int(scope) >= len(scopeNames) {
 		return "", fmt.Errorf("routes: invalid scope %v", scope)
 	}
-	b.WriteString("}:")
-	b.WriteString(policy)
-	if withRoute {
-		b.WriteByte(':')
-		b.WriteString(route)
+	return code, nil
+}
+
+// SubjectID is the hashed form of a subject (tenant or client address) that
+// store keys carry: HashID of the subject, or "" for the empty subject.
+// Compute it once per request and pass it to KeyPattern.Key for every
+// policy.
+type SubjectID string
+
+// NewSubjectID returns the SubjectID of subject; "" when subject is empty,
+// so that a missing identity stays detectable (see ErrEmptySubject).
+func NewSubjectID(subject string) SubjectID {
+	if subject == "" {
+		return ""
 	}
-	b.WriteByte(':')
-	b.WriteString(code)
-	return b.String(), nil
+	return SubjectID(HashID(subject))
+}
+
+// KeyPattern is the store key of one policy on one route, checked and
+// assembled in advance, lacking only the subject. The zero value is invalid
+// (its Key fails). It is immutable and safe for concurrent use.
+type KeyPattern struct {
+	// head is the key up to the subject's hash for per-subject scopes, and
+	// the whole key otherwise.
+	head, tail string
+	perSubject bool
+}
+
+// NewKeyPattern checks the arguments as Key does (all but the subject) and
+// returns the pattern of their keys.
+func NewKeyPattern(prefix string, scope Scope, policy, algorithm, route string) (KeyPattern, error) {
+	code, err := checkKey(prefix, scope, policy, algorithm, route)
+	if err != nil {
+		return KeyPattern{}, err
+	}
+	tag := "t:"
+	switch scope {
+	case ScopeRoute:
+		tag = "r:" + route
+	case ScopeGlobal:
+		tag = "g:" + policy
+	}
+	tail := "}:" + policy
+	if scope == ScopeTenantRoute || scope == ScopeRoute {
+		tail += ":" + route
+	}
+	tail += ":" + code
+	head := prefix + ":{" + tag
+	if !scope.PerSubject() {
+		return KeyPattern{head: head + tail}, nil
+	}
+	return KeyPattern{head: head, tail: tail, perSubject: true}, nil
+}
+
+// Key returns the store key for the subject id, which only per-subject
+// scopes use. It allocates the key once for per-subject scopes and not at
+// all for the others. An empty id for a per-subject scope is
+// ErrEmptySubject; the zero KeyPattern is an error.
+func (p KeyPattern) Key(id SubjectID) (string, error) {
+	switch {
+	case p.head == "":
+		return "", errors.New("routes: zero KeyPattern")
+	case !p.perSubject:
+		return p.head, nil
+	case id == "":
+		return "", ErrEmptySubject
+	}
+	return p.head + string(id) + p.tail, nil
 }
 
 // HashID returns the first 16 hex digits (64 bits) of the SHA-256 of s. It

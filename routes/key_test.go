@@ -180,3 +180,62 @@ func TestScope(t *testing.T) {
 		t.Error("PerSubject wrong")
 	}
 }
+
+// TestKeyPattern checks that a pattern built once gives, for every scope,
+// exactly the key Key gives, and that it refuses what Key refuses.
+func TestKeyPattern(t *testing.T) {
+	for _, scope := range []Scope{ScopeTenant, ScopeTenantRoute, ScopeRoute, ScopeGlobal} {
+		for _, algorithm := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log"} {
+			p, err := NewKeyPattern("qg:prod", scope, "transfers", algorithm, "transfers.create")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, subject := range []string{"acme", "ip:203.0.113.7", "ip:2001:db8::/64"} {
+				want, err := Key("qg:prod", scope, "transfers", algorithm, "transfers.create", subject)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := p.Key(NewSubjectID(subject))
+				if err != nil || got != want {
+					t.Errorf("%v %s %q: pattern key %q, %v; Key %q", scope, algorithm, subject, got, err, want)
+				}
+			}
+			_, err = p.Key(NewSubjectID(""))
+			if scope.PerSubject() != errors.Is(err, ErrEmptySubject) {
+				t.Errorf("%v: empty subject: err %v", scope, err)
+			}
+		}
+	}
+	if _, err := (KeyPattern{}).Key("abc"); err == nil {
+		t.Error("the zero KeyPattern built a key")
+	}
+	for _, bad := range []struct {
+		prefix, policy, algorithm, route string
+		scope                            Scope
+	}{
+		{"", "p", "token_bucket", "r", ScopeTenant},
+		{"qg", "a:b", "token_bucket", "r", ScopeTenant},
+		{"qg", "p", "leaky", "r", ScopeTenant},
+		{"qg", "p", "token_bucket", "", ScopeRoute},
+		{"qg", "p", "token_bucket", "r", 0},
+	} {
+		if _, err := NewKeyPattern(bad.prefix, bad.scope, bad.policy, bad.algorithm, bad.route); err == nil {
+			t.Errorf("NewKeyPattern(%+v) succeeded", bad)
+		}
+	}
+}
+
+// TestKeyPatternAllocs: with the subject hashed once per request, a key
+// costs one allocation for per-subject scopes and none for the others.
+func TestKeyPatternAllocs(t *testing.T) {
+	id := NewSubjectID("acme")
+	for scope, want := range map[Scope]float64{ScopeTenant: 1, ScopeTenantRoute: 1, ScopeRoute: 0, ScopeGlobal: 0} {
+		p, err := NewKeyPattern("qg", scope, "transfers", "token_bucket", "transfers.create")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _, _ = p.Key(id) }); n > want {
+			t.Errorf("%v: %v allocations per key, want at most %v", scope, n, want)
+		}
+	}
+}

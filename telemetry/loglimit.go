@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// maxLimiterKeys bounds the per-key state of a LogLimiter; when it is
-// exceeded, keys whose window has ended and that owe no suppressed count are
-// dropped.
+// maxLimiterKeys bounds the per-key state of a LogLimiter. When a new key
+// finds it full, keys whose window has ended and that owe no suppressed
+// count are dropped; if none can be, the new key's line is let through
+// without being tracked, so memory stays bounded whatever the keys.
 const maxLimiterKeys = 1024
 
 // LogLimiter lets through at most perInterval log lines per key in each
@@ -60,6 +61,9 @@ func (l *LogLimiter) Allow(key string) (ok bool, suppressed int) {
 	if w == nil {
 		if len(l.keys) >= maxLimiterKeys {
 			l.sweep(now)
+			if len(l.keys) >= maxLimiterKeys {
+				return true, 0
+			}
 		}
 		w = &limitWindow{start: now}
 		l.keys[key] = w

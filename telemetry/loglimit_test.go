@@ -106,3 +106,22 @@ func TestLogLimiterConcurrent(t *testing.T) {
 		t.Fatalf("next window: %v, %d; want true, 790", ok, sup)
 	}
 }
+
+// TestLogLimiterFullWithinOneWindow: distinct keys arriving faster than
+// their windows end cannot grow the state past maxLimiterKeys; the lines of
+// untracked keys are let through.
+func TestLogLimiterFullWithinOneWindow(t *testing.T) {
+	clk := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := NewLogLimiter(1, time.Hour, clk.now)
+	for i := range 3 * maxLimiterKeys {
+		if ok, _ := l.Allow(fmt.Sprint("k", i)); !ok {
+			t.Fatalf("first line of key %d refused", i)
+		}
+	}
+	if n := len(l.keys); n > maxLimiterKeys {
+		t.Fatalf("%d keys held, want at most %d", n, maxLimiterKeys)
+	}
+	if ok, _ := l.Allow("k0"); ok {
+		t.Fatal("a tracked key's second line in its window was let through")
+	}
+}
