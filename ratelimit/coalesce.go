@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,18 +68,93 @@ const (
 )
 
 // scriptCall is one script call (one hash-tag group) waiting for its reply.
+//
+// Calls are reused (callPool): a call goes back to the pool only once its
+// caller has received the reply. A call its caller abandoned is left to
+// the writer that may still hold it and is never reused.
 type scriptCall struct {
-	ctx   context.Context
-	keys  []string
-	args  []any
+	b     bound
 	state atomic.Int32
-	done  chan struct{} // closed once val and err are set
-	val   any
-	err   error
+	// done receives one value once val and err are set (it is buffered, so
+	// the writer never blocks, and drained by the caller before reuse).
+	done chan struct{}
+	val  any
+	err  error
+	// timer fires at b.at while the caller waits, when b.own; armed says it
+	// is running. Only the caller touches them.
+	timer *time.Timer
+	armed bool
+
+	// The EVALSHA arguments (see build) and the keys among them.
+	args []any
+	keys []string
 }
 
-func newScriptCall(ctx context.Context, keys []string, args []any) *scriptCall {
-	return &scriptCall{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
+
+// getCall returns an unused call that will run under b.
+func getCall(b bound) *scriptCall {
+	c := callPool.Get().(*scriptCall)
+	c.b = b
+	c.state.Store(callQueued)
+	return c
+}
+
+// putCall returns c, whose reply its caller has taken (or which was never
+// sent), to the pool.
+func putCall(c *scriptCall) {
+	c.disarm()
+	c.b, c.val, c.err = bound{}, nil, nil
+	callPool.Put(c)
+}
+
+// finish returns the reply of a call whose done has been received, and
+// releases the call.
+func (c *scriptCall) finish() (any, error) {
+	v, err := c.val, c.err
+	putCall(c)
+	return v, err
+}
+
+// deadline returns a channel that fires at the call's own deadline (nil
+// when ctx's end is the deadline), starting the timer on first use.
+func (c *scriptCall) deadline() <-chan time.Time {
+	if !c.b.own {
+		return nil
+	}
+	if !c.armed {
+		d := time.Until(c.b.at)
+		if c.timer == nil {
+			c.timer = time.NewTimer(d)
+		} else {
+			c.timer.Reset(d)
+		}
+		c.armed = true
+	}
+	return c.timer.C
+}
+
+// disarm stops the deadline timer (after which it delivers nothing).
+func (c *scriptCall) disarm() {
+	if c.armed {
+		c.timer.Stop()
+		c.armed = false
+	}
+}
+
+// abandon marks the call as left by its caller if it is still queued, so
+// that no writer sends it.
+func (c *scriptCall) abandon() bool {
+	c.disarm()
+	return c.state.CompareAndSwap(callQueued, callAbandoned)
+}
+
+// cmd returns the call's EVALSHA command, with arguments of its own (a
+// hook may keep them after the call is reused).
+func (c *scriptCall) cmd(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, slices.Clone(c.args)...)
+	cmd.SetFirstKeyPos(3) // as go-redis's own EvalSha does, for Cluster routing
+	return cmd
 }
 
 // coalescer is the queue and writer slots of one RedisStore. It starts no
@@ -112,8 +188,9 @@ func newCoalescer(client redis.UniversalClient, o CoalesceOptions) *coalescer {
 // close makes queued and future calls fail. Pipelines in flight finish.
 func (c *coalescer) close() { c.stop.Do(func() { close(c.quit) }) }
 
-// enqueue adds call to the queue. It fails when ctx ends first or the
-// store is closed; the call was then never sent.
+// enqueue adds call to the queue. It fails when the call's ctx or
+// deadline ends first or the store is closed; the call was then never
+// sent (and the caller may release it).
 func (c *coalescer) enqueue(call *scriptCall) error {
 	select {
 	case <-c.quit:
@@ -123,8 +200,15 @@ func (c *coalescer) enqueue(call *scriptCall) error {
 	select {
 	case c.queue <- call:
 		return nil
-	case <-call.ctx.Done():
-		return call.ctx.Err()
+	default:
+	}
+	select {
+	case c.queue <- call:
+		return nil
+	case <-call.b.ctx.Done():
+		return call.b.ctx.Err()
+	case <-call.deadline():
+		return context.DeadlineExceeded
 	case <-c.quit:
 		return errStoreClosed
 	}
@@ -132,37 +216,57 @@ func (c *coalescer) enqueue(call *scriptCall) error {
 
 // wait returns the reply of an enqueued call, writing pipelines itself
 // whenever its call is still queued and a writer slot is free. If the
-// call's context ends first it returns that context's error: a call not
-// yet sent is then never sent, and one already sent is left to finish
-// unobserved (whether it consumed is unknown; it is never sent again).
+// call's ctx or deadline ends first it returns that error
+// (context.DeadlineExceeded at the deadline): a call not yet sent is then
+// never sent, and one already sent is left to finish unobserved (whether
+// it consumed is unknown; it is never sent again). The caller must not
+// touch call after wait.
 func (c *coalescer) wait(call *scriptCall) (any, error) {
 	for call.state.Load() == callQueued {
+		// A free slot or a reply needs no timer: at low load the caller
+		// writes its own call and returns without ever arming one.
 		select {
 		case c.slots <- struct{}{}:
-			c.write(call.ctx)
+			c.write(call)
+			<-c.slots
+			continue
+		case <-call.done:
+			return call.finish()
+		default:
+		}
+		select {
+		case c.slots <- struct{}{}:
+			c.write(call)
 			<-c.slots
 		case <-call.done:
-			return call.val, call.err
-		case <-call.ctx.Done():
-			call.state.CompareAndSwap(callQueued, callAbandoned)
-			return nil, call.ctx.Err()
+			return call.finish()
+		case <-call.b.ctx.Done():
+			call.abandon()
+			return nil, call.b.ctx.Err()
+		case <-call.deadline():
+			call.abandon()
+			return nil, context.DeadlineExceeded
 		case <-c.quit:
-			if call.state.CompareAndSwap(callQueued, callAbandoned) {
+			if call.abandon() {
 				return nil, errStoreClosed
 			}
 		}
 	}
 	select {
 	case <-call.done:
-		return call.val, call.err
-	case <-call.ctx.Done():
-		return nil, call.ctx.Err()
+		return call.finish()
+	case <-call.b.ctx.Done():
+		call.abandon()
+		return nil, call.b.ctx.Err()
+	case <-call.deadline():
+		call.abandon()
+		return nil, context.DeadlineExceeded
 	}
 }
 
 // write sends what is queued now (up to maxBatch calls) as one pipeline,
-// bounded by the writer's ctx deadline.
-func (c *coalescer) write(ctx context.Context) {
+// bounded by the deadline of owner, the writer's own call.
+func (c *coalescer) write(owner *scriptCall) {
 	batch := make([]*scriptCall, 0, 8)
 	for len(batch) < c.maxBatch {
 		select {
@@ -173,12 +277,13 @@ func (c *coalescer) write(ctx context.Context) {
 		}
 		break
 	}
-	sendPipeline(ctx, c.client, batch, true)
+	sendPipeline(owner, c.client, batch, true)
 }
 
-// sendPipeline sends calls as one pipeline of EVALSHA and sets each call's
-// reply. When claim is set, calls whose caller has already stopped waiting
-// are skipped (never sent), and the others are marked sent.
+// sendPipeline sends calls as one pipeline of EVALSHA, sets each call's
+// reply and signals its done. When claim is set, calls whose caller has
+// already stopped waiting are skipped (never sent), and the others are
+// marked sent; calls is then the writer's own slice, which it filters.
 //
 // The pipeline runs until owner's deadline or, when owner has none, the
 // latest deadline among the calls (none if one of them has none: the
@@ -188,10 +293,10 @@ func (c *coalescer) write(ctx context.Context) {
 // ran) are sent again after loading the script once (on every node of a
 // cluster), and any that still fail that way are sent with EVAL and the
 // source, which caches it again.
-func sendPipeline(owner context.Context, client redis.UniversalClient, calls []*scriptCall, claim bool) {
+func sendPipeline(owner *scriptCall, client redis.UniversalClient, calls []*scriptCall, claim bool) {
 	live := calls
 	if claim {
-		live = make([]*scriptCall, 0, len(calls))
+		live = calls[:0]
 		for _, call := range calls {
 			if call.state.CompareAndSwap(callQueued, callSent) {
 				live = append(live, call)
@@ -206,7 +311,8 @@ func sendPipeline(owner context.Context, client redis.UniversalClient, calls []*
 	cmds := make([]*redis.Cmd, len(live))
 	pipe := client.Pipeline()
 	for i, call := range live {
-		cmds[i] = decideScript.EvalSha(ctx, pipe, call.keys, call.args...)
+		cmds[i] = call.cmd(ctx)
+		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, _ = pipe.Exec(ctx)
 
@@ -220,19 +326,20 @@ func sendPipeline(owner context.Context, client redis.UniversalClient, calls []*
 		if decideScript.Load(ctx, client).Err() == nil {
 			pipe := client.Pipeline()
 			for _, i := range again {
-				cmds[i] = decideScript.EvalSha(ctx, pipe, live[i].keys, live[i].args...)
+				cmds[i] = live[i].cmd(ctx)
+				_ = pipe.Process(ctx, cmds[i])
 			}
 			_, _ = pipe.Exec(ctx)
 		}
 		for _, i := range again {
 			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
-				cmds[i] = decideScript.Eval(ctx, client, live[i].keys, live[i].args...)
+				cmds[i] = decideScript.Eval(ctx, client, live[i].keys, live[i].argv()...)
 			}
 		}
 	}
 	for i, call := range live {
 		call.val, call.err = cmds[i].Result()
-		close(call.done)
+		call.done <- struct{}{}
 	}
 }
 
@@ -241,18 +348,17 @@ func sendPipeline(owner context.Context, client redis.UniversalClient, calls []*
 // none. It carries no values and no cancellation of the callers: a caller
 // that leaves does not cut the pipeline that also carries other callers'
 // decisions.
-func batchContext(owner context.Context, calls []*scriptCall) (context.Context, context.CancelFunc) {
-	if dl, ok := owner.Deadline(); ok {
-		return context.WithDeadline(context.Background(), dl)
+func batchContext(owner *scriptCall, calls []*scriptCall) (context.Context, context.CancelFunc) {
+	if !owner.b.at.IsZero() {
+		return context.WithDeadline(context.Background(), owner.b.at)
 	}
 	var latest time.Time
 	for _, call := range calls {
-		dl, ok := call.ctx.Deadline()
-		if !ok {
+		if call.b.at.IsZero() {
 			return context.WithCancel(context.Background())
 		}
-		if dl.After(latest) {
-			latest = dl
+		if call.b.at.After(latest) {
+			latest = call.b.at
 		}
 	}
 	return context.WithDeadline(context.Background(), latest)

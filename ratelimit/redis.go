@@ -12,11 +12,12 @@ import (
 
 // RedisOptions configures a RedisStore.
 type RedisOptions struct {
-	// Timeout bounds each Decide: its script calls run under
-	// context.WithTimeout(ctx, Timeout). Past it Decide returns an error
-	// wrapping ErrUnavailable and context.DeadlineExceeded. The refunds and
-	// evaluations that follow a denial get a Timeout of their own. 0 means
-	// no timeout beyond ctx's.
+	// Timeout bounds each Decide: its script calls share a deadline of
+	// Timeout from its start (or ctx's, when that is earlier), as if run
+	// under context.WithTimeout(ctx, Timeout). Past it Decide returns an
+	// error wrapping ErrUnavailable and context.DeadlineExceeded. The
+	// refunds and evaluations that follow a denial get a Timeout of their
+	// own. 0 means no timeout beyond ctx's.
 	Timeout time.Duration
 	// Now, when set, supplies the time of every decision instead of the
 	// Redis server clock (TIME). It exists for tests that drive time; a
@@ -112,14 +113,15 @@ func (s *RedisStore) Close() error {
 
 // exchange sends calls (through the queue, or alone when coalescing is
 // disabled) and returns each one's reply or error. The calls share one
-// context. A call
-// whose context ends first reports that context's error.
+// bound. A call whose ctx or deadline ends first reports that error. The
+// calls must not be touched after.
 func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	vals, errs := make([]any, len(calls)), make([]error, len(calls))
 	if s.co == nil {
-		sendPipeline(calls[0].ctx, s.client, calls, false)
+		sendPipeline(calls[0], s.client, calls, false)
 		for i, c := range calls {
-			vals[i], errs[i] = c.val, c.err
+			<-c.done
+			vals[i], errs[i] = c.finish()
 		}
 		return vals, errs
 	}
@@ -128,6 +130,8 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 		co := s.coalescerFor(c.keys[0])
 		if errs[i] = co.enqueue(c); errs[i] == nil {
 			queued[i] = co
+		} else {
+			putCall(c)
 		}
 	}
 	for i, c := range calls {
@@ -138,34 +142,56 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	return vals, errs
 }
 
-// call sends one script call and returns its reply.
-func (s *RedisStore) call(ctx context.Context, keys []string, args []any) (any, error) {
-	vals, errs := s.exchange([]*scriptCall{newScriptCall(ctx, keys, args)})
-	return vals[0], errs[0]
+// call sends one script call for the items idx under b and returns its
+// reply.
+func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items []Item, idx []int, want []int64) (any, error) {
+	c := getCall(b)
+	c.build(mode, nowUS, useNow, items, idx, want)
+	if s.co == nil {
+		sendPipeline(c, s.client, []*scriptCall{c}, false)
+		<-c.done
+		return c.finish()
+	}
+	co := s.coalescerFor(c.keys[0])
+	if err := co.enqueue(c); err != nil {
+		putCall(c)
+		return nil, err
+	}
+	return co.wait(c)
 }
 
 // group is the items of one hash tag, decided by one script call.
 type group struct {
-	tag string
-	idx []int // indexes into the batch, in batch order
+	tag    string
+	lo, hi int // its items are idx[lo:hi] of groupItems's idx
 }
 
 // groupItems splits items by hash tag, in the order of each tag's first
-// item.
-func groupItems(items []Item) []group {
-	var groups []group
+// item. The groups are written to groups and the indexes of their items
+// (into items, in batch order) laid out in idx, group after group; both
+// must have room for len(items), so that callers can pass arrays of their
+// own.
+func groupItems(items []Item, groups []group, idx []int) []group {
+	ng, n := 0, 0
 outer:
 	for i, it := range items {
 		tag := hashTag(it.Key)
-		for g := range groups {
+		for g := range ng {
 			if groups[g].tag == tag {
-				groups[g].idx = append(groups[g].idx, i)
 				continue outer
 			}
 		}
-		groups = append(groups, group{tag: tag, idx: []int{i}})
+		start := n
+		for k := i; k < len(items); k++ {
+			if k == i || hashTag(items[k].Key) == tag {
+				idx[n] = k
+				n++
+			}
+		}
+		groups[ng] = group{tag: tag, lo: start, hi: n}
+		ng++
 	}
-	return groups
+	return groups[:ng]
 }
 
 // hashTag returns the part of key that Redis Cluster hashes to pick a slot:
@@ -226,7 +252,7 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error)
 			return Decision{}, fmt.Errorf("item %d: %w", i, err)
 		}
 	}
-	d, _, err := s.decide(ctx, items, nil)
+	d, _, err := s.decide(ctx, items, nil, false)
 	return d, err
 }
 
@@ -245,7 +271,7 @@ func (s *RedisStore) DecideReserve(ctx context.Context, items []Item, want []int
 	if err := validateReserve(items, want); err != nil {
 		return Decision{}, nil, err
 	}
-	return s.decide(ctx, items, want)
+	return s.decide(ctx, items, want, true)
 }
 
 // validateReserve checks items and the want of DecideReserve.
@@ -295,21 +321,22 @@ func (s *RedisStore) Refund(ctx context.Context, items []Item) error {
 		return nil
 	}
 	nowUS, useNow := s.now()
-	cctx, cancel := withTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	b := newBound(ctx, s.opts.Timeout)
 	sub := make([]Item, len(idx))
 	for k, i := range idx {
 		sub[k] = items[i]
 	}
 	var calls []*scriptCall
-	for _, gr := range groupItems(sub) {
-		keys, args := scriptArgs(modeRefund, nowUS, useNow, sub, gr.idx, nil)
-		calls = append(calls, newScriptCall(cctx, keys, args))
+	gidx := make([]int, len(sub))
+	for _, gr := range groupItems(sub, make([]group, len(sub)), gidx) {
+		c := getCall(b)
+		c.build(modeRefund, nowUS, useNow, sub, gidx[gr.lo:gr.hi], nil)
+		calls = append(calls, c)
 	}
 	_, errs := s.exchange(calls)
 	for _, err := range errs {
 		if err != nil {
-			return unavailable("refund", withDeadline(cctx, err))
+			return unavailable("refund", withDeadline(b, err))
 		}
 	}
 	return nil
@@ -323,52 +350,58 @@ func (s *RedisStore) now() (nowUS int64, useNow bool) {
 	return s.opts.Now().UnixMicro(), true
 }
 
-// decide runs a validated batch; want is nil or DecideReserve's.
-func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64) (Decision, []int64, error) {
+// smallBatch is the batch size up to which decide keeps its working
+// arrays on the stack.
+const smallBatch = 8
+
+// decide runs a validated batch; want is nil or DecideReserve's, and
+// reserve says whether to return the units taken.
+func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64, reserve bool) (Decision, []int64, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, nil, unavailable("decide", err)
 	}
 	dec := Decision{Allowed: true, Results: make([]Result, len(items))}
-	taken := make([]int64, len(items))
+	var taken []int64
+	if reserve {
+		taken = make([]int64, len(items))
+	}
 	if len(items) == 0 {
 		return dec, taken, nil
 	}
 	nowUS, useNow := s.now()
-	groups := groupItems(items)
+	var (
+		groupBuf [smallBatch]group
+		idxBuf   [smallBatch]int
+		extBuf   [smallBatch]itemReply
+	)
+	groups, idx, ext := groupBuf[:], idxBuf[:], extBuf[:]
+	if len(items) > smallBatch {
+		groups, idx, ext = make([]group, len(items)), make([]int, len(items)), make([]itemReply, len(items))
+	}
+	groups = groupItems(items, groups, idx)
 
-	cctx, cancel := withTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	replies := make([]groupReply, len(groups))
+	b := newBound(ctx, s.opts.Timeout)
 	denied := -1
 	for g, gr := range groups {
-		keys, args := scriptArgs(modeDecide, nowUS, useNow, items, gr.idx, want)
-		v, err := s.call(cctx, keys, args)
+		gi := idx[gr.lo:gr.hi]
+		v, err := s.call(b, modeDecide, nowUS, useNow, items, gi, want)
 		if err != nil {
-			return Decision{}, nil, unavailable("decide", withDeadline(cctx, err))
+			return Decision{}, nil, unavailable("decide", withDeadline(b, err))
 		}
-		rep, err := parseReply(v, items, gr.idx)
+		admitted, err := parseReply(v, items, gi, dec.Results, ext)
 		if err != nil {
 			return Decision{}, nil, err
 		}
-		replies[g] = rep
-		if !rep.admitted {
+		if !admitted {
 			denied = g
 			break
 		}
 	}
 	if denied >= 0 {
-		s.afterDenial(ctx, items, groups, replies, denied, nowUS, useNow)
-	}
-	for g, gr := range groups {
-		for i, j := range gr.idx {
-			if g < len(replies) && replies[g].results != nil {
-				dec.Results[j] = replies[g].results[i]
-				if denied < 0 {
-					taken[j] = replies[g].taken[i]
-				}
-			} else {
-				dec.Results[j] = Result{Limit: Capacity(items[j].Algorithm, items[j].Limit)}
-			}
+		s.afterDenial(ctx, items, groups, idx, dec.Results, ext, denied, nowUS, useNow)
+	} else if reserve {
+		for j := range items {
+			taken[j] = ext[j].taken
 		}
 	}
 	for j, r := range dec.Results {
@@ -381,19 +414,27 @@ func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64) (De
 }
 
 // afterDenial refunds the groups admitted before group denied and
-// evaluates the groups after it, sent together. Refunded groups report
-// their Results as they were before consuming. Failures are absorbed: a
-// failed refund loses its units, a failed evaluation leaves its replies
-// empty.
-func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []group, replies []groupReply, denied int, nowUS int64, useNow bool) {
-	for g := range denied {
-		replies[g].results = replies[g].before
+// evaluates the groups after it, sent together. groups and idx are
+// groupItems's, res and ext hold the
+// replies of the groups up to denied. Refunded groups report their Results
+// as they were before consuming. Failures are absorbed: a failed refund
+// loses its units, a failed evaluation leaves its items' Results not
+// allowed, with nothing remaining.
+func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []group, idx []int, res []Result, ext []itemReply, denied int, nowUS int64, useNow bool) {
+	for g, gr := range groups {
+		for _, j := range idx[gr.lo:gr.hi] {
+			switch {
+			case g < denied:
+				res[j] = ext[j].before
+			case g > denied:
+				res[j] = Result{Limit: Capacity(items[j].Algorithm, items[j].Limit)}
+			}
+		}
 	}
 	if len(groups) == 1 {
 		return
 	}
-	fctx, cancel := withTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
-	defer cancel()
+	b := newBound(context.WithoutCancel(ctx), s.opts.Timeout)
 	// Refund exactly what was taken: for each item, the units its reply
 	// says it consumed (a shadow item that did not fit took nothing; a
 	// reserving item may have taken more than its cost).
@@ -406,22 +447,26 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []gro
 		if g == denied {
 			continue
 		}
-		mode, idx, its := modeEval, gr.idx, items
+		mode, gi, its := modeEval, idx[gr.lo:gr.hi], items
 		if g < denied {
-			mode, idx, its = modeRefund, nil, refund
-			for i, j := range gr.idx {
-				if t := replies[g].taken[i]; t > 0 {
+			mode, gi, its = modeRefund, nil, refund
+			for _, j := range idx[gr.lo:gr.hi] {
+				if t := ext[j].taken; t > 0 {
 					refund[j].Cost = t
-					idx = append(idx, j)
+					gi = append(gi, j)
 				}
 			}
-			if len(idx) == 0 {
+			if len(gi) == 0 {
 				continue
 			}
 		}
-		keys, args := scriptArgs(mode, nowUS, useNow, its, idx, nil)
+		c := getCall(b)
+		c.build(mode, nowUS, useNow, its, gi, nil)
 		callOf[g] = len(calls)
-		calls = append(calls, newScriptCall(fctx, keys, args))
+		calls = append(calls, c)
+	}
+	if len(calls) == 0 {
+		return
 	}
 	vals, errs := s.exchange(calls)
 	for g, gr := range groups {
@@ -429,8 +474,6 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []gro
 		if c < 0 || g < denied || errs[c] != nil {
 			continue // a refund's reply carries nothing
 		}
-		if rep, err := parseReply(vals[c], items, gr.idx); err == nil {
-			replies[g] = rep
-		}
+		_, _ = parseReply(vals[c], items, idx[gr.lo:gr.hi], res, ext)
 	}
 }

@@ -17,8 +17,9 @@ func TestParseReplyRejectsMalformed(t *testing.T) {
 	items := []Item{{Key: "{a}k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: time.Second, Burst: 5}, Cost: 1}}
 	idx := []int{0}
 	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0), int64(1)}
-	if g, err := parseReply(good, items, idx); err != nil || !g.admitted || g.results[0].Remaining != 4 || g.before[0].Remaining != 5 {
-		t.Fatalf("well-formed reply: %+v, %v", g, err)
+	res, ext := make([]Result, 1), make([]itemReply, 1)
+	if ok, err := parseReply(good, items, idx, res, ext); err != nil || !ok || res[0].Remaining != 4 || ext[0].before.Remaining != 5 || ext[0].taken != 1 {
+		t.Fatalf("well-formed reply: %v %+v %+v, %v", ok, res, ext, err)
 	}
 	bad := map[string]any{
 		"not an array":   "OK",
@@ -34,26 +35,32 @@ func TestParseReplyRejectsMalformed(t *testing.T) {
 		"negative taken": []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(-1)},
 	}
 	for name, v := range bad {
-		if _, err := parseReply(v, items, idx); !errors.Is(err, ErrUnavailable) {
+		res, ext := make([]Result, 1), make([]itemReply, 1)
+		if _, err := parseReply(v, items, idx, res, ext); !errors.Is(err, ErrUnavailable) {
 			t.Errorf("%s: err = %v, want ErrUnavailable", name, err)
+		}
+		if res[0] != (Result{}) || ext[0] != (itemReply{}) {
+			t.Errorf("%s: a rejected reply wrote %+v %+v", name, res[0], ext[0])
 		}
 	}
 }
 
 func TestHashTagGroups(t *testing.T) {
 	items := []Item{{Key: "{route}x"}, {Key: "{acme}a"}, {Key: "plain"}, {Key: "{route}y"}, {Key: "{}e"}, {Key: "{acme}b"}, {Key: "plain"}}
-	groups := groupItems(items)
+	idx := make([]int, len(items))
+	groups := groupItems(items, make([]group, len(items)), idx)
 	want := [][]int{{0, 3}, {1, 5}, {2, 6}, {4}}
 	if len(groups) != len(want) {
 		t.Fatalf("groups %+v", groups)
 	}
 	for g := range want {
-		if len(groups[g].idx) != len(want[g]) {
-			t.Fatalf("group %d = %v, want %v", g, groups[g].idx, want[g])
+		got := idx[groups[g].lo:groups[g].hi]
+		if len(got) != len(want[g]) {
+			t.Fatalf("group %d = %v, want %v", g, got, want[g])
 		}
 		for i := range want[g] {
-			if groups[g].idx[i] != want[g][i] {
-				t.Fatalf("group %d = %v, want %v", g, groups[g].idx, want[g])
+			if got[i] != want[g][i] {
+				t.Fatalf("group %d = %v, want %v", g, got, want[g])
 			}
 		}
 	}
@@ -115,5 +122,93 @@ return out`)
 		if got[i] != want[i] {
 			t.Errorf("muldiv(%v, %v, %v) = %d, want %d", args[3*i], args[3*i+1], args[3*i+2], got[i], want[i])
 		}
+	}
+}
+
+// TestScriptCallReuse: a call rebuilt for other items (other values, other
+// shapes) sends exactly the arguments a fresh call would, of the same
+// types.
+func TestScriptCallReuse(t *testing.T) {
+	a := Item{Key: "{t1}a", Algorithm: TokenBucket, Limit: Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
+	b := Item{Key: "{t2}b", Algorithm: SlidingLog, Limit: Limit{Rate: 300, Per: time.Minute}, Cost: 2, Shadow: true}
+	batches := []struct {
+		mode  string
+		items []Item
+		want  []int64
+		now   bool
+	}{
+		{modeDecide, []Item{a, a}, nil, false},
+		{modeDecide, []Item{a, b}, nil, false},
+		{modeRefund, []Item{b}, nil, true},
+		{modeDecide, []Item{a, a, b}, []int64{500, 0, 0}, false},
+		{modeEval, []Item{a, b}, nil, false},
+	}
+	reused := &scriptCall{}
+	for k, bt := range batches {
+		idx := make([]int, len(bt.items))
+		for i := range idx {
+			idx[i] = i
+		}
+		fresh := &scriptCall{}
+		fresh.build(bt.mode, 42, bt.now, bt.items, idx, bt.want)
+		reused.build(bt.mode, 42, bt.now, bt.items, idx, bt.want)
+		if len(reused.args) != len(fresh.args) || len(reused.keys) != len(fresh.keys) {
+			t.Fatalf("batch %d: reused call has %d args, %d keys; fresh %d, %d", k, len(reused.args), len(reused.keys), len(fresh.args), len(fresh.keys))
+		}
+		for i := range fresh.args {
+			if reused.args[i] != fresh.args[i] {
+				t.Errorf("batch %d: arg %d = %#v, want %#v", k, i, reused.args[i], fresh.args[i])
+			}
+		}
+		for i := range fresh.keys {
+			if reused.keys[i] != fresh.keys[i] {
+				t.Errorf("batch %d: key %d = %q, want %q", k, i, reused.keys[i], fresh.keys[i])
+			}
+		}
+	}
+	// The layout the script reads: name, digest, numkeys, keys, mode, now, items.
+	c := &scriptCall{}
+	c.build(modeDecide, 0, false, []Item{a}, []int{0}, nil)
+	want := []any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", int(TokenBucket), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(1), 0, int64(0)}
+	if len(c.args) != len(want) {
+		t.Fatalf("args %#v, want %#v", c.args, want)
+	}
+	for i := range want {
+		if c.args[i] != want[i] {
+			t.Errorf("arg %d = %#v, want %#v", i, c.args[i], want[i])
+		}
+	}
+}
+
+// TestBound: the deadline is the earlier of ctx's and the timeout's, and a
+// timer is needed only when the timeout's is earlier.
+func TestBound(t *testing.T) {
+	bg := context.Background()
+	if b := newBound(bg, 0); !b.at.IsZero() || b.own || b.err() != nil {
+		t.Fatalf("no deadline: %+v", b)
+	}
+	if b := newBound(bg, time.Hour); b.at.IsZero() || !b.own {
+		t.Fatalf("timeout only: %+v", b)
+	}
+	near, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	dl, _ := near.Deadline()
+	if b := newBound(near, time.Hour); !b.at.Equal(dl) || b.own {
+		t.Fatalf("ctx earlier: %+v, want ctx's deadline %v", b, dl)
+	}
+	if b := newBound(near, time.Second); b.at.After(dl) || !b.own {
+		t.Fatalf("timeout earlier: %+v", b)
+	}
+	past := bound{ctx: bg, at: time.Now().Add(-time.Millisecond), own: true}
+	if !errors.Is(past.err(), context.DeadlineExceeded) {
+		t.Fatalf("past deadline: err = %v", past.err())
+	}
+	if err := withDeadline(past, errors.New("i/o timeout")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("withDeadline = %v, want DeadlineExceeded in the chain", err)
+	}
+	done, stop := context.WithCancel(bg)
+	stop()
+	if b := newBound(done, time.Hour); !errors.Is(b.err(), context.Canceled) {
+		t.Fatalf("cancelled ctx: err = %v", b.err())
 	}
 }

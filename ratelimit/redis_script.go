@@ -63,20 +63,39 @@ const argsPerItem = 7
 // were before this call consumed anything, and the units taken.
 const valuesPerResult = 7
 
-// scriptArgs builds KEYS and ARGV for the items of one group. want, when
-// not nil, holds per batch item the units to reserve (see DecideReserve);
-// 0 means the item's cost.
-func scriptArgs(mode string, nowUS int64, useNow bool, items []Item, idx []int, want []int64) ([]string, []any) {
-	keys := make([]string, len(idx))
-	args := make([]any, 0, 2+argsPerItem*len(idx))
-	now := ""
-	if useNow {
-		now = strconv.FormatInt(nowUS, 10)
+// decideSHA is the digest EVALSHA names, boxed once.
+var decideSHA any = decideScript.Hash()
+
+// build sets the call's EVALSHA arguments for the items of one group:
+// KEYS, then ARGV = mode, now ("" for the server clock), and argsPerItem
+// values per item. want, when not nil, holds per batch item the units to
+// reserve (see DecideReserve); 0 means the item's cost.
+//
+// A reused call keeps the boxed values of its previous command where they
+// are unchanged (typically the limits of the same policies), so that it
+// rebuilds a command without allocating for them.
+func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []Item, idx []int, want []int64) {
+	n := len(idx)
+	size := 3 + n + 2 + argsPerItem*n
+	if cap(c.args) < size {
+		c.args = append(make([]any, 0, size), c.args...)
 	}
-	args = append(args, mode, now)
+	c.args = c.args[:size]
+	c.keys = resize(c.keys, n)
+	c.args[0], c.args[1] = "evalsha", decideSHA
+	c.setInt(2, n)
+	for i, j := range idx {
+		c.keys[i] = items[j].Key
+		c.setString(3+i, items[j].Key)
+	}
+	c.setString(3+n, mode)
+	if useNow {
+		c.args[4+n] = strconv.FormatInt(nowUS, 10)
+	} else {
+		c.args[4+n] = ""
+	}
 	for i, j := range idx {
 		it := items[j]
-		keys[i] = it.Key
 		shadow := 0
 		if it.Shadow {
 			shadow = 1
@@ -85,67 +104,105 @@ func scriptArgs(mode string, nowUS int64, useNow bool, items []Item, idx []int, 
 		if want != nil {
 			w = want[j]
 		}
-		args = append(args, int(it.Algorithm), it.Limit.Rate, it.Limit.Per.Microseconds(), it.Limit.Burst, it.Cost, shadow, w)
+		p := 5 + n + argsPerItem*i
+		c.setInt(p, int(it.Algorithm))
+		c.setInt64(p+1, it.Limit.Rate)
+		c.setInt64(p+2, it.Limit.Per.Microseconds())
+		c.setInt64(p+3, it.Limit.Burst)
+		c.setInt64(p+4, it.Cost)
+		c.setInt(p+5, shadow)
+		c.setInt64(p+6, w)
 	}
-	return keys, args
 }
 
-// groupReply is a decoded reply of a decide or evaluate call.
-type groupReply struct {
-	admitted bool
-	results  []Result
-	// before holds Remaining and ResetAfter as they were before the call
-	// consumed anything, to report after a refund.
-	before []Result
-	// taken holds the units each item consumed (0 unless admitted).
-	taken []int64
+// setInt, setInt64 and setString set argument p to v, keeping the boxed
+// value already there when it is equal.
+func (c *scriptCall) setInt(p int, v int) {
+	if old, ok := c.args[p].(int); !ok || old != v {
+		c.args[p] = v
+	}
 }
 
-// parseReply checks the shape of a decide or evaluate reply for n items and
-// decodes it. Any surprise is an error wrapping ErrUnavailable.
-func parseReply(v any, items []Item, idx []int) (groupReply, error) {
+func (c *scriptCall) setInt64(p int, v int64) {
+	if old, ok := c.args[p].(int64); !ok || old != v {
+		c.args[p] = v
+	}
+}
+
+func (c *scriptCall) setString(p int, v string) {
+	if old, ok := c.args[p].(string); !ok || old != v {
+		c.args[p] = v
+	}
+}
+
+// argv returns the call's ARGV (the arguments after its keys).
+func (c *scriptCall) argv() []any { return c.args[3+len(c.keys):] }
+
+// resize returns s with length n, reusing its array when it is large
+// enough. The contents are unspecified.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// itemReply is what a decide or evaluate reply says of one item beyond its
+// Result: the Result as it was before the call consumed anything (to
+// report after a refund), and the units the item took (0 unless admitted).
+type itemReply struct {
+	before Result
+	taken  int64
+}
+
+// parseReply checks the shape of a decide or evaluate reply for the items
+// idx (indexes into items) and decodes it: the item j's Result goes to
+// res[j] and the rest to ext[j]. It reports whether the group admitted.
+// Any surprise is an error wrapping ErrUnavailable, and then nothing is
+// written.
+func parseReply(v any, items []Item, idx []int, res []Result, ext []itemReply) (bool, error) {
 	arr, ok := v.([]any)
 	if !ok {
-		return groupReply{}, fmt.Errorf("%w: script replied %T, want an array", ErrUnavailable, v)
+		return false, fmt.Errorf("%w: script replied %T, want an array", ErrUnavailable, v)
 	}
 	if want := 1 + valuesPerResult*len(idx); len(arr) != want {
-		return groupReply{}, fmt.Errorf("%w: script replied %d values, want %d", ErrUnavailable, len(arr), want)
+		return false, fmt.Errorf("%w: script replied %d values, want %d", ErrUnavailable, len(arr), want)
 	}
-	ints := make([]int64, len(arr))
 	for i, e := range arr {
-		n, ok := e.(int64)
-		if !ok {
-			return groupReply{}, fmt.Errorf("%w: script reply value %d is %T, want an integer", ErrUnavailable, i, e)
+		if _, ok := e.(int64); !ok {
+			return false, fmt.Errorf("%w: script reply value %d is %T, want an integer", ErrUnavailable, i, e)
 		}
-		ints[i] = n
 	}
-	if ints[0] != 0 && ints[0] != 1 {
-		return groupReply{}, fmt.Errorf("%w: script replied admitted=%d", ErrUnavailable, ints[0])
+	at := func(i int) int64 { return arr[i].(int64) }
+	admitted := at(0)
+	if admitted != 0 && admitted != 1 {
+		return false, fmt.Errorf("%w: script replied admitted=%d", ErrUnavailable, admitted)
 	}
-	g := groupReply{admitted: ints[0] == 1, results: make([]Result, len(idx)), before: make([]Result, len(idx)), taken: make([]int64, len(idx))}
 	for i, j := range idx {
-		it := items[j]
-		capacity := Capacity(it.Algorithm, it.Limit)
-		v := ints[1+valuesPerResult*i:]
-		allowed, remaining, retry, reset, remaining0, reset0, taken := v[0], v[1], v[2], v[3], v[4], v[5], v[6]
+		capacity := Capacity(items[j].Algorithm, items[j].Limit)
+		o := 1 + valuesPerResult*i
+		allowed, remaining, retry, reset, remaining0, reset0, taken := at(o), at(o+1), at(o+2), at(o+3), at(o+4), at(o+5), at(o+6)
 		if allowed != 0 && allowed != 1 ||
 			remaining < 0 || remaining > capacity || remaining0 < 0 || remaining0 > capacity ||
 			retry < 0 || reset < 0 || reset0 < 0 || taken < 0 || taken > capacity {
-			return groupReply{}, fmt.Errorf("%w: script reply for item %d out of range: %v", ErrUnavailable, j, v[:valuesPerResult])
+			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ErrUnavailable, j, arr[o:o+valuesPerResult])
 		}
-		g.results[i] = Result{
-			Allowed:    allowed == 1,
-			Limit:      capacity,
-			Remaining:  remaining,
-			RetryAfter: micros(retry),
-			ResetAfter: micros(reset),
-		}
-		g.before[i] = g.results[i]
-		g.before[i].Remaining = remaining0
-		g.before[i].ResetAfter = micros(reset0)
-		g.taken[i] = taken
 	}
-	return g, nil
+	for i, j := range idx {
+		capacity := Capacity(items[j].Algorithm, items[j].Limit)
+		o := 1 + valuesPerResult*i
+		r := Result{
+			Allowed:    at(o) == 1,
+			Limit:      capacity,
+			Remaining:  at(o + 1),
+			RetryAfter: micros(at(o + 2)),
+			ResetAfter: micros(at(o + 3)),
+		}
+		res[j] = r
+		r.Remaining, r.ResetAfter = at(o+4), micros(at(o+5))
+		ext[j] = itemReply{before: r, taken: at(o + 6)}
+	}
+	return admitted == 1, nil
 }
 
 // unavailable wraps a client or server error in ErrUnavailable, keeping it
@@ -157,27 +214,53 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
 
-// withDeadline adds ctx's error to err when ctx is done or its deadline has
-// passed (a socket timeout set from the deadline can fire a hair before
-// the context's own timer), so that callers can test for
-// context.DeadlineExceeded.
-func withDeadline(ctx context.Context, err error) error {
-	cerr := ctx.Err()
-	if cerr == nil {
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-			cerr = context.DeadlineExceeded
+// bound is what a batch's script calls run under: the caller's ctx, whose
+// end abandons them, and their deadline, the earlier of ctx's and a
+// timeout from the start. It stands for a context derived with
+// context.WithTimeout without deriving one.
+type bound struct {
+	ctx context.Context
+	at  time.Time // the deadline; zero when there is none
+	// own is set when at comes from the timeout (it is earlier than ctx's
+	// deadline), so that a timer must watch it; otherwise ctx ends at at.
+	own bool
+}
+
+// newBound applies timeout to ctx; timeout <= 0 leaves ctx's deadline.
+func newBound(ctx context.Context, timeout time.Duration) bound {
+	b := bound{ctx: ctx}
+	dl, ok := ctx.Deadline()
+	if ok {
+		b.at = dl
+	}
+	if timeout > 0 {
+		if t := time.Now().Add(timeout); !ok || t.Before(dl) {
+			b.at, b.own = t, true
 		}
 	}
+	return b
+}
+
+// err is ctx's error, or context.DeadlineExceeded once the deadline has
+// passed, or nil.
+func (b bound) err() error {
+	if err := b.ctx.Err(); err != nil {
+		return err
+	}
+	if !b.at.IsZero() && !time.Now().Before(b.at) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// withDeadline adds b's error to err when b's ctx is done or its deadline
+// has passed (a socket timeout set from the deadline can fire a hair
+// before a timer would), so that callers can test for
+// context.DeadlineExceeded.
+func withDeadline(b bound, err error) error {
+	cerr := b.err()
 	if cerr == nil || errors.Is(err, cerr) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
-}
-
-// withTimeout applies d to ctx; d <= 0 leaves ctx as it is.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, d)
 }
