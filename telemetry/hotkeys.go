@@ -17,9 +17,21 @@ const MaxHotKeyRanks = 10
 // second of the busiest keys as quotagate_hot_key_decisions_rate{rank="1"}
 // to {rank="10"}. rates returns them highest first; entries past
 // MaxHotKeyRanks are ignored. Which key holds a rank is on the admin API
-// (/hotkeys), not in a label. It may be called once per Metrics.
+// (/hotkeys), not in a label. Calling it again replaces the previous
+// function; nil removes it.
 func (m *Metrics) ObserveHotKeys(rates func() []float64) error {
-	if m == nil || rates == nil {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hot != nil {
+		if err := m.hot.Unregister(); err != nil {
+			return fmt.Errorf("telemetry: replacing hot key callback: %w", err)
+		}
+		m.hot = nil
+	}
+	if rates == nil {
 		return nil
 	}
 	g, err := m.meter.Float64ObservableGauge("quotagate.hot_key.decisions.rate",
@@ -31,7 +43,7 @@ func (m *Metrics) ObserveHotKeys(rates func() []float64) error {
 	for i := range ranks {
 		ranks[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("rank", strconv.Itoa(i+1))))
 	}
-	_, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	m.hot, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for i, r := range rates() {
 			if i >= MaxHotKeyRanks {
 				break

@@ -87,6 +87,7 @@ type Metrics struct {
 
 	mu  sync.Mutex
 	reg metric.Registration // gauge callback, nil until ObserveGauges
+	hot metric.Registration // hot-key callback, nil until ObserveHotKeys
 }
 
 type routeCode struct {

@@ -307,3 +307,27 @@ func TestMetricsConcurrent(t *testing.T) {
 		t.Fatalf("decisions: %d series totalling %v, want %d and 800", len(got), total, len(policies))
 	}
 }
+
+func TestObserveHotKeysReplacesTheCallback(t *testing.T) {
+	p, err := Setup(context.Background(), Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	m, err := NewMetrics(p.MeterProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ObserveHotKeys(func() []float64 { return []float64{1} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ObserveHotKeys(func() []float64 { return []float64{7} }); err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	p.Metrics.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body := w.Body.String()
+	if strings.Count(body, `quotagate_hot_key_decisions_rate{rank="1"}`) != 1 || !strings.Contains(body, `quotagate_hot_key_decisions_rate{rank="1"} 7`) {
+		t.Fatalf("want exactly one rank-1 series with the second callback's value:\n%s", body)
+	}
+}
