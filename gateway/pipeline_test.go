@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,4 +242,26 @@ func TestOversizedBodyIs413(t *testing.T) {
 	if _, body := f.upstream.Last(); len(body) != 1000 {
 		t.Fatalf("upstream got %d bytes", len(body))
 	}
+}
+
+// failingBody yields some bytes, then the error a broken upload gives.
+type failingBody struct{ sent bool }
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, "partial"), nil
+	}
+	return 0, errors.New("malformed chunk")
+}
+
+func TestUnreadableBodyIs400NotAnUpstreamFailure(t *testing.T) {
+	f := newFixture(t, baseConfig)
+	r := httptest.NewRequest("POST", "/v1/transfers/1", &failingBody{})
+	r.ContentLength = -1
+	r.RemoteAddr = "192.0.2.10:4321"
+	r.Header.Set("Authorization", "Bearer "+enterpriseKey)
+	w := httptest.NewRecorder()
+	f.gw.ServeHTTP(w, r)
+	problemBody(t, w, http.StatusBadRequest, "bad_request")
 }
