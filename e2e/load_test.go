@@ -254,11 +254,12 @@ func (s summary) only(codes ...int) bool {
 // burst and rate units per second may admit to saturating traffic s. The
 // decisions happened within [firstStart, lastEnd] (upper bound) and span at
 // least [firstEnd, lastStart] (lower bound). slack covers a fractional unit
-// at either edge and a request's cost.
+// at either edge and a request's cost, on both sides: requests of cost c can
+// leave up to c-1 units in the bucket that no request of theirs fits.
 func tokenBucketBounds(s summary, burst int64, ratePerSec float64, slack int64) (lo, hi int64) {
 	maxSpan := s.lastEnd.Sub(s.firstStart).Seconds()
 	minSpan := max(0, s.lastStart.Sub(s.firstEnd).Seconds())
 	hi = burst + int64(ratePerSec*maxSpan) + slack
-	lo = int64(0.99 * (float64(burst) + ratePerSec*minSpan))
+	lo = int64(0.99*(float64(burst)+ratePerSec*minSpan)) - slack
 	return lo, hi
 }

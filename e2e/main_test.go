@@ -38,8 +38,11 @@ func TestMain(m *testing.M) {
 	if binPath == "" {
 		binPath = filepath.Join(dir, "quotagate")
 		// The binary is built without -race whatever the test binary uses:
-		// the load tests measure the gateway, not the race detector.
-		build := exec.Command("go", "build", "-o", binPath, "../cmd/quotagate")
+		// the load tests measure the gateway, not the race detector. The
+		// flags are the Dockerfile's (static, -trimpath), which is what ships,
+		// and they let this build share the compile cache with cmd's and
+		// deploy's tests.
+		build := exec.Command("go", "build", "-trimpath", "-o", binPath, "../cmd/quotagate")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: building quotagate: %v\n%s", err, out)

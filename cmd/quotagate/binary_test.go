@@ -41,7 +41,11 @@ func buildBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(buildDir, "quotagate")
-		out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+		// The Dockerfile's flags (static, -trimpath): what ships, and one
+		// compile shared with the e2e and deploy tests.
+		build := exec.Command("go", "build", "-trimpath", "-o", builtBin, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
