@@ -1,9 +1,9 @@
 package ratelimit
 
 import (
+	"math/rand/v2"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -11,7 +11,9 @@ import (
 // and at a small, lock-free cost per decision, so an operator can see which
 // tenant would gain from a lease.
 //
-// Observe counts one decision in SampleEvery (an atomic counter, no lock);
+// Observe counts about one decision in SampleEvery, chosen at random with
+// the runtime's per-thread generator (no lock, and no counter that every
+// request would write);
 // the sampled ones go into a Space-Saving summary of Capacity entries: a key
 // not in a full summary replaces the entry with the lowest count and
 // inherits that count, so a count overestimates by at most the count it
@@ -25,7 +27,6 @@ type HotKeys struct {
 	cap    int
 	window time.Duration
 	now    func() time.Time
-	seen   atomic.Uint64
 
 	mu      sync.Mutex
 	start   time.Time // of the current window
@@ -73,7 +74,7 @@ func NewHotKeys(o HotKeysOptions) *HotKeys {
 
 // Observe records one decision for key.
 func (h *HotKeys) Observe(key string) {
-	if h.seen.Add(1)%h.every != 0 {
+	if h.every > 1 && rand.Uint64N(h.every) != 0 {
 		return
 	}
 	now := h.now()

@@ -177,8 +177,13 @@ type plan struct {
 // of the wrapped store is returned as it is, after the local units are
 // put back.
 func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error) {
+	// Items without a lease are the wrapped store's to validate: a batch
+	// with nothing leased passes straight through, checked once, not twice.
 	var idx []int
 	for i, it := range items {
+		if it.Lease == (Lease{}) {
+			continue
+		}
 		if err := ValidateItem(it); err != nil {
 			return Decision{}, fmt.Errorf("item %d: %w", i, err)
 		}
@@ -191,6 +196,14 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 	}
 	if len(idx) == 0 {
 		return s.inner.Decide(ctx, items)
+	}
+	// Blocks are about to be touched: nothing may fail validation later.
+	for i, it := range items {
+		if it.Lease == (Lease{}) {
+			if err := ValidateItem(it); err != nil {
+				return Decision{}, fmt.Errorf("item %d: %w", i, err)
+			}
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, unavailable("decide", err)
