@@ -24,8 +24,12 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := &requestState{start: g.opts.Now()}
 			st.rec.ResponseWriter = w
-			st.requestID = requestID(r.Header.Get("X-Request-Id"))
-			r.Header.Set("X-Request-Id", st.requestID)
+			in := r.Header.Get("X-Request-Id")
+			st.requestID = requestID(in)
+			// A kept id, sent once, is already there for the upstream.
+			if st.requestID != in || len(r.Header["X-Request-Id"]) != 1 {
+				r.Header.Set("X-Request-Id", st.requestID)
+			}
 			w.Header().Set("X-Request-Id", st.requestID)
 
 			ctx, span := r.Context(), nonRecording
@@ -98,13 +102,14 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	}
 	lvl := slog.LevelInfo
 	if status == http.StatusTooManyRequests {
-		// Denials can come in floods; they are logged at debug, sampled.
-		if g.denials.Add(1)%100 != 1 {
-			return
-		}
 		lvl = slog.LevelDebug
 	}
 	if !g.opts.Logger.Enabled(ctx, lvl) {
+		return
+	}
+	// Denials can come in floods; at debug, one in 100 is logged. The
+	// shared counter is only touched when that line could be written.
+	if lvl == slog.LevelDebug && g.denials.Add(1)%100 != 1 {
 		return
 	}
 	g.opts.Logger.LogAttrs(ctx, lvl, "request",

@@ -160,7 +160,7 @@ func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span t
 	if m != nil {
 		m.StoreError(ctx, kind)
 	}
-	if ok, suppressed := g.logLimit.Allow("store:" + kind); ok {
+	if ok, suppressed := g.logLimit.Allow(kind); ok { // kind is one of four constants
 		g.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "store failed; applying on_store_error",
 			slog.String("kind", kind), slog.String("error", err.Error()), slog.Int("suppressed", suppressed))
 	}

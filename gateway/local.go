@@ -10,6 +10,10 @@ import (
 // localPolicy is the policy name reported for stage-1 denials.
 const localPolicy = "local"
 
+// localViolated is the violated-policies list of every stage-1 denial; it is
+// only read.
+var localViolated = []string{localPolicy}
+
 // localStage is stage 1: a per-instance token bucket per caller, from the
 // caller's tier. It rejects obvious bursts without a store call; a denial
 // here never reaches stage 2 and consumes nothing there. It never replaces
@@ -54,7 +58,7 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			st.limit = view
 			if !ok {
-				g.deny(w, st, view, []string{localPolicy})
+				g.deny(w, st, view, localViolated)
 				return
 			}
 			next.ServeHTTP(w, r)
