@@ -26,7 +26,6 @@ type pipeline struct {
 	tiers   map[string]*ratelimit.LocalSet // stage 1 per tier; absent = no stage 1
 	backend *Backend
 	maxBody int64
-	trusted bool // any trusted proxies configured
 	handler http.Handler
 }
 
@@ -71,7 +70,7 @@ type boundPolicy struct {
 // replaced: stage-1 limiter sets of tiers whose local limit did not change
 // are carried over so callers keep their state across a reload.
 func buildPipeline(cfg *config.Config, prev *pipeline, backend *Backend, o *Options) (*pipeline, error) {
-	p := &pipeline{cfg: cfg, backend: backend, maxBody: cfg.Server.MaxBodyBytes, trusted: len(cfg.Server.TrustedPrefixes) > 0}
+	p := &pipeline{cfg: cfg, backend: backend, maxBody: cfg.Server.MaxBodyBytes}
 
 	specs := make([]routes.Spec, len(cfg.Routes))
 	for i, r := range cfg.Routes {
