@@ -134,6 +134,10 @@ type JWT struct {
 	TenantClaim string `mapstructure:"tenant_claim"`
 	// TierClaim names the claim holding the tier (default "tier").
 	TierClaim string `mapstructure:"tier_claim"`
+	// ShareTenantsWithAPIKeys makes a JWT whose tenant claim equals an API
+	// key's tenant share that tenant's limit state (default false: callers
+	// of different credential kinds never share state).
+	ShareTenantsWithAPIKeys bool `mapstructure:"share_tenants_with_api_keys"`
 }
 
 // Anonymous admits callers without a credential; their identity is the

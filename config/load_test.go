@@ -202,14 +202,14 @@ func TestEnvLeaves(t *testing.T) {
 	}
 	for _, want := range []string{"server.listen", "server.trusted_proxies", "server.max_local_callers",
 		"store.kind", "store.fleet_size", "store.redis.addrs", "store.redis.breaker_cooldown",
-		"identity.jwt.secret_env", "identity.anonymous.tier", "log.level"} {
+		"identity.jwt.secret_env", "identity.jwt.share_tenants_with_api_keys", "identity.anonymous.tier", "log.level"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no variable for %s", want)
 		}
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, "tiers") || strings.HasPrefix(n, "policies") || strings.HasPrefix(n, "routes") ||
-			strings.HasPrefix(n, "upstreams") || strings.Contains(n, "api_keys") || strings.Contains(n, "trusted_prefixes") {
+			strings.HasPrefix(n, "upstreams") || strings.HasPrefix(n, "identity.api_keys") || strings.Contains(n, "trusted_prefixes") {
 			t.Errorf("unexpected variable for %s", n)
 		}
 	}

@@ -19,9 +19,10 @@ func (c *Config) Redacted() map[string]any {
 	identity := map[string]any{"api_keys": keys}
 	if j := c.Identity.JWT; j != nil {
 		identity["jwt"] = map[string]any{
-			"secret_env":   j.SecretEnv,
-			"tenant_claim": j.TenantClaim,
-			"tier_claim":   j.TierClaim,
+			"secret_env":                  j.SecretEnv,
+			"tenant_claim":                j.TenantClaim,
+			"tier_claim":                  j.TierClaim,
+			"share_tenants_with_api_keys": j.ShareTenantsWithAPIKeys,
 		}
 	}
 	if a := c.Identity.Anonymous; a != nil {

@@ -77,7 +77,7 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 		ex.Local = &l
 	}
 	for _, bp := range rt.policyFor(caller.Tier) {
-		key, err := bp.pattern.Key(routes.NewSubjectID(caller.Tenant))
+		key, err := bp.pattern.Key(routes.NewSubjectID(caller.Subject))
 		if err != nil {
 			return nil, err
 		}

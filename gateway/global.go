@@ -32,7 +32,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			items := make([]ratelimit.Item, len(ps))
-			subject := routes.NewSubjectID(st.caller.Tenant) // hashed once per request
+			subject := routes.NewSubjectID(st.caller.Subject) // hashed once per request
 			for i := range ps {
 				bp := &ps[i]
 				key, err := bp.pattern.Key(subject)

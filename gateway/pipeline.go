@@ -262,6 +262,7 @@ func newAuthenticator(cfg *config.Config, o *Options) (*identity.Authenticator, 
 			return nil, fmt.Errorf("identity.jwt.secret_env: environment variable %s is not set", j.SecretEnv)
 		}
 		ic.JWT = &identity.JWTConfig{Secret: []byte(secret), TenantClaim: j.TenantClaim, TierClaim: j.TierClaim, Leeway: 5 * time.Second}
+		ic.ShareKeyAndJWTTenants = j.ShareTenantsWithAPIKeys
 	}
 	if a := cfg.Identity.Anonymous; a != nil {
 		ic.AnonymousTier = a.Tier

@@ -78,16 +78,16 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 // /64 and could otherwise rotate through 2^64 identities.
 func anonymousTenant(a netip.Addr) string {
 	var buf [64]byte // "ip:" and the longest IPv6 prefix fit
-	b := append(buf[:0], "ip:"...)
+	b := append(buf[:0], anonymousNS...)
 	switch {
 	case !a.IsValid():
-		return "ip:unknown"
+		return anonymousNS + "unknown"
 	case a.Is4():
 		return string(a.AppendTo(b))
 	}
 	p, err := a.Prefix(64)
 	if err != nil {
-		return "ip:unknown"
+		return anonymousNS + "unknown"
 	}
 	return string(p.AppendTo(b))
 }

@@ -51,6 +51,10 @@ func FuzzAuthenticate(f *testing.F) {
 		if !hex16.MatchString(c.ID) || c.Tier == "" || c.Tenant == "" {
 			t.Fatalf("incomplete caller %+v", c)
 		}
+		wantSubject := map[Kind]string{KindAnonymous: c.Tenant, KindAPIKey: "key:" + c.Tenant, KindJWT: "jwt:" + c.Tenant}[c.Kind]
+		if c.Subject != wantSubject {
+			t.Fatalf("%v caller %+v: subject %q, want %q", c.Kind, c, c.Subject, wantSubject)
+		}
 		if c.Kind == KindAnonymous {
 			if authz != "" || apiKey != "" {
 				t.Fatalf("credential %q / %q downgraded to anonymous", authz, apiKey)

@@ -51,6 +51,16 @@ type Caller struct {
 	Tenant string
 	// Tier is the caller's tier; never empty.
 	Tier string
+	// Subject is whom limit state is kept for: Tenant in the namespace of
+	// the credential's kind, so that callers of different kinds never share
+	// a bucket by naming the same tenant. It is "key:" + Tenant for an API
+	// key, "jwt:" + Tenant for a JWT, and Tenant itself ("ip:...") for an
+	// anonymous caller; with Config.ShareKeyAndJWTTenants, API keys and JWTs
+	// both use "tenant:" + Tenant. The prefixes differ from one another, so
+	// no tenant string of one kind can produce another kind's subject
+	// (a JWT whose tenant claim is "ip:127.0.0.1" has the subject
+	// "jwt:ip:127.0.0.1"). Never empty.
+	Subject string
 	// ID is the first 16 hex characters of SHA-256(Kind.String() + ":" +
 	// Tenant). It is what logs, spans and the admin API may show; the raw
 	// tenant and address never are.
@@ -109,6 +119,11 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Now is the clock for exp and nbf; nil means time.Now.
 	Now func() time.Time
+	// ShareKeyAndJWTTenants makes an API key's tenant and a JWT's tenant
+	// claim with the same string one subject, so they share limit state
+	// (see Caller.Subject). False keeps them apart. Anonymous callers never
+	// share with either.
+	ShareKeyAndJWTTenants bool
 }
 
 // ErrUnauthenticated is wrapped by every error of Authenticate: the request
@@ -164,13 +179,24 @@ type Authenticator struct {
 	jwt     *jwtVerifier
 	anon    string
 	trusted []netip.Prefix
+	// keyNS and jwtNS start the subjects of API-key and JWT callers.
+	keyNS, jwtNS string
 }
 
 type keyEntry struct {
-	hash         [sha256.Size]byte
-	tenant, tier string
-	id           string
+	hash                  [sha256.Size]byte
+	tenant, tier, subject string
+	id                    string
 }
+
+// The subject namespaces of Caller.Subject. An anonymous tenant already
+// starts with anonymousNS.
+const (
+	keyNS       = "key:"
+	jwtNS       = "jwt:"
+	sharedNS    = "tenant:"
+	anonymousNS = "ip:"
+)
 
 // New checks c and builds an Authenticator. It returns every problem of c
 // joined in one error.
@@ -188,6 +214,11 @@ func New(c Config) (*Authenticator, error) {
 		keys:    make(map[[sha256.Size]byte]keyEntry, len(c.APIKeys)),
 		anon:    c.AnonymousTier,
 		trusted: append([]netip.Prefix(nil), c.TrustedProxies...),
+		keyNS:   keyNS,
+		jwtNS:   jwtNS,
+	}
+	if c.ShareKeyAndJWTTenants {
+		a.keyNS, a.jwtNS = sharedNS, sharedNS
 	}
 	for i, k := range c.APIKeys {
 		what := fmt.Sprintf("api_keys[%d]", i)
@@ -207,7 +238,7 @@ func New(c Config) (*Authenticator, error) {
 		if _, dup := a.keys[h]; dup {
 			errs = append(errs, fmt.Errorf("%s: duplicate key_sha256", what))
 		}
-		a.keys[h] = keyEntry{hash: h, tenant: k.Tenant, tier: k.Tier, id: callerID(KindAPIKey, k.Tenant)}
+		a.keys[h] = keyEntry{hash: h, tenant: k.Tenant, tier: k.Tier, subject: a.keyNS + k.Tenant, id: callerID(KindAPIKey, k.Tenant)}
 	}
 	if c.AnonymousTier != "" {
 		known("anonymous", c.AnonymousTier)
@@ -257,20 +288,20 @@ func (a *Authenticator) Authenticate(r *http.Request) (Caller, error) {
 			return Caller{}, errNoCredential
 		}
 		tenant := anonymousTenant(ip)
-		return Caller{Kind: KindAnonymous, Tenant: tenant, Tier: a.anon, ID: callerID(KindAnonymous, tenant), ClientIP: ip}, nil
+		return Caller{Kind: KindAnonymous, Tenant: tenant, Tier: a.anon, Subject: tenant, ID: callerID(KindAnonymous, tenant), ClientIP: ip}, nil
 	}
 	if bearer && a.jwt != nil && looksLikeJWT(cred) {
 		tenant, tier, err := a.jwt.verify(cred)
 		if err != nil {
 			return Caller{}, err
 		}
-		return Caller{Kind: KindJWT, Tenant: tenant, Tier: tier, ID: callerID(KindJWT, tenant), ClientIP: ip}, nil
+		return Caller{Kind: KindJWT, Tenant: tenant, Tier: tier, Subject: a.jwtNS + tenant, ID: callerID(KindJWT, tenant), ClientIP: ip}, nil
 	}
 	k, ok := a.lookupKey(cred)
 	if !ok {
 		return Caller{}, errUnknownKey
 	}
-	return Caller{Kind: KindAPIKey, Tenant: k.tenant, Tier: k.tier, ID: k.id, ClientIP: ip}, nil
+	return Caller{Kind: KindAPIKey, Tenant: k.tenant, Tier: k.tier, Subject: k.subject, ID: k.id, ClientIP: ip}, nil
 }
 
 // lookupKey finds the configured API key whose hash is SHA-256(key).

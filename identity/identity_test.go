@@ -252,3 +252,84 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Fatalf("New without JWT and tiers: %v", err)
 	}
 }
+
+// TestSubjectNamespaces checks that callers of different kinds naming the
+// same tenant string never share a subject, unless API keys and JWTs are
+// configured to share.
+func TestSubjectNamespaces(t *testing.T) {
+	const ip = "127.0.0.77"
+	jwtAs := func(tenant string) string {
+		return "Bearer " + sign(t, jwt.SigningMethodHS256, testSecret, claims(func(c jwt.MapClaims) { c["sub"] = tenant }))
+	}
+	subjects := func(share bool) map[string]string {
+		c := testConfig()
+		c.APIKeys = append(c.APIKeys,
+			APIKey{SHA256Hex: HashKey("key-as-ip"), Tenant: "ip:" + ip, Tier: "free"},
+			APIKey{SHA256Hex: HashKey("key-as-jwt"), Tenant: "jwt:initech", Tier: "free"},
+			APIKey{SHA256Hex: HashKey("key-as-initech"), Tenant: "initech", Tier: "free"},
+		)
+		c.ShareKeyAndJWTTenants = share
+		a := mustNew(t, c)
+		out := map[string]string{}
+		for name, authz := range map[string]string{
+			"anonymous":       "",
+			"jwt ip:":         jwtAs("ip:" + ip),
+			"jwt initech":     jwtAs("initech"),
+			"jwt key:initech": jwtAs("key:initech"),
+			"jwt tenant:x":    jwtAs("tenant:initech"),
+			"key ip:":         "Bearer key-as-ip",
+			"key jwt:initech": "Bearer key-as-jwt",
+			"key initech":     "Bearer key-as-initech",
+		} {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = ip + ":5000"
+			if authz != "" {
+				r.Header.Set("Authorization", authz)
+			}
+			c, err := a.Authenticate(r)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if c.Subject == "" {
+				t.Fatalf("%s: empty subject", name)
+			}
+			out[name] = c.Subject
+		}
+		return out
+	}
+
+	apart := subjects(false)
+	want := map[string]string{
+		"anonymous":       "ip:" + ip,
+		"jwt ip:":         "jwt:ip:" + ip,
+		"jwt initech":     "jwt:initech",
+		"jwt key:initech": "jwt:key:initech",
+		"jwt tenant:x":    "jwt:tenant:initech",
+		"key ip:":         "key:ip:" + ip,
+		"key jwt:initech": "key:jwt:initech",
+		"key initech":     "key:initech",
+	}
+	for name, s := range want {
+		if apart[name] != s {
+			t.Errorf("apart: %s: subject %q, want %q", name, apart[name], s)
+		}
+	}
+	seen := map[string]string{}
+	for name, s := range apart {
+		if other, dup := seen[s]; dup {
+			t.Errorf("apart: %s and %s share the subject %q", name, other, s)
+		}
+		seen[s] = name
+	}
+
+	shared := subjects(true)
+	if shared["key initech"] != shared["jwt initech"] || shared["key initech"] != "tenant:initech" {
+		t.Errorf("shared: key %q and jwt %q of tenant initech, want both %q", shared["key initech"], shared["jwt initech"], "tenant:initech")
+	}
+	if shared["anonymous"] == shared["jwt ip:"] || shared["anonymous"] == shared["key ip:"] {
+		t.Errorf("shared: an anonymous caller shares with a credential: %v", shared)
+	}
+	if shared["jwt tenant:x"] == shared["key initech"] {
+		t.Errorf("shared: the tenant claim %q reached the subject of tenant initech", "tenant:initech")
+	}
+}

@@ -64,7 +64,8 @@
 //	route          r:<route>      yes
 //	global         g:<policy>     no
 //
-// s is the subject (tenant or client address). Hashing it puts all of one
+// s is the subject (the caller's tenant or address, namespaced by how the
+// caller was identified; see identity.Caller.Subject). Hashing it puts all of one
 // tenant's keys in one slot, so they can be decided in one atomic step, and
 // keeps tenant names and addresses out of Redis. The algorithm code (tb, fw,
 // sw, sl) ends the key, so a reload that changes a policy's algorithm starts
