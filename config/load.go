@@ -128,7 +128,7 @@ type yamlCodec struct {
 func (c *yamlCodec) Decode(b []byte, out map[string]any) error {
 	var raw map[string]any
 	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return err
+		return yamlSyntaxError(err, b)
 	}
 	lowered := c.lower("", raw).(map[string]any)
 	for k, val := range lowered {

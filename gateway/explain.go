@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
-	"net/http/httptest"
+	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/quotagate/quotagate/config"
@@ -47,12 +50,9 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 	if err != nil {
 		return nil, err
 	}
-	r := httptest.NewRequest(method, "http://quotagate.invalid/", nil)
-	r.URL.Path, r.URL.RawPath = "", ""
-	if u, err := r.URL.Parse(path); err == nil {
-		r.URL = u
-	} else {
-		return nil, fmt.Errorf("path: %w", err)
+	r, err := explainRequest(method, path)
+	if err != nil {
+		return nil, err
 	}
 	r.RemoteAddr = "127.0.0.1:1"
 	if credential != "" {
@@ -87,4 +87,35 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 		})
 	}
 	return ex, nil
+}
+
+// explainRequest builds the request Explain looks at. A method that is not
+// an HTTP token, or a path that is not an origin-form request target ("/"
+// then path and query, as a server would read it from a request line), is
+// an error; so is whitespace, which cannot be in a request line.
+func explainRequest(method, path string) (*http.Request, error) {
+	if method == "" {
+		return nil, errors.New("method: empty")
+	}
+	r, err := http.NewRequest(method, "http://quotagate.invalid/", nil)
+	if err != nil { // not an RFC 9110 token
+		return nil, fmt.Errorf("method %q: not an HTTP method token", method)
+	}
+	if !strings.HasPrefix(path, "/") {
+		return nil, fmt.Errorf("path %q: must start with /", path)
+	}
+	if strings.ContainsAny(path, " \t") {
+		return nil, fmt.Errorf("path %q: contains whitespace (percent-encode it: %%20)", path)
+	}
+	u, err := url.ParseRequestURI(path)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("path %q: %w", path, err)
+	}
+	r.URL = u
+	r.RequestURI = path
+	return r, nil
 }

@@ -39,7 +39,8 @@ echo "== go test -race"
 go test -race -count=1 -timeout 12m ./...
 
 echo "== fuzz (short)"
-for target in "FuzzMatch ./routes" "FuzzAuthenticate ./identity"; do
+for target in "FuzzMatch ./routes" "FuzzAuthenticate ./identity" \
+  "FuzzExplain ./cmd/quotagate" "FuzzCommandLine ./cmd/quotagate"; do
   set -- $target
   if grep -rqs "func $1(" "$2"; then
     go test -run '^$' -fuzz "^$1\$" -fuzztime 20000x "$2"

@@ -20,10 +20,19 @@ const (
 // records below level. When the context passed to a logging call
 // (InfoContext, ErrorContext, ...) carries a valid span context, the record
 // gets top-level "trace_id" and "span_id" fields (hex), also inside loggers
-// derived with WithGroup.
+// derived with WithGroup. Durations are written as Go duration strings
+// ("10s", "1.5ms"), never as integer nanoseconds.
 func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
-	base := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
+	base := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDuration})
 	return slog.New(&traceHandler{base: base, inner: base})
+}
+
+// readableDuration renders a duration attribute as its String form.
+func readableDuration(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // ParseLevel parses a log level name: "debug", "info", "warn" (or "warning"),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -82,5 +83,32 @@ func TestParseLevel(t *testing.T) {
 		if _, err := ParseLevel(s); err == nil {
 			t.Errorf("ParseLevel(%q) succeeded", s)
 		}
+	}
+}
+
+// TestLoggerWritesReadableDurations: an operator reads "10s", not
+// 10000000000, in every place a duration can be logged.
+func TestLoggerWritesReadableDurations(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewLogger(&buf, slog.LevelInfo)
+	log.Info("shutting down", slog.Duration("drain_timeout", 10*time.Second))
+	log.With(slog.Duration("grace", 1500*time.Millisecond)).WithGroup("g").
+		Info("grouped", slog.Duration("took", 250*time.Microsecond), "any", 3*time.Minute)
+	lines := decodeLines(t, &buf)
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2: %s", len(lines), buf.String())
+	}
+	if got := lines[0]["drain_timeout"]; got != "10s" {
+		t.Errorf("drain_timeout = %#v, want \"10s\"", got)
+	}
+	if got := lines[1]["grace"]; got != "1.5s" {
+		t.Errorf("grace = %#v, want \"1.5s\"", got)
+	}
+	g, _ := lines[1]["g"].(map[string]any)
+	if got := g["took"]; got != "250µs" {
+		t.Errorf("g.took = %#v, want \"250µs\"", got)
+	}
+	if got := g["any"]; got != "3m0s" {
+		t.Errorf("g.any = %#v, want \"3m0s\"", got)
 	}
 }

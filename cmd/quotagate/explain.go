@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,8 +21,8 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	method := fs.String("method", "GET", "request method")
 	reqPath := fs.String("path", "", "request path, e.g. /v1/transfers/42")
 	key := fs.String("key", "", "credential: an API key or a JWT (empty: anonymous caller from 127.0.0.1)")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{code: 1, err: errors.New("")}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if *reqPath == "" {
 		return usageErr("explain: -path is required")

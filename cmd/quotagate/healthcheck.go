@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,8 +16,8 @@ func runHealthcheck(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	url := fs.String("url", "http://127.0.0.1:9090/readyz", "admin endpoint to query")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{code: 1, err: errors.New("")}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	client := &http.Client{Timeout: *timeout}
 	resp, err := client.Get(*url)

@@ -6,6 +6,8 @@
 //	quotagate explain [-config FILE] -method M -path P [-key K]
 //	                                                 show what would apply to a request
 //	quotagate healthcheck [-url URL]                 exit 0 when a gateway's /readyz answers 200
+//	quotagate version                                print the version
+//	quotagate help                                   list the commands (also -h, --help)
 //
 // Exit codes: 0 ok, 1 invalid config or flags, 2 failure to start or run.
 package main
@@ -61,21 +63,19 @@ func exitCode(err error, stderr io.Writer) int {
 	return 2
 }
 
-// run dispatches a command line. It returns nil on success or an error
-// whose exit code says what failed.
+// run dispatches a command line through the command table. It returns nil
+// on success or an error whose exit code says what failed.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "validate":
-			return runValidate(args[1:], stdout, stderr)
-		case "explain":
-			return runExplain(args[1:], stdout, stderr)
-		case "healthcheck":
-			return runHealthcheck(args[1:], stdout, stderr)
-		case "version":
-			fmt.Fprintln(stdout, "quotagate", version)
-			return nil
-		}
+	c, ok := lookupCommand(args)
+	if !ok {
+		return unknownCommand(args[0])
 	}
-	return runServe(ctx, args, stdout, stderr)
+	if c.name != "" {
+		args = args[1:]
+	}
+	err := c.run(ctx, args, stdout, stderr)
+	if err == errHelpShown {
+		return nil
+	}
+	return err
 }

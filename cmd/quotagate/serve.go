@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,16 +22,16 @@ import (
 
 // runServe runs the gateway until ctx is done (SIGINT/SIGTERM), reloading the
 // config on SIGHUP and when the file changes.
-func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("quotagate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "config file")
 	watch := fs.Duration("watch-interval", time.Second, "how often to check the config file for changes (0 = only on SIGHUP)")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{code: 1, err: errors.New("")}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return usageErr("unknown command %q (commands: validate, explain, version)", fs.Arg(0))
+		return unknownCommand(fs.Arg(0))
 	}
 	cfg, err := config.Load(*path, nil)
 	if err != nil {

@@ -14,8 +14,8 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "config file to check")
-	if err := fs.Parse(args); err != nil {
-		return &exitError{code: 1, err: errors.New("")}
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if _, err := config.Load(*path, nil); err != nil {
 		var errs config.Errors
