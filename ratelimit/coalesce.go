@@ -314,7 +314,8 @@ func sendPipeline(owner *scriptCall, client redis.UniversalClient, calls []*scri
 		cmds[i] = call.cmd(ctx)
 		_ = pipe.Process(ctx, cmds[i])
 	}
-	_, _ = pipe.Exec(ctx)
+	_, err := pipe.Exec(ctx)
+	stampUnanswered(cmds, err)
 
 	var again []int
 	for i, cmd := range cmds {
@@ -329,7 +330,8 @@ func sendPipeline(owner *scriptCall, client redis.UniversalClient, calls []*scri
 				cmds[i] = live[i].cmd(ctx)
 				_ = pipe.Process(ctx, cmds[i])
 			}
-			_, _ = pipe.Exec(ctx)
+			_, err := pipe.Exec(ctx)
+			stampUnanswered(cmds, err)
 		}
 		for _, i := range again {
 			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
@@ -340,6 +342,26 @@ func sendPipeline(owner *scriptCall, client redis.UniversalClient, calls []*scri
 	for i, call := range live {
 		call.val, call.err = cmds[i].Result()
 		call.done <- struct{}{}
+	}
+}
+
+// errNoReply is the cause of a pipelined command that ended with neither
+// a reply nor an error of its own.
+var errNoReply = errors.New("redis: no reply and no error for a pipelined command")
+
+// stampUnanswered gives execErr, the error of the pipeline that sent cmds,
+// to every command left with neither a reply nor an error. go-redis leaves
+// them so when the pipeline fails before sending, with an error reply to
+// the connection's set-up (a wrong password's WRONGPASS): without this the
+// caller would see a nil reply instead of the reason.
+func stampUnanswered(cmds []*redis.Cmd, execErr error) {
+	if execErr == nil {
+		execErr = errNoReply
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(execErr)
+		}
 	}
 }
 

@@ -97,3 +97,33 @@ func TestCluster(t *testing.T) {
 		t.Fatal("killed node answered")
 	}
 }
+
+// TestTLSAndPassword starts a server that speaks only TLS, wants a client
+// certificate and a password, and checks that each is enforced.
+func TestTLSAndPassword(t *testing.T) {
+	files := NewTLSFiles(t)
+	s := StartStandaloneWith(t, Options{Password: "s3cret", TLS: files})
+	s.MustDo(t, "SET", "k", "v")
+	if got := s.MustDo(t, "GET", "k"); got != "v" {
+		t.Fatalf("GET k = %v, want v", got)
+	}
+	// Plain TCP to the TLS port is not Redis talking.
+	if c, err := dial(s.Addr, time.Second); err == nil {
+		_, err := c.do(time.Second, "PING")
+		c.close()
+		if err == nil {
+			t.Fatal("plain PING to the TLS port answered")
+		}
+	}
+	// Without the password: NOAUTH.
+	noPass := &Server{Addr: s.Addr, tls: s.tls}
+	if _, err := noPass.Do("PING"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("PING without AUTH: %v, want NOAUTH", err)
+	}
+	// Without a client certificate the handshake or the first read fails.
+	noCert := &Server{Addr: s.Addr, password: s.password, tls: files.ClientConfig()}
+	noCert.tls.Certificates = nil
+	if _, err := noCert.Do("PING"); err == nil {
+		t.Fatal("PING without a client certificate answered")
+	}
+}

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,31 @@ func dial(addr string, timeout time.Duration) (*conn, error) {
 		return nil, err
 	}
 	return &conn{nc: nc, r: bufio.NewReader(nc)}, nil
+}
+
+// dial connects to the server as it was set up: with TLS and AUTH where
+// it asks for them.
+func (s *Server) dial(timeout time.Duration) (*conn, error) {
+	var c *conn
+	if s.tls == nil {
+		var err error
+		if c, err = dial(s.Addr, timeout); err != nil {
+			return nil, err
+		}
+	} else {
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", s.Addr, s.tls)
+		if err != nil {
+			return nil, err
+		}
+		c = &conn{nc: nc, r: bufio.NewReader(nc)}
+	}
+	if s.password != "" {
+		if _, err := c.do(timeout, "AUTH", s.password); err != nil {
+			c.close()
+			return nil, fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return c, nil
 }
 
 func (c *conn) close() { _ = c.nc.Close() }

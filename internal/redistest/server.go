@@ -11,6 +11,7 @@ package redistest
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,10 @@ type Server struct {
 	busPort int // cluster bus port; 0 for a standalone server
 	args    []string
 	shared  bool
+	// password and tls are how the harness itself reaches a server
+	// started with Options (AUTH after connecting; TLS instead of TCP).
+	password string
+	tls      *tls.Config
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -64,8 +69,26 @@ func RedisServerPath(tb testing.TB) string {
 // ends.
 func StartStandalone(tb testing.TB) *Server {
 	tb.Helper()
+	return StartStandaloneWith(tb, Options{})
+}
+
+// Options are what StartStandaloneWith sets up beyond a plain server.
+type Options struct {
+	// Password, when set, is required from every client (requirepass);
+	// the harness's own Do and PING authenticate with it.
+	Password string
+	// TLS, when set, makes the server listen with TLS only (plain TCP is
+	// off), present TLS.ServerCert and ask clients for a certificate
+	// signed by TLS.CA (tls-auth-clients yes). Addr is the TLS address.
+	TLS *TLSFiles
+}
+
+// StartStandaloneWith starts an empty standalone server set up as o says
+// and stops it when tb ends.
+func StartStandaloneWith(tb testing.TB, o Options) *Server {
+	tb.Helper()
 	bin := RedisServerPath(tb)
-	s, err := newServer(bin, tb.TempDir(), false)
+	s, err := newServerWith(bin, tb.TempDir(), false, o)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
@@ -78,6 +101,11 @@ func StartStandalone(tb testing.TB) *Server {
 // too when cluster is set), retrying with other ports if one was taken
 // between choosing and binding it.
 func newServer(bin, dir string, cluster bool) (*Server, error) {
+	return newServerWith(bin, dir, cluster, Options{})
+}
+
+// newServerWith is newServer for a server set up as o says.
+func newServerWith(bin, dir string, cluster bool, o Options) (*Server, error) {
 	var lastErr error
 	for range 5 {
 		n := 1
@@ -101,6 +129,21 @@ func newServer(bin, dir string, cluster bool) (*Server, error) {
 			"--save", "",
 			"--appendonly", "no",
 			"--logfile", filepath.Join(dir, "redis.log"),
+		}
+		if o.Password != "" {
+			s.password = o.Password
+			s.args = append(s.args, "--requirepass", o.Password)
+		}
+		if o.TLS != nil {
+			s.tls = o.TLS.ClientConfig()
+			s.args[1] = "0" // no plain TCP listener
+			s.args = append(s.args,
+				"--tls-port", strconv.Itoa(s.port),
+				"--tls-cert-file", o.TLS.ServerCert,
+				"--tls-key-file", o.TLS.ServerKey,
+				"--tls-ca-cert-file", o.TLS.CA,
+				"--tls-auth-clients", "yes",
+			)
 		}
 		if cluster {
 			s.busPort = ports[1]
@@ -160,7 +203,7 @@ func (s *Server) launch(bin string) error {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	if err := waitPing(s.Addr, done, StartTimeout); err != nil {
+	if err := waitPing(s.ping, done, StartTimeout); err != nil {
 		_ = cmd.Process.Kill()
 		<-done
 		log, _ := os.ReadFile(logPath)
@@ -169,9 +212,9 @@ func (s *Server) launch(bin string) error {
 	return nil
 }
 
-// waitPing polls addr with PING until it answers PONG, the process exits
-// (done is closed) or timeout passes. It backs off from 1 ms to 20 ms.
-func waitPing(addr string, done <-chan struct{}, timeout time.Duration) error {
+// waitPing calls ping until it succeeds, the process exits (done is
+// closed) or timeout passes. It backs off from 1 ms to 20 ms.
+func waitPing(ping func() error, done <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	wait := time.Millisecond
 	var last error
@@ -181,7 +224,7 @@ func waitPing(addr string, done <-chan struct{}, timeout time.Duration) error {
 			return errors.New("the process exited")
 		default:
 		}
-		if last = ping(addr); last == nil {
+		if last = ping(); last == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -198,8 +241,9 @@ func waitPing(addr string, done <-chan struct{}, timeout time.Duration) error {
 	}
 }
 
-func ping(addr string) error {
-	c, err := dial(addr, 200*time.Millisecond)
+// ping sends PING to the server and expects PONG.
+func (s *Server) ping() error {
+	c, err := s.dial(200 * time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -218,7 +262,7 @@ func ping(addr string) error {
 // reply: string, int64, nil, []any, or an error (*ReplyError for an error
 // reply). It never fails the test, so it can probe a paused or dead server.
 func (s *Server) Do(args ...string) (any, error) {
-	c, err := dial(s.Addr, time.Second)
+	c, err := s.dial(time.Second)
 	if err != nil {
 		return nil, err
 	}

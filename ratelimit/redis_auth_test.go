@@ -1,0 +1,47 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// TestRedisStoreWrongPasswordNamesCause checks that a Redis that refuses
+// the client's credentials fails decisions with ErrUnavailable carrying
+// Redis's own reason (WRONGPASS or NOAUTH), coalesced or not, and that
+// Ping says the same.
+func TestRedisStoreWrongPasswordNamesCause(t *testing.T) {
+	srv := redistest.StartStandaloneWith(t, redistest.Options{Password: "right"})
+	it := tb("{auth}k", 10, 10, time.Second, 1)
+	for _, c := range []struct {
+		name, password string
+		want, pingWant string
+		coalesce       ratelimit.CoalesceOptions
+	}{
+		{"wrong password", "wrong", "WRONGPASS", "WRONGPASS", ratelimit.CoalesceOptions{}},
+		{"wrong password, uncoalesced", "wrong", "WRONGPASS", "WRONGPASS", ratelimit.CoalesceOptions{Disabled: true}},
+		// Redis drops an unauthenticated client that sends a command of
+		// more than 10 arguments with a protocol error naming why.
+		{"no password", "", "unauthenticated", "NOAUTH", ratelimit.CoalesceOptions{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}, Password: c.password})
+			s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: time.Second, Coalesce: c.coalesce})
+			defer s.Close()
+			for range 2 { // a fresh connection, then whatever the pool kept
+				_, err := s.Decide(context.Background(), []ratelimit.Item{it})
+				if !errors.Is(err, ratelimit.ErrUnavailable) || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("Decide = %v, want ErrUnavailable naming %s", err, c.want)
+				}
+			}
+			if err := client.Ping(context.Background()).Err(); err == nil || !strings.Contains(err.Error(), c.pingWant) {
+				t.Fatalf("Ping = %v, want an error naming %s", err, c.pingWant)
+			}
+		})
+	}
+}
