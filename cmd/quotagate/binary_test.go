@@ -1,118 +1,52 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// buildBinary compiles quotagate once per test binary.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "quotagate-bin-")
-		if buildErr != nil {
-			return
-		}
-		builtBin = filepath.Join(buildDir, "quotagate")
-		// The Dockerfile's flags (static, -trimpath): what ships, and one
-		// compile shared with the e2e and deploy tests.
-		build := exec.Command("go", "build", "-trimpath", "-o", builtBin, ".")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitReady polls /readyz until it answers 200 or the deadline passes.
-func waitReady(t *testing.T, admin string, proc *exec.Cmd, logs *bytes.Buffer) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if proc.ProcessState != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling readiness
-	}
-	t.Fatalf("gateway not ready; logs:\n%s", logs.String())
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }
 
 // startBinary writes cfg (when it is not a path to an existing file) and
-// runs the built gateway on it with env added to the environment, waits
-// until its admin listener at admin is ready, and kills it when t ends.
-func startBinary(t *testing.T, cfg, admin string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+// runs the built gateway on it with env added to the environment, and
+// waits until it is ready. Configs listen on port 0: the process's Listen
+// and AdminListen are the bound addresses. The gateway is stopped when t
+// ends.
+func startBinary(t *testing.T, cfg string, env ...string) *proctest.Proc {
 	t.Helper()
-	bin := buildBinary(t)
-	path := cfg
-	if _, err := os.Stat(cfg); err != nil {
-		path = filepath.Join(t.TempDir(), "config.yaml")
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	p := proctest.Start(t, proctest.Binary(t), proctest.Options{
+		Args: []string{"-config", configFile(t, cfg)},
+		Env:  proctest.Environ(env...),
+	})
+	p.WaitReady(0)
+	return p
+}
+
+// configFile returns cfg when it names an existing file, or else the path
+// of a temporary file holding cfg.
+func configFile(t *testing.T, cfg string) string {
+	t.Helper()
+	if _, err := os.Stat(cfg); err == nil {
+		return cfg
 	}
-	logs := &bytes.Buffer{}
-	proc := exec.Command(bin, "-config", path)
-	proc.Env = append(os.Environ(), env...)
-	proc.Stdout, proc.Stderr = logs, logs
-	if err := proc.Start(); err != nil {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = proc.Process.Kill() })
-	waitReady(t, admin, proc, logs)
-	return proc, logs
+	return path
 }
 
 func TestBinarySIGTERMDrainsInFlightRequest(t *testing.T) {
-	bin := buildBinary(t)
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
@@ -120,15 +54,13 @@ func TestBinarySIGTERMDrainsInFlightRequest(t *testing.T) {
 		_, _ = io.WriteString(w, "done")
 	}))
 	defer up.Close()
-	listen, admin := freeAddr(t), freeAddr(t)
-	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, shutdown_timeout: 10s}
+	const cfg = `server: {listen: %q, admin_listen: %q, shutdown_timeout: 10s}
 identity: {anonymous: {tier: anonymous}}
 tiers: {anonymous: {}}
 upstreams: {slow: {url: %q, timeout: 30s}}
 routes: [{name: slow, method: GET, path: /slow, upstream: slow}]
-`, listen, admin, up.URL)
-	proc, logs := startBinary(t, cfg, admin)
-	path := proc.Args[2]
+`
+	proc := startBinary(t, fmt.Sprintf(cfg, "127.0.0.1:0", "127.0.0.1:0", up.URL))
 
 	type result struct {
 		code int
@@ -137,7 +69,7 @@ routes: [{name: slow, method: GET, path: /slow, upstream: slow}]
 	}
 	res := make(chan result, 1)
 	go func() {
-		resp, err := http.Get("http://" + listen + "/slow")
+		resp, err := http.Get(proc.URL() + "/slow")
 		if err != nil {
 			res <- result{err: err}
 			return
@@ -147,26 +79,29 @@ routes: [{name: slow, method: GET, path: /slow, upstream: slow}]
 		res <- result{code: resp.StatusCode, body: string(b)}
 	}()
 	<-arrived
-	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	// A second instance on the same address fails to start with exit 2
-	// while the first is draining.
-	second := exec.Command(bin, "-config", path)
-	if err := second.Run(); err == nil {
-		t.Error("a second gateway on a used port started")
+	proc.Signal(syscall.SIGTERM)
+	// A second instance on the addresses the first one bound fails to start
+	// with exit 2 while the first is draining (its admin listener stays
+	// open until the drain ends).
+	second := proctest.Start(t, proctest.Binary(t), proctest.Options{
+		Name:     "second",
+		Args:     []string{"-config", configFile(t, fmt.Sprintf(cfg, proc.Listen, proc.AdminListen, up.URL))},
+		NoListen: true,
+	})
+	if err := second.Wait(proctest.StartTimeout); err == nil {
+		t.Error("a second gateway on a used port started and exited 0")
 	} else {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-			t.Errorf("second instance: %v, want exit code 2", err)
+			t.Errorf("second instance: %v, want exit code 2; log:\n%s", err, second.Logs.Tail(20))
 		}
 	}
 	close(release)
 	r := <-res
 	if r.err != nil || r.code != 200 || r.body != "done" {
-		t.Fatalf("in-flight request across SIGTERM: %+v\nlogs:\n%s", r, logs.String())
+		t.Fatalf("in-flight request across SIGTERM: %+v", r)
 	}
-	if err := proc.Wait(); err != nil {
-		t.Fatalf("gateway exit after SIGTERM: %v\nlogs:\n%s", err, logs.String())
+	if err := proc.Wait(proctest.StopTimeout); err != nil {
+		t.Fatalf("gateway exit after SIGTERM: %v", err)
 	}
 }

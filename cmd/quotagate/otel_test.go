@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,7 +83,6 @@ func TestBinaryExportsDeniedSpanOverOTLPHTTP(t *testing.T) {
 		upTrace <- r.Header.Get("traceparent")
 	}))
 	defer up.Close()
-	listen, admin := freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q}
 identity: {anonymous: {tier: anonymous}}
 tiers: {anonymous: {}}
@@ -92,8 +90,8 @@ policies:
   tenant: {limits: {"*": {rate: 1, per: 1h, burst: 1}}}
 upstreams: {up: {url: %q}}
 routes: [{name: items.get, method: GET, path: "/items/{id}", upstream: up, policies: [tenant]}]
-`, listen, admin, up.URL)
-	proc, logs := startBinary(t, cfg, admin,
+`, "127.0.0.1:0", "127.0.0.1:0", up.URL)
+	proc := startBinary(t, cfg,
 		"OTEL_EXPORTER_OTLP_ENDPOINT="+rc.srv.URL,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_BSP_SCHEDULE_DELAY=50",
@@ -101,7 +99,7 @@ routes: [{name: items.get, method: GET, path: "/items/{id}", upstream: up, polic
 
 	const callerTrace = "0af7651916cd43dd8448eb211c80319c"
 	get := func() int {
-		req, _ := http.NewRequest("GET", "http://"+listen+"/items/raw-secret-7", nil)
+		req, _ := http.NewRequest("GET", proc.URL()+"/items/raw-secret-7", nil)
 		req.Header.Set("traceparent", "00-"+callerTrace+"-b7ad6b7169203331-01")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -126,7 +124,7 @@ routes: [{name: items.get, method: GET, path: "/items/{id}", upstream: up, polic
 		span = rc.find("quotagate.stage.global")
 	}
 	if span == nil {
-		t.Fatalf("no denied global-stage span arrived; logs:\n%s", logs.String())
+		t.Fatal("no denied global-stage span arrived")
 	}
 	attrs := map[string]string{}
 	for _, a := range span.Attributes {
@@ -149,6 +147,7 @@ routes: [{name: items.get, method: GET, path: "/items/{id}", upstream: up, polic
 		}
 	}
 	rc.mu.Unlock()
-	_ = proc.Process.Signal(syscall.SIGTERM)
-	_ = proc.Wait()
+	if err := proc.Stop(); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
 }

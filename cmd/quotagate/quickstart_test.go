@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -14,15 +13,14 @@ import (
 // environment overrides), and walks the README's curl session: anonymous
 // requests turn from 200 into 429 with the contract's headers and body.
 func TestQuickStart(t *testing.T) {
-	listen, admin := freeAddr(t), freeAddr(t)
-	proc, logs := startBinary(t, "../../config.yaml", admin,
-		"QUOTAGATE_SERVER_LISTEN="+listen, "QUOTAGATE_SERVER_ADMIN_LISTEN="+admin)
+	proc := startBinary(t, "../../config.yaml",
+		"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0")
 
 	var codes []int
 	var last *http.Response
 	var lastBody []byte
 	for i := 0; i < 8; i++ {
-		resp, err := http.Get("http://" + listen + "/v1/transfers/42")
+		resp, err := http.Get(proc.URL() + "/v1/transfers/42")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +41,7 @@ func TestQuickStart(t *testing.T) {
 	}
 
 	// The demo API key from the config's comments works.
-	req, _ := http.NewRequest("POST", "http://"+listen+"/v1/transfers/42", nil)
+	req, _ := http.NewRequest("POST", proc.URL()+"/v1/transfers/42", nil)
 	req.Header.Set("Authorization", "Bearer demo-free-key")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -55,7 +53,7 @@ func TestQuickStart(t *testing.T) {
 		t.Fatalf("demo-free-key: %d %s", resp.StatusCode, b)
 	}
 
-	resp, err = http.Get("http://" + admin + "/metrics")
+	resp, err = http.Get(proc.AdminURL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +62,10 @@ func TestQuickStart(t *testing.T) {
 	if !strings.Contains(string(b), `quotagate_decisions_total{policy="tenant",result="denied",stage="global"}`) {
 		t.Fatalf("/metrics lacks the denial counter:\n%s", b)
 	}
-	if code, out, errs := runCmd(t, "healthcheck", "-url", "http://"+admin+"/readyz"); code != 0 {
+	if code, out, errs := runCmd(t, "healthcheck", "-url", proc.AdminURL()+"/readyz"); code != 0 {
 		t.Fatalf("healthcheck: exit %d %s %s", code, out, errs)
 	}
-	_ = proc.Process.Signal(syscall.SIGTERM)
-	if err := proc.Wait(); err != nil {
-		t.Fatalf("exit: %v\n%s", err, logs.String())
+	if err := proc.Stop(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }

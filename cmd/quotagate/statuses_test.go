@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -31,7 +30,6 @@ func TestBinaryAnswersTheStatusTable(t *testing.T) {
 	deadURL := dead.URL
 	dead.Close()
 	hash := func(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
-	listen, admin := freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q}
 identity:
   api_keys:
@@ -50,12 +48,12 @@ routes:
   - {name: items.create, method: POST, path: "/items/{id}", upstream: up, cost: 5, policies: [tenant]}
   - {name: items.get, method: GET, path: "/items/{id}", upstream: up, policies: [strict]}
   - {name: dead.get, method: GET, path: /dead, upstream: dead}
-`, listen, admin, hash("gold-key"), hash("tiny-key"), up.URL, deadURL)
-	proc, logs := startBinary(t, cfg, admin)
+`, "127.0.0.1:0", "127.0.0.1:0", hash("gold-key"), hash("tiny-key"), up.URL, deadURL)
+	proc := startBinary(t, cfg)
 
 	send := func(method, p, key string) (*http.Response, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+listen+p, nil)
+		req, _ := http.NewRequest(method, proc.URL()+p, nil)
 		if key != "" {
 			req.Header.Set("X-API-Key", key)
 		}
@@ -108,8 +106,7 @@ routes:
 	expect("GET", "/nowhere", "gold-key", 404, "no_route")
 	expect("GET", "/dead", "gold-key", 502, "upstream_unavailable")
 
-	_ = proc.Process.Signal(syscall.SIGTERM)
-	if err := proc.Wait(); err != nil {
-		t.Fatalf("exit: %v\n%s", err, logs.String())
+	if err := proc.Stop(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
