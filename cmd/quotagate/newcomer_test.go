@@ -5,14 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // readmeRunCommand returns the Quick start's command that runs the gateway,
@@ -44,48 +44,21 @@ func TestReadmeRunCommandStopsOnSIGTERM(t *testing.T) {
 		t.Skip("builds the binary into bin/")
 	}
 	line := readmeRunCommand(t)
-	listen, admin := freeAddr(t), freeAddr(t)
-	var logs lockedBuffer
-	sh := exec.Command("sh", "-c", line)
-	sh.Dir = "../.."
-	sh.Env = append(os.Environ(), "QUOTAGATE_SERVER_LISTEN="+listen, "QUOTAGATE_SERVER_ADMIN_LISTEN="+admin)
-	sh.Stdout, sh.Stderr = &logs, &logs
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
+	// Building can take minutes on a busy machine.
+	proc := proctest.Start(t, "sh", proctest.Options{
+		Name:         "README run command",
+		Args:         []string{"-c", line},
+		Dir:          "../..",
+		Env:          proctest.Environ("QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"),
+		StartTimeout: 5 * time.Minute,
+	})
+	proc.WaitReady(0)
+	proc.Signal(syscall.SIGTERM)
+	if err := proc.Wait(time.Minute); err != nil {
+		t.Fatalf("after SIGTERM: %v, want exit 0 from the gateway", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- sh.Wait() }()
-	t.Cleanup(func() { _ = sh.Process.Kill() })
-
-	// Building can take minutes on a busy machine: wait for readiness or
-	// for the command to end, whichever comes first.
-	ready := false
-	for deadline := time.Now().Add(5 * time.Minute); !ready && time.Now().Before(deadline); {
-		select {
-		case err := <-exited:
-			t.Fatalf("%q ended before serving: %v\n%s", line, err, logs.String())
-		case <-time.After(50 * time.Millisecond): // polling readiness
-		}
-		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
-			resp.Body.Close()
-			ready = resp.StatusCode == http.StatusOK
-		}
-	}
-	if !ready {
-		t.Fatalf("deadline missed: %q not ready after 5 minutes\n%s", line, logs.String())
-	}
-
-	if err := sh.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("after SIGTERM: %v, want exit 0 from the gateway\n%s", err, logs.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("deadline missed: still running a minute after SIGTERM\n%s", logs.String())
-	}
+	listen, admin := proc.Listen, proc.AdminListen
+	logs := proc.Logs
 	for _, addr := range []string{listen, admin} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -102,7 +75,7 @@ func TestReadmeRunCommandStopsOnSIGTERM(t *testing.T) {
 // TestBinaryNewcomerCommands runs the shipped binary the way the README
 // tells a newcomer to: help, an unknown command, a malformed explain.
 func TestBinaryNewcomerCommands(t *testing.T) {
-	bin := buildBinary(t)
+	bin := proctest.Binary(t)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -134,22 +107,4 @@ func TestBinaryNewcomerCommands(t *testing.T) {
 			t.Errorf("quotagate %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tc.args, code, stdout.String(), stderr.String(), tc.code, tc.want)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while a test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

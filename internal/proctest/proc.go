@@ -38,6 +38,10 @@ type Options struct {
 	Args []string
 	// Env is the process's whole environment; nil is Environ().
 	Env []string
+	// Dir is the working directory; "" is the test's.
+	Dir string
+	// StartTimeout bounds the wait for StartedMsg; 0 is StartTimeout.
+	StartTimeout time.Duration
 	// StopTimeout is how long Stop waits after SIGTERM before it kills the
 	// process and reports the overrun; 0 is StopTimeout.
 	StopTimeout time.Duration
@@ -93,7 +97,7 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 		p.stopTimeout = StopTimeout
 	}
 	cmd := exec.Command(bin, opts.Args...)
-	cmd.Env = opts.Env
+	cmd.Env, cmd.Dir = opts.Env, opts.Dir
 	if cmd.Env == nil {
 		cmd.Env = Environ()
 	}
@@ -118,7 +122,11 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 	if opts.NoListen {
 		return p
 	}
-	if err := p.learnAddrs(StartTimeout); err != nil {
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = StartTimeout
+	}
+	if err := p.learnAddrs(timeout); err != nil {
 		if p.Exited() {
 			tb.Fatalf("%s exited (%v) before it listened; log:\n%s", p.Name, p.exit, p.Logs.Tail(60))
 		}
