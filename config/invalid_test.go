@@ -105,9 +105,12 @@ var invalidCases = map[string][]string{
 		`routes[10].path: segment "{1st}": a parameter name must be a letter or '_' followed by up to 31 letters, digits or '_'`,
 		`routes[11].path: must not end in "/" (only the root "/" does), got "/v1/items/"`,
 		`routes[12].path: segment "a%20b" has a character not allowed in a URL path`,
+		`routes[13].path: segment "items;v=2": ';' starts a path parameter, which requests are matched without`,
+		`routes[14].path: segment "items.": must not end in '.' (requests are matched without trailing dots)`,
 	},
 	"shadowed_route.yaml": {
 		`routes[1].path: matches the same requests as routes[0], which comes first: this route can never match`,
+		`routes[3].path: matches the same requests as routes[0], which comes first: this route can never match`,
 	},
 	"trusted_proxies.yaml": {
 		`server.trusted_proxies[2]: must be an IP address or a CIDR such as 10.0.0.0/8, got "10.0.0.300"`,

@@ -216,8 +216,12 @@ func pathShape(path string) (string, error) {
 			return "", fmt.Errorf("segment %q: '*' is not a wildcard here; use a last segment {name...} to match the rest", seg)
 		case !literalRE.MatchString(seg):
 			return "", fmt.Errorf("segment %q has a character not allowed in a URL path", seg)
+		case strings.Contains(seg, ";"):
+			return "", fmt.Errorf("segment %q: ';' starts a path parameter, which requests are matched without", seg)
+		case strings.HasSuffix(seg, "."):
+			return "", fmt.Errorf("segment %q: must not end in '.' (requests are matched without trailing dots)", seg)
 		}
-		shape[i] = seg
+		shape[i] = strings.ToLower(seg) // literals match in any case
 	}
 	return "/" + strings.Join(shape, "/"), nil
 }

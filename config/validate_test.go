@@ -14,12 +14,13 @@ import (
 
 func TestPathShape(t *testing.T) {
 	ok := map[string]string{
-		"/":                     "/",
-		"/v1/transfers/{id}":    "/v1/transfers/{}",
-		"/{rest...}":            "/{...}",
-		"/a/{x}/b/{y...}":       "/a/{}/b/{...}",
-		"/files/x/~user@host":   "/files/x/~user@host",
-		"/v1/a:b;c=d,e+f!$&'()": "/v1/a:b;c=d,e+f!$&'()",
+		"/":                   "/",
+		"/v1/transfers/{id}":  "/v1/transfers/{}",
+		"/{rest...}":          "/{...}",
+		"/a/{x}/b/{y...}":     "/a/{}/b/{...}",
+		"/files/x/~user@host": "/files/x/~user@host",
+		"/v1/a:b=d,e+f!$&'()": "/v1/a:b=d,e+f!$&'()",
+		"/V1/Transfers/{id}":  "/v1/transfers/{}",
 	}
 	for path, want := range ok {
 		got, err := pathShape(path)
@@ -28,7 +29,7 @@ func TestPathShape(t *testing.T) {
 		}
 	}
 	bad := []string{"", "v1", "/a//b", "/{a}{b}", "/{a", "/a}", "/{a...}/b", "/{a}/{a...}", "/./a",
-		"/a/*", "/a?b", "/a#b", "/a%2", "/a%20b", "/a/", "/{a-b}", "/" + strings.Repeat("a", maxPathLen),
+		"/a/*", "/a?b", "/a#b", "/a;b", "/a./b", "/a/...", "/a%2", "/a%20b", "/a/", "/{a-b}", "/" + strings.Repeat("a", maxPathLen),
 		strings.Repeat("/a", maxSegments+1)}
 	for _, path := range bad {
 		if got, err := pathShape(path); err == nil {

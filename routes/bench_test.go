@@ -33,6 +33,8 @@ func BenchmarkMatch(b *testing.B) {
 			{"item", "GET", fmt.Sprintf("/v1/res%d/12345", last)},
 			{"sub", "POST", fmt.Sprintf("/v1/res%d/12345/items/ab%%20c", last)},
 			{"miss", "GET", "/v1/unknown/12345"},
+			{"folded", "GET", fmt.Sprintf("/V1/RES%d;x=1/12345", last)},
+			{"unicode", "GET", fmt.Sprintf("/v1/%%EF%%BD%%92es%d/12345", last)},
 		} {
 			if _, ok := tab.Match(c.method, c.path); !ok && c.name != "miss" {
 				b.Fatalf("%s does not match", c.path)

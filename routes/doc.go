@@ -7,7 +7,9 @@
 // A route's path is a template of segments separated by "/":
 //
 //   - a literal segment, written decoded, made of RFC 3986 unreserved
-//     characters, sub-delims, ":" and "@" ("transfers", "v1", "a:b");
+//     characters, sub-delims other than ";", ":" and "@" ("transfers",
+//     "v1", "a:b"), not ending in "."; it matches in any case, so two
+//     templates differing only in the case of a literal have one shape;
 //   - "{name}": exactly one non-empty segment;
 //   - "{name...}": only as the final segment, one or more remaining segments.
 //
@@ -35,12 +37,23 @@
 //   - A trailing slash is significant: "/v1/transfers/1/" does not match
 //     "/v1/transfers/{id}". Only the root "/" ends in a slash.
 //   - Empty segments ("//") match nothing.
-//   - Percent-encoding is decoded once per segment before comparison, so
-//     "/v1/%74ransfers" is "/v1/transfers" as the upstream sees it. A path
-//     with invalid percent-encoding, an encoded "/" (%2F) or backslash
-//     (%5C), a raw backslash, an encoded control character, or a "." or ".."
-//     segment (also written %2E) matches nothing: each could make the
-//     upstream see another route than the one that was limited.
+//   - Percent-encoding is decoded once per segment, and each segment is
+//     compared with literals in a canonical form that every spelling an
+//     upstream may fold together shares: ASCII letters lowercased (literal
+//     templates match in any case), path parameters from the first ";"
+//     dropped, leading spaces and trailing spaces and dots dropped, and
+//     non-ASCII text folded by compatibility decomposition and case (so
+//     full-width "ｔ" is "t"). "/v1/%74ransfers", "/V1/Transfers;x=1" and
+//     "/v1/transfers%20" all match "/v1/transfers", never a catch-all
+//     declared after it: the request is charged under the route of its
+//     canonical path. See canon.go for every step.
+//   - A path that has invalid percent-encoding, an encoded "/" (%2F) or
+//     backslash (%5C), a raw backslash, an encoded control character, a
+//     segment left with a percent-escape after decoding ("%2574"), invalid
+//     UTF-8 (overlong forms included), a segment that folds to "/" or "\",
+//     or a segment of only dots and spaces ("." "..", "...", "%2e", "..;",
+//     or empty once its parameters are dropped) matches nothing: each could
+//     make the upstream see another route than the one that was limited.
 //   - A path that is not origin-form (does not start with "/"), longer than
 //     MaxPathLength bytes or with more than MaxSegments segments matches
 //     nothing.

@@ -2,8 +2,13 @@ package routes
 
 import (
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // FuzzMatch checks that Match never panics, is stable, and agrees with a
@@ -15,6 +20,8 @@ func FuzzMatch(f *testing.F) {
 		"/", "/v1/transfers/1", "/v1/transfers/1/", "/v1//x", "/v1/files/a/b",
 		"/v1/%74ransfers/%2e%2E", "/v1/transfers/a%2Fb", "/v1/items/x/sub",
 		"/v2/a/b", "/v1/thing%3arun", "/?q", "%", "/v1/transfers/%C3%A9",
+		"/V1/Transfers;x=1/1", "/v1/%2574ransfers/1", "/v1/%EF%BD%94ransfers/1",
+		"/v1/transfers%20./1", "/v1/%E2%80%A5", "/v1/tra%CC%81nsfers/%C0%AE",
 	} {
 		f.Add("GET", seed)
 		f.Add("HEAD", seed)
@@ -86,7 +93,7 @@ func refSegments(path string) ([]string, bool) {
 			}
 		}
 		d, err := url.PathUnescape(p)
-		if err != nil || d == "." || d == ".." || strings.ContainsAny(d, "/\\") {
+		if err != nil || strings.ContainsAny(d, "/\\") {
 			return nil, false
 		}
 		for _, c := range []byte(d) {
@@ -94,9 +101,56 @@ func refSegments(path string) ([]string, bool) {
 				return nil, false
 			}
 		}
-		parts[i] = d
+		c, ok := refCanon(d)
+		if !ok {
+			return nil, false
+		}
+		parts[i] = c
 	}
 	return parts, true
+}
+
+var refEscape = regexp.MustCompile(`%[0-9A-Fa-f]{2}|%[uU][0-9A-Fa-f]{4}`)
+
+// refCanon is the reference of canonSegment and foldUnicode, on strings.
+func refCanon(d string) (string, bool) {
+	if strings.IndexFunc(d, func(r rune) bool { return r >= utf8.RuneSelf }) >= 0 {
+		if !utf8.ValidString(d) {
+			return "", false
+		}
+		var b strings.Builder
+		for _, r := range norm.NFKD.String(d) {
+			switch {
+			case unicode.IsControl(r):
+				return "", false
+			case unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point):
+			case unicode.IsSpace(r):
+				b.WriteByte(' ')
+			case r == 'ß' || r == 'ẞ':
+				b.WriteString("ss")
+			default:
+				b.WriteRune(unicode.ToLower(unicode.ToUpper(r)))
+			}
+		}
+		d = b.String()
+		if strings.ContainsAny(d, "/\\") {
+			return "", false
+		}
+	}
+	if refEscape.MatchString(d) {
+		return "", false
+	}
+	d, _, _ = strings.Cut(d, ";")
+	if strings.Trim(d, ". ") == "" {
+		return "", false
+	}
+	d = strings.TrimRight(strings.TrimLeft(d, " "), " .")
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, d), true
 }
 
 func refTemplateMatches(template string, segs []string) bool {
@@ -113,10 +167,144 @@ func refTemplateMatches(template string, segs []string) bool {
 				return false
 			}
 		default:
-			if i >= len(segs) || segs[i] != ts {
+			if i >= len(segs) || segs[i] != strings.ToLower(ts) {
 				return false
 			}
 		}
 	}
 	return len(segs) == len(tsegs)
+}
+
+// upstreamModels are ways real servers read a path segment (escaped, as
+// sent): each returns the segment as that upstream compares it with its
+// routes, whether the comparison ignores case, and false if it would not
+// resolve the segment at all.
+var upstreamModels = map[string]func(raw string) (seg string, foldCase, ok bool){
+	"decode once": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		return d, false, err == nil
+	},
+	"servlet path parameters": func(raw string) (string, bool, bool) {
+		raw, _, _ = strings.Cut(raw, ";")
+		d, err := url.PathUnescape(raw)
+		return d, false, err == nil
+	},
+	"decode, then drop path parameters": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		d, _, _ = strings.Cut(d, ";")
+		return d, false, err == nil
+	},
+	"decode twice": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		if err != nil {
+			return "", false, false
+		}
+		d, err = url.PathUnescape(d)
+		return d, false, err == nil
+	},
+	"case-insensitive": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		return d, true, err == nil
+	},
+	"windows": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		return strings.TrimRight(d, " ."), true, err == nil
+	},
+	"trimming": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		return strings.TrimSpace(d), false, err == nil
+	},
+	"unicode best fit": func(raw string) (string, bool, bool) {
+		d, err := url.PathUnescape(raw)
+		d = strings.Map(func(r rune) rune {
+			if unicode.Is(unicode.Cf, r) {
+				return -1
+			}
+			return r
+		}, norm.NFKC.String(d))
+		return d, true, err == nil
+	},
+	"everything": func(raw string) (string, bool, bool) {
+		raw, _, _ = strings.Cut(raw, ";")
+		d, err := url.PathUnescape(raw)
+		if err != nil {
+			return "", false, false
+		}
+		if dd, err := url.PathUnescape(d); err == nil {
+			d = dd
+		}
+		d = strings.Map(func(r rune) rune {
+			if unicode.Is(unicode.Cf, r) {
+				return -1
+			}
+			return r
+		}, norm.NFKC.String(d))
+		return strings.TrimRight(strings.TrimSpace(d), " ."), true, true
+	},
+}
+
+// FuzzMatchNoEscape is the invariant of "one request, one route": when any
+// upstream model resolves a path to a strict route of hostileSpecs, Match
+// answers one of the strict routes some model resolves it to, or nothing;
+// never the catch-all declared after them.
+func FuzzMatchNoEscape(f *testing.F) {
+	tab := mustTable(f, hostileSpecs)
+	for _, seed := range []string{
+		"/v1/transfers/1", "/v1/transfers;x=1/1", "/V1/Transfers/1", "/v1/%2574ransfers/1",
+		"/v1/%EF%BD%94ransfers/1", "/v1/transfers%20/1", "/v1/transfers./1", "/ADMIN/users%E2%80%8B",
+		"/v1/%2541ccounts/me", "/v1/reports/x", "/v1/thing%3Brun", "/admin/us%C3%A9rs", "/x/y/z",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		m, ok := tab.Match("GET", path)
+		p, _, _ := strings.Cut(path, "?")
+		if !strings.HasPrefix(p, "/") || p == "/" {
+			return
+		}
+		resolved := map[int]string{}
+		for name, model := range upstreamModels {
+			var segs []string
+			var fold bool
+			for _, raw := range strings.Split(p[1:], "/") {
+				seg, f, ok := model(raw)
+				if !ok || seg == "" || strings.ContainsAny(seg, "/\\\\") {
+					segs = nil
+					break
+				}
+				segs, fold = append(segs, seg), f
+			}
+			if segs == nil {
+				continue
+			}
+			for i, s := range hostileSpecs[:catchAll] {
+				if s.Method == "GET" && modelMatches(s.Path, segs, fold) {
+					resolved[i] = name
+					break
+				}
+			}
+		}
+		if len(resolved) == 0 || !ok {
+			return
+		}
+		if _, fine := resolved[m.Index]; !fine {
+			t.Fatalf("Match(%q) = %s, but upstreams resolve it to %v", path, m.Name, resolved)
+		}
+	})
+}
+
+func modelMatches(template string, segs []string, fold bool) bool {
+	tsegs := strings.Split(template[1:], "/")
+	if len(tsegs) != len(segs) {
+		return false
+	}
+	for i, ts := range tsegs {
+		if strings.HasPrefix(ts, "{") {
+			continue
+		}
+		if segs[i] != ts && !(fold && strings.EqualFold(segs[i], ts)) {
+			return false
+		}
+	}
+	return true
 }

@@ -15,7 +15,8 @@ type scannedPath struct {
 	n int
 }
 
-// seg returns segment i, decoded, as a view into buf.
+// seg returns segment i, decoded and canonical (see canonSegment), as a
+// view into buf.
 func (s *scannedPath) seg(i int) []byte {
 	start := uint16(0)
 	if i > 0 {
@@ -24,8 +25,9 @@ func (s *scannedPath) seg(i int) []byte {
 	return s.buf[start:s.ends[i]]
 }
 
-// scan splits and decodes the escaped path p. It reports false for a path
-// that must match nothing (see the package documentation).
+// scan splits the escaped path p into segments, decoded once and made
+// canonical. It reports false for a path that must match nothing (see the
+// package documentation).
 func (s *scannedPath) scan(p string) bool {
 	if i := strings.IndexByte(p, '?'); i >= 0 {
 		p = p[:i]
@@ -43,6 +45,7 @@ func (s *scannedPath) scan(p string) bool {
 		if s.n == MaxSegments {
 			return false
 		}
+		var flags uint8
 		for i < len(p) && p[i] != '/' {
 			c := p[i]
 			if c == '%' {
@@ -65,11 +68,19 @@ func (s *scannedPath) scan(p string) bool {
 				}
 				i++
 			}
+			if w == len(s.buf) { // only after a fold lengthened a segment
+				return false
+			}
 			s.buf[w] = c
 			w++
+			flags |= byteFlags[c]
 		}
-		seg := s.buf[start:w]
-		if len(seg) == 0 || isDotSegment(seg) {
+		if flags != 0 { // else the segment is canonical already
+			var ok bool
+			if w, ok = canonSegment(s.buf[:], start, w, flags); !ok {
+				return false
+			}
+		} else if w == start {
 			return false
 		}
 		s.ends[s.n] = uint16(w)
@@ -83,11 +94,6 @@ func (s *scannedPath) scan(p string) bool {
 			return false
 		}
 	}
-}
-
-// isDotSegment reports whether a decoded segment is "." or "..".
-func isDotSegment(seg []byte) bool {
-	return (len(seg) == 1 && seg[0] == '.') || (len(seg) == 2 && seg[0] == '.' && seg[1] == '.')
 }
 
 // isPathChar reports whether c may appear unencoded in an escaped path: the

@@ -26,7 +26,8 @@ const (
 // segment is one parsed template segment.
 type segment struct {
 	kind segKind
-	// text is the literal (segLiteral) or the parameter name.
+	// text is the literal in canonical form, lowercased (segLiteral), or
+	// the parameter name.
 	text string
 }
 
@@ -104,7 +105,13 @@ func parseSegment(p string, last bool) (segment, error) {
 			return segment{}, fmt.Errorf("character %q is not allowed in a literal segment", p[i])
 		}
 	}
-	return segment{kind: segLiteral, text: p}, nil
+	if strings.IndexByte(p, ';') >= 0 {
+		return segment{}, errors.New(`";" starts a path parameter, which requests are matched without`)
+	}
+	if p[len(p)-1] == '.' {
+		return segment{}, errors.New(`a literal segment must not end in "." (requests are matched without trailing dots)`)
+	}
+	return segment{kind: segLiteral, text: strings.ToLower(p)}, nil
 }
 
 // isIdentifier reports whether s is a letter or underscore followed by

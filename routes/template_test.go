@@ -17,7 +17,12 @@ func TestValidateTemplate(t *testing.T) {
 		{"/v1/transfers/{id}", ""},
 		{"/v1/files/{path...}", ""},
 		{"/{rest...}", ""},
-		{"/a:b/@c/x-y_z.~/!$&'()*+,;=", ""},
+		{"/a:b/@c/x-y_z.~/!$&'()*+,=", ""},
+		{"/V1/Transfers/{id}", ""},
+		{"/v1/a;b", `";" starts a path parameter`},
+		{"/v1/;", `";" starts a path parameter`},
+		{"/v1/a./b", `must not end in "."`},
+		{"/v1/...", `must not end in "."`},
 		{"/{_a1}/{B}", ""},
 		{strings.Repeat("/a", MaxSegments), ""},
 		{"", "empty template"},
@@ -79,6 +84,10 @@ func TestNewTableErrors(t *testing.T) {
 		{"same shape", []Spec{
 			{Name: "a", Method: "GET", Path: "/t/{id}"},
 			{Name: "b", Method: "GET", Path: "/t/{other}"},
+		}, 1, "path", "same method and template shape as spec 0"},
+		{"same shape but for case", []Spec{
+			{Name: "a", Method: "GET", Path: "/v1/Transfers"},
+			{Name: "b", Method: "GET", Path: "/v1/transfers"},
 		}, 1, "path", "same method and template shape as spec 0"},
 		{"same catch-all", []Spec{
 			{Name: "a", Method: "GET", Path: "/t/{p...}"},
