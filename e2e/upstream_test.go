@@ -31,6 +31,7 @@ type upstream struct {
 type seenRequest struct {
 	Method, Path string
 	BodyLen      int
+	BodyErr      string // how reading the body failed; "" when it was complete
 	Tenant       string // X-Quotagate-Tenant
 	Auth         string // Authorization, which must never arrive
 }
@@ -52,9 +53,13 @@ func startUpstream(t testing.TB) *upstream {
 func (u *upstream) URL() string { return u.srv.URL }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
-	n, _ := io.Copy(io.Discard, r.Body)
+	n, err := io.Copy(io.Discard, r.Body)
+	bodyErr := ""
+	if err != nil {
+		bodyErr = err.Error()
+	}
 	u.mu.Lock()
-	u.seen = append(u.seen, seenRequest{Method: r.Method, Path: r.URL.Path, BodyLen: int(n),
+	u.seen = append(u.seen, seenRequest{Method: r.Method, Path: r.URL.Path, BodyLen: int(n), BodyErr: bodyErr,
 		Tenant: r.Header.Get("X-Quotagate-Tenant"), Auth: r.Header.Get("Authorization")})
 	u.mu.Unlock()
 	first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")

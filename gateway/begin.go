@@ -126,6 +126,13 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 // limitedBody stops a request body at the configured maximum and remembers
 // how reading the caller's body failed, so that the resulting proxy failure
 // is answered as the caller's fault (413 or 400), not the upstream's (502).
+//
+// A body of exactly the maximum is whole: every read asks for one byte more
+// than is left, so the end of such a body shows as io.EOF and a longer body
+// as that extra byte. The extra byte and what follows are never returned:
+// the read fails with errBodyTooLarge instead, the transport abandons the
+// upstream request mid-body (a chunked body without its last chunk), and
+// the upstream never receives a complete request.
 type limitedBody struct {
 	rc   io.ReadCloser
 	left int64
@@ -133,19 +140,19 @@ type limitedBody struct {
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		b.st.bodyTooLarge = true
+	if b.st.bodyTooLarge {
 		return 0, errBodyTooLarge
+	}
+	if len(p) == 0 {
+		return 0, nil
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1]
 	}
 	n, err := b.rc.Read(p)
 	if int64(n) > b.left {
-		n = int(b.left)
-		b.left = 0
 		b.st.bodyTooLarge = true
-		return n, errBodyTooLarge
+		return 0, errBodyTooLarge
 	}
 	b.left -= int64(n)
 	if err != nil && err != io.EOF {
