@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # Runs every check and test of quotagate: formatting, vet, staticcheck, the
 # race-enabled test suite (unit, Redis standalone and Cluster, end-to-end
-# with real processes) and short fuzz runs.
+# with real processes), short fuzz runs, and the tests of deploy/opscheck, a module of its own
+# (Kubernetes manifests, ConfigMap reloads).
 #
-# Needs redis-server. Where it is missing and we are root, it is installed
-# with apt-get. With CI=true a missing redis-server is a failure, never a skip.
+# Needs redis-server (Debian's package). Where it is missing and we are
+# root, it is installed with apt-get. With CI=true a missing tool is a
+# failure, never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test.sh: redis-server not found; installing it with apt-get" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+# need COMMAND PACKAGE WHAT: installs PACKAGE when COMMAND is missing (as
+# root, with apt-get); then, if still missing, fails under CI=true or warns
+# that WHAT will not run.
+apt_updated=
+need() {
+  local cmd=$1 pkg=$2 what=$3
+  if ! command -v "$cmd" >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: $cmd not found; installing $pkg with apt-get" >&2
+    if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null; apt_updated=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
   fi
-fi
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "${CI:-}" = "true" ]; then
-    echo "test.sh: FATAL: redis-server is not installed and CI=true; the Redis and end-to-end tests cannot run" >&2
-    exit 1
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    if [ "${CI:-}" = "true" ]; then
+      echo "test.sh: FATAL: $cmd is not installed and CI=true; $what cannot run" >&2
+      exit 1
+    fi
+    echo "test.sh: WARNING: $cmd not found; $what will be skipped" >&2
+    return 1
   fi
-  echo "test.sh: WARNING: redis-server not found; Redis-backed tests will be skipped" >&2
-fi
+}
+need redis-server redis-server "the Redis and end-to-end tests" || true
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -46,4 +55,11 @@ for target in "FuzzMatch ./routes" "FuzzAuthenticate ./identity" \
     go test -run '^$' -fuzz "^$1\$" -fuzztime 20000x "$2"
   fi
 done
+echo "== deploy/opscheck (its own module)"
+(
+  cd deploy/opscheck
+  go vet ./...
+  go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+  go test -race -count=1 -timeout 10m ./...
+)
 echo "test.sh: all checks passed"
