@@ -113,6 +113,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	}
 	g.storeCfg = cfg.Store
 	g.live.Store(p)
+	o.Metrics.Prime(metricSeries(cfg))
 	if o.Metrics != nil {
 		err := o.Metrics.ObserveGauges(
 			func() int64 {
@@ -230,6 +231,7 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 		return err
 	}
 	g.live.Store(p)
+	g.opts.Metrics.Prime(metricSeries(cfg))
 	if storeChanged {
 		g.storeCfg = cfg.Store
 		oldStore := old.backend.Store

@@ -41,6 +41,7 @@ func newObservedFixture(t *testing.T) *observed {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tel.ExportPrimed(m)
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
 	f.path = writeConfig(t, renderConfig(baseConfig, f.upstream.srv.URL, deadURL(t)))
 	cfg, err := config.Load(f.path, testGetenv)

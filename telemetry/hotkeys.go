@@ -16,7 +16,8 @@ const MaxHotKeyRanks = 10
 // ObserveHotKeys reports, at each collection, the estimated decisions per
 // second of the busiest keys as quotagate_hot_key_decisions_rate{rank="1"}
 // to {rank="10"}. rates returns them highest first; entries past
-// MaxHotKeyRanks are ignored. Which key holds a rank is on the admin API
+// MaxHotKeyRanks are ignored, and ranks it does not fill report 0, so all
+// ten series exist from the first collection. Which key holds a rank is on the admin API
 // (/hotkeys), not in a label. Calling it again replaces the previous
 // function; nil removes it.
 func (m *Metrics) ObserveHotKeys(rates func() []float64) error {
@@ -44,11 +45,13 @@ func (m *Metrics) ObserveHotKeys(rates func() []float64) error {
 		ranks[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("rank", strconv.Itoa(i+1))))
 	}
 	m.hot, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for i, r := range rates() {
-			if i >= MaxHotKeyRanks {
-				break
+		r := rates()
+		for i := range ranks {
+			v := 0.0 // a rank without a key: nothing decided
+			if i < len(r) {
+				v = r[i]
 			}
-			o.ObserveFloat64(g, r, ranks[i])
+			o.ObserveFloat64(g, v, ranks[i])
 		}
 		return nil
 	}, g)

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -44,6 +47,13 @@ const (
 	labelRoute  attribute.Key = "route"
 	labelCode   attribute.Key = "code"
 	labelOp     attribute.Key = "op"
+)
+
+// Descriptions of the histograms, shared with their empty series (Prime).
+const (
+	descDecisionDuration  = "Time taken by one rate-limit stage to decide."
+	descStoreCallDuration = "Latency of calls to the shared limit store, by operation."
+	descUpstreamDuration  = "Time from forwarding a request upstream to its response headers, by route."
 )
 
 // latencyBuckets (seconds) cover in-process and Redis work: 50µs to 1s.
@@ -85,6 +95,9 @@ type Metrics struct {
 	routeSets    *optCache[string]    // route
 	reloadSets   [2]measureOpts       // error, ok
 
+	// primed holds the empty histogram families of the last Prime.
+	primed atomic.Pointer[[]*dto.MetricFamily]
+
 	mu  sync.Mutex
 	reg metric.Registration // gauge callback, nil until ObserveGauges
 	hot metric.Registration // hot-key callback, nil until ObserveHotKeys
@@ -115,7 +128,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(err)
 	m.decisionDur, err = m.meter.Float64Histogram("quotagate.decision.duration",
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
-		metric.WithDescription("Time taken by one rate-limit stage to decide."))
+		metric.WithDescription(descDecisionDuration))
 	check(err)
 	m.storeErrors, err = m.meter.Int64Counter("quotagate.store.errors",
 		metric.WithDescription("Failed calls to the shared limit store, by kind."))
@@ -131,11 +144,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(err)
 	m.storeCall, err = m.meter.Float64Histogram("quotagate.store.call.duration",
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
-		metric.WithDescription("Latency of calls to the shared limit store, by operation."))
+		metric.WithDescription(descStoreCallDuration))
 	check(err)
 	m.upstream, err = m.meter.Float64Histogram("quotagate.upstream.duration",
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(upstreamBuckets...),
-		metric.WithDescription("Time from forwarding a request upstream to its response headers, by route."))
+		metric.WithDescription(descUpstreamDuration))
 	check(err)
 	m.breakerState, err = m.meter.Int64ObservableGauge("quotagate.store.breaker.state",
 		metric.WithDescription("Store circuit breaker state: 0 closed, 1 half-open, 2 open."))

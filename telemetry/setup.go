@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -67,6 +68,9 @@ type Providers struct {
 	// Shutdown flushes pending spans and metrics and stops the exporters. It
 	// honours ctx's deadline and returns every error met. Call it once.
 	Shutdown func(context.Context) error
+
+	// attached is the Metrics whose primed histogram series Metrics serves.
+	attached atomic.Pointer[Metrics]
 
 	// tracesExported and metricsExported tell whether an exporter other than
 	// the Prometheus handler was attached.
@@ -176,7 +180,8 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	p.TracerProvider = tp
 	p.MeterProvider = mp
 	p.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-	p.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	p.Metrics = promhttp.HandlerFor(primedGatherer{inner: reg, metrics: p.attached.Load},
+		promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	p.Shutdown = func(ctx context.Context) error {
 		// The tracer provider shuts its span processors and exporters down;
 		// the meter provider does the same for every reader.
@@ -184,6 +189,12 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	}
 	return p, nil
 }
+
+// ExportPrimed makes the Metrics handler serve the histogram series m is
+// primed with (Metrics.Prime) empty, at zero, until they are first
+// recorded. m must have been created on p.MeterProvider. A later call
+// replaces m.
+func (p *Providers) ExportPrimed(m *Metrics) { p.attached.Store(m) }
 
 // newResource describes this process: service.name, service.version and
 // service.instance.id on top of the SDK defaults (telemetry.sdk.*).

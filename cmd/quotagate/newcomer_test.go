@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,5 +109,43 @@ func TestBinaryNewcomerCommands(t *testing.T) {
 		if code != tc.code || !strings.Contains(out, tc.want) || strings.Contains(stderr.String(), "panic") {
 			t.Errorf("quotagate %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tc.args, code, stdout.String(), stderr.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// TestBinaryFreshMetricsHaveEveryReadmeFamily scrapes the shipped
+// gateway before its first request: every metric family the README lists
+// is already exported, at zero.
+func TestBinaryFreshMetricsHaveEveryReadmeFamily(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := regexp.MustCompile("(?m)^\\| `(quotagate_[a-z_]+)` \\|").FindAllStringSubmatch(string(readme), -1)
+	if len(families) < 10 {
+		t.Fatalf("README lists %d metric families; the table was not found", len(families))
+	}
+	proc := startBinary(t, "../../config.yaml",
+		"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0")
+	resp, err := http.Get(proc.AdminURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, f := range families {
+		name := f[1]
+		re := regexp.MustCompile("(?m)^" + name + `(_bucket|_count|_sum)?(\{[^}]*\})? (\S+)$`)
+		samples := re.FindAllStringSubmatch(string(body), -1)
+		if len(samples) == 0 {
+			t.Errorf("%s: no series on a fresh gateway", name)
+		}
+		for _, s := range samples {
+			if s[3] != "0" {
+				t.Errorf("%s%s%s = %s on a fresh gateway, want 0", name, s[1], s[2], s[3])
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
 	}
 }

@@ -59,6 +59,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return runtimeErr(fmt.Errorf("metrics: %w", err))
 	}
+	tel.ExportPrimed(metrics)
 
 	gw, err := gateway.New(cfg, gateway.Options{
 		OpenStore:      openStore,

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// readmeMetricFamilies returns the metric names of the README's metric
+// table.
+func readmeMetricFamilies(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile("(?m)^\\| `(quotagate_[a-z_]+)` \\|").FindAllStringSubmatch(string(b), -1)
+	if len(names) < 10 {
+		t.Fatalf("README lists %d metric families; the table was not found", len(names))
+	}
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n[1]
+	}
+	return out
+}
+
+// TestFreshGatewayExportsEveryReadmeMetric scrapes a gateway that has not
+// served a request: every family of the README is there, every series at
+// zero, with the series the configuration can produce.
+func TestFreshGatewayExportsEveryReadmeMetric(t *testing.T) {
+	o := newObservedFixture(t)
+	rec := httptest.NewRecorder()
+	o.metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse: %v\n%s", err, body)
+	}
+	for _, name := range readmeMetricFamilies(t) {
+		f, ok := fams[name]
+		if !ok || len(f.GetMetric()) == 0 {
+			t.Errorf("%s: not exported by a fresh gateway", name)
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			if v != 0 {
+				t.Errorf("%s%v = %v on a fresh gateway, want 0", name, m.GetLabel(), v)
+			}
+		}
+	}
+	for _, want := range []string{
+		`quotagate_decisions_total{policy="tenant",result="denied",stage="global"} 0`,
+		`quotagate_store_fallback_total{mode="open",policy="tenant"} 0`,
+		`quotagate_requests_total{code="429",route="transfers.create"} 0`,
+		`quotagate_upstream_duration_seconds_count{route="transfers.create"} 0`,
+		`quotagate_decision_duration_seconds_bucket{stage="global",le="+Inf"} 0`,
+		`quotagate_store_errors_total{kind="breaker_open"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("fresh /metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+}
