@@ -12,6 +12,7 @@ import (
 // spelling of /v1/transfers/1 that some upstream reads as that route must
 // then be answered 429 by the strict policy (it is charged there) or 404
 // (it matches nothing); none may reach the upstream through the catch-all.
+// Nor may a header or query parameter that names another path or method.
 func TestHostileRouteSpellings(t *testing.T) {
 	up := startUpstream(t)
 	cfg := limiterConfig(up.URL(), nil, "acme")
@@ -73,6 +74,21 @@ func TestHostileRouteSpellings(t *testing.T) {
 		r := rawStatus(t, gw.Addr, get(p, auth))
 		if r.status != http.StatusNotFound && r.status != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 404 (or 400 from the HTTP server)", p, r.status, truncate(r.body, 120))
+		}
+	}
+	// Headers and parameters that make some upstreams route by another path
+	// or method than the request line are refused.
+	for _, c := range []struct{ path, header string }{
+		{"/v1/other/1", "X-Original-URL: /v1/transfers/1\r\n"},
+		{"/v1/other/1", "X_Original_URL: /v1/transfers/1\r\n"},
+		{"/v1/other/1", "x-rewrite-url: /v1/transfers/1\r\n"},
+		{"/v1/other/1", "X-Forwarded-Prefix: /v1/transfers\r\n"},
+		{"/v1/other/1", "X-HTTP-Method-Override: DELETE\r\n"},
+		{"/v1/other/1?_method=DELETE", ""},
+		{"/v1/other/1?%5Fmethod=DELETE", ""},
+	} {
+		if r := rawStatus(t, gw.Addr, get(c.path, auth+c.header)); r.status != http.StatusBadRequest {
+			t.Errorf("%s with %q: %d %s, want 400", c.path, c.header, r.status, truncate(r.body, 120))
 		}
 	}
 	// The catch-all still serves what is not the strict route.
