@@ -21,6 +21,9 @@ package config
 import (
 	"net/netip"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/routes"
 )
 
 // Config is a whole, validated configuration.
@@ -161,7 +164,9 @@ type Tier struct {
 
 // Limit is a quota. For a token bucket, Rate units refill every Per and at
 // most Burst are available at once. For the window algorithms at most Rate
-// units fit in any window of length Per, and Burst is 0.
+// units fit in any window of length Per, and Burst is 0. It has the fields
+// of ratelimit.Limit, so ratelimit.Limit(l) converts it, and its rules are
+// ratelimit.Limit.Validate.
 type Limit struct {
 	Rate  int64         `mapstructure:"rate"`
 	Per   time.Duration `mapstructure:"per"`
@@ -173,15 +178,15 @@ type Policy struct {
 	// Name is the policy's key in Config.Policies; it is shown to clients.
 	Name string `mapstructure:"-"`
 	// Scope is what one counter covers: tenant (the default),
-	// tenant_route, route or global.
-	Scope string `mapstructure:"scope"`
+	// tenant_route, route or global (see routes.ParseScope).
+	Scope routes.Scope `mapstructure:"scope"`
 	// Algorithm is token_bucket (the default), fixed_window,
 	// sliding_window or sliding_log (see ratelimit.ParseAlgorithm).
-	Algorithm string `mapstructure:"algorithm"`
+	Algorithm ratelimit.Algorithm `mapstructure:"algorithm"`
 	// OnStoreError is what happens when the store cannot decide: open
 	// (allow; the default), closed (answer 503) or local (this instance's
-	// share of the limit).
-	OnStoreError string `mapstructure:"on_store_error"`
+	// share of the limit); see ratelimit.ParseOnError.
+	OnStoreError ratelimit.OnError `mapstructure:"on_store_error"`
 	// Shadow policies decide and record but never deny.
 	Shadow bool `mapstructure:"shadow"`
 	// Limits holds the limit per tier name; the key "*" applies to every
@@ -299,9 +304,9 @@ func (j *JWT) setDefaults() {
 func (l *Log) setDefaults() { setZero(&l.Level, "info") }
 
 func (p *Policy) setDefaults() {
-	setZero(&p.Scope, "tenant")
-	setZero(&p.Algorithm, "token_bucket")
-	setZero(&p.OnStoreError, "open")
+	setZero(&p.Scope, routes.ScopeTenant)
+	setZero(&p.Algorithm, ratelimit.TokenBucket)
+	setZero(&p.OnStoreError, ratelimit.OnErrorOpen)
 }
 
 func (l *Lease) setDefaults() {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"math"
 	"reflect"
@@ -15,7 +16,9 @@ import (
 // key without a field is an error, and so is a value of the wrong shape.
 // Fields are matched by their `mapstructure` tag; a field tagged "-" or not
 // tagged is never decoded. It records every problem and keeps going, leaving
-// a field it could not decode at its default.
+// a field it could not decode at its default, except a typed value (a field
+// whose type implements encoding.TextUnmarshaler, such as an algorithm),
+// which is left zero so that validation checks nothing that depends on it.
 type decoder struct {
 	errs Errors
 	// env maps the paths set from environment variables to the variable's
@@ -30,7 +33,10 @@ func (d *decoder) fail(path, problem string) {
 	d.errs.add(path, problem)
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType        = reflect.TypeFor[time.Duration]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
 
 // decode stores in into out. A nil in (a key written without a value) leaves
 // out as it is.
@@ -40,6 +46,10 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 	}
 	if out.Type() == durationType {
 		d.duration(path, in, out)
+		return
+	}
+	if out.CanAddr() && out.Addr().Type().Implements(textUnmarshalerType) {
+		d.text(path, in, out)
 		return
 	}
 	switch out.Kind() {
@@ -185,6 +195,21 @@ func (d *decoder) str(path string, in any, out reflect.Value) {
 		out.SetString(fmt.Sprint(v))
 	default:
 		d.fail(path, "must be a string, got "+describe(in)+" (quote it)")
+	}
+}
+
+// text decodes a name into a typed value through its UnmarshalText, whose
+// error is the problem reported.
+func (d *decoder) text(path string, in any, out reflect.Value) {
+	s, ok := in.(string)
+	if !ok {
+		out.SetZero()
+		d.fail(path, "must be a string, got "+describe(in))
+		return
+	}
+	if err := out.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+		out.SetZero()
+		d.fail(path, err.Error())
 	}
 }
 

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/routes"
 )
 
 // env returns a getenv that finds only the variables of m.
@@ -100,7 +103,7 @@ func TestDefaults(t *testing.T) {
 	if c.Tiers["basic"].Local != nil {
 		t.Errorf("tier basic: {} has stage 1 %+v, want none", c.Tiers["basic"].Local)
 	}
-	wantPolicy := Policy{Name: "tenant", Scope: "tenant", Algorithm: "token_bucket", OnStoreError: "open",
+	wantPolicy := Policy{Name: "tenant", Scope: routes.ScopeTenant, Algorithm: ratelimit.TokenBucket, OnStoreError: ratelimit.OnErrorOpen,
 		Limits: map[string]Limit{"basic": {Rate: 1, Per: time.Second, Burst: 2}}}
 	if !reflect.DeepEqual(c.Policies["tenant"], wantPolicy) {
 		t.Errorf("policy = %+v\nwant %+v", c.Policies["tenant"], wantPolicy)
@@ -177,8 +180,8 @@ func TestEnvOverrides(t *testing.T) {
 		t.Errorf("anonymous tier = %q, want basic (lowercased)", c.Identity.Anonymous.Tier)
 	}
 	// Named sections have no variables; unknown variables are ignored.
-	if c.Policies["tenant"].Scope != "tenant" || c.Store.Redis.KeyPrefix != "qg" {
-		t.Errorf("scope %q, key prefix %q: want the file's values", c.Policies["tenant"].Scope, c.Store.Redis.KeyPrefix)
+	if c.Policies["tenant"].Scope != routes.ScopeTenant || c.Store.Redis.KeyPrefix != "qg" {
+		t.Errorf("scope %v, key prefix %q: want the file's values", c.Policies["tenant"].Scope, c.Store.Redis.KeyPrefix)
 	}
 }
 
@@ -271,7 +274,7 @@ policies:
     shadow: true
 `, noEnv)
 	a, b := c.Policies["a"], c.Policies["b"]
-	if b.Algorithm != "fixed_window" || !b.Shadow || b.Limits["*"].Rate != 1000 || a.Shadow {
+	if b.Algorithm != ratelimit.FixedWindow || !b.Shadow || b.Limits["*"].Rate != 1000 || a.Shadow {
 		t.Errorf("a = %+v, b = %+v", a, b)
 	}
 }

@@ -44,9 +44,9 @@ func (c *Config) Redacted() map[string]any {
 			limits[tier] = redactLimit(l)
 		}
 		pol := map[string]any{
-			"scope":          p.Scope,
-			"algorithm":      p.Algorithm,
-			"on_store_error": p.OnStoreError,
+			"scope":          p.Scope.String(),
+			"algorithm":      p.Algorithm.String(),
+			"on_store_error": p.OnStoreError.String(),
 			"shadow":         p.Shadow,
 			"limits":         limits,
 		}

@@ -1,17 +1,12 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
 )
-
-// maxExact bounds burst×per and rate×per in microseconds: the stores keep
-// state as integers scaled by per, and the Redis scripts compute in doubles,
-// which are exact up to 2^53.
-const maxExact = 1 << 53
 
 // reservedPolicy names stage 1 in 429 bodies, so no policy may take it.
 const reservedPolicy = "local"
@@ -39,19 +34,15 @@ func (c *Config) validatePolicies(errs *Errors) {
 		case name == reservedPolicy:
 			errs.add(p, `the policy name "local" is reserved for stage 1 (tiers.*.local)`)
 		}
-		switch pol.Scope {
-		case "tenant", "tenant_route", "route", "global":
-		default:
-			errs.addf(p+".scope", "must be tenant, tenant_route, route or global, got %q", pol.Scope)
+		if !pol.Scope.Valid() {
+			errs.addf(p+".scope", "must be tenant, tenant_route, route or global, got %s", pol.Scope)
 		}
-		switch pol.OnStoreError {
-		case "open", "closed", "local":
-		default:
-			errs.addf(p+".on_store_error", "must be open, closed or local, got %q", pol.OnStoreError)
+		if !pol.OnStoreError.Valid() {
+			errs.addf(p+".on_store_error", "must be open, closed or local, got %s", pol.OnStoreError)
 		}
-		alg, err := ratelimit.ParseAlgorithm(pol.Algorithm)
-		if err != nil {
-			errs.addf(p+".algorithm", "must be token_bucket, fixed_window, sliding_window or sliding_log, got %q", pol.Algorithm)
+		alg := pol.Algorithm
+		if !alg.Valid() {
+			errs.addf(p+".algorithm", "must be token_bucket, fixed_window, sliding_window or sliding_log, got %s", alg)
 		}
 		if len(pol.Limits) == 0 {
 			errs.add(p+".limits", `must set a limit for at least one tier (or "*" for every tier)`)
@@ -62,7 +53,7 @@ func (c *Config) validatePolicies(errs *Errors) {
 			if _, ok := c.Tiers[tier]; !ok && tier != "*" {
 				errs.addf(lp, `unknown tier %q%s; "*" means every tier`, tier, known(c.Tiers))
 			}
-			if alg != 0 {
+			if alg.Valid() {
 				checkLimit(errs, lp, l, alg)
 			}
 		}
@@ -75,7 +66,7 @@ func (c *Config) validateLease(errs *Errors, path string, pol Policy, alg rateli
 	if l == nil {
 		return
 	}
-	if alg != 0 && alg != ratelimit.TokenBucket {
+	if alg.Valid() && alg != ratelimit.TokenBucket {
 		errs.addf(path, "applies to token_bucket policies only, not %s; remove it", alg)
 	}
 	if pol.Shadow {
@@ -95,46 +86,15 @@ func (c *Config) validateLease(errs *Errors, path string, pol Policy, alg rateli
 	}
 }
 
-// checkLimit checks l for algorithm alg and reports problems below path.
+// checkLimit reports below path the rules of ratelimit.Limit.Validate
+// that l breaks under algorithm alg, which must be valid.
 func checkLimit(errs *Errors, path string, l Limit, alg ratelimit.Algorithm) {
-	if l.Rate <= 0 {
-		errs.add(path+".rate", "must be > 0")
-	}
-	switch {
-	case l.Per <= 0:
-		errs.add(path+".per", "must be > 0")
-	case l.Per%time.Microsecond != 0:
-		errs.addf(path+".per", "must be a whole number of microseconds, got %s", l.Per)
-	}
-	if alg == ratelimit.TokenBucket {
-		if l.Burst <= 0 {
-			errs.add(path+".burst", "must be > 0 (the most units available at once)")
+	var les ratelimit.LimitErrors
+	if errors.As(ratelimit.Limit(l).Validate(alg), &les) {
+		for _, e := range les {
+			errs.add(path+"."+e.Field, e.Problem)
 		}
-	} else if l.Burst != 0 {
-		errs.addf(path+".burst", "does not apply to %s (its capacity is rate per window); remove it", alg)
 	}
-	if alg == ratelimit.SlidingLog && l.Rate > ratelimit.MaxSlidingLogRate {
-		errs.addf(path+".rate", "must be at most %d for sliding_log (its state holds one entry per request); use sliding_window for larger rates", ratelimit.MaxSlidingLogRate)
-	}
-	us := l.Per.Microseconds()
-	if us <= 0 {
-		return
-	}
-	if l.Rate > maxExact/us {
-		errs.addf(path+".rate", "rate × per (%d × %dµs) must be at most 2^53; lower the rate or the period", l.Rate, us)
-	}
-	if l.Burst > maxExact/us {
-		errs.addf(path+".burst", "burst × per (%d × %dµs) must be at most 2^53; lower the burst or the period", l.Burst, us)
-	}
-}
-
-// capacity is the most units l can admit at once under alg, or 0 when l or
-// alg is invalid (already reported).
-func capacity(l Limit, alg ratelimit.Algorithm) int64 {
-	if alg == ratelimit.TokenBucket {
-		return l.Burst
-	}
-	return l.Rate
 }
 
 // effectiveLimits returns, for policy pol, the keys of pol.Limits that apply
@@ -162,12 +122,12 @@ func (c *Config) checkCost(errs *Errors, path string, cost int64, pol Policy) {
 	if pol.Lease != nil && pol.Lease.MaxBlock >= 1 && cost > pol.Lease.MaxBlock {
 		errs.addf(path, "%d exceeds lease.max_block %d of policy %q: a block could never hold such a request", cost, pol.Lease.MaxBlock, pol.Name)
 	}
-	alg, err := ratelimit.ParseAlgorithm(pol.Algorithm)
-	if err != nil {
+	alg := pol.Algorithm
+	if !alg.Valid() {
 		return
 	}
 	for _, tier := range c.effectiveLimits(pol) {
-		capa := capacity(pol.Limits[tier], alg)
+		capa := ratelimit.Capacity(alg, ratelimit.Limit(pol.Limits[tier]))
 		if capa > 0 && cost > capa {
 			who := fmt.Sprintf("tier %q", tier)
 			if tier == "*" {

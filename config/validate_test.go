@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/routes"
 )
 
 func TestPathShape(t *testing.T) {
@@ -96,7 +97,7 @@ func TestCheckLimitExactRange(t *testing.T) {
 		return out
 	}
 	// 2^53 / 3µs rounds down: the largest rate and burst that stay exact.
-	bound := int64(maxExact / 3)
+	bound := int64((1 << 53) / 3)
 	if got := problems(Limit{Rate: bound, Per: 3 * time.Microsecond, Burst: bound}, ratelimit.TokenBucket); got != nil {
 		t.Errorf("at the bound: %v, want none", got)
 	}
@@ -171,7 +172,7 @@ func TestValidateBuiltConfig(t *testing.T) {
 	c := Default()
 	c.Identity.Anonymous = &Anonymous{Tier: "Free"}
 	c.Tiers = map[string]Tier{"free": {Local: &Limit{Rate: 1, Per: time.Second, Burst: 3}}}
-	c.Policies = map[string]Policy{"p": {Scope: "global", Algorithm: "token_bucket", OnStoreError: "local",
+	c.Policies = map[string]Policy{"p": {Scope: routes.ScopeGlobal, Algorithm: ratelimit.TokenBucket, OnStoreError: ratelimit.OnErrorLocal,
 		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 3}}}}
 	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
 	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "UP", Cost: 3, Policies: []string{"P"}}}
@@ -205,7 +206,7 @@ func TestCostAgainstEffectiveLimits(t *testing.T) {
 	c := Default()
 	c.Identity.Anonymous = &Anonymous{Tier: "free"}
 	c.Tiers = map[string]Tier{"free": {}}
-	c.Policies = map[string]Policy{"p": {Scope: "tenant", Algorithm: "token_bucket", OnStoreError: "open",
+	c.Policies = map[string]Policy{"p": {Scope: routes.ScopeTenant, Algorithm: ratelimit.TokenBucket, OnStoreError: ratelimit.OnErrorOpen,
 		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 1}, "free": {Rate: 1, Per: time.Second, Burst: 10}}}}
 	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
 	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "up", Cost: 10, Policies: []string{"p"}}}

@@ -17,9 +17,6 @@ import (
 // it once per cooldown. password is the resolved value of c.PasswordEnv.
 func NewRedisBackend(c config.Redis, password string) *Backend {
 	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 25 * time.Millisecond
-	}
 	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{
 		Addrs: c.Addrs, MasterName: c.MasterName, Username: c.Username, Password: password,
 		PoolSize: c.PoolSize, DialTimeout: max(timeout, 250*time.Millisecond),
@@ -31,10 +28,6 @@ func NewRedisBackend(c config.Redis, password string) *Backend {
 	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{})
 	breaker := ratelimit.NewBreaker(leased, ratelimit.BreakerOptions{
 		Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Partition: clusterPartition(client)})
-	cooldown := c.BreakerCooldown
-	if cooldown <= 0 {
-		cooldown = time.Second
-	}
 	return &Backend{
 		Store: breaker,
 		Ping:  func(ctx context.Context) error { return client.Ping(ctx).Err() },
@@ -48,7 +41,7 @@ func NewRedisBackend(c config.Redis, password string) *Backend {
 			return telemetry.BreakerClosed
 		},
 		AllDown:    breaker.AllOpen,
-		RetryAfter: cooldown,
+		RetryAfter: c.BreakerCooldown,
 	}
 }
 

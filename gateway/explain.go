@@ -82,7 +82,7 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 			return nil, err
 		}
 		ex.Policies = append(ex.Policies, PolicyExplained{
-			Name: bp.name, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError,
+			Name: bp.name, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
 			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Key: key,
 		})
 	}

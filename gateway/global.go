@@ -173,16 +173,16 @@ func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span t
 		bp := &ps[i]
 		mode := bp.onError
 		if m != nil {
-			m.StoreFallback(ctx, bp.name, mode)
+			m.StoreFallback(ctx, bp.name, mode.String())
 		}
 		g.count(ctx, bp.name, "global", "error")
-		span.AddEvent("store_fallback", trace.WithAttributes(attribute.String("quotagate.policy", bp.name), attribute.String("mode", mode)))
+		span.AddEvent("store_fallback", trace.WithAttributes(attribute.String("quotagate.policy", bp.name), attribute.String("mode", mode.String())))
 		switch mode {
-		case "closed":
+		case ratelimit.OnErrorClosed:
 			if !bp.shadow && closedBy == "" {
 				closedBy = bp.name
 			}
-		case "local":
+		case ratelimit.OnErrorLocal:
 			it := items[i]
 			it.Key = "fallback:" + it.Key
 			it.Limit = bp.share

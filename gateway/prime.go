@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -35,10 +36,10 @@ func metricSeries(cfg *config.Config) telemetry.Series {
 		if p.Shadow {
 			s.Decisions = append(s.Decisions, [3]string{name, "global", telemetry.ResultShadowDenied})
 		}
-		if p.OnStoreError == telemetry.FallbackLocal {
+		if p.OnStoreError == ratelimit.OnErrorLocal {
 			s.Decisions = append(s.Decisions, [3]string{name, "fallback", telemetry.ResultAllowed}, [3]string{name, "fallback", telemetry.ResultDenied})
 		}
-		s.Fallbacks = append(s.Fallbacks, [2]string{name, p.OnStoreError})
+		s.Fallbacks = append(s.Fallbacks, [2]string{name, p.OnStoreError.String()})
 	}
 	for _, t := range cfg.Tiers {
 		if t.Local != nil {

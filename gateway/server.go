@@ -37,9 +37,6 @@ func (g *Gateway) Serve(ctx context.Context, pub, admin net.Listener, adminHandl
 	case err = <-errc:
 	}
 	timeout := g.Config().Server.ShutdownTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	g.opts.Logger.Info("shutting down", slog.Duration("drain_timeout", timeout))

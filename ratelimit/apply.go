@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -94,14 +95,8 @@ func Capacity(alg Algorithm, l Limit) int64 {
 
 // ValidateItem reports whether it can be decided. The error wraps
 // ErrInvalid and names the rule broken; it never contains the key. The rules:
-//
-//   - Key is not empty; Algorithm is one of the defined ones.
-//   - Rate > 0 and Per >= 1µs (Per is used in whole microseconds, P).
-//   - TokenBucket has Burst > 0; the window algorithms have Burst == 0.
-//   - 0 <= Cost <= capacity (see Capacity).
-//   - Burst×P and Rate×P are at most 2^53, so that the scaled integers of
-//     the algorithms are exact in IEEE doubles too.
-//   - SlidingLog has Rate <= MaxSlidingLogRate.
+// Key is not empty, Algorithm is one of the defined ones, Limit passes
+// Limit.Validate for it, and 0 <= Cost <= capacity (see Capacity).
 func ValidateItem(it Item) error {
 	if it.Key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
@@ -111,36 +106,99 @@ func ValidateItem(it Item) error {
 
 // checkItem is ValidateItem without the key.
 func checkItem(alg Algorithm, l Limit, cost int64) error {
-	switch alg {
-	case TokenBucket:
-		if l.Burst <= 0 {
-			return fmt.Errorf("%w: %s: burst %d must be > 0", ErrInvalid, alg, l.Burst)
-		}
-	case FixedWindow, SlidingWindow, SlidingLog:
-		if l.Burst != 0 {
-			return fmt.Errorf("%w: %s: burst %d must be 0 (it applies to token_bucket only)", ErrInvalid, alg, l.Burst)
-		}
-	default:
+	if !alg.Valid() {
 		return fmt.Errorf("%w: unknown %s", ErrInvalid, alg)
 	}
-	if l.Rate <= 0 {
-		return fmt.Errorf("%w: %s: rate %d must be > 0", ErrInvalid, alg, l.Rate)
-	}
-	p := l.Per.Microseconds()
-	if p <= 0 {
-		return fmt.Errorf("%w: %s: per %s must be at least 1µs", ErrInvalid, alg, l.Per)
-	}
-	if l.Rate > maxExact/p {
-		return fmt.Errorf("%w: %s: rate %d × per %dµs exceeds 2^53", ErrInvalid, alg, l.Rate, p)
-	}
-	if l.Burst > maxExact/p {
-		return fmt.Errorf("%w: %s: burst %d × per %dµs exceeds 2^53", ErrInvalid, alg, l.Burst, p)
-	}
-	if alg == SlidingLog && l.Rate > MaxSlidingLogRate {
-		return fmt.Errorf("%w: %s: rate %d exceeds %d", ErrInvalid, alg, l.Rate, MaxSlidingLogRate)
+	if err := l.Validate(alg); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, alg, err)
 	}
 	if c := Capacity(alg, l); cost < 0 || cost > c {
 		return fmt.Errorf("%w: %s: cost %d must be in [0, capacity %d]", ErrInvalid, alg, cost, c)
 	}
 	return nil
+}
+
+// LimitError is one rule of Limit.Validate that a limit breaks.
+type LimitError struct {
+	// Field is the field at fault: "rate", "per" or "burst".
+	Field string
+	// Problem says what is wrong, such as "must be > 0".
+	Problem string
+}
+
+// Error returns "field: problem".
+func (e *LimitError) Error() string { return e.Field + ": " + e.Problem }
+
+// LimitErrors is every rule a limit breaks, in the order of the rules.
+type LimitErrors []*LimitError
+
+// Error returns the problems separated by "; ".
+func (es LimitErrors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+// Unwrap returns the individual problems, for errors.As.
+func (es LimitErrors) Unwrap() []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = e
+	}
+	return errs
+}
+
+// Validate reports every rule of algorithm alg that l breaks, as
+// LimitErrors, or nil. It is the one statement of the limit rules; the
+// configuration and the stores both use it. The rules:
+//
+//   - Rate > 0.
+//   - Per > 0 and a whole number of microseconds (P): all time is kept in
+//     integer microseconds.
+//   - TokenBucket has Burst > 0; the window algorithms have Burst == 0
+//     (their capacity is Rate).
+//   - SlidingLog has Rate <= MaxSlidingLogRate.
+//   - Rate×P and Burst×P are at most 2^53, so that the scaled integers of
+//     the algorithms are exact in IEEE doubles too.
+//
+// alg must be valid (see Algorithm.Valid); Validate does not check it. It
+// does not allocate when l is valid.
+func (l Limit) Validate(alg Algorithm) error {
+	var errs LimitErrors
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &LimitError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	if l.Rate <= 0 {
+		add("rate", "must be > 0")
+	}
+	switch {
+	case l.Per <= 0:
+		add("per", "must be > 0")
+	case l.Per%time.Microsecond != 0:
+		add("per", "must be a whole number of microseconds, got %s", l.Per)
+	}
+	if alg == TokenBucket {
+		if l.Burst <= 0 {
+			add("burst", "must be > 0 (the most units available at once)")
+		}
+	} else if l.Burst != 0 {
+		add("burst", "does not apply to %s (its capacity is rate per window); remove it", alg)
+	}
+	if alg == SlidingLog && l.Rate > MaxSlidingLogRate {
+		add("rate", "must be at most %d for sliding_log (its state holds one entry per request); use sliding_window for larger rates", MaxSlidingLogRate)
+	}
+	if us := l.Per.Microseconds(); us > 0 {
+		if l.Rate > maxExact/us {
+			add("rate", "rate × per (%d × %dµs) must be at most 2^53; lower the rate or the period", l.Rate, us)
+		}
+		if l.Burst > maxExact/us {
+			add("burst", "burst × per (%d × %dµs) must be at most 2^53; lower the burst or the period", l.Burst, us)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
 }

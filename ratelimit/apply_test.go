@@ -35,17 +35,17 @@ func TestValidateItem(t *testing.T) {
 		{Item{Algorithm: TokenBucket, Limit: tb}, "empty key"},
 		{Item{Key: "k", Limit: tb}, "unknown Algorithm(0)"},
 		{Item{Key: "k", Algorithm: 7, Limit: tb}, "unknown Algorithm(7)"},
-		{Item{Key: "k", Algorithm: TokenBucket, Limit: win}, "burst 0 must be > 0"},
-		{Item{Key: "k", Algorithm: SlidingWindow, Limit: tb}, "burst 5 must be 0"},
-		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Per: time.Second}}, "rate 0 must be > 0"},
-		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: 1, Per: -time.Second}}, "at least 1µs"},
-		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: 1, Per: 999 * time.Nanosecond}}, "at least 1µs"},
-		{Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: time.Second, Burst: edge + 1}}, "burst 9007199255 × per 1000000µs exceeds 2^53"},
-		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: edge + 1, Per: time.Second}}, "exceeds 2^53"},
-		{Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: edge + 1, Per: time.Second, Burst: 1}}, "exceeds 2^53"},
-		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: 2, Per: maxExact * time.Microsecond}}, "exceeds 2^53"},
-		{Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: math.MaxInt64, Burst: math.MaxInt64}}, "exceeds 2^53"},
-		{Item{Key: "k", Algorithm: SlidingLog, Limit: Limit{Rate: MaxSlidingLogRate + 1, Per: time.Second}}, "exceeds 1000"},
+		{Item{Key: "k", Algorithm: TokenBucket, Limit: win}, "burst: must be > 0"},
+		{Item{Key: "k", Algorithm: SlidingWindow, Limit: tb}, "burst: does not apply"},
+		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Per: time.Second}}, "rate: must be > 0"},
+		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: 1, Per: -time.Second}}, "per: must be > 0"},
+		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: 1, Per: 999 * time.Nanosecond}}, "whole number of microseconds"},
+		{Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: time.Second, Burst: edge + 1}}, "burst × per (9007199255 × 1000000µs) must be at most 2^53"},
+		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: edge + 1, Per: time.Second}}, "must be at most 2^53"},
+		{Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: edge + 1, Per: time.Second, Burst: 1}}, "must be at most 2^53"},
+		{Item{Key: "k", Algorithm: FixedWindow, Limit: Limit{Rate: 2, Per: maxExact * time.Microsecond}}, "must be at most 2^53"},
+		{Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: math.MaxInt64, Burst: math.MaxInt64}}, "must be at most 2^53"},
+		{Item{Key: "k", Algorithm: SlidingLog, Limit: Limit{Rate: MaxSlidingLogRate + 1, Per: time.Second}}, "must be at most 1000"},
 		{Item{Key: "k", Algorithm: TokenBucket, Limit: tb, Cost: 6}, "cost 6 must be in [0, capacity 5]"},
 		{Item{Key: "k", Algorithm: FixedWindow, Limit: win, Cost: -1}, "cost -1"},
 	}
@@ -127,5 +127,38 @@ func TestIntegerHelpers(t *testing.T) {
 		if got := ttlMillis(us); got != want {
 			t.Errorf("ttlMillis(%d) = %v, want %v", us, got, want)
 		}
+	}
+}
+
+// Every algorithm and on-error mode reads back from its configuration name;
+// other names, and the zero values, are refused.
+func TestConfigNamesRoundTrip(t *testing.T) {
+	for _, a := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingLog} {
+		b, err := a.MarshalText()
+		var got Algorithm
+		if err != nil || got.UnmarshalText(b) != nil || got != a {
+			t.Errorf("algorithm %v: marshal %q, %v; read back %v", a, b, err, got)
+		}
+	}
+	for _, m := range []OnError{OnErrorOpen, OnErrorClosed, OnErrorLocal} {
+		b, err := m.MarshalText()
+		var got OnError
+		if err != nil || got.UnmarshalText(b) != nil || got != m {
+			t.Errorf("on_store_error %v: marshal %q, %v; read back %v", m, b, err, got)
+		}
+	}
+	for _, bad := range []string{"", "Token_Bucket", "leaky_bucket"} {
+		if a, err := ParseAlgorithm(bad); err == nil {
+			t.Errorf("ParseAlgorithm(%q) = %v, want an error", bad, a)
+		}
+		if m, err := ParseOnError(bad); err == nil {
+			t.Errorf("ParseOnError(%q) = %v, want an error", bad, m)
+		}
+	}
+	if _, err := Algorithm(0).MarshalText(); err == nil {
+		t.Error("the zero Algorithm marshals")
+	}
+	if _, err := OnError(0).MarshalText(); err == nil {
+		t.Error("the zero OnError marshals")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -64,14 +65,91 @@ func (a Algorithm) String() string {
 	return algorithmNames[a]
 }
 
-// ParseAlgorithm maps a configuration name to an Algorithm.
+// Valid reports whether a is one of the defined algorithms.
+func (a Algorithm) Valid() bool { return a != 0 && int(a) < len(algorithmNames) }
+
+// ParseAlgorithm maps a configuration name to an Algorithm. The error says
+// which names are known.
 func ParseAlgorithm(name string) (Algorithm, error) {
-	for a, n := range algorithmNames {
-		if n != "" && n == name {
-			return Algorithm(a), nil
-		}
+	if i := slices.Index(algorithmNames[1:], name); i >= 0 {
+		return Algorithm(i + 1), nil
 	}
-	return 0, fmt.Errorf("unknown algorithm %q", name)
+	return 0, fmt.Errorf("must be token_bucket, fixed_window, sliding_window or sliding_log, got %q", name)
+}
+
+// MarshalText returns the configuration name of a; an invalid a is an error.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.Valid() {
+		return nil, fmt.Errorf("ratelimit: invalid %s", a)
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText sets a from a configuration name (see ParseAlgorithm).
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	v, err := ParseAlgorithm(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// OnError is what a Fallback store does with an item when the store below
+// it cannot decide. The zero value is invalid.
+type OnError uint8
+
+// The modes of OnError.
+const (
+	// OnErrorOpen allows the item: availability over the limit.
+	OnErrorOpen OnError = iota + 1
+	// OnErrorClosed refuses the request as unavailable (HTTP 503).
+	OnErrorClosed
+	// OnErrorLocal decides the item on this instance's share of its limit.
+	OnErrorLocal
+)
+
+var onErrorNames = [...]string{
+	OnErrorOpen:   "open",
+	OnErrorClosed: "closed",
+	OnErrorLocal:  "local",
+}
+
+// Valid reports whether m is one of the defined modes.
+func (m OnError) Valid() bool { return m != 0 && int(m) < len(onErrorNames) }
+
+// String returns the configuration name of m, such as "closed".
+func (m OnError) String() string {
+	if !m.Valid() {
+		return fmt.Sprintf("OnError(%d)", uint8(m))
+	}
+	return onErrorNames[m]
+}
+
+// ParseOnError maps a configuration name (open, closed, local) to an OnError.
+func ParseOnError(name string) (OnError, error) {
+	if i := slices.Index(onErrorNames[1:], name); i >= 0 {
+		return OnError(i + 1), nil
+	}
+	return 0, fmt.Errorf("must be open, closed or local, got %q", name)
+}
+
+// MarshalText returns the configuration name of m; an invalid m is an error.
+func (m OnError) MarshalText() ([]byte, error) {
+	if !m.Valid() {
+		return nil, fmt.Errorf("ratelimit: invalid %s", m)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText sets m from a configuration name (see ParseOnError).
+func (m *OnError) UnmarshalText(b []byte) error {
+	v, err := ParseOnError(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
 }
 
 // Limit is a quota.

@@ -48,7 +48,28 @@ func ParseScope(name string) (Scope, error) {
 			return Scope(s), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown scope %q (want tenant, tenant_route, route or global)", name)
+	return 0, fmt.Errorf("must be tenant, tenant_route, route or global, got %q", name)
+}
+
+// Valid reports whether s is one of the defined scopes.
+func (s Scope) Valid() bool { return s != 0 && int(s) < len(scopeNames) }
+
+// MarshalText returns the configuration name of s; an invalid s is an error.
+func (s Scope) MarshalText() ([]byte, error) {
+	if !s.Valid() {
+		return nil, fmt.Errorf("routes: invalid %s", s)
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText sets s from a configuration name (see ParseScope).
+func (s *Scope) UnmarshalText(b []byte) error {
+	v, err := ParseScope(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
 }
 
 // PerSubject reports whether keys of scope s depend on the subject; such

@@ -1,0 +1,200 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/routes"
+)
+
+// route is one configured route, compiled.
+type route struct {
+	name    string
+	cost    int64
+	proxy   http.Handler
+	byTier  map[string][]boundPolicy // the route's policies that limit a tier
+	anyTier []boundPolicy            // for tiers not in byTier: policies with a "*" limit
+}
+
+// policyFor returns the stage-2 policies of r that apply to tier, ordered
+// with shared (route, global) scopes first and the tenant's slot last.
+func (r *route) policyFor(tier string) []boundPolicy {
+	if ps, ok := r.byTier[tier]; ok {
+		return ps
+	}
+	return r.anyTier
+}
+
+// boundPolicy is a policy with the limit of one tier on one route: every
+// value the request path needs, typed and checked once per configuration.
+type boundPolicy struct {
+	name      string
+	scope     routes.Scope
+	algorithm ratelimit.Algorithm
+	onError   ratelimit.OnError
+	shadow    bool
+	lease     ratelimit.Lease // zero = not leased
+	// pattern builds the policy's store key for a subject, everything but
+	// the subject's hash prepared once per configuration.
+	pattern routes.KeyPattern
+	limit   ratelimit.Limit
+	// share is this instance's part of limit, used when the store fails and
+	// onError is OnErrorLocal.
+	share ratelimit.Limit
+	// quota and window are what RateLimit-Policy advertises: q units per w seconds.
+	quota, window int64
+}
+
+// compileRoutes binds every route of cfg, which must have passed Validate,
+// to its upstream's handler and to its stage-2 policies per tier. It
+// applies no defaults and skips nothing: a value Validate would have
+// refused (an unknown policy, algorithm, scope or on_store_error, a limit
+// or cost the store would refuse) is an error naming it, never a policy
+// silently left out, which would fail open.
+func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*route, error) {
+	fleet := int64(cfg.Store.FleetSize)
+	if fleet < 1 {
+		return nil, fmt.Errorf("store.fleet_size: must be >= 1, got %d", fleet)
+	}
+	tierNames := make([]string, 0, len(cfg.Tiers))
+	for name := range cfg.Tiers {
+		tierNames = append(tierNames, name)
+	}
+	slices.Sort(tierNames)
+
+	out := make([]*route, len(cfg.Routes))
+	for i, rc := range cfg.Routes {
+		path := fmt.Sprintf("routes[%d]", i)
+		if rc.Cost < 1 {
+			return nil, fmt.Errorf("%s.cost: must be >= 1, got %d", path, rc.Cost)
+		}
+		h, ok := proxies[rc.Upstream]
+		if !ok {
+			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
+		}
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, byTier: make(map[string][]boundPolicy, len(tierNames))}
+		var err error
+		for _, tier := range tierNames {
+			if r.byTier[tier], err = bindPolicies(cfg, rc, tier, fleet); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		if r.anyTier, err = bindPolicies(cfg, rc, "", fleet); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// bindPolicies resolves the policies of route rc for tier ("" = a tier that
+// only "*" limits) and orders them shared scopes first, tenant scopes last.
+// A policy without a limit for the tier (nor "*") does not limit it.
+func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64) ([]boundPolicy, error) {
+	var shared, tenant []boundPolicy
+	for _, name := range rc.Policies {
+		pc, ok := cfg.Policies[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown policy %q", name)
+		}
+		limitKey := tier
+		lc, ok := pc.Limits[tier]
+		if !ok {
+			limitKey = "*"
+			if lc, ok = pc.Limits["*"]; !ok {
+				continue // this tier is not limited by this policy
+			}
+		}
+		bp, err := bindPolicy(cfg, name, pc, ratelimit.Limit(lc), rc, fleet)
+		if err != nil {
+			return nil, fmt.Errorf("policies.%s.limits.%s: %w", name, limitKey, err)
+		}
+		if bp.scope.PerSubject() {
+			tenant = append(tenant, bp)
+		} else {
+			shared = append(shared, bp)
+		}
+	}
+	return append(shared, tenant...), nil
+}
+
+// bindPolicy compiles policy pc with limit lim for route rc, checking that
+// the store would accept its items (and those of its local share) at the
+// route's cost.
+func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit.Limit, rc config.Route, fleet int64) (boundPolicy, error) {
+	alg := pc.Algorithm
+	switch {
+	case !alg.Valid():
+		return boundPolicy{}, fmt.Errorf("invalid algorithm %s", alg)
+	case !pc.Scope.Valid():
+		return boundPolicy{}, fmt.Errorf("invalid scope %s", pc.Scope)
+	case !pc.OnStoreError.Valid():
+		return boundPolicy{}, fmt.Errorf("invalid on_store_error %s", pc.OnStoreError)
+	}
+	bp := boundPolicy{
+		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
+		limit: lim, share: localShare(lim, alg, fleet, rc.Cost),
+	}
+	if l := pc.Lease; l != nil {
+		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
+	}
+	probe := ratelimit.Item{Key: "compile", Algorithm: alg, Limit: bp.limit, Cost: rc.Cost}
+	if err := ratelimit.ValidateItem(probe); err != nil {
+		return boundPolicy{}, err
+	}
+	probe.Limit = bp.share
+	if err := ratelimit.ValidateItem(probe); err != nil {
+		return boundPolicy{}, fmt.Errorf("local share: %w", err)
+	}
+	var err error
+	if bp.pattern, err = routes.NewKeyPattern(cfg.Store.Redis.KeyPrefix, pc.Scope, name, alg.String(), rc.Name); err != nil {
+		return boundPolicy{}, err
+	}
+	bp.quota, bp.window = advertised(bp.limit, alg)
+	return bp, nil
+}
+
+// localShare is this instance's part of a fleet-wide limit: the rate and
+// burst divided by the fleet size, rounded up so that a share is never zero,
+// and a capacity never below the route's cost (a request the full limit
+// could admit stays admissible). Rounding up means a fleet that falls back
+// all at once admits at most fleet-1 units more than the limit per period.
+func localShare(l ratelimit.Limit, alg ratelimit.Algorithm, fleet, cost int64) ratelimit.Limit {
+	div := func(v int64) int64 {
+		if v == 0 {
+			return 0
+		}
+		return (v + fleet - 1) / fleet
+	}
+	s := ratelimit.Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst)}
+	if alg == ratelimit.TokenBucket {
+		s.Burst = max(s.Burst, cost)
+	} else {
+		s.Rate = max(s.Rate, cost)
+	}
+	return s
+}
+
+// advertised returns the quota and window (whole seconds, at least 1) that
+// RateLimit-Policy shows: for a token bucket the burst and the time to refill
+// it from empty; for windows the rate and the window length.
+func advertised(l ratelimit.Limit, alg ratelimit.Algorithm) (quota, window int64) {
+	if alg == ratelimit.TokenBucket {
+		refill := time.Duration(float64(l.Per) * float64(l.Burst) / float64(l.Rate))
+		return l.Burst, ceilSeconds(refill)
+	}
+	return l.Rate, ceilSeconds(l.Per)
+}
+
+// ceilSeconds rounds d up to whole seconds, with a minimum of 1.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
