@@ -34,6 +34,7 @@ type seenRequest struct {
 	BodyErr      string // how reading the body failed; "" when it was complete
 	Tenant       string // X-Quotagate-Tenant
 	Auth         string // Authorization, which must never arrive
+	Header       http.Header
 }
 
 // startUpstream starts an upstream on 127.0.0.1 and closes it when t ends.
@@ -60,7 +61,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	u.mu.Lock()
 	u.seen = append(u.seen, seenRequest{Method: r.Method, Path: r.URL.Path, BodyLen: int(n), BodyErr: bodyErr,
-		Tenant: r.Header.Get("X-Quotagate-Tenant"), Auth: r.Header.Get("Authorization")})
+		Tenant: r.Header.Get("X-Quotagate-Tenant"), Auth: r.Header.Get("Authorization"), Header: r.Header.Clone()})
 	u.mu.Unlock()
 	first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	switch first {

@@ -77,6 +77,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, backend *Backend, o *Opti
 		h, err := proxy.New(proxy.Upstream{Name: name, URL: target, Timeout: u.Timeout}, proxy.Options{
 			Transport:  o.Transport,
 			WriteError: writeProxyError,
+			SetHeaders: ownHeaders,
 			Logger:     o.Logger,
 		})
 		if err != nil {

@@ -70,8 +70,9 @@ type fixture struct {
 }
 
 // newFixture builds the proxy handler for upstream URL raw and serves it
-// from a test server. after may be nil for the real clock.
-func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc) *fixture {
+// from a test server. after may be nil for the real clock; opts adjust the
+// handler's Options.
+func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc, opts ...func(*Options)) *fixture {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -83,11 +84,15 @@ func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc
 	f := &fixture{errs: &errorLog{}, logs: &syncBuffer{}, served: make(chan struct{}, 16)}
 	transport := NewTransport(TransportOptions{})
 	t.Cleanup(transport.CloseIdleConnections)
-	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: timeout}, Options{
+	o := Options{
 		Transport:  transport,
 		WriteError: f.errs.write,
 		Logger:     slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}, after)
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: timeout}, o, after)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,9 @@
 //     the gateway consumes (Authorization, X-API-Key); keeps everything else,
 //     including X-Request-ID, X-Quotagate-Tenant, traceparent, tracestate
 //     and Cookie;
+//   - then calls Options.SetHeaders, which has the last word on the
+//     outbound headers: nothing the caller lists in Connection can remove
+//     what it sets;
 //   - streams bodies in both directions, never buffering a whole body; a
 //     response of unknown length or of type text/event-stream is flushed to
 //     the client after every write;
@@ -81,6 +84,12 @@ type Options struct {
 	// Logger receives one record per failure (Warn for 502 and 504, Info for
 	// 499) and the reverse proxy's own messages. nil discards them.
 	Logger *slog.Logger
+	// SetHeaders, when not nil, runs last in the rewrite of every outbound
+	// request: after the hop-by-hop headers (and every header the caller
+	// listed in Connection) were removed and X-Forwarded-* were set. It may
+	// add, replace and delete headers of out; it must not read its body.
+	// out's context is the inbound request's.
+	SetHeaders func(out *http.Request)
 	// BufferPool provides the buffers that copy response bodies. nil means
 	// a shared sync.Pool of 32 KiB buffers.
 	BufferPool httputil.BufferPool
@@ -146,6 +155,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 		funnel.write = writePlainError
 	}
 	target := *up.URL
+	setHeaders := o.SetHeaders
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
@@ -157,6 +167,9 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			pr.SetXForwarded()
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
+			if setHeaders != nil {
+				setHeaders(pr.Out)
+			}
 		},
 		Transport:    transport,
 		BufferPool:   pool,

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/quotagate/quotagate/identity"
+)
+
+// ownHeaders is the proxy's Options.SetHeaders: it gives the upstream the
+// gateway's word on the headers the gateway owns, and nothing of the
+// caller's under those names.
+//
+// The gateway owns X-Request-Id, every X-Quotagate-* header, the
+// credentials it consumed (Authorization, X-Api-Key, Proxy-Authorization)
+// and the forwarding headers (Forwarded, X-Forwarded-For, -Host, -Proto).
+// A header is one of them when its name equals theirs ignoring case and
+// reading "_" as "-": CGI, WSGI and Rack upstreams see X_Quotagate_Tenant
+// and X-Quotagate-Tenant as the same variable, so a caller could otherwise
+// speak in the gateway's name. Every such header is dropped except the
+// X-Forwarded-* headers the proxy has just set; then X-Request-Id and, for
+// an authenticated caller, X-Quotagate-Tenant are set. It runs after the
+// hop-by-hop headers were removed, so a caller naming an owned header in
+// Connection cannot remove what the gateway sets.
+func ownHeaders(out *http.Request) {
+	h := out.Header
+	for name := range h {
+		if ownedHeader(name) {
+			switch name {
+			case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+				// Set by the proxy: the trusted chain, the peer, our host and scheme.
+			default:
+				delete(h, name)
+			}
+		}
+	}
+	st := stateFrom(out.Context())
+	if st == nil {
+		return
+	}
+	h["X-Request-Id"] = []string{st.requestID}
+	if st.caller.Kind != identity.KindAnonymous {
+		h["X-Quotagate-Tenant"] = []string{st.caller.Tenant}
+	}
+}
+
+// ownedNames are the exact names the gateway owns, lowercase with "-".
+var ownedNames = [...]string{
+	"x-request-id", "authorization", "x-api-key", "proxy-authorization",
+	"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+}
+
+// ownedPrefix starts every name of the gateway's own headers.
+const ownedPrefix = "x-quotagate-"
+
+// ownedHeader reports whether name, ignoring ASCII case and reading "_" as
+// "-", is a header the gateway owns. It does not allocate.
+func ownedHeader(name string) bool {
+	if len(name) >= len(ownedPrefix) && sameName(name[:len(ownedPrefix)], ownedPrefix) {
+		return true
+	}
+	for _, o := range ownedNames {
+		if len(name) == len(o) && sameName(name, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameName compares a header name with want (lowercase, "-" for "_") of
+// the same length.
+func sameName(name, want string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
+}
