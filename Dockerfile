@@ -6,8 +6,10 @@
 #   docker run --rm -p 8080:8080 -p 9090:9090 quotagate
 #
 # The image listens on 0.0.0.0:8080 (gateway) and 0.0.0.0:9090 (admin:
-# /healthz /readyz /metrics /config), set by the QUOTAGATE_SERVER_* variables
-# below, which override the config file. Mount your own config over
+# /healthz /readyz /metrics), set by the QUOTAGATE_SERVER_* variables below,
+# which override the config file. On 0.0.0.0 the admin listener refuses
+# /config, /hotkeys and /debug/pprof/ (403) until a bearer token is set:
+#   -e QUOTAGATE_SERVER_ADMIN_TOKEN_ENV=QG_ADMIN_TOKEN -e QG_ADMIN_TOKEN=... Mount your own config over
 # /etc/quotagate/config.yaml; the default one is the repository's config.yaml
 # (in-process store, built-in echo upstream).
 

@@ -50,6 +50,15 @@ type Server struct {
 	// AdminListen serves /metrics, /healthz, /readyz and /config (default
 	// 127.0.0.1:9090).
 	AdminListen string `mapstructure:"admin_listen"`
+	// AdminTokenEnv names the environment variable holding the bearer
+	// token that the admin listener's protected endpoints (/config,
+	// /hotkeys, /debug/pprof/) require. The variable must be set and
+	// non-empty at start. Empty: no token, and the protected endpoints are
+	// served only while the admin listener is bound to a loopback address.
+	AdminTokenEnv string `mapstructure:"admin_token_env"`
+	// Pprof serves Go's profiles under /debug/pprof/ on the admin listener,
+	// behind the same protection (default false: 404).
+	Pprof bool `mapstructure:"pprof"`
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
 	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long (default 90s).

@@ -32,6 +32,10 @@ var invalidCases = map[string][]string{
 		`server.read_header_timeout: must be a duration such as 250ms, 1s or 1m, got 5 (missing unit)`,
 		`server.trusted_proxies: must be a list, got "127.0.0.1"`,
 	},
+	"admin_token_env.yaml": {
+		`server.admin_token_env: must name an environment variable, got "admin token"`,
+		`server.pprof: must be true or false, got "sometimes"`,
+	},
 	"case_collision.yaml": {
 		`tiers.free: written twice, as "Free" and "free" (keys and names are case-insensitive)`,
 	},

@@ -1,15 +1,18 @@
 package config
 
-import "time"
+import (
+	"net/url"
+	"time"
+)
 
 // Redacted returns c as a tree of maps, lists, strings, numbers and booleans
 // for the admin /config endpoint (encoding/json renders it with sorted keys).
 // Keys are the configuration's keys; durations are strings such as "250ms".
 //
 // It shows no secret: API keys appear as their tenant and tier only (no
-// hash, not even a part of it), passwords and JWT secrets only by the name of
-// the environment variable holding them, and an upstream URL's password is
-// replaced by "xxxxx". It is built field by field, so a field added to
+// hash, not even a part of it), passwords, JWT secrets and the admin token
+// only by the name of the environment variable holding them, and an
+// upstream URL without its user information and query (see showURL). It is built field by field, so a field added to
 // Config stays hidden until it is added here.
 func (c *Config) Redacted() map[string]any {
 	keys := make([]any, len(c.Identity.APIKeys))
@@ -57,7 +60,7 @@ func (c *Config) Redacted() map[string]any {
 	}
 	upstreams := make(map[string]any, len(c.Upstreams))
 	for name, u := range c.Upstreams {
-		upstreams[name] = map[string]any{"url": redactURL(u.URL), "timeout": dur(u.Timeout)}
+		upstreams[name] = map[string]any{"url": showURL(u.URL), "timeout": dur(u.Timeout)}
 	}
 	routes := make([]any, len(c.Routes))
 	for i, r := range c.Routes {
@@ -76,6 +79,8 @@ func (c *Config) Redacted() map[string]any {
 		"server": map[string]any{
 			"listen":              s.Listen,
 			"admin_listen":        s.AdminListen,
+			"admin_token_env":     s.AdminTokenEnv,
+			"pprof":               s.Pprof,
 			"read_header_timeout": dur(s.ReadHeaderTimeout),
 			"idle_timeout":        dur(s.IdleTimeout),
 			"max_header_bytes":    s.MaxHeaderBytes,
@@ -122,4 +127,22 @@ func dur(d time.Duration) string { return d.String() }
 // an empty one as [] rather than null.
 func copyList(list []string) []string {
 	return append([]string{}, list...)
+}
+
+// showURL returns raw fit to show: user information (name and password)
+// becomes "redacted", and so does a query, which often carries an API key;
+// a fragment is dropped. A URL that does not parse is not shown at all.
+func showURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL, not shown)"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		u.RawQuery, u.ForceQuery = "redacted", false
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
 }

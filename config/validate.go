@@ -52,6 +52,9 @@ func (c *Config) validateServer(errs *Errors) {
 	if s.Listen == s.AdminListen && !strings.HasSuffix(s.Listen, ":0") {
 		errs.add("server.admin_listen", "must differ from server.listen")
 	}
+	if s.AdminTokenEnv != "" && !envNameRE.MatchString(s.AdminTokenEnv) {
+		errs.addf("server.admin_token_env", "must name an environment variable, got %q", s.AdminTokenEnv)
+	}
 	positive(errs, "server.read_header_timeout", s.ReadHeaderTimeout)
 	positive(errs, "server.idle_timeout", s.IdleTimeout)
 	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)

@@ -229,7 +229,10 @@ identity:
   jwt: {secret_env: JWT_SECRET}
 tiers: {free: {local: {rate: 1, per: 250ms, burst: 2}}}
 policies: {w: {algorithm: fixed_window, limits: {"*": {rate: 5, per: 1m}}}}
-upstreams: {app: {url: "https://svc:s3cret-pw@api.example.com/base"}}
+server: {admin_token_env: QG_ADMIN_TOKEN, pprof: true}
+upstreams:
+  app: {url: "https://svc:s3cret-pw@api.example.com/base"}
+  keyed: {url: "http://svc-user@10.0.0.2:8080/v1?api_key=k3y-in-query&x=1"}
 routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
 `, noEnv)
 	out, err := json.Marshal(c.Redacted())
@@ -237,7 +240,7 @@ routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
 		t.Fatal(err)
 	}
 	s := string(out)
-	for _, secret := range []string{"9f8cfdb1", "s3cret-pw", "key_sha256"} {
+	for _, secret := range []string{"9f8cfdb1", "s3cret-pw", "key_sha256", "svc", "k3y-in-query", "x=1"} {
 		if strings.Contains(s, secret) {
 			t.Errorf("Redacted shows %q: %s", secret, s)
 		}
@@ -246,7 +249,10 @@ routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
 		`"api_keys":[{"tenant":"acme","tier":"free"}]`,
 		`"secret_env":"JWT_SECRET"`,
 		`"password_env":"REDIS_PASSWORD"`,
-		`"url":"https://svc:xxxxx@api.example.com/base"`,
+		`"url":"https://redacted@api.example.com/base"`,
+		`"url":"http://redacted@10.0.0.2:8080/v1?redacted"`,
+		`"admin_token_env":"QG_ADMIN_TOKEN"`,
+		`"pprof":true`,
 		`"local":{"burst":2,"per":"250ms","rate":1}`,
 		`"limits":{"*":{"per":"1m0s","rate":5}}`,
 		`"timeout":"25ms"`,
@@ -260,5 +266,24 @@ routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
 	c.Redacted()["routes"].([]any)[0].(map[string]any)["policies"].([]string)[0] = "changed"
 	if c.Routes[0].Policies[0] != "w" {
 		t.Error("Redacted shares a list with the config")
+	}
+}
+
+func TestShowURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://10.0.0.1:9000/base":             "http://10.0.0.1:9000/base",
+		"https://u:p@h/x":                       "https://redacted@h/x",
+		"https://u@h/x":                         "https://redacted@h/x",
+		"https://h/x?token=abc":                 "https://h/x?redacted",
+		"https://h/x?":                          "https://h/x?redacted",
+		"https://h/x#frag":                      "https://h/x",
+		"https://h/%zz":                         "(unparsable URL, not shown)",
+		"echo:":                                 "echo:",
+		"https://a:b@h:1/p?q=1#f":               "https://redacted@h:1/p?redacted",
+		"http://[::1]:8080/?access_token=x&y=z": "http://[::1]:8080/?redacted",
+	} {
+		if got := showURL(raw); got != want {
+			t.Errorf("showURL(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }

@@ -10,34 +10,50 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// Admin returns the handler of the admin listener:
+// Admin returns the handler of the admin listener. Open to every caller
+// (probes and scrapers need them):
 //
 //	GET /healthz  200 while the process serves
 //	GET /readyz   200 once a configuration is live and the store answers
 //	              (and not every failure domain of its circuit breaker is
 //	              open); 503 otherwise
-//	GET /config   the live configuration, redacted (no key hashes, no secrets)
 //	GET /metrics  Prometheus text exposition (when metrics is not nil)
+//
+// Protected (see protectAdmin: the admin token, or a loopback listener):
+//
+//	GET /config   the live configuration, redacted (no key hashes, no
+//	              secrets, upstream URLs without user information or query)
 //	GET /hotkeys  the store keys with the most decisions (estimated rate per
 //	              second; keys carry hashed tenants, never names), to find
 //	              the tenants whose policies would gain from a lease
-//	GET /debug/pprof/  Go profiles (CPU, heap, goroutines) of the process
+//	GET /debug/pprof/  Go profiles (CPU, heap, goroutines) of the process,
+//	              only with server.pprof: true (404 otherwise)
 func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", g.readyz)
-	r.Get("/config", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, g.Config().Redacted())
-	})
-	r.Get("/hotkeys", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"keys": g.hot.Top(20)})
-	})
 	if metrics != nil {
 		r.Handle("/metrics", metrics)
 	}
-	r.Mount("/debug", middleware.Profiler())
+	r.Group(func(r chi.Router) {
+		r.Use(g.protectAdmin)
+		r.Get("/config", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, g.Config().Redacted())
+		})
+		r.Get("/hotkeys", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]any{"keys": g.hot.Top(20)})
+		})
+		profiler := middleware.Profiler()
+		r.Mount("/debug", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if !g.admin.Load().pprof {
+				http.NotFound(w, req)
+				return
+			}
+			profiler.ServeHTTP(w, req)
+		}))
+	})
 	return r
 }
 

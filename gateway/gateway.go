@@ -84,6 +84,9 @@ type Gateway struct {
 	tracing  bool // a TracerProvider was given
 	hot      *ratelimit.HotKeys
 
+	admin         atomic.Pointer[adminAccess] // the protected admin endpoints' guard, per configuration
+	adminLoopback atomic.Bool                 // the admin listener Serve runs on is loopback-only
+
 	mu        sync.Mutex // serializes reloads
 	storeCfg  config.Store
 	denials   atomic.Uint64
@@ -102,6 +105,11 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		fallback: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now}),
 		logLimit: telemetry.NewLogLimiter(5, 10*time.Second, o.Now),
 	}
+	admin, err := newAdminAccess(cfg, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	g.admin.Store(admin)
 	backend, err := o.OpenStore(cfg.Store)
 	if err != nil {
 		return nil, err
@@ -211,6 +219,11 @@ func (g *Gateway) Config() *config.Config { return g.live.Load().cfg }
 func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	admin, err := newAdminAccess(cfg, g.opts.Getenv)
+	if err != nil {
+		g.reloaded(false)
+		return err
+	}
 	old := g.live.Load()
 	backend := old.backend
 	storeChanged := !reflect.DeepEqual(cfg.Store, g.storeCfg)
@@ -231,6 +244,7 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 		return err
 	}
 	g.live.Store(p)
+	g.admin.Store(admin)
 	g.opts.Metrics.Prime(metricSeries(cfg))
 	if storeChanged {
 		g.storeCfg = cfg.Store

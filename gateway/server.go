@@ -27,6 +27,7 @@ func (g *Gateway) Serve(ctx context.Context, pub, admin net.Listener, adminHandl
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
 	}
+	g.adminLoopback.Store(isLoopback(admin.Addr()))
 	errc := make(chan error, 2)
 	go func() { errc <- public.Serve(pub) }()
 	go func() { errc <- adm.Serve(admin) }()

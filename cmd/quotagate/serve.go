@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -70,6 +71,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Transport:      newTransport(),
 	})
 	if err != nil {
+		var invalid config.Errors
+		if errors.As(err, &invalid) { // a variable the config names is missing
+			return &exitError{code: 1, err: err}
+		}
 		return runtimeErr(err)
 	}
 	defer gw.Close()
