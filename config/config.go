@@ -117,6 +117,27 @@ type Redis struct {
 	// BreakerCooldown is how long the breaker stays open before one probe
 	// is let through (default 1s).
 	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
+	// TLS, when enabled, connects to every Redis server (and Sentinel)
+	// with TLS.
+	TLS RedisTLS `mapstructure:"tls"`
+}
+
+// RedisTLS configures TLS to Redis. The files are PEM; relative paths are
+// relative to the working directory. They are read when the store is
+// opened (at start, and on a reload that changes the store section).
+type RedisTLS struct {
+	// Enabled turns TLS on; the other fields may be set only with it.
+	Enabled bool `mapstructure:"enabled"`
+	// CAFile holds the CA certificates that may sign the server's
+	// certificate; empty means the system's roots.
+	CAFile string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are the client certificate and key, for servers
+	// that authenticate clients (tls-auth-clients); both or neither.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// ServerName is the name the server's certificate must carry; empty
+	// means the host of each address.
+	ServerName string `mapstructure:"server_name"`
 }
 
 // Identity says how callers are recognized. At least one of APIKeys, JWT and

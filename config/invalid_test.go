@@ -150,6 +150,18 @@ var invalidCases = map[string][]string{
 		`store.redis.addrs[4]: must be host:port, such as 127.0.0.1:6379, got ":6379" (missing host)`,
 		`store.redis.addrs[5]: must be host:port, such as 127.0.0.1:6379, got "127.0.0.1:http" (port must be a number from 1 to 65535)`,
 	},
+	"redis_tls.yaml": {
+		`store.redis.tls.ca_file: cannot be read: open testdata/no-such-ca.pem: no such file or directory`,
+		`store.redis.tls.cert_file: cannot be read: it is a directory`,
+		`store.redis.tls.key_file: is required with cert_file: a client certificate and its key come together`,
+	},
+	"redis_tls_off.yaml": {
+		`store.redis.tls.ca_file: is set but store.redis.tls.enabled is false (set enabled: true, or remove it)`,
+		`store.redis.tls.server_name: is set but store.redis.tls.enabled is false (set enabled: true, or remove it)`,
+	},
+	"redis_tls_content.yaml": {
+		`store.redis.tls: ca_file: testdata/minimal.yaml holds no PEM certificate`,
+	},
 	"bad_upstream_url.yaml": {
 		`upstreams.echo.timeout: must be > 0`,
 		`upstreams.echo.url: must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:", got "echo:x"`,

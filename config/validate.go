@@ -177,6 +177,7 @@ func (c *Config) validateStore(errs *Errors) {
 	}
 	positive(errs, "store.redis.breaker_failures", r.BreakerFailures)
 	positive(errs, "store.redis.breaker_cooldown", r.BreakerCooldown)
+	validateRedisTLS(errs, r.TLS)
 }
 
 // tenantRE bounds a configured tenant: it is sent upstream in a header and

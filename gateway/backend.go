@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,13 +15,14 @@ import (
 // NewRedisBackend builds the fleet-wide backend: a Redis store (standalone,
 // Cluster or Sentinel by the shape of c) under c.Timeout per decision, with
 // token leases for the policies that ask for them, behind a circuit breaker that answers at once while Redis is failing and probes
-// it once per cooldown. password is the resolved value of c.PasswordEnv.
-func NewRedisBackend(c config.Redis, password string) *Backend {
+// it once per cooldown. password is the resolved value of c.PasswordEnv;
+// tlsConf is c.TLS loaded (nil: plain TCP).
+func NewRedisBackend(c config.Redis, password string, tlsConf *tls.Config) *Backend {
 	timeout := c.Timeout
 	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{
 		Addrs: c.Addrs, MasterName: c.MasterName, Username: c.Username, Password: password,
 		PoolSize: c.PoolSize, DialTimeout: max(timeout, 250*time.Millisecond),
-		ReadTimeout: timeout, WriteTimeout: timeout,
+		ReadTimeout: timeout, WriteTimeout: timeout, TLS: tlsConf,
 	})
 	store := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: timeout})
 	// Policies with a lease option admit from blocks this instance reserved;
@@ -30,7 +32,7 @@ func NewRedisBackend(c config.Redis, password string) *Backend {
 		Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Partition: clusterPartition(client)})
 	return &Backend{
 		Store: breaker,
-		Ping:  func(ctx context.Context) error { return client.Ping(ctx).Err() },
+		Ping:  func(ctx context.Context) error { return ratelimit.PingRedis(ctx, client) },
 		BreakerState: func() int64 {
 			switch breaker.State() {
 			case ratelimit.BreakerOpen:

@@ -122,6 +122,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	g.storeCfg = cfg.Store
 	g.live.Store(p)
 	o.Metrics.Prime(metricSeries(cfg))
+	g.checkStore(cfg, backend)
 	if o.Metrics != nil {
 		err := o.Metrics.ObserveGauges(
 			func() int64 {
@@ -252,6 +253,7 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 		time.AfterFunc(grace, func() { _ = oldStore.Close() })
 	}
 	g.reloaded(true)
+	g.checkStore(cfg, backend)
 	return nil
 }
 

@@ -44,7 +44,7 @@ func newRedisFixture(t *testing.T, srv *redistest.Server) *fixture {
 	cfg.Store.Redis.KeyPrefix = "gw" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	gw, err := New(cfg, Options{
 		Now:       f.clock.Now,
-		OpenStore: func(c config.Store) (*Backend, error) { return NewRedisBackend(c.Redis, ""), nil },
+		OpenStore: func(c config.Store) (*Backend, error) { return NewRedisBackend(c.Redis, "", nil), nil },
 	})
 	if err != nil {
 		t.Fatal(err)

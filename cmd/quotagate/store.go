@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,7 +29,14 @@ func openStore(c config.Store) (*gateway.Backend, error) {
 			}
 			password = v
 		}
-		return gateway.NewRedisBackend(r, password), nil
+		var tlsConf *tls.Config
+		if r.TLS.Enabled {
+			var err error
+			if tlsConf, err = r.TLS.Files().Config(); err != nil {
+				return nil, fmt.Errorf("store.redis.tls: %w", err)
+			}
+		}
+		return gateway.NewRedisBackend(r, password, tlsConf), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)
 	}

@@ -1,0 +1,67 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PingRedis sends PING with client and returns nil on PONG. Otherwise it
+// returns an error wrapping ErrUnavailable and the client's error, whose
+// text starts with the cause in words where it is one an operator can
+// fix: a wrong password (WRONGPASS), a missing one (NOAUTH), a refused
+// connection, a failed TLS handshake, a connection closed without a reply
+// (as a TLS-only server does to plain TCP), an endpoint that is not
+// Redis, or no answer before ctx's deadline.
+func PingRedis(ctx context.Context, client redis.UniversalClient) error {
+	err := client.Ping(ctx).Err()
+	if err == nil {
+		return nil
+	}
+	if cause := redisCause(err); cause != "" {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, cause, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// redisCause names the cause of a client error, or returns "".
+func redisCause(err error) string {
+	msg := err.Error()
+	var (
+		certErr  *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		record   tls.RecordHeaderError
+		alert    tls.AlertError
+		netErr   net.Error
+	)
+	switch {
+	case strings.Contains(msg, "WRONGPASS"):
+		return "Redis refused the credentials (WRONGPASS): check store.redis.username and the password in store.redis.password_env"
+	case strings.Contains(msg, "NOAUTH"):
+		return "Redis requires a password (NOAUTH): set store.redis.password_env"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused: nothing listens at the address"
+	case errors.Is(err, ErrReplyBound):
+		return "the endpoint's reply is not a bounded Redis reply (a wrong port, or not Redis)"
+	case errors.As(err, &certErr), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &alert):
+		return "TLS handshake failed (check store.redis.tls)"
+	case errors.As(err, &record):
+		return "the server does not speak TLS (check store.redis.tls.enabled)"
+	case strings.Contains(msg, "tls handshake"), strings.Contains(msg, "tls: "):
+		return "TLS handshake failed (check store.redis.tls)"
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+		return "the server closed the connection without a reply (does it require TLS? see store.redis.tls)"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "no answer in time"
+	}
+	return ""
+}
