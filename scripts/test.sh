@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs every check and test of quotagate: formatting, vet, staticcheck, the
 # race-enabled test suite (unit, Redis standalone and Cluster, end-to-end
-# with real processes), short fuzz runs, and the tests of deploy/opscheck, a module of its own
-# (Kubernetes manifests, ConfigMap reloads).
+# with real processes), short fuzz runs, the Prometheus alert rules (promtool check and test
+# rules) and the tests of deploy/opscheck, a module of its own (Kubernetes
+# manifests, ConfigMap reloads, dashboard and alert queries against a real
+# gateway's /metrics).
 #
-# Needs redis-server (Debian's package). Where it is missing and we are
-# root, it is installed with apt-get. With CI=true a missing tool is a
-# failure, never a skip.
+# Needs redis-server and promtool (Debian's redis-server and prometheus
+# packages). Where one is missing and we are root, it is installed with
+# apt-get (prometheus took 25 s here, once). With CI=true a missing tool is
+# a failure, never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +34,8 @@ need() {
   fi
 }
 need redis-server redis-server "the Redis and end-to-end tests" || true
+have_promtool=1
+need promtool prometheus "the alert rule tests" || have_promtool=
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -55,6 +60,12 @@ for target in "FuzzMatch ./routes" "FuzzAuthenticate ./identity" \
     go test -run '^$' -fuzz "^$1\$" -fuzztime 20000x "$2"
   fi
 done
+echo "== promtool (deploy/prometheus)"
+if [ -n "$have_promtool" ]; then
+  promtool check rules deploy/prometheus/alerts.yaml
+  promtool test rules deploy/prometheus/tests/*.yaml
+fi
+
 echo "== deploy/opscheck (its own module)"
 (
   cd deploy/opscheck
