@@ -2,13 +2,15 @@ package gateway
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
 
 // TestRouteOverridesAreRefused: headers and query parameters that make some
 // upstreams serve another path or method than the request line names are
-// answered 400 and never forwarded, whatever their case or separators.
+// answered 400 and never forwarded, whatever their case or separators;
+// X-Forwarded-Prefix is believed from a trusted proxy.
 func TestRouteOverridesAreRefused(t *testing.T) {
 	f := newFixture(t, baseConfig)
 	for _, c := range []struct {
@@ -38,5 +40,15 @@ func TestRouteOverridesAreRefused(t *testing.T) {
 	}
 	if w := f.do("GET", "/v1/transfers/1?method=x&page=2", bearer(freeKey), nil); w.Code != http.StatusOK {
 		t.Fatalf("an ordinary request: %d %s", w.Code, w.Body.String())
+	}
+	// A trusted proxy that rewrote the path says so in X-Forwarded-Prefix.
+	r := httptest.NewRequest("GET", "/v1/transfers/2", nil)
+	r.RemoteAddr = "10.0.0.7:4000"
+	r.Header.Set("Authorization", "Bearer "+freeKey)
+	r.Header.Set("X-Forwarded-Prefix", "/api")
+	w := httptest.NewRecorder()
+	f.gw.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Fatalf("X-Forwarded-Prefix from a trusted proxy: %d %s, want 200", w.Code, w.Body.String())
 	}
 }

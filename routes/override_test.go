@@ -40,17 +40,35 @@ func TestOverride(t *testing.T) {
 		{"query bad escape", nil, "%zz_method=1", ""},
 	}
 	for _, tt := range tests {
-		got, ok := Override(tt.header, tt.query)
+		got, ok := Override(tt.header, tt.query, false)
 		if ok != (tt.want != "") || got != tt.want {
 			t.Errorf("%s: Override = %q, %v; want %q", tt.why, got, ok, tt.want)
 		}
 	}
 }
 
+func TestOverrideFromTrustedProxy(t *testing.T) {
+	for _, name := range []string{"X-Forwarded-Prefix", "X-Forwarded-Uri", "X_forwarded_path"} {
+		if got, ok := Override(http.Header{name: {"/api"}}, "", true); ok {
+			t.Errorf("%s from a trusted proxy: refused as %q", name, got)
+		}
+		if _, ok := Override(http.Header{name: {"/api"}}, "", false); !ok {
+			t.Errorf("%s from another peer: not refused", name)
+		}
+	}
+	h := http.Header{"X-Forwarded-Prefix": {"/api"}, "X-Original-Url": {"/admin"}}
+	if got, ok := Override(h, "", true); !ok || got != "X-Original-Url" {
+		t.Errorf("X-Original-URL beside a trusted X-Forwarded-Prefix: %q, %v; want refused", got, ok)
+	}
+	if got, ok := Override(nil, "_method=PUT", true); !ok || got != "_method" {
+		t.Errorf("_method from a trusted proxy: %q, %v; want refused", got, ok)
+	}
+}
+
 func TestOverrideAllocs(t *testing.T) {
 	h := http.Header{"Accept": {"*/*"}, "Authorization": {"Bearer x"}, "X-Request-Id": {"a"},
 		"X-Forwarded-For": {"1.2.3.4"}, "User-Agent": {"curl"}, "Content-Type": {"application/json"}}
-	if n := testing.AllocsPerRun(100, func() { Override(h, "page=2&sort=-created&q=a%20b") }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Override(h, "page=2&sort=-created&q=a%20b", false) }); n != 0 {
 		t.Errorf("Override of an ordinary request: %v allocations, want 0", n)
 	}
 }
