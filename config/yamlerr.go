@@ -77,26 +77,37 @@ func yamlSyntaxError(err error, data []byte) error {
 	return se
 }
 
-// maxRefineLines bounds the files whose errors problemLine refines (it
-// parses the file up to once per line).
-const maxRefineLines = 5000
+// maxRefineLines bounds the files whose errors problemLine refines.
+const maxRefineLines = 100_000
 
 // problemLine finds the line of a syntax error more precisely than the
 // parser names it. Where the parser has a context it names where that
 // construct begins (a block mapping, a plain scalar), which can be lines
 // before the offending one (a list item inside that mapping, a tab in the
-// scalar's continuation). The first prefix of the file, from that line on,
-// that fails with the same problem ends at the offending line.
+// scalar's continuation). The prefixes of the file that end before the
+// offending line parse (or fail otherwise), those that end on or after it
+// fail with the same problem: a binary search from the named line on finds
+// the first of them, in O(log n) parses. When no prefix fails that way the
+// named line stands.
 func problemLine(lines [][]byte, from int, msg string) int {
-	prefix := bytes.Join(lines[:from-1], nil)
-	for k := from; k <= len(lines); k++ {
-		prefix = append(prefix, lines[k-1]...)
-		var v any
-		if err := yaml.Unmarshal(prefix, &v); err != nil && sameProblem(err.Error(), msg) {
-			return k
+	failsAlike := func(k int) bool {
+		var n yaml.Node // parsed only: decoding a large mapping is quadratic
+		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
+		return err != nil && sameProblem(err.Error(), msg)
+	}
+	lo, hi := from, len(lines)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if failsAlike(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
 		}
 	}
-	return from
+	if lo != from && !failsAlike(lo) {
+		return from
+	}
+	return lo
 }
 
 // sameProblem compares two syntax error messages without their positions.

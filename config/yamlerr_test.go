@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,5 +74,25 @@ func TestSyntaxErrorLines(t *testing.T) {
 	// Not a syntax error: no position to correct, returned as the parser said.
 	if _, err := Parse([]byte("a: *nope\n"), noEnv); err == nil || errors.As(err, new(*SyntaxError)) {
 		t.Errorf("unknown anchor: %v, want the parser's error", err)
+	}
+}
+
+// BenchmarkSyntaxErrorLine: finding the line of an error at the end of a
+// 5,000-line file takes O(log n) parses, never one per line.
+func BenchmarkSyntaxErrorLine(b *testing.B) {
+	var doc strings.Builder
+	doc.WriteString("x:\n")
+	for i := range 5000 {
+		fmt.Fprintf(&doc, "  k%d: 1\n", i)
+	}
+	doc.WriteString("  - bad\n")
+	data := []byte(doc.String())
+	b.ReportAllocs()
+	for b.Loop() {
+		_, err := Parse(data, noEnv)
+		var se *SyntaxError
+		if !errors.As(err, &se) || se.Line != 5002 {
+			b.Fatalf("%v", err)
+		}
 	}
 }
