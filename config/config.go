@@ -40,6 +40,9 @@ type Config struct {
 	Upstreams map[string]Upstream `mapstructure:"upstreams"`
 	// Routes are matched in order; the first match wins.
 	Routes []Route `mapstructure:"routes"`
+	// RLS is the decision service (Envoy RLS v3 and the HTTP check API);
+	// off by default.
+	RLS RLS `mapstructure:"rls"`
 }
 
 // Server configures the two listeners and their HTTP limits.
@@ -299,6 +302,7 @@ func (c *Config) setDefaults() {
 	c.Server.setDefaults()
 	c.Store.setDefaults()
 	c.Log.setDefaults()
+	c.RLS.setDefaults()
 }
 
 func (s *Server) setDefaults() {

@@ -187,6 +187,13 @@ var invalidCases = map[string][]string{
 		`server.read_header_timeout: must be > 0`,
 		`server.shutdown_timeout: must be > 0`,
 	},
+	"rls_settings.yaml": {
+		`rls.config_files: must name at least one descriptor file when rls.listen or rls.http_listen is set`,
+		`rls.http_listen: must be host:port, such as 127.0.0.1:6379, got "localhost"`,
+		`rls.listen: must differ from server.listen and server.admin_listen`,
+		`rls.on_store_error: must be one of unavailable, open, closed, local, got "maybe"`,
+		`rls.tls.key_file: is required when rls.tls is set`,
+	},
 	"lease_settings.yaml": {
 		`policies.tenant.lease.instances: must be >= 1 (leave it out for store.fleet_size)`,
 		`policies.tenant.lease.max_block: must be >= 1`,

@@ -110,7 +110,23 @@ func (c *Config) Redacted() map[string]any {
 		"policies":  policies,
 		"upstreams": upstreams,
 		"routes":    routes,
+		"rls":       c.RLS.redacted(),
 	}
+}
+
+// redacted shows the decision service's settings; TLS files by path only.
+func (r RLS) redacted() map[string]any {
+	m := map[string]any{
+		"listen":           r.Listen,
+		"http_listen":      r.HTTPListen,
+		"config_files":     copyList(r.ConfigFiles),
+		"on_store_error":   r.OnStoreError,
+		"response_headers": r.ResponseHeaders,
+	}
+	if r.TLS != nil {
+		m["tls"] = map[string]any{"cert_file": r.TLS.CertFile, "key_file": r.TLS.KeyFile}
+	}
+	return m
 }
 
 func redactLimit(l Limit) map[string]any {

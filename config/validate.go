@@ -29,6 +29,7 @@ func (c *Config) Validate() error {
 	c.validatePolicies(&errs)
 	c.validateUpstreams(&errs)
 	c.validateRoutes(&errs)
+	c.validateRLS(&errs)
 	if len(errs) == 0 {
 		return nil
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -145,15 +144,7 @@ func (g *Gateway) count(ctx context.Context, policy, stage, result string) {
 // policy on this instance's share of its limit, open allows. Every fallback
 // is counted; the warning log is itself rate-limited.
 func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span trace.Span, st *requestState, p *pipeline, items []ratelimit.Item, err error) bool {
-	kind := "unavailable"
-	switch {
-	case errors.Is(err, ratelimit.ErrBreakerOpen):
-		kind = "breaker_open"
-	case errors.Is(err, context.DeadlineExceeded):
-		kind = "timeout"
-	case errors.Is(err, ratelimit.ErrInvalid):
-		kind = "invalid"
-	}
+	kind := ratelimit.FailureKind(err)
 	span.RecordError(err)
 	span.SetStatus(codes.Error, "store "+kind)
 	m := g.opts.Metrics

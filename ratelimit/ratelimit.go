@@ -280,3 +280,18 @@ var (
 	// configuration error, never a reason to deny a caller.
 	ErrInvalid = errors.New("ratelimit: invalid item")
 )
+
+// FailureKind names why a Decide failed, for metrics and logs: "breaker_open"
+// (ErrBreakerOpen), "timeout" (context.DeadlineExceeded), "invalid"
+// (ErrInvalid) or "unavailable" (anything else).
+func FailureKind(err error) string {
+	switch {
+	case errors.Is(err, ErrBreakerOpen):
+		return "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrInvalid):
+		return "invalid"
+	}
+	return "unavailable"
+}

@@ -88,6 +88,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		pub.Close()
 		return runtimeErr(fmt.Errorf("server.admin_listen: %w", err))
 	}
+	ds, err := startRLS(cfg, logger, metrics, tel.TracerProvider)
+	if err != nil {
+		pub.Close()
+		adm.Close()
+		return runtimeErr(err)
+	}
 	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
 		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
 
@@ -101,6 +107,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return
 			case <-hup:
 				_ = gw.ReloadFile(*path)
+				if ds != nil {
+					_ = ds.srv.ReloadFile(*path)
+				}
 			}
 		}
 	}()
@@ -108,7 +117,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		go gw.WatchFile(ctx, *path, *watch)
 	}
 
-	if err := gw.Serve(ctx, pub, adm, gw.Admin(tel.Metrics)); err != nil {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	rlsDone := make(chan error, 1)
+	if ds != nil {
+		if *watch > 0 {
+			go ds.srv.Watch(ctx, *path, *watch)
+		}
+		go func() {
+			rlsDone <- ds.srv.Serve(ctx, ds.grpc, ds.http, cfg.Server.ShutdownTimeout)
+			stop() // a failed decision service stops the process
+		}()
+	} else {
+		rlsDone <- nil
+	}
+	err = gw.Serve(ctx, pub, adm, gw.Admin(tel.Metrics))
+	stop()
+	rerr := <-rlsDone
+	if ds != nil {
+		ds.closeStore()
+	}
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
 		return runtimeErr(err)
 	}
 	logger.Info("quotagate stopped")

@@ -1,0 +1,91 @@
+package config
+
+import (
+	"slices"
+	"strings"
+)
+
+// RLS configures the decision service: Envoy's rate limit service (RLS v3)
+// over gRPC and the HTTP check API. It is off unless Listen or HTTPListen is
+// set. Its limits come from ConfigFiles, written in envoyproxy/ratelimit's
+// YAML format and read by package rls.
+type RLS struct {
+	// Listen is the gRPC host:port of
+	// envoy.service.ratelimit.v3.RateLimitService; empty (the default) serves
+	// no gRPC. Port 0 picks a free port.
+	Listen string `mapstructure:"listen"`
+	// HTTPListen is the host:port of POST /v1/check; empty (the default)
+	// serves no HTTP check API.
+	HTTPListen string `mapstructure:"http_listen"`
+	// ConfigFiles are the descriptor files, each one domain, read at start
+	// and on every reload of the main configuration. A relative path is
+	// relative to the working directory. Required when the service is on.
+	ConfigFiles []string `mapstructure:"config_files"`
+	// OnStoreError is what a descriptor without its own on_store_error does
+	// when the store cannot decide within store.redis.timeout: unavailable
+	// (the default: the call fails with gRPC UNAVAILABLE or HTTP 503, so that
+	// Envoy's failure_mode_deny decides), open (OK), closed (OVER_LIMIT) or
+	// local (this instance's share of the limit, see store.fleet_size).
+	OnStoreError string `mapstructure:"on_store_error"`
+	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy
+	// headers to decisions (RLS response_headers_to_add, and the HTTP check
+	// API's response). Default false.
+	ResponseHeaders bool `mapstructure:"response_headers"`
+	// TLS, when set, serves both listeners over TLS; nil means plaintext.
+	TLS *TLS `mapstructure:"tls"`
+}
+
+// TLS names a certificate and its key, PEM files read at start.
+type TLS struct {
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+}
+
+// RLSOnStoreError lists the values of rls.on_store_error and of a
+// descriptor's on_store_error.
+var RLSOnStoreError = []string{"unavailable", "open", "closed", "local"}
+
+// Enabled reports whether the decision service serves anything.
+func (r *RLS) Enabled() bool { return r.Listen != "" || r.HTTPListen != "" }
+
+func (r *RLS) setDefaults() { setZero(&r.OnStoreError, "unavailable") }
+
+func (c *Config) validateRLS(errs *Errors) {
+	r := &c.RLS
+	if r.Listen != "" {
+		checkListen(errs, "rls.listen", r.Listen)
+	}
+	if r.HTTPListen != "" {
+		checkListen(errs, "rls.http_listen", r.HTTPListen)
+		if r.HTTPListen == r.Listen && !strings.HasSuffix(r.Listen, ":0") {
+			errs.add("rls.http_listen", "must differ from rls.listen")
+		}
+	}
+	for _, l := range []struct{ path, addr string }{{"rls.listen", r.Listen}, {"rls.http_listen", r.HTTPListen}} {
+		if l.addr == "" || strings.HasSuffix(l.addr, ":0") {
+			continue
+		}
+		if l.addr == c.Server.Listen || l.addr == c.Server.AdminListen {
+			errs.add(l.path, "must differ from server.listen and server.admin_listen")
+		}
+	}
+	if r.Enabled() && len(r.ConfigFiles) == 0 {
+		errs.add("rls.config_files", "must name at least one descriptor file when rls.listen or rls.http_listen is set")
+	}
+	for i, f := range r.ConfigFiles {
+		if strings.TrimSpace(f) == "" {
+			errs.add(index("rls.config_files", i), "must not be empty")
+		}
+	}
+	if !slices.Contains(RLSOnStoreError, r.OnStoreError) {
+		errs.addf("rls.on_store_error", "must be one of %s, got %q", strings.Join(RLSOnStoreError, ", "), r.OnStoreError)
+	}
+	if t := r.TLS; t != nil {
+		if t.CertFile == "" {
+			errs.add("rls.tls.cert_file", "is required when rls.tls is set")
+		}
+		if t.KeyFile == "" {
+			errs.add("rls.tls.key_file", "is required when rls.tls is set")
+		}
+	}
+}

@@ -1,0 +1,516 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
+)
+
+// Code is a decision's outcome, numbered as RLS v3's RateLimitResponse.Code.
+type Code uint8
+
+// The codes a Response carries.
+const (
+	OK        Code = 1
+	OverLimit Code = 2
+)
+
+// String returns "OK" or "OVER_LIMIT", as the RLS enum names them.
+func (c Code) String() string {
+	if c == OverLimit {
+		return "OVER_LIMIT"
+	}
+	return "OK"
+}
+
+// Limits on a request, so that one call cannot hold the store long.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 32
+)
+
+// Request asks for one decision over several descriptors.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	// Hits is the cost of each descriptor without a Hits of its own; 0
+	// means 1 (RLS v3's hits_addend).
+	Hits uint64
+	// DryRun reports what the decision would be without consuming.
+	DryRun bool
+}
+
+// Descriptor is one list of entries to match, with optional overrides.
+type Descriptor struct {
+	Entries []Entry
+	// Hits, when set, is this descriptor's cost (it may be 0: ask without
+	// consuming).
+	Hits *uint64
+	// Override, when set, replaces the configured limit, as Envoy's
+	// per-descriptor limit override does.
+	Override *Override
+}
+
+// Override is a limit a client sends with a descriptor.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            Unit
+	// Multiplier multiplies the unit's length; 0 means 1.
+	Multiplier uint32
+}
+
+// Status is the outcome for one descriptor.
+type Status struct {
+	Code Code
+	// Rule is the matched rule; nil when none matched (Code OK, no limit).
+	Rule *Rule
+	// Remaining is the whole number of units left after the decision;
+	// math.MaxUint32 for an unlimited rule, 0 without a rule.
+	Remaining uint32
+	// ResetAfter is RLS's duration_until_reset: how long until the
+	// descriptor is back at its full limit, or, when over, until the
+	// request's cost fits again. 0 without a rule.
+	ResetAfter time.Duration
+	// ShadowOver reports a shadow or quota rule that was over; its Code
+	// stays OK.
+	ShadowOver bool
+}
+
+// Response is the outcome of Decide.
+type Response struct {
+	Overall  Code
+	Statuses []Status
+	// RetryAfter is the longest wait among the non-shadow descriptors over
+	// their limit; 0 when Overall is OK.
+	RetryAfter time.Duration
+	// Fallback names the on_store_error mode that decided, "" when the
+	// store did.
+	Fallback string
+}
+
+var (
+	// ErrUnavailable means the store could not decide and a matched rule's
+	// on_store_error is unavailable: gRPC UNAVAILABLE, HTTP 503.
+	ErrUnavailable = errors.New("rls: store unavailable")
+	// ErrBadRequest means the request is malformed: gRPC
+	// INVALID_ARGUMENT, HTTP 400. Its message never holds a client value.
+	ErrBadRequest = errors.New("rls: bad request")
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Store decides; required. The Engine does not close it.
+	Store ratelimit.Store
+	// Timeout bounds one store decision; past it the store's failure mode
+	// applies. 0 means 25ms.
+	Timeout time.Duration
+	// KeyPrefix starts every store key (default "qg").
+	KeyPrefix string
+	// OnStoreError is the mode of rules without their own: unavailable
+	// (the default), open, closed or local.
+	OnStoreError string
+	// FleetSize divides limits for on_store_error local (default 1).
+	FleetSize int
+	// Metrics counts decisions; nil counts nothing.
+	Metrics        *telemetry.Metrics
+	TracerProvider trace.TracerProvider
+	// Now is the clock of the local fallback store and of banned rules'
+	// reset times; nil means time.Now.
+	Now func() time.Time
+}
+
+// Engine turns descriptors into store items and decides them. It is safe for
+// concurrent use; SetRules swaps the rules atomically.
+type Engine struct {
+	opts     Options
+	live     atomic.Pointer[live]
+	fallback *ratelimit.MemoryStore
+	tracer   trace.Tracer
+}
+
+// NewEngine returns an Engine deciding with rules on o.Store.
+func NewEngine(rules *Rules, o Options) *Engine {
+	if o.Timeout <= 0 {
+		o.Timeout = 25 * time.Millisecond
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "qg"
+	}
+	if o.OnStoreError == "" {
+		o.OnStoreError = "unavailable"
+	}
+	if o.FleetSize < 1 {
+		o.FleetSize = 1
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	tp := o.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	e := &Engine{opts: o, fallback: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now}), tracer: tp.Tracer("github.com/quotagate/quotagate/rls")}
+	e.live.Store(&live{rules: rules, onStoreError: o.OnStoreError})
+	return e
+}
+
+// live is what a reload replaces, swapped as one value.
+type live struct {
+	rules        *Rules
+	onStoreError string
+}
+
+// SetRules replaces the rules and the default on_store_error ("" keeps the
+// current one) for every later decision.
+func (e *Engine) SetRules(rules *Rules, onStoreError string) {
+	if onStoreError == "" {
+		onStoreError = e.live.Load().onStoreError
+	}
+	e.live.Store(&live{rules: rules, onStoreError: onStoreError})
+}
+
+// Rules returns the rules in use.
+func (e *Engine) Rules() *Rules { return e.live.Load().rules }
+
+// Close releases the fallback store; the Store passed in stays open.
+func (e *Engine) Close() error { return e.fallback.Close() }
+
+// entryCheck validates a request's shape.
+func checkRequest(req *Request) error {
+	switch {
+	case req.Domain == "":
+		return fmt.Errorf("%w: domain must not be empty", ErrBadRequest)
+	case len(req.Descriptors) == 0:
+		return fmt.Errorf("%w: descriptors must not be empty", ErrBadRequest)
+	case len(req.Descriptors) > MaxDescriptors:
+		return fmt.Errorf("%w: at most %d descriptors, got %d", ErrBadRequest, MaxDescriptors, len(req.Descriptors))
+	}
+	for i, d := range req.Descriptors {
+		if len(d.Entries) == 0 || len(d.Entries) > MaxEntries {
+			return fmt.Errorf("%w: descriptors[%d] must have 1 to %d entries, got %d", ErrBadRequest, i, MaxEntries, len(d.Entries))
+		}
+		for j, en := range d.Entries {
+			if en.Key == "" {
+				return fmt.Errorf("%w: descriptors[%d].entries[%d].key must not be empty", ErrBadRequest, i, j)
+			}
+		}
+		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
+			return fmt.Errorf("%w: descriptors[%d].limit.unit is unknown", ErrBadRequest, i)
+		}
+	}
+	return nil
+}
+
+// plan is one request's rules and items.
+type plan struct {
+	statuses []Status
+	items    []ratelimit.Item
+	// itemOf maps each item back to its descriptor.
+	itemOf []int
+	// costs are the items' costs as asked; the items carry 0 when zeroed.
+	costs  []int64
+	zeroed bool
+	// over counts the non-shadow rules over by construction (a banned
+	// rule, or a cost above capacity): the request is OVER_LIMIT whatever
+	// the store says, so nothing is consumed.
+	over int
+}
+
+// Decide decides req: every matched rule of every descriptor in one
+// Store.Decide call, so that either all of the request's non-shadow costs
+// are consumed or none is (within one hash slot; see ratelimit.Store for
+// several). Unmatched descriptors and unknown domains are OK. The error
+// wraps ErrBadRequest or ErrUnavailable.
+func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
+	if err := checkRequest(req); err != nil {
+		return Response{}, err
+	}
+	lv := e.live.Load()
+	dom := lv.rules.Domain(req.Domain)
+	ctx, span := e.tracer.Start(ctx, "quotagate.rls.decide", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	if span.IsRecording() {
+		name := "(unknown)"
+		if dom != nil {
+			name = dom.Name // configured, so bounded
+		}
+		span.SetAttributes(attribute.String("quotagate.domain", name), attribute.Int("quotagate.descriptors", len(req.Descriptors)),
+			attribute.Bool("quotagate.dry_run", req.DryRun))
+	}
+	resp := Response{Overall: OK, Statuses: make([]Status, len(req.Descriptors))}
+	if dom == nil {
+		span.SetAttributes(attribute.String("quotagate.decision", "no_domain"))
+		for i := range resp.Statuses {
+			resp.Statuses[i].Code = OK
+		}
+		return resp, nil
+	}
+	p := e.plan(dom, req, resp.Statuses)
+	if len(p.items) == 0 {
+		e.finish(ctx, span, req, p, &resp, ratelimit.Decision{Allowed: true})
+		return resp, nil
+	}
+	if p.over > 0 || req.DryRun {
+		p.zero(p.items)
+	}
+	sctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	start := time.Now()
+	d, err := e.opts.Store.Decide(sctx, p.items)
+	cancel()
+	if m := e.opts.Metrics; m != nil {
+		m.DecisionDuration(ctx, "rls", time.Since(start))
+		m.StoreCall(ctx, "decide", time.Since(start))
+	}
+	if err != nil {
+		return e.storeFailed(ctx, span, req, p, &resp, lv.onStoreError, err)
+	}
+	e.finish(ctx, span, req, p, &resp, d)
+	return resp, nil
+}
+
+// plan matches each descriptor, applies replaces, and builds the items.
+func (e *Engine) plan(dom *Domain, req *Request, statuses []Status) *plan {
+	p := &plan{statuses: statuses}
+	var replaced map[string]bool
+	for i, desc := range req.Descriptors {
+		st := &statuses[i]
+		st.Code = OK
+		if desc.Override != nil {
+			st.Rule = overrideRule(dom, desc.Override)
+			continue
+		}
+		r, _ := dom.Match(desc.Entries)
+		st.Rule = r
+		if r != nil && len(r.Replaces) > 0 {
+			if replaced == nil {
+				replaced = make(map[string]bool)
+			}
+			for _, n := range r.Replaces {
+				replaced[n] = true
+			}
+		}
+	}
+	for i, desc := range req.Descriptors {
+		st := &statuses[i]
+		r := st.Rule
+		if r == nil {
+			continue
+		}
+		if r.Name != "" && replaced[r.Name] {
+			st.Rule = nil
+			continue
+		}
+		if r.Unlimited {
+			st.Remaining = math.MaxUint32
+			continue
+		}
+		cost := req.Hits
+		if desc.Hits != nil {
+			cost = *desc.Hits
+		} else if cost == 0 {
+			cost = 1
+		}
+		deny := r.banned() && cost > 0
+		if r.banned() {
+			u := int64(r.Unit.Duration())
+			st.ResetAfter = time.Duration(u - e.opts.Now().UnixNano()%u)
+		} else {
+			c := ratelimit.Capacity(r.Algorithm, r.Limit)
+			if cost > uint64(c) {
+				deny, cost = true, 0
+			}
+			_, values := dom.Match(desc.Entries)
+			p.items = append(p.items, ratelimit.Item{
+				Key: e.key(dom.Name, r, desc.Entries, values), Algorithm: r.Algorithm, Limit: r.Limit,
+				Cost: int64(cost), Shadow: r.Shadow || r.Quota,
+			})
+			p.itemOf = append(p.itemOf, i)
+			p.costs = append(p.costs, int64(cost))
+		}
+		if deny {
+			st.Code = OverLimit
+			if r.Shadow || r.Quota {
+				st.Code, st.ShadowOver = OK, true
+			} else {
+				p.over++
+			}
+		}
+	}
+	return p
+}
+
+// zero makes items ask without consuming (a dry run, or a request already
+// over by construction).
+func (p *plan) zero(items []ratelimit.Item) {
+	p.zeroed = true
+	for i := range items {
+		items[i].Cost = 0
+	}
+}
+
+// overrideRule is the rule of a client's limit override: a fixed window of
+// the given size, keyed like the descriptor's own.
+func overrideRule(dom *Domain, o *Override) *Rule {
+	r := &Rule{Path: dom.Name + ".override", Unit: o.Unit, RequestsPerUnit: o.RequestsPerUnit, Algorithm: ratelimit.FixedWindow, code: "fo"}
+	if o.RequestsPerUnit > 0 {
+		r.Limit = ratelimit.Limit{Rate: int64(o.RequestsPerUnit), Per: o.Unit.Duration() * time.Duration(max(o.Multiplier, 1))}
+		if ratelimit.ValidateItem(ratelimit.Item{Key: "k", Algorithm: r.Algorithm, Limit: r.Limit}) != nil {
+			r.Unlimited = true // beyond what the store applies exactly: treat as no limit
+		}
+	}
+	return r
+}
+
+// finish fills the statuses from a decision and counts it.
+func (e *Engine) finish(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, d ratelimit.Decision) {
+	for k, res := range d.Results {
+		st := &p.statuses[p.itemOf[k]]
+		shadow := st.Rule.Shadow || st.Rule.Quota
+		st.Remaining = uint32(min(res.Remaining, math.MaxUint32))
+		st.ResetAfter = res.ResetAfter
+		// A zeroed item asked without consuming: its cost would not
+		// have fit if fewer units remain.
+		over := !res.Allowed || p.zeroed && res.Remaining < p.costs[k]
+		if over || st.Code == OverLimit || st.ShadowOver {
+			st.ResetAfter = max(res.RetryAfter, res.ResetAfter)
+			if shadow {
+				st.ShadowOver = true
+			} else {
+				st.Code = OverLimit
+			}
+		}
+	}
+	e.overall(resp, p)
+	if !req.DryRun {
+		for i := range p.statuses {
+			st := &p.statuses[i]
+			if st.Rule == nil || st.Rule.Unlimited {
+				continue
+			}
+			switch {
+			case st.Code == OverLimit:
+				e.count(ctx, st.Rule.Path, telemetry.ResultDenied)
+			case st.ShadowOver:
+				e.count(ctx, st.Rule.Path, telemetry.ResultShadowDenied)
+			case resp.Overall == OK:
+				e.count(ctx, st.Rule.Path, telemetry.ResultAllowed)
+			}
+		}
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("quotagate.decision", resp.Overall.String()))
+	}
+}
+
+// overall sets the response's code: OVER_LIMIT if any non-shadow rule is
+// over, or every quota rule is.
+func (e *Engine) overall(resp *Response, p *plan) {
+	quota, quotaOver := 0, 0
+	for i := range p.statuses {
+		st := &p.statuses[i]
+		if st.Rule != nil && st.Rule.Quota {
+			quota++
+			if st.ShadowOver {
+				quotaOver++
+			}
+		}
+		if st.Code == OverLimit {
+			resp.Overall = OverLimit
+			resp.RetryAfter = max(resp.RetryAfter, st.ResetAfter)
+		}
+	}
+	if quota > 0 && quota == quotaOver {
+		resp.Overall = OverLimit
+	}
+}
+
+func (e *Engine) count(ctx context.Context, path, result string) {
+	if m := e.opts.Metrics; m != nil {
+		m.Decision(ctx, path, "rls", result)
+	}
+}
+
+// storeFailed applies on_store_error after the store could not decide:
+// unavailable (on any matched non-shadow rule) fails the call, closed makes
+// its descriptor OVER_LIMIT, local decides on this instance's share, open
+// answers OK.
+func (e *Engine) storeFailed(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, defaultMode string, err error) (Response, error) {
+	kind := ratelimit.FailureKind(err)
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "store "+kind)
+	m := e.opts.Metrics
+	m.StoreError(ctx, kind)
+	var local []ratelimit.Item
+	var localOf []int
+	var localCosts []int64
+	unavailable := false
+	for k, it := range p.items {
+		st := &p.statuses[p.itemOf[k]]
+		mode := st.Rule.OnStoreError
+		if mode == "" {
+			mode = defaultMode
+		}
+		m.StoreFallback(ctx, st.Rule.Path, mode)
+		e.count(ctx, st.Rule.Path, telemetry.ResultError)
+		switch mode {
+		case "unavailable":
+			if !it.Shadow {
+				unavailable = true
+			}
+		case "closed":
+			if !it.Shadow {
+				st.Code = OverLimit
+				st.ResetAfter = st.Rule.Unit.Duration()
+			}
+		case "local":
+			it.Key = "fallback:" + it.Key
+			it.Limit = share(it.Limit, int64(e.opts.FleetSize), p.costs[k])
+			local = append(local, it)
+			localOf = append(localOf, p.itemOf[k])
+			localCosts = append(localCosts, p.costs[k])
+		}
+	}
+	if unavailable {
+		span.SetAttributes(attribute.String("quotagate.decision", "unavailable"))
+		return Response{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	resp.Fallback = "open"
+	if len(local) > 0 {
+		resp.Fallback = "local"
+		lp := *p
+		lp.items, lp.itemOf, lp.costs = local, localOf, localCosts
+		if p.zeroed {
+			lp.zero(local)
+		}
+		if d, lerr := e.fallback.Decide(ctx, local); lerr == nil {
+			e.finish(ctx, span, req, &lp, resp, d)
+			return *resp, nil
+		}
+	}
+	e.overall(resp, p)
+	span.SetAttributes(attribute.String("quotagate.decision", "fallback_"+resp.Overall.String()))
+	return *resp, nil
+}
+
+// share is this instance's part of a fleet-wide limit: rate and burst
+// divided by the fleet size, rounded up, never below the cost.
+func share(l ratelimit.Limit, fleet, cost int64) ratelimit.Limit {
+	div := func(v int64) int64 {
+		if v == 0 {
+			return 0
+		}
+		return max((v+fleet-1)/fleet, cost, 1)
+	}
+	return ratelimit.Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst)}
+}

@@ -1,0 +1,210 @@
+package rls
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
+)
+
+// ServerOptions are the parts of a Server that do not come from the
+// configuration.
+type ServerOptions struct {
+	// Store decides; required. The Server does not close it.
+	Store          ratelimit.Store
+	Logger         *slog.Logger
+	Metrics        *telemetry.Metrics
+	TracerProvider trace.TracerProvider
+	// Getenv is passed to config.Load on reload; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+}
+
+// Server serves the decision service of a configuration's rls section:
+// gRPC (RLS v3 and grpc.health.v1) and the HTTP check API.
+type Server struct {
+	engine *Engine
+	grpc   *grpc.Server
+	health *health.Server
+	check  http.Handler
+	tls    *tls.Config
+	opts   ServerOptions
+
+	mu    sync.Mutex // serializes reloads
+	files []string   // the descriptor files in use
+}
+
+// NewServer loads cfg.RLS.ConfigFiles and builds the service. The error
+// names the file and key of a bad descriptor file.
+func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
+	if o.Store == nil {
+		return nil, errors.New("rls: no store")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	rules, err := LoadFiles(cfg.RLS.ConfigFiles)
+	if err != nil {
+		return nil, err
+	}
+	e := NewEngine(rules, Options{
+		Store: o.Store, Timeout: cfg.Store.Redis.Timeout, KeyPrefix: cfg.Store.Redis.KeyPrefix,
+		OnStoreError: cfg.RLS.OnStoreError, FleetSize: cfg.Store.FleetSize,
+		Metrics: o.Metrics, TracerProvider: o.TracerProvider,
+	})
+	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles)}
+	var gopts []grpc.ServerOption
+	if t := cfg.RLS.TLS; t != nil {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("rls.tls: %w", err)
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.tls)))
+	}
+	s.grpc = grpc.NewServer(gopts...)
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, NewService(e, cfg.RLS.ResponseHeaders))
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/check", CheckHandler(e, cfg.RLS.ResponseHeaders))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.check = mux
+	o.Logger.Info("rls descriptor files loaded", slog.Int("domains", rules.Domains()), slog.Int("files", len(s.files)))
+	return s, nil
+}
+
+// Engine returns the service's engine.
+func (s *Server) Engine() *Engine { return s.engine }
+
+// Serve serves gRPC on grpcLn and the HTTP check API on httpLn (either may
+// be nil) until ctx is done, then stops gracefully within drain. It
+// returns the first listener's error other than a normal stop.
+func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain time.Duration) error {
+	errc := make(chan error, 2)
+	n := 0
+	var hs *http.Server
+	if grpcLn != nil {
+		n++
+		go func() { errc <- s.grpc.Serve(grpcLn) }()
+	}
+	if httpLn != nil {
+		n++
+		hs = &http.Server{Handler: s.check, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10}
+		if s.tls != nil {
+			httpLn = tls.NewListener(httpLn, s.tls)
+		}
+		go func() { errc <- hs.Serve(httpLn) }()
+	}
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+		n--
+	}
+	s.health.Shutdown() // NOT_SERVING: balancers drain us first
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), drain)
+		_ = hs.Shutdown(sctx)
+		cancel()
+	}
+	select {
+	case <-done:
+	case <-time.After(drain):
+		s.grpc.Stop()
+	}
+	for ; n > 0; n-- {
+		if err := <-errc; first == nil {
+			first = err
+		}
+	}
+	s.engine.Close()
+	if first != nil && !errors.Is(first, http.ErrServerClosed) && !errors.Is(first, grpc.ErrServerStopped) {
+		return first
+	}
+	return nil
+}
+
+// ReloadFile reloads the main configuration at path and the descriptor
+// files it names. On any error the live rules stay and the error is
+// returned (and logged). Listen addresses and TLS take effect only after a
+// restart.
+func (s *Server) ReloadFile(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg, err := config.Load(path, s.opts.Getenv)
+	if err == nil {
+		var rules *Rules
+		if rules, err = LoadFiles(cfg.RLS.ConfigFiles); err == nil {
+			s.engine.SetRules(rules, cfg.RLS.OnStoreError)
+			s.files = slices.Clone(cfg.RLS.ConfigFiles)
+			s.opts.Metrics.ConfigReload(context.Background(), true)
+			s.opts.Logger.Info("rls descriptor files reloaded", slog.Int("domains", rules.Domains()))
+			return nil
+		}
+	}
+	s.opts.Metrics.ConfigReload(context.Background(), false)
+	s.opts.Logger.Error("rls reload rejected; keeping the live descriptor files", slog.String("error", err.Error()))
+	return err
+}
+
+// Watch reloads whenever the main configuration at path or one of the
+// descriptor files changes content, checking every interval, until ctx is
+// done.
+func (s *Server) Watch(ctx context.Context, path string, interval time.Duration) {
+	last := s.digest(path)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d := s.digest(path)
+			if bytes.Equal(d, last) {
+				continue
+			}
+			last = d
+			_ = s.ReloadFile(path)
+		}
+	}
+}
+
+// digest hashes the content of the main file and of the descriptor files
+// in use; a missing file hashes as empty.
+func (s *Server) digest(path string) []byte {
+	s.mu.Lock()
+	files := s.files
+	s.mu.Unlock()
+	h := sha256.New()
+	for _, f := range append([]string{path}, files...) {
+		b, _ := os.ReadFile(f)
+		sum := sha256.Sum256(b)
+		h.Write(sum[:])
+	}
+	return h.Sum(nil)
+}
