@@ -365,7 +365,7 @@ func overrideRule(dom *Domain, o *Override) *Rule {
 	r := &Rule{Path: dom.Name + ".override", Unit: o.Unit, RequestsPerUnit: o.RequestsPerUnit, Algorithm: ratelimit.FixedWindow, code: "fo"}
 	if o.RequestsPerUnit > 0 {
 		r.Limit = ratelimit.Limit{Rate: int64(o.RequestsPerUnit), Per: o.Unit.Duration() * time.Duration(max(o.Multiplier, 1))}
-		if ratelimit.ValidateItem(ratelimit.Item{Key: "k", Algorithm: r.Algorithm, Limit: r.Limit}) != nil {
+		if r.Limit.Validate(r.Algorithm) != nil {
 			r.Unlimited = true // beyond what the store applies exactly: treat as no limit
 		}
 	}

@@ -403,12 +403,21 @@ func (p *parser) rateLimit(n *yaml.Node, path, rulePath string) *Rule {
 	if r.Algorithm == ratelimit.TokenBucket {
 		r.Limit.Burst = orDefault(burst, r.Limit.Rate)
 	}
-	if err := ratelimit.ValidateItem(ratelimit.Item{Key: "k", Algorithm: r.Algorithm, Limit: r.Limit}); err != nil {
-		p.add(n, path, "cannot be applied exactly: "+strings.TrimPrefix(err.Error(), ratelimit.ErrInvalid.Error()+": "))
+	if err := r.Limit.Validate(r.Algorithm); err != nil {
+		var les ratelimit.LimitErrors
+		if !errors.As(err, &les) {
+			p.add(n, path, err.Error())
+		}
+		for _, le := range les {
+			p.add(n, path+"."+erlFields[le.Field], le.Problem)
+		}
 		return nil
 	}
 	return r
 }
+
+// erlFields names the file's key for each field of ratelimit.Limit.
+var erlFields = map[string]string{"rate": "requests_per_unit", "per": "unit", "burst": "burst"}
 
 func orDefault(v, def int64) int64 {
 	if v > 0 {

@@ -27,10 +27,10 @@ var invalidFiles = map[string][]string{
 		`testdata/invalid/extensions.yaml:7: descriptors[0].rate_limit.algorithm: must be token_bucket, fixed_window, sliding_window or sliding_log, got "leaky_bucket"`,
 		`testdata/invalid/extensions.yaml:8: descriptors[0].rate_limit.on_store_error: must be one of unavailable, open, closed, local, got "ignore"`,
 		`testdata/invalid/extensions.yaml:13: descriptors[1].rate_limit.burst: applies to algorithm token_bucket only`,
-		`testdata/invalid/extensions.yaml:16: descriptors[2].rate_limit: cannot be applied exactly: sliding_log: rate 5000 exceeds 1000`,
+		`testdata/invalid/extensions.yaml:16: descriptors[2].rate_limit.requests_per_unit: must be at most 1000 for sliding_log (its state holds one entry per request); use sliding_window for larger rates`,
 	},
 	"inexact.yaml": {
-		`testdata/invalid/inexact.yaml:5: descriptors[0].rate_limit: cannot be applied exactly: fixed_window: rate 1000000 × per 31536000000000µs exceeds 2^53`,
+		`testdata/invalid/inexact.yaml:5: descriptors[0].rate_limit.requests_per_unit: rate × per (1000000 × 31536000000000µs) must be at most 2^53; lower the rate or the period`,
 	},
 	"malformed.yaml": {
 		`testdata/invalid/malformed.yaml: malformed YAML: line 2: did not find expected '-' indicator`,
