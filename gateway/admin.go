@@ -27,7 +27,8 @@ import (
 //	              second; keys carry hashed tenants, never names), to find
 //	              the tenants whose policies would gain from a lease
 //	GET /debug/pprof/  Go profiles (CPU, heap, goroutines) of the process,
-//	              only with server.pprof: true (404 otherwise)
+//	              and /debug/vars (expvar), only with server.pprof: true
+//	              (404 otherwise)
 func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
