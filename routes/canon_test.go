@@ -3,6 +3,7 @@ package routes
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // hostileSpecs has strict routes and, declared last, a generous catch-all:
@@ -219,4 +220,35 @@ func TestMatchFoldCannotOverflow(t *testing.T) {
 	if _, ok := tab.Match("GET", p); !ok {
 		t.Errorf("a long folded single segment did not match the catch-all")
 	}
+}
+
+// TestFoldIsIdempotent folds every rune of the Basic Multilingual Plane and
+// of the supplementary blocks of letter-like symbols (mathematical
+// alphanumerics, enclosed alphanumerics) twice: a canonical form must be
+// its own canonical form, or a path and its canonical spelling could match
+// different routes.
+func TestFoldIsIdempotent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("folds 70,000 runes")
+	}
+	buf := make([]byte, 64)
+	check := func(lo, hi rune) {
+		for r := lo; r <= hi; r++ {
+			if !utf8.ValidRune(r) {
+				continue
+			}
+			end, ok := foldUnicode(buf, 0, utf8.EncodeRune(buf, r))
+			if !ok {
+				continue
+			}
+			once := string(buf[:end])
+			end, ok = foldUnicode(buf, 0, copy(buf, once))
+			if !ok || string(buf[:end]) != once {
+				t.Errorf("%U folds to %q, which folds to %q (%v)", r, once, buf[:end], ok)
+			}
+		}
+	}
+	check(0x80, 0xFFFF)
+	check(0x1D400, 0x1D7FF)
+	check(0x1F100, 0x1F1FF)
 }

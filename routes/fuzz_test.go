@@ -13,7 +13,8 @@ import (
 
 // FuzzMatch checks that Match never panics, is stable, and agrees with a
 // plain reference matcher built on strings.Split and url.PathUnescape: the
-// matched spec's template really matches, and no earlier spec does.
+// matched spec's template really matches, and no earlier spec does. The
+// canonical spelling of a path matches what the path matches.
 func FuzzMatch(f *testing.F) {
 	tab := mustTable(f, testSpecs)
 	for _, seed := range []string{
@@ -43,6 +44,19 @@ func FuzzMatch(f *testing.F) {
 		}
 		if got != want {
 			t.Fatalf("Match(%q, %q) = %d, reference %d", method, path, got, want)
+		}
+		// The canonical form is a fixpoint: the path spelled canonically
+		// matches what the path itself matched.
+		p, _, _ := strings.Cut(path, "?")
+		if segs, ok := refSegments(p); ok && len(segs) > 0 {
+			var b strings.Builder
+			for _, s := range segs {
+				b.WriteString("/" + url.PathEscape(s))
+			}
+			mc, okc := tab.Match(method, b.String())
+			if okc != ok1 || mc != m1 {
+				t.Fatalf("Match(%q) = %+v, %v but its canonical spelling %q = %+v, %v", path, m1, ok1, b.String(), mc, okc)
+			}
 		}
 	})
 }
