@@ -72,3 +72,44 @@ func TestFreshGatewayExportsEveryReadmeMetric(t *testing.T) {
 		t.Logf("/metrics:\n%s", body)
 	}
 }
+
+// TestReloadPrimesNewSeries: a policy and a route added by a reload are
+// exported at zero before their first request.
+func TestReloadPrimesNewSeries(t *testing.T) {
+	o := newObservedFixture(t)
+	text, err := os.ReadFile(o.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(text), "upstreams:\n", `  reports:
+    on_store_error: local
+    limits:
+      "*": {rate: 5, per: 1s, burst: 5}
+upstreams:
+`, 1)
+	changed = strings.Replace(changed, "routes:\n", "routes:\n  - {name: reports.get, method: GET, path: \"/v1/reports\", upstream: payments, policies: [reports]}\n", 1)
+	if err := os.WriteFile(o.path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.gw.ReloadFile(o.path); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	o.metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`quotagate_decisions_total{policy="reports",result="allowed",stage="global"} 0`,
+		`quotagate_decisions_total{policy="reports",result="denied",stage="fallback"} 0`,
+		`quotagate_store_fallback_total{mode="local",policy="reports"} 0`,
+		`quotagate_requests_total{code="429",route="reports.get"} 0`,
+		`quotagate_upstream_duration_seconds_count{route="reports.get"} 0`,
+		`quotagate_config_reloads_total{result="ok"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("after the reload /metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+}
