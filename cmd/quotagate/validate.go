@@ -7,9 +7,11 @@ import (
 	"io"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/rls"
 )
 
-// runValidate loads a config and prints every problem, one per line.
+// runValidate loads a config and prints every problem, one per line,
+// including those of the descriptor files it names under rls.
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -17,7 +19,8 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if _, err := config.Load(*path, nil); err != nil {
+	cfg, err := config.Load(*path, nil)
+	if err != nil {
 		var errs config.Errors
 		if errors.As(err, &errs) {
 			for _, e := range errs {
@@ -26,6 +29,12 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 			return &exitError{code: 1, err: fmt.Errorf("%s: %d problem(s)", *path, len(errs))}
 		}
 		return &exitError{code: 1, err: err}
+	}
+	if cfg.RLS.Enabled() {
+		if _, err := rls.LoadFiles(cfg.RLS.ConfigFiles); err != nil {
+			fmt.Fprintln(stdout, err.Error())
+			return &exitError{code: 1, err: fmt.Errorf("%s: rls.config_files has problems", *path)}
+		}
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	return nil
