@@ -281,6 +281,9 @@ type Route struct {
 	Cost int64 `mapstructure:"cost"`
 	// Policies are applied in addition to stage 1; empty means stage 1 only.
 	Policies []string `mapstructure:"policies"`
+	// WebSocket lets a GET of this route upgrade to a WebSocket (default
+	// false). No other upgrade is ever forwarded, on any route.
+	WebSocket bool `mapstructure:"websocket"`
 }
 
 // Default returns the configuration an empty file decodes to, before

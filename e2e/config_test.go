@@ -109,6 +109,8 @@ type routeCfg struct {
 	Upstream string   `json:"upstream"`
 	Cost     int64    `json:"cost,omitempty"`
 	Policies []string `json:"policies,omitempty"`
+	// WebSocket lets the route's GETs upgrade to a WebSocket.
+	WebSocket bool `json:"websocket,omitempty"`
 }
 
 // baseConfig returns a config with listeners on free ports (port 0; the

@@ -18,6 +18,8 @@ type route struct {
 	proxy   http.Handler
 	byTier  map[string][]boundPolicy // the route's policies that limit a tier
 	anyTier []boundPolicy            // for tiers not in byTier: policies with a "*" limit
+	// websocket lets a request of this route upgrade to a WebSocket.
+	websocket bool
 }
 
 // policyFor returns the stage-2 policies of r that apply to tier, ordered
@@ -76,7 +78,8 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 		if !ok {
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
-		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, byTier: make(map[string][]boundPolicy, len(tierNames))}
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket,
+			byTier: make(map[string][]boundPolicy, len(tierNames))}
 		var err error
 		for _, tier := range tierNames {
 			if r.byTier[tier], err = bindPolicies(cfg, rc, tier, fleet); err != nil {

@@ -78,7 +78,11 @@ func buildPipeline(cfg *config.Config, prev *pipeline, backend *Backend, o *Opti
 			Transport:  o.Transport,
 			WriteError: writeProxyError,
 			SetHeaders: ownHeaders,
-			Logger:     o.Logger,
+			AllowUpgrade: func(in *http.Request) bool {
+				st := stateFrom(in.Context())
+				return st != nil && st.route != nil && st.route.websocket
+			},
+			Logger: o.Logger,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upstreams.%s: %w", name, err)

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"net/http"
 	"time"
 
@@ -63,6 +65,19 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController find Flush, Hijack and deadlines.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Hijack hands the connection over. In the pipeline only the reverse proxy
+// hijacks, and only to relay an upstream's 101 Switching Protocols (a
+// permitted WebSocket handshake) before it tunnels the connection, so a
+// successful hijack records 101: the request's metric and access line are
+// written when the tunnel closes, with that status.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil && s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return conn, brw, err
+}
 
 // Flush forwards to the underlying writer when it can flush.
 func (s *statusRecorder) Flush() {

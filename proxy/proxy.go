@@ -11,13 +11,16 @@
 //     the peer's address, and X-Forwarded-Host and X-Forwarded-Proto to the
 //     inbound Host and scheme (inbound values of these two are replaced);
 //   - drops hop-by-hop headers (Connection, Keep-Alive, Proxy-Authorization,
-//     TE, Upgrade unless upgrading, ...) and the caller's credentials that
+//     TE, Upgrade, HTTP2-Settings, ...) and the caller's credentials that
 //     the gateway consumes (Authorization, X-API-Key); keeps everything else,
 //     including X-Request-ID, X-Quotagate-Tenant, traceparent, tracestate
 //     and Cookie;
 //   - then calls Options.SetHeaders, which has the last word on the
 //     outbound headers: nothing the caller lists in Connection can remove
 //     what it sets;
+//   - forwards no upgrade but a WebSocket handshake that
+//     Options.AllowUpgrade permits, and answers 502 to a 101 for any other
+//     request (see upgrade.go);
 //   - streams bodies in both directions, never buffering a whole body; a
 //     response of unknown length or of type text/event-stream is flushed to
 //     the client after every write;
@@ -90,6 +93,11 @@ type Options struct {
 	// add, replace and delete headers of out; it must not read its body.
 	// out's context is the inbound request's.
 	SetHeaders func(out *http.Request)
+	// AllowUpgrade reports whether the inbound request in may upgrade its
+	// connection. It is asked only about WebSocket handshakes (a GET over
+	// HTTP/1.1 asking to upgrade to "websocket"); every other upgrade is
+	// never forwarded. nil means none may.
+	AllowUpgrade func(in *http.Request) bool
 	// BufferPool provides the buffers that copy response bodies. nil means
 	// a shared sync.Pool of 32 KiB buffers.
 	BufferPool httputil.BufferPool
@@ -155,7 +163,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 		funnel.write = writePlainError
 	}
 	target := *up.URL
-	setHeaders := o.SetHeaders
+	setHeaders, allowUpgrade := o.SetHeaders, o.AllowUpgrade
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
@@ -167,14 +175,16 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			pr.SetXForwarded()
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
+			stripUpgrade(pr.Out.Header, upgradeAllowed(pr, allowUpgrade))
 			if setHeaders != nil {
 				setHeaders(pr.Out)
 			}
 		},
-		Transport:    transport,
-		BufferPool:   pool,
-		ErrorLog:     slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
-		ErrorHandler: funnel.handle,
+		ModifyResponse: refuseUnaskedSwitch,
+		Transport:      transport,
+		BufferPool:     pool,
+		ErrorLog:       slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
+		ErrorHandler:   funnel.handle,
 	}, nil
 }
 

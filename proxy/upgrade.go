@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+)
+
+// Upgrades. A connection that switches protocols is a tunnel: whatever is
+// sent over it after the switch reaches the upstream without passing the
+// gateway. An h2c upgrade, say, would carry every later request of the
+// connection past authentication, routing and limits. So the only upgrade
+// forwarded is a WebSocket handshake that Options.AllowUpgrade permits; any
+// other request asking to upgrade is forwarded as plain HTTP/1.1, without
+// Upgrade and HTTP2-Settings (RFC 9110 lets a server ignore Upgrade), and a
+// 101 answer to a request that was not forwarded as an upgrade is a 502.
+
+// errUnaskedSwitch is the cause of a 502 for an upstream that switched
+// protocols on a request that did not ask to.
+var errUnaskedSwitch = errors.New("the upstream switched protocols on a request that was not forwarded as an upgrade")
+
+// upgradeAllowed reports whether the outbound request of pr may keep the
+// upgrade the reverse proxy re-added after removing the hop-by-hop headers:
+// only a WebSocket handshake (GET, HTTP/1.1, Upgrade: websocket) that allow
+// permits.
+func upgradeAllowed(pr *httputil.ProxyRequest, allow func(*http.Request) bool) bool {
+	token := pr.Out.Header.Get("Upgrade")
+	if token == "" || allow == nil {
+		return false
+	}
+	in := pr.In
+	if in.Method != http.MethodGet || in.ProtoMajor != 1 || in.ProtoMinor < 1 ||
+		!strings.EqualFold(strings.TrimSpace(token), "websocket") {
+		return false
+	}
+	return allow(in)
+}
+
+// stripUpgrade removes what asks the upstream to switch protocols. After
+// the reverse proxy's hop-by-hop removal, Connection holds only the
+// "Upgrade" it re-added. HTTP2-Settings is connection-specific (RFC 9113,
+// 3.2.1) and goes from every request, even when the caller did not name it
+// in Connection.
+func stripUpgrade(h http.Header, allowed bool) {
+	if !allowed {
+		h.Del("Upgrade")
+		h.Del("Connection")
+	}
+	h.Del("Http2-Settings")
+}
+
+// refuseUnaskedSwitch is the reverse proxy's ModifyResponse: a 101 to a
+// request forwarded without an upgrade becomes a 502 through the error
+// funnel instead of a tunnel.
+func refuseUnaskedSwitch(res *http.Response) error {
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		return nil
+	}
+	if res.Request == nil || res.Request.Header.Get("Upgrade") == "" {
+		return errUnaskedSwitch
+	}
+	return nil
+}
