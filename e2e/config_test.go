@@ -47,6 +47,15 @@ type redisCfg struct {
 	KeyPrefix       string   `json:"key_prefix,omitempty"`
 	BreakerFailures int      `json:"breaker_failures,omitempty"`
 	BreakerCooldown string   `json:"breaker_cooldown,omitempty"`
+	TLS             *tlsCfg  `json:"tls,omitempty"`
+}
+
+type tlsCfg struct {
+	Enabled    bool   `json:"enabled"`
+	CAFile     string `json:"ca_file,omitempty"`
+	CertFile   string `json:"cert_file,omitempty"`
+	KeyFile    string `json:"key_file,omitempty"`
+	ServerName string `json:"server_name,omitempty"`
 }
 
 type logCfg struct {

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,25 +158,16 @@ func TestBinarySurvivesHostileRedis(t *testing.T) {
 	}
 }
 
-// peakRSS returns a process's peak resident memory in bytes (VmHWM),
-// skipping the test where /proc does not tell.
+// peakRSS returns a process's peak resident memory in bytes, skipping the
+// test where the system does not tell.
 func peakRSS(t *testing.T, pid int) int64 {
 	t.Helper()
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	n, err := proctest.PeakRSS(pid)
+	if errors.Is(err, proctest.ErrNoRSS) {
+		t.Skip(err)
+	}
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("VmHWM %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Skip("no VmHWM in /proc status")
-	return 0
+	return n
 }
