@@ -14,7 +14,8 @@ import (
 // byte more is answered 413 problem+json payload_too_large, before the
 // upstream is contacted when a Content-Length declares it, and with the
 // upstream's read of the chunked body failing (it never receives a complete
-// request it could act on) when it arrives chunked.
+// request it could act on) when it arrives chunked. None of it is logged as
+// an upstream failure.
 func TestHostileBodyAtTheLimit(t *testing.T) {
 	gw, up := startHostile(t)
 	auth := "X-API-Key: key-acme\r\n"
@@ -69,6 +70,11 @@ func TestHostileBodyAtTheLimit(t *testing.T) {
 			t.Errorf("%s: the upstream read %d bytes, error %q: want an incomplete body of at most %d bytes",
 				name, seen.BodyLen, seen.BodyErr, hostileMaxBody)
 		}
+	}
+	// An oversized body is the caller's doing: no warning that blames the
+	// upstream (a caller could flood the log with them).
+	if n := gw.logs.count("upstream exchange failed"); n != 0 {
+		t.Errorf("%d warnings of a failed upstream exchange for oversized bodies, want 0", n)
 	}
 	healthy(t, gw, "key-acme")
 }

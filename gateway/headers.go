@@ -20,7 +20,8 @@ import (
 // X-Forwarded-* headers the proxy has just set; then X-Request-Id and, for
 // an authenticated caller, X-Quotagate-Tenant are set. It runs after the
 // hop-by-hop headers were removed, so a caller naming an owned header in
-// Connection cannot remove what the gateway sets.
+// Connection cannot remove what the gateway sets. Trailers under owned
+// names are dropped too.
 func ownHeaders(out *http.Request) {
 	h := out.Header
 	for name := range h {
@@ -31,6 +32,13 @@ func ownHeaders(out *http.Request) {
 			default:
 				delete(h, name)
 			}
+		}
+	}
+	// A chunked body may end in trailers, which some servers merge into the
+	// headers: the caller gets no say under an owned name there either.
+	for name := range out.Trailer {
+		if ownedHeader(name) {
+			delete(out.Trailer, name)
 		}
 	}
 	st := stateFrom(out.Context())

@@ -112,3 +112,30 @@ func TestOwnedHeaderNames(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnedTrailersAreDropped: a chunked body's trailers under the
+// gateway's names never reach the upstream, not even as declared names
+// (httputil.ReverseProxy forwards the names of request trailers but not
+// their values; some servers merge trailers into the headers).
+func TestOwnedTrailersAreDropped(t *testing.T) {
+	f := newFixture(t, uploadConfig)
+	pub, _, _ := f.serve(t)
+	resp, body := rawGet(t, pub, "POST /v1/upload HTTP/1.1\r\nHost: gw\r\nX-API-Key: "+freeKey+"\r\n"+
+		"Transfer-Encoding: chunked\r\nTrailer: X-Quotagate-Tenant, X_Request_Id, X-Checksum\r\n\r\n"+
+		"5\r\nhello\r\n0\r\nX-Quotagate-Tenant: evil\r\nX_Request_Id: evil-id\r\nX-Checksum: abc\r\n\r\n")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	up, got := f.upstream.Last()
+	if string(got) != "hello" {
+		t.Fatalf("upstream body %q", got)
+	}
+	for name, v := range up.Trailer {
+		if ownedHeader(name) {
+			t.Errorf("upstream trailer %s = %q", name, v)
+		}
+	}
+	if v := up.Header.Get("X-Quotagate-Tenant"); v != "acme" {
+		t.Errorf("upstream X-Quotagate-Tenant = %q, want acme", v)
+	}
+}

@@ -23,8 +23,8 @@ func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) 
 	// reaches the transport).
 	status, code, message := classify(r.Context().Err() != nil, err)
 	level := slog.LevelWarn
-	if status == StatusClientClosedRequest {
-		level = slog.LevelInfo
+	if status == StatusClientClosedRequest || status == http.StatusRequestEntityTooLarge {
+		level = slog.LevelInfo // the caller's doing, not the upstream's
 	}
 	f.log.LogAttrs(r.Context(), level, "upstream exchange failed",
 		slog.String("upstream", f.upstream),
@@ -43,6 +43,9 @@ func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) 
 func classify(clientGone bool, err error) (status int, code, message string) {
 	if clientGone {
 		return StatusClientClosedRequest, CodeClientClosed, "the client closed the request"
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return http.StatusRequestEntityTooLarge, CodeTooLarge, "the request body is too large"
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {

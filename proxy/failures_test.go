@@ -213,6 +213,9 @@ func TestClassify(t *testing.T) {
 		{gone, context.Canceled, 499, CodeClientClosed},
 		{gone, context.DeadlineExceeded, 499, CodeClientClosed},
 		{gone, refused, 499, CodeClientClosed},
+		{live, &http.MaxBytesError{Limit: 10}, 413, CodeTooLarge},
+		{live, fmt.Errorf("write: %w", &http.MaxBytesError{}), 413, CodeTooLarge},
+		{gone, &http.MaxBytesError{}, 499, CodeClientClosed},
 	}
 	for _, tt := range tests {
 		status, code, msg := classify(tt.gone, tt.err)

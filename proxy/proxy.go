@@ -78,14 +78,17 @@ type Options struct {
 	//     timeout, before the response headers arrived;
 	//   - 499 "client_closed_request": the client went away, or its request
 	//     body broke off mid-upload; what it writes most likely reaches no
-	//     one, so it should mainly record the status.
+	//     one, so it should mainly record the status;
+	//   - 413 "payload_too_large": reading the request body failed with an
+	//     *http.MaxBytesError (a limit such as http.MaxBytesReader's); the
+	//     upstream got the request cut off mid-body.
 	// message is safe to show to clients. r is the outbound request: it
 	// carries the inbound request's context and headers (less the removed
 	// ones), and its URL points at the upstream. nil means plain text
 	// (and a bare status for 499).
 	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
 	// Logger receives one record per failure (Warn for 502 and 504, Info for
-	// 499) and the reverse proxy's own messages. nil discards them.
+	// 499 and 413) and the reverse proxy's own messages. nil discards them.
 	Logger *slog.Logger
 	// SetHeaders, when not nil, runs last in the rewrite of every outbound
 	// request: after the hop-by-hop headers (and every header the caller
@@ -108,6 +111,7 @@ const (
 	CodeUnavailable  = "upstream_unavailable"
 	CodeTimeout      = "upstream_timeout"
 	CodeClientClosed = "client_closed_request"
+	CodeTooLarge     = "payload_too_large"
 )
 
 // StatusClientClosedRequest is the status recorded when the client went
