@@ -18,11 +18,16 @@ import (
 //	              (and not every failure domain of its circuit breaker is
 //	              open); 503 otherwise
 //	GET /metrics  Prometheus text exposition (when metrics is not nil)
+//	GET /         the admin console: a page (and its /console/console.js and
+//	              /console/console.css) that shows /metrics and
+//	              /console/state live; it carries no data itself
 //
 // Protected (see protectAdmin: the admin token, or a loopback listener):
 //
 //	GET /config   the live configuration, redacted (no key hashes, no
 //	              secrets, upstream URLs without user information or query)
+//	GET /console/state  what the console shows besides the metrics:
+//	              config version, policies, last reload, breaker, hot keys
 //	GET /hotkeys  the store keys with the most decisions (estimated rate per
 //	              second; keys carry hashed tenants, never names), to find
 //	              the tenants whose policies would gain from a lease
@@ -38,8 +43,13 @@ func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	if metrics != nil {
 		r.Handle("/metrics", metrics)
 	}
+	page, assets := consoleAssets()
+	r.Get("/", page.ServeHTTP)
+	r.Get("/console/console.js", assets.ServeHTTP)
+	r.Get("/console/console.css", assets.ServeHTTP)
 	r.Group(func(r chi.Router) {
 		r.Use(g.protectAdmin)
+		r.Get("/console/state", g.consoleStateHandler)
 		r.Get("/config", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, g.Config().Redacted())
 		})

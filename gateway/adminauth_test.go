@@ -114,7 +114,7 @@ func checkProblem(t *testing.T, what string, a adminAnswer, status int, code str
 	}
 }
 
-var protectedAdminPaths = []string{"/config", "/hotkeys", "/debug/pprof/"}
+var protectedAdminPaths = []string{"/config", "/hotkeys", "/console/state", "/debug/pprof/"}
 
 func TestAdminTokenGuardsTheProtectedEndpoints(t *testing.T) {
 	f := mustAdminGateway(t, "  admin_token_env: TEST_ADMIN_TOKEN\n  pprof: true\n")

@@ -87,6 +87,9 @@ type Gateway struct {
 	admin         atomic.Pointer[adminAccess] // the protected admin endpoints' guard, per configuration
 	adminLoopback atomic.Bool                 // the admin listener Serve runs on is loopback-only
 
+	lastReload  atomic.Pointer[reloadRecord] // nil until a reload was attempted
+	configSince atomic.Pointer[time.Time]    // when the live configuration was loaded
+
 	mu        sync.Mutex // serializes reloads
 	storeCfg  config.Store
 	denials   atomic.Uint64
@@ -121,6 +124,8 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	}
 	g.storeCfg = cfg.Store
 	g.live.Store(p)
+	since := o.Now()
+	g.configSince.Store(&since)
 	o.Metrics.Prime(metricSeries(cfg))
 	g.checkStore(cfg, backend)
 	if o.Metrics != nil {
@@ -264,6 +269,11 @@ func (g *Gateway) RejectReload() {
 }
 
 func (g *Gateway) reloaded(ok bool) {
+	now := g.opts.Now()
+	g.lastReload.Store(&reloadRecord{ok: ok, at: now})
+	if ok {
+		g.configSince.Store(&now)
+	}
 	if g.opts.Metrics != nil {
 		g.opts.Metrics.ConfigReload(context.Background(), ok)
 	}

@@ -4,11 +4,12 @@
 # with real processes), short fuzz runs, the Prometheus alert rules (promtool check and test
 # rules) and the tests of deploy/opscheck, a module of its own (Kubernetes
 # manifests, ConfigMap reloads, dashboard and alert queries against a real
-# gateway's /metrics).
+# gateway's /metrics, the admin console in headless Chromium).
 #
-# Needs redis-server and promtool (Debian's redis-server and prometheus
-# packages). Where one is missing and we are root, it is installed with
-# apt-get (prometheus took 25 s here, once). With CI=true a missing tool is
+# Needs redis-server, promtool and chromium (Debian's redis-server,
+# prometheus and chromium packages). Where one is missing and we are root,
+# it is installed with apt-get (once: prometheus took 25 s here, chromium
+# 76 s). With CI=true a missing tool is
 # a failure, never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,7 @@ need() {
 need redis-server redis-server "the Redis and end-to-end tests" || true
 have_promtool=1
 need promtool prometheus "the alert rule tests" || have_promtool=
+need chromium chromium "the admin console's browser test" || true
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

@@ -4,8 +4,8 @@
 // rules under deploy/prometheus and the Grafana dashboard under
 // deploy/grafana (every PromQL expression parsed with the Prometheus parser
 // and every metric it reads checked against the /metrics of a real
-// gateway), and the reload of a config delivered the way a ConfigMap volume
-// delivers it.
+// gateway), the reload of a config delivered the way a ConfigMap volume
+// delivers it, and the admin console in headless Chromium (chromedp).
 //
 // It is a module of its own so that the libraries these tests need stay out
 // of the gateway's module graph: k8s.io/api with apimachinery and the

@@ -1,0 +1,171 @@
+package opscheck
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath finds Debian's chromium; without it the test is skipped, or
+// fails when CI=true.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed and CI=true")
+	}
+	t.Skip("chromium not installed")
+	return ""
+}
+
+// browser starts a headless Chromium for the test and returns a tab's
+// context, and a function that returns the console errors, uncaught
+// exceptions and error log entries the page produced so far.
+func browser(t *testing.T) (context.Context, func() []string) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoSandbox, // root in CI
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+
+	var mu sync.Mutex
+	var problems []string
+	chromedp.ListenTarget(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.APITypeError || ev.Type == runtime.APITypeWarning {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value))
+				}
+				problems = append(problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+			}
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "uncaught: "+ev.ExceptionDetails.Error())
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.LevelError || ev.Entry.Level == cdplog.LevelWarning {
+				problems = append(problems, fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	})
+	// The first Run starts the browser, which lives as long as the context
+	// of that call: no deadline here.
+	if err := chromedp.Run(ctx, cdplog.Enable(), runtime.Enable()); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), problems...)
+	}
+}
+
+// TestAdminConsoleInBrowser loads the admin console of a real gateway (the
+// repository's config.yaml) in headless Chromium: the page loads without
+// console errors, lists every configured policy, and a burst of denied
+// traffic shows in the "tenant" policy's deny ratio within a few seconds.
+// With QUOTAGATE_CONSOLE_SCREENSHOT=file.png it also saves a screenshot.
+func TestAdminConsoleInBrowser(t *testing.T) {
+	ctx, problems := browser(t)
+	g := startGateway(t, []string{"-config", repoPath("config.yaml")},
+		[]string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"})
+
+	run := func(what string, timeout time.Duration, actions ...chromedp.Action) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := chromedp.Run(c, actions...); err != nil {
+			t.Fatalf("%s: %v (missed deadline if the context expired)\nbrowser problems: %q\ngateway logs:\n%s", what, err, problems(), g.logs)
+		}
+	}
+	run("open the console and see the policies", 30*time.Second,
+		chromedp.Navigate("http://"+g.admin+"/"),
+		chromedp.WaitVisible(`#policies tr[data-policy="tenant"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#policies tr[data-policy="transfers"]`, chromedp.ByQuery),
+	)
+	var fleet, config string
+	run("read the cards", 10*time.Second,
+		chromedp.Text(`#fleet`, &fleet, chromedp.ByQuery),
+		chromedp.Text(`#config`, &config, chromedp.ByQuery),
+	)
+	if fleet != "1 (memory)" {
+		t.Errorf("fleet card = %q, want %q (config.yaml: memory store, fleet_size 1)", fleet, "1 (memory)")
+	}
+	if len(config) < 12 || !strings.Contains(config, "since") {
+		t.Errorf("config card = %q, want a version and a time", config)
+	}
+
+	// Anonymous callers get a burst of 5 from "tenant": keep sending until
+	// the page shows the denials, at most 30 s.
+	stop := make(chan struct{})
+	var sent sync.WaitGroup
+	sent.Go(func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			if resp, err := http.Get("http://" + g.listen + "/v1/transfers/42"); err == nil {
+				resp.Body.Close()
+			}
+		}
+	})
+	defer func() { close(stop); sent.Wait() }()
+
+	start := time.Now()
+	var ratio string
+	for {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := chromedp.Run(c, chromedp.Text(`#policies tr[data-policy="tenant"] td.ratio`, &ratio, chromedp.ByQuery))
+		cancel()
+		if err != nil {
+			t.Fatalf("reading the tenant's deny ratio: %v", err)
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSuffix(ratio, " %"), 64); err == nil && v > 0 {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("missed deadline: the tenant's deny ratio still shows %q 20s into a burst of denied requests", ratio)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the page, which updates every second
+	}
+	t.Logf("deny ratio %s shown %v after the burst began", ratio, time.Since(start).Round(100*time.Millisecond))
+
+	if path := os.Getenv("QUOTAGATE_CONSOLE_SCREENSHOT"); path != "" {
+		var png []byte
+		run("screenshot", 20*time.Second, chromedp.FullScreenshot(&png, 100))
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := problems(); len(p) > 0 {
+		t.Errorf("the page logged problems: %q", p)
+	}
+}
