@@ -50,10 +50,10 @@ func TestConsoleAssetsAreSelfContained(t *testing.T) {
 func TestConsoleState(t *testing.T) {
 	f := mustAdminGateway(t, "")
 	admin := f.serveAdminOn(t, "127.0.0.1:0")
-	get := func() consoleStateJSON {
+	get := func() consoleState {
 		t.Helper()
 		a := adminGet(t, admin+"/console/state", "")
-		var st consoleStateJSON
+		var st consoleState
 		if a.code != http.StatusOK || json.Unmarshal([]byte(a.body), &st) != nil {
 			t.Fatalf("GET /console/state: %d %s", a.code, a.body)
 		}
@@ -91,15 +91,4 @@ func TestConsoleState(t *testing.T) {
 	if after.ConfigVersion != st.ConfigVersion || after.ConfigSince != st.ConfigSince {
 		t.Errorf("a rejected reload changed the config version or time: %+v -> %+v", st, after)
 	}
-}
-
-// consoleStateJSON mirrors consoleState for decoding.
-type consoleStateJSON struct {
-	ConfigVersion string          `json:"config_version"`
-	StoreKind     string          `json:"store_kind"`
-	FleetSize     int             `json:"fleet_size"`
-	Policies      []consolePolicy `json:"policies"`
-	LastReload    *consoleReload  `json:"last_reload"`
-	ConfigSince   string          `json:"config_since"`
-	BreakerState  int64           `json:"breaker_state"`
 }
