@@ -34,22 +34,34 @@ func chromiumPath(t *testing.T) string {
 }
 
 // browser starts a headless Chromium for the test and returns a tab's
-// context, and a function that returns the console errors, uncaught
-// exceptions and error log entries the page produced so far.
+// context, and a function that returns the console errors, failed
+// assertions, uncaught exceptions and error log entries (failed loads) the
+// page produced so far.
 func browser(t *testing.T) (context.Context, func() []string) {
 	t.Helper()
+	// Not t.TempDir: Chromium's helpers may still write to the profile for
+	// a moment after the browser is gone, which would fail its cleanup.
+	profile, err := os.MkdirTemp("", "quotagate-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.NoSandbox, // root in CI
 		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.WindowSize(1280, 900),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for it
+		cancel()
+		cancelAlloc()
+		_ = os.RemoveAll(profile)
+	})
 
 	var mu sync.Mutex
 	var problems []string
@@ -58,7 +70,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		defer mu.Unlock()
 		switch ev := ev.(type) {
 		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.APITypeError || ev.Type == runtime.APITypeWarning {
+			if ev.Type == runtime.APITypeError || ev.Type == runtime.APITypeAssert {
 				var args []string
 				for _, a := range ev.Args {
 					args = append(args, string(a.Value))
@@ -68,7 +80,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		case *runtime.EventExceptionThrown:
 			problems = append(problems, "uncaught: "+ev.ExceptionDetails.Error())
 		case *cdplog.EventEntryAdded:
-			if ev.Entry.Level == cdplog.LevelError || ev.Entry.Level == cdplog.LevelWarning {
+			if ev.Entry.Level == cdplog.LevelError {
 				problems = append(problems, fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL))
 			}
 		}
@@ -103,16 +115,37 @@ func TestAdminConsoleInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v (missed deadline if the context expired)\nbrowser problems: %q\ngateway logs:\n%s", what, err, problems(), g.logs)
 		}
 	}
-	run("open the console and see the policies", 30*time.Second,
-		chromedp.Navigate("http://"+g.admin+"/"),
-		chromedp.WaitVisible(`#policies tr[data-policy="tenant"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#policies tr[data-policy="transfers"]`, chromedp.ByQuery),
-	)
-	var fleet, config string
-	run("read the cards", 10*time.Second,
-		chromedp.Text(`#fleet`, &fleet, chromedp.ByQuery),
-		chromedp.Text(`#config`, &config, chromedp.ByQuery),
-	)
+	// text reads an element's text in one evaluation: the page replaces
+	// its table rows every second, so a node found by one protocol call
+	// may be gone by the next.
+	text := func(selector string) string {
+		t.Helper()
+		var s string
+		run("read "+selector, 10*time.Second, chromedp.Evaluate(
+			fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, selector), &s))
+		return s
+	}
+	// waitText polls selector's text until ok accepts it.
+	waitText := func(what, selector string, timeout time.Duration, ok func(string) bool) (string, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		for {
+			s := text(selector)
+			if ok(s) {
+				return s, time.Since(start)
+			}
+			if time.Since(start) > timeout {
+				t.Fatalf("missed deadline: after %v %s still shows %q\nbrowser problems: %q", timeout, what, s, problems())
+			}
+			time.Sleep(100 * time.Millisecond) // polling the page, which updates every second
+		}
+	}
+	run("open the console", 30*time.Second, chromedp.Navigate("http://"+g.admin+"/"))
+	for _, p := range []string{"tenant", "transfers"} {
+		waitText("the policy table", fmt.Sprintf(`#policies tr[data-policy=%q] td`, p), 20*time.Second,
+			func(s string) bool { return s == p })
+	}
+	fleet, config := text("#fleet"), text("#config")
 	if fleet != "1 (memory)" {
 		t.Errorf("fleet card = %q, want %q (config.yaml: memory store, fleet_size 1)", fleet, "1 (memory)")
 	}
@@ -139,24 +172,12 @@ func TestAdminConsoleInBrowser(t *testing.T) {
 	})
 	defer func() { close(stop); sent.Wait() }()
 
-	start := time.Now()
-	var ratio string
-	for {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := chromedp.Run(c, chromedp.Text(`#policies tr[data-policy="tenant"] td.ratio`, &ratio, chromedp.ByQuery))
-		cancel()
-		if err != nil {
-			t.Fatalf("reading the tenant's deny ratio: %v", err)
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSuffix(ratio, " %"), 64); err == nil && v > 0 {
-			break
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("missed deadline: the tenant's deny ratio still shows %q 20s into a burst of denied requests", ratio)
-		}
-		time.Sleep(200 * time.Millisecond) // polling the page, which updates every second
-	}
-	t.Logf("deny ratio %s shown %v after the burst began", ratio, time.Since(start).Round(100*time.Millisecond))
+	ratio, took := waitText("the tenant's deny ratio during a burst of denied requests", `#policies tr[data-policy="tenant"] td.ratio`,
+		20*time.Second, func(s string) bool {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(s, " %"), 64)
+			return err == nil && v > 0
+		})
+	t.Logf("deny ratio %s shown %v after the burst began", ratio, took.Round(100*time.Millisecond))
 
 	if path := os.Getenv("QUOTAGATE_CONSOLE_SCREENSHOT"); path != "" {
 		var png []byte
