@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"syscall"
 )
 
 // ReplyLimits bounds what one reply read from Redis may declare. The
@@ -272,13 +273,29 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// guardSysConn is a guardConn over a connection that exposes its socket
+// (plain TCP). The Redis client peeks at the socket of a pooled connection
+// before reusing it, to drop one the server has closed; it does that only
+// for connections that are a syscall.Conn, so the guard must stay one.
+// Peeking consumes nothing, so the scanner still sees every byte.
+type guardSysConn struct {
+	*guardConn
+	sys syscall.Conn
+}
+
+func (c *guardSysConn) SyscallConn() (syscall.RawConn, error) { return c.sys.SyscallConn() }
+
 // GuardConn returns c with every read checked against l (see
 // ReplyLimits): c must carry the replies of a Redis server from their
 // first byte. A read that breaks a bound fails with an error wrapping
 // ErrReplyBound before the client can act on it, and so does every read
-// after it.
+// after it. The result is a syscall.Conn when c is one.
 func GuardConn(c net.Conn, l ReplyLimits) net.Conn {
-	return &guardConn{Conn: c, sc: newRESPScanner(l)}
+	g := &guardConn{Conn: c, sc: newRESPScanner(l)}
+	if sys, ok := c.(syscall.Conn); ok {
+		return &guardSysConn{guardConn: g, sys: sys}
+	}
+	return g
 }
 
 // guardDialer wraps dial so that every connection it makes is guarded.

@@ -72,3 +72,20 @@ func TestRedisStoreBoundsHostileReplies(t *testing.T) {
 		t.Fatalf("allocated %d MiB in total; the payloads were bounded to 16 MiB each and refused before allocation", grown>>20)
 	}
 }
+
+// TestRedisStoreReusesNoDeadConnection: the guarded connections keep the
+// client's health check of pooled connections, so the first decision after
+// Redis restarted is decided, not failed on a connection the old server
+// closed.
+func TestRedisStoreReusesNoDeadConnection(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := newRedisStore(t, []string{srv.Addr}, nil, 2*time.Second)
+	it := tb("{restart}k", 10, 10, time.Second, 1)
+	warmUp(t, s, []ratelimit.Item{it})
+	srv.Restart()
+	for i := range 3 {
+		if _, err := s.Decide(context.Background(), []ratelimit.Item{it}); err != nil {
+			t.Fatalf("decision %d after a restart: %v", i, err)
+		}
+	}
+}

@@ -212,3 +212,59 @@ func FuzzRESPScanner(f *testing.F) {
 		}
 	})
 }
+
+// TestRESPScannerAdmitsLargeClusterSlots builds the CLUSTER SLOTS reply of
+// a Cluster whose 16384 slots are each a range of their own, served by a
+// primary and two replicas with 40-character ids and hostnames in RESP3
+// metadata maps: the worst fragmentation a real Cluster can have. It must
+// pass under the default bounds, in one read and split into small ones.
+func TestRESPScannerAdmitsLargeClusterSlots(t *testing.T) {
+	var b bytes.Buffer
+	const slots = 16384
+	fmt.Fprintf(&b, "*%d\r\n", slots)
+	node := func(i int) {
+		ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+		id := fmt.Sprintf("%040x", i)
+		host := fmt.Sprintf("redis-%d.cache.internal", i)
+		fmt.Fprintf(&b, "*4\r\n$%d\r\n%s\r\n:6379\r\n$%d\r\n%s\r\n%%1\r\n$8\r\nhostname\r\n$%d\r\n%s\r\n",
+			len(ip), ip, len(id), id, len(host), host)
+	}
+	for s := range slots {
+		fmt.Fprintf(&b, "*5\r\n:%d\r\n:%d\r\n", s, s)
+		for r := range 3 {
+			node(s*3 + r)
+		}
+	}
+	stream := b.Bytes()
+	var cuts []int
+	for i := 0; i < len(stream); i += 4093 {
+		cuts = append(cuts, i)
+	}
+	for _, c := range [][]int{nil, cuts} {
+		s, err := feedAll(ReplyLimits{}, stream, c)
+		if err != nil || s.replies != 1 {
+			t.Fatalf("%d KiB CLUSTER SLOTS reply: replies %d, err %v", len(stream)>>10, s.replies, err)
+		}
+	}
+	t.Logf("CLUSTER SLOTS of %d ranges x 3 nodes: %d KiB on the wire, within the %d MiB bound", slots, len(stream)>>10, defaultMaxReply>>20)
+}
+
+// BenchmarkRESPScanner measures the scanner on a pipeline of decision
+// replies (a 1-item script reply: an array of 8 integers), fed in 4 KiB
+// reads as the client's buffer would.
+func BenchmarkRESPScanner(b *testing.B) {
+	reply := "*8\r\n:1\r\n:1\r\n:9\r\n:0\r\n:100000\r\n:10\r\n:0\r\n:1\r\n"
+	stream := []byte(strings.Repeat(reply, 256))
+	s := newRESPScanner(ReplyLimits{})
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for p := stream; len(p) > 0; {
+			n := min(len(p), 4096)
+			if err := s.feed(p[:n]); err != nil {
+				b.Fatal(err)
+			}
+			p = p[n:]
+		}
+	}
+}
