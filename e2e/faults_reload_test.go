@@ -142,7 +142,7 @@ func TestFaultBrokenReload(t *testing.T) {
 	if gw.exited() || readyzStatus(gw) != 200 {
 		t.Errorf("gateway not ready after refused reloads (exited: %v)", gw.exited())
 	}
-	if n := gw.logs.count("config reload rejected"); n < 2 {
+	if n := gw.logs.Count("config reload rejected"); n < 2 {
 		t.Errorf("%d rejected reloads logged, want 2", n)
 	}
 

@@ -1,9 +1,10 @@
 // Package e2e tests quotagate as a black box: it builds the binary once,
-// starts gateway processes on generated configs, real Redis servers
-// (standalone and Cluster, through internal/redistest) and real upstreams,
-// and checks what clients see. It imports no package of the product.
+// starts gateway processes on generated configs (through internal/proctest,
+// on ports the processes pick), real Redis servers (standalone and Cluster,
+// through internal/redistest) and real upstreams, and checks what clients
+// see. It imports no package of the product, only that test support.
 //
-// E2E_QUOTAGATE_BIN, when set, names a prebuilt binary to test instead of
+// QUOTAGATE_TEST_BIN, when set, names a prebuilt binary to test instead of
 // building ../cmd/quotagate.
 //
 // The fault tests record their measured outcomes; set QUOTAGATE_E2E_FAULTS
@@ -14,42 +15,17 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
-// binPath is the quotagate binary built by TestMain.
-var binPath string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "quotagate-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		os.Exit(2)
-	}
-	binPath = os.Getenv("E2E_QUOTAGATE_BIN")
-	if binPath == "" {
-		binPath = filepath.Join(dir, "quotagate")
-		// The binary is built without -race whatever the test binary uses:
-		// the load tests measure the gateway, not the race detector. The
-		// flags are the Dockerfile's (static, -trimpath), which is what ships,
-		// and they let this build share the compile cache with cmd's and
-		// deploy's tests.
-		build := exec.Command("go", "build", "-trimpath", "-o", binPath, "../cmd/quotagate")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: building quotagate: %v\n%s", err, out)
-			_ = os.RemoveAll(dir)
-			os.Exit(2)
-		}
-	}
 	code := redistest.RunMain(m)
 	if table := faultTable(); table != "" {
 		fmt.Print(table)
@@ -59,7 +35,7 @@ func TestMain(m *testing.M) {
 			}
 		}
 	}
-	_ = os.RemoveAll(dir)
+	proctest.Cleanup()
 	os.Exit(code)
 }
 

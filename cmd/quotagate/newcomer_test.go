@@ -54,6 +54,7 @@ func TestReadmeRunCommandStopsOnSIGTERM(t *testing.T) {
 		Dir:          "../..",
 		Env:          proctest.Environ("QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"),
 		StartTimeout: 5 * time.Minute,
+		FromLog:      true,
 	})
 	proc.WaitReady(0)
 	proc.Signal(syscall.SIGTERM)

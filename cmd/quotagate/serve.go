@@ -28,6 +28,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "config file")
 	watch := fs.Duration("watch-interval", time.Second, "how often to check the config file for changes (0 = only on SIGHUP)")
+	addrFile := fs.String("addr-file", "", "once both listeners are bound, write their addresses to this file as JSON (for port 0)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -87,6 +88,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		pub.Close()
 		return runtimeErr(fmt.Errorf("server.admin_listen: %w", err))
+	}
+	if *addrFile != "" {
+		if err := writeAddrFile(*addrFile, pub.Addr(), adm.Addr()); err != nil {
+			pub.Close()
+			adm.Close()
+			return runtimeErr(fmt.Errorf("-addr-file: %w", err))
+		}
 	}
 	ds, err := startRLS(cfg, logger, metrics, tel.TracerProvider)
 	if err != nil {

@@ -1,7 +1,9 @@
 // Package proctest runs the quotagate binary as a separate process for the
 // tests of cmd/quotagate, e2e and deploy: it compiles the binary once per
-// test binary, starts it on listeners of port 0 and learns the ports it
-// bound from its "quotagate started" log line, polls /readyz, and stops it
+// test binary (without -race, whatever the test binary uses: load tests
+// measure the gateway, not the race detector), starts it on listeners of
+// port 0 and learns the ports it bound (from the file its -addr-file flag
+// names, or its "quotagate started" log line), polls /readyz, and stops it
 // with SIGTERM.
 //
 // A test on a busy machine can fail two ways, and proctest keeps them apart:

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,9 +27,9 @@ const StartTimeout = 20 * time.Second
 // (10 s) and a margin.
 const StopTimeout = 20 * time.Second
 
-// StartedMsg is the message of the log line the gateway writes once both
-// listeners are bound; its "listen" and "admin_listen" fields are the bound
-// addresses.
+// StartedMsg is the message of the log line the gateway writes at level
+// info once both listeners are bound; its "listen" and "admin_listen" fields
+// are the bound addresses.
 const StartedMsg = "quotagate started"
 
 // Options configures a process started by Start.
@@ -45,9 +47,16 @@ type Options struct {
 	// StopTimeout is how long Stop waits after SIGTERM before it kills the
 	// process and reports the overrun; 0 is StopTimeout.
 	StopTimeout time.Duration
-	// NoListen is for a process that is not expected to log StartedMsg (a
-	// run that should fail, a subcommand): Start returns once it is running.
+	// NoListen is for a process that is not expected to bind its listeners
+	// (a run that should fail, a subcommand): Start returns once it is
+	// running, and adds no argument.
 	NoListen bool
+	// FromLog is for a command that runs the gateway without passing it
+	// Start's arguments (a shell line): the addresses are read from the
+	// StartedMsg log line, which needs log level info or lower. Otherwise
+	// Start adds "-addr-file PATH" to Args and reads them from that file
+	// (or from the log line, whichever comes first).
+	FromLog bool
 }
 
 // Proc is one running process of the binary. Its fields are set by Start and
@@ -96,7 +105,13 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 	if p.stopTimeout <= 0 {
 		p.stopTimeout = StopTimeout
 	}
-	cmd := exec.Command(bin, opts.Args...)
+	args := opts.Args
+	addrFile := ""
+	if !opts.NoListen && !opts.FromLog {
+		addrFile = filepath.Join(tb.TempDir(), "addrs.json")
+		args = append(slices.Clone(args), "-addr-file", addrFile)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = opts.Env, opts.Dir
 	if cmd.Env == nil {
 		cmd.Env = Environ()
@@ -126,7 +141,7 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 	if timeout <= 0 {
 		timeout = StartTimeout
 	}
-	if err := p.learnAddrs(timeout); err != nil {
+	if err := p.learnAddrs(addrFile, timeout); err != nil {
 		if p.Exited() {
 			tb.Fatalf("%s exited (%v) before it listened; log:\n%s", p.Name, p.exit, p.Logs.Tail(60))
 		}
@@ -135,37 +150,57 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 	return p
 }
 
-// learnAddrs waits for the StartedMsg line and sets the addresses from it.
-func (p *Proc) learnAddrs(timeout time.Duration) error {
+// learnAddrs waits until the addresses are in addrFile (when it is not
+// "") or in a StartedMsg log line, and sets them.
+func (p *Proc) learnAddrs(addrFile string, timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	var tick <-chan time.Time
+	if addrFile != "" {
+		t := time.NewTicker(10 * time.Millisecond) // polling another process's file
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		changed := p.Logs.Changed()
+		if addrFile != "" {
+			if b, err := os.ReadFile(addrFile); err == nil {
+				return p.setAddrs(b, addrFile)
+			}
+		}
 		for _, line := range strings.Split(p.Logs.String(), "\n") {
-			if !strings.Contains(line, StartedMsg) {
-				continue
-			}
 			var rec struct {
-				Msg         string `json:"msg"`
-				Listen      string `json:"listen"`
-				AdminListen string `json:"admin_listen"`
+				Msg string `json:"msg"`
 			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == StartedMsg {
-				if rec.Listen == "" || rec.AdminListen == "" {
-					return fmt.Errorf("the %q line lacks listen or admin_listen: %s", StartedMsg, line)
-				}
-				p.Listen, p.AdminListen = rec.Listen, rec.AdminListen
-				return nil
+			if strings.Contains(line, StartedMsg) && json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == StartedMsg {
+				return p.setAddrs([]byte(line), "the log line")
 			}
 		}
 		select {
 		case <-changed:
+		case <-tick:
 		case <-p.done:
 			return errors.New("exited")
 		case <-deadline.C:
-			return fmt.Errorf("no %q log line within %v", StartedMsg, timeout)
+			return fmt.Errorf("no bound addresses (in the %q log line or the -addr-file) within %v", StartedMsg, timeout)
 		}
 	}
+}
+
+// setAddrs sets the addresses from the JSON object b, read from src.
+func (p *Proc) setAddrs(b []byte, src string) error {
+	var a struct {
+		Listen      string `json:"listen"`
+		AdminListen string `json:"admin_listen"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return fmt.Errorf("%s: %v: %s", src, err, b)
+	}
+	if a.Listen == "" || a.AdminListen == "" {
+		return fmt.Errorf("%s lacks listen or admin_listen: %s", src, b)
+	}
+	p.Listen, p.AdminListen = a.Listen, a.AdminListen
+	return nil
 }
 
 // URL is "http://" and the public listener's address.

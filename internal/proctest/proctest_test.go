@@ -1,6 +1,8 @@
 package proctest
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +11,7 @@ import (
 func TestLearnAddrsReadsTheStartedLine(t *testing.T) {
 	p := &Proc{Logs: NewLogs(), done: make(chan struct{})}
 	errc := make(chan error, 1)
-	go func() { errc <- p.learnAddrs(time.Minute) }()
+	go func() { errc <- p.learnAddrs("", time.Minute) }()
 	// A line that only mentions the message, then the real one in parts.
 	_, _ = p.Logs.Write([]byte(`{"msg":"config","note":"quotagate started soon"}` + "\n"))
 	_, _ = p.Logs.Write([]byte(`{"time":"t","level":"INFO","msg":"quotagate started","listen":"127.0.0.1:40001",`))
@@ -25,19 +27,39 @@ func TestLearnAddrsReadsTheStartedLine(t *testing.T) {
 	}
 }
 
+func TestLearnAddrsReadsTheAddrFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "addrs.json")
+	p := &Proc{Logs: NewLogs(), done: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() { errc <- p.learnAddrs(path, time.Minute) }()
+	// As the gateway writes it: whole, by a rename.
+	if err := os.WriteFile(path+".tmp", []byte(`{"listen":"127.0.0.1:40003","admin_listen":"127.0.0.1:40004"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if p.Listen != "127.0.0.1:40003" || p.AdminListen != "127.0.0.1:40004" {
+		t.Fatalf("learned %q %q", p.Listen, p.AdminListen)
+	}
+}
+
 func TestLearnAddrsStopsAtExitAndDeadline(t *testing.T) {
 	p := &Proc{Logs: NewLogs(), done: make(chan struct{})}
 	close(p.done)
-	if err := p.learnAddrs(time.Minute); err == nil || p.Listen != "" {
+	if err := p.learnAddrs("", time.Minute); err == nil || p.Listen != "" {
 		t.Fatalf("after exit: %v, listen %q", err, p.Listen)
 	}
 	p = &Proc{Logs: NewLogs(), done: make(chan struct{})}
-	if err := p.learnAddrs(time.Millisecond); err == nil || !strings.Contains(err.Error(), "within") {
+	if err := p.learnAddrs("", time.Millisecond); err == nil || !strings.Contains(err.Error(), "within") {
 		t.Fatalf("at the deadline: %v", err)
 	}
 	p = &Proc{Logs: NewLogs(), done: make(chan struct{})}
 	_, _ = p.Logs.Write([]byte(`{"msg":"quotagate started","listen":"127.0.0.1:1"}` + "\n"))
-	if err := p.learnAddrs(time.Minute); err == nil || !strings.Contains(err.Error(), "lacks") {
+	if err := p.learnAddrs("", time.Minute); err == nil || !strings.Contains(err.Error(), "lacks") {
 		t.Fatalf("line without admin_listen: %v", err)
 	}
 }
