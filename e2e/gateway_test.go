@@ -84,10 +84,6 @@ func (g *gateway) pollReady(timeout time.Duration) bool {
 
 func (g *gateway) exited() bool { return g.proc.Exited() }
 
-// stop sends SIGTERM and waits for the exit (see proctest.Proc.Stop) and
-// returns the exit status. Stopping twice is harmless.
-func (g *gateway) stop() error { return g.proc.Stop() }
-
 // reload rewrites the gateway's config file with cfg and sends SIGHUP.
 func (g *gateway) reload(cfg *gwConfig) {
 	g.t.Helper()
