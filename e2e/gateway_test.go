@@ -34,6 +34,18 @@ func withArgs(args ...string) gatewayOpt {
 	return func(o *proctest.Options) { o.Args = append(o.Args, args...) }
 }
 
+// withEnv adds an environment variable ("NAME=value") to the gateway
+// process's environment (proctest.Environ: the test's, without QUOTAGATE_*
+// and OTEL_* variables).
+func withEnv(kv string) gatewayOpt {
+	return func(o *proctest.Options) {
+		if o.Env == nil {
+			o.Env = proctest.Environ()
+		}
+		o.Env = append(o.Env, kv)
+	}
+}
+
 // startGateway writes cfg to a temporary file, starts the binary on it and
 // waits until it is ready. The file watcher is off (-watch-interval 0):
 // reloads happen on SIGHUP only, so a test knows how many it caused. The

@@ -6,17 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"os/exec"
 	"testing"
 	"time"
 )
 
 const e2eJWTSecret = "e2e-jwt-secret-0123456789abcdef0123456789"
-
-// withEnv adds an environment variable to the gateway process.
-func withEnv(kv string) gatewayOpt {
-	return func(c *exec.Cmd) { c.Env = append(c.Env, kv) }
-}
 
 // hs256 returns a compact HS256 JWT of claims signed with secret.
 func hs256(t *testing.T, secret string, claims map[string]any) string {
