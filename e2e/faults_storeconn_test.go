@@ -77,7 +77,7 @@ func TestFaultRedisHostileEndpoint(t *testing.T) {
 	storeErrorLine(t, gw, "not a bounded Redis reply")
 	all, by := storeFallback(t, gw, 1500*time.Millisecond)
 
-	peak, err := proctest.PeakRSS(gw.cmd.Process.Pid)
+	peak, err := proctest.PeakRSS(gw.proc.Cmd.Process.Pid)
 	if err != nil && !errors.Is(err, proctest.ErrNoRSS) {
 		t.Fatal(err)
 	}

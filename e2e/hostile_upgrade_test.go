@@ -69,7 +69,7 @@ func TestHostileUpgrades(t *testing.T) {
 	if n := gw.metric("quotagate_requests_total", "route=ws"); n != 3 {
 		t.Errorf("requests of route ws counted %v, want 3 (one 502, one 200, one 101)", n)
 	}
-	if n := gw.logs.count(`"route":"ws","status":101`); n != 1 {
+	if n := gw.logs.Count(`"route":"ws","status":101`); n != 1 {
 		t.Errorf("%d access lines with route ws and status 101, want 1", n)
 	}
 

@@ -63,7 +63,7 @@ rls:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := proctest.Start(t, binPath, proctest.Options{Name: name, Args: []string{"-config", path}})
+	p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: name, Args: []string{"-config", path}})
 	rp := &rlsProc{Proc: p}
 	for _, line := range strings.Split(p.Logs.String(), "\n") {
 		var rec struct{ Msg, Listen, HTTP_Listen string }

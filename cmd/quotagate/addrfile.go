@@ -31,3 +31,14 @@ func writeAddrFile(path string, pub, admin net.Addr) error {
 	}
 	return nil
 }
+
+// close releases a decision service that will not serve: its listeners and
+// its store. A nil service (the section is off) has nothing to release.
+func (ds *decisionService) close() {
+	if ds == nil {
+		return
+	}
+	ds.grpc.Close()
+	ds.http.Close()
+	_ = ds.closeStore()
+}

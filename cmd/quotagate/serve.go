@@ -89,18 +89,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		pub.Close()
 		return runtimeErr(fmt.Errorf("server.admin_listen: %w", err))
 	}
-	if *addrFile != "" {
-		if err := writeAddrFile(*addrFile, pub.Addr(), adm.Addr()); err != nil {
-			pub.Close()
-			adm.Close()
-			return runtimeErr(fmt.Errorf("-addr-file: %w", err))
-		}
-	}
 	ds, err := startRLS(cfg, logger, metrics, tel.TracerProvider)
 	if err != nil {
 		pub.Close()
 		adm.Close()
 		return runtimeErr(err)
+	}
+	if *addrFile != "" {
+		if err := writeAddrFile(*addrFile, pub.Addr(), adm.Addr()); err != nil {
+			pub.Close()
+			adm.Close()
+			ds.close()
+			return runtimeErr(fmt.Errorf("-addr-file: %w", err))
+		}
 	}
 	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
 		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
