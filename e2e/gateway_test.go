@@ -23,8 +23,15 @@ type gateway struct {
 	// URL is the public listener ("http://127.0.0.1:port"), Admin the admin
 	// listener, Addr the public host:port: the addresses the process bound.
 	URL, Admin, Addr string
-	logs             *proctest.Logs
+	logs             logBuffer
 }
+
+// logBuffer is the process's output (proctest.Logs) with the e2e suite's
+// lower-case helpers.
+type logBuffer struct{ *proctest.Logs }
+
+// count returns how many times s occurs in the output.
+func (l logBuffer) count(s string) int { return l.Count(s) }
 
 // gatewayOpt adjusts how a gateway process is started.
 type gatewayOpt func(*proctest.Options)
@@ -83,7 +90,7 @@ func launchGateway(t testing.TB, name string, cfg *gwConfig, opts ...gatewayOpt)
 		opt(&o)
 	}
 	g.proc = proctest.Start(t, proctest.Binary(t), o)
-	g.logs = g.proc.Logs
+	g.logs = logBuffer{g.proc.Logs}
 	g.Addr, g.URL, g.Admin = g.proc.Listen, g.proc.URL(), g.proc.AdminURL()
 	return g
 }
