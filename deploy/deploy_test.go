@@ -20,10 +20,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // repoRoot is the repository root: the Docker build context, and the
@@ -43,20 +44,7 @@ func repoPath(rel string) string { return filepath.Join(repoRoot, filepath.FromS
 // testVersion is what the test passes for the Dockerfile's VERSION.
 const testVersion = "v0.0.0-deploytest"
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }
 
 // dockerBuiltBinary runs the Dockerfile's `go build` command once, as the
 // image build would (with this machine's GOOS and GOARCH as the target
@@ -65,52 +53,40 @@ func TestMain(m *testing.M) {
 func dockerBuiltBinary(t *testing.T) string {
 	t.Helper()
 	s := readImageSpec(t)
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "quotagate-deploy-")
-		if buildErr != nil {
-			return
-		}
-		builtBin = filepath.Join(buildDir, "quotagate")
-		vars := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH, "VERSION": testVersion}
-		var unknown []string
-		expand := func(w string) string {
-			return os.Expand(w, func(name string) string {
-				v, ok := vars[name]
-				if !ok {
-					unknown = append(unknown, name)
-				}
-				return v
-			})
-		}
-		args := []string{"build"}
-		for i := 0; i < len(s.buildArgs); i++ {
-			a := expand(s.buildArgs[i])
-			if a == "-o" && i+1 < len(s.buildArgs) {
-				args = append(args, "-o", builtBin)
-				i++
-				continue
+	vars := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH, "VERSION": testVersion}
+	var unknown []string
+	expand := func(w string) string {
+		return os.Expand(w, func(name string) string {
+			v, ok := vars[name]
+			if !ok {
+				unknown = append(unknown, name)
 			}
-			args = append(args, a)
-		}
-		env := os.Environ()
-		for k, v := range s.buildEnv {
-			env = append(env, k+"="+expand(v))
-		}
-		if len(unknown) > 0 {
-			buildErr = fmt.Errorf("Dockerfile go build uses variables the test does not know: %q", unknown)
-			return
-		}
-		cmd := exec.Command("go", args...)
-		cmd.Dir = repoRoot
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+			return v
+		})
 	}
-	return builtBin
+	var spec proctest.Spec
+	for i := 0; i < len(s.buildArgs); i++ {
+		a := expand(s.buildArgs[i])
+		switch {
+		case a == "-o" && i+1 < len(s.buildArgs):
+			i++ // the harness writes to a directory of its own
+		case i == len(s.buildArgs)-1 && !strings.HasPrefix(a, "-"):
+			spec.Package = a
+		default:
+			spec.Flags = append(spec.Flags, a)
+		}
+	}
+	for k, v := range s.buildEnv {
+		spec.Env = append(spec.Env, k+"="+expand(v))
+	}
+	slices.Sort(spec.Env) // one spec, one build, whatever the map's order
+	if len(unknown) > 0 {
+		t.Fatalf("Dockerfile go build uses variables the test does not know: %q", unknown)
+	}
+	if spec.Package == "" {
+		t.Fatalf("Dockerfile go build %q names no package last", s.buildArgs)
+	}
+	return proctest.Build(t, spec)
 }
 
 func TestBinaryIsStatic(t *testing.T) {
@@ -155,18 +131,6 @@ func TestBinaryVersion(t *testing.T) {
 	}
 }
 
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestImageHealthcheck runs the image's binary as the image would (its
 // default config, its ENV) on free ports, and the HEALTHCHECK command
 // against it: the command fails while nothing listens and succeeds once the
@@ -174,15 +138,14 @@ func freeAddr(t *testing.T) string {
 func TestImageHealthcheck(t *testing.T) {
 	s := readImageSpec(t)
 	bin := dockerBuiltBinary(t)
-	listen, admin := freeAddr(t), freeAddr(t)
 
 	hc := slices.Clone(s.healthcheck)
 	hc[0] = bin
 	i := slices.Index(hc, "-url")
 	u := healthcheckURL(t, hc)
-	u.Host = admin
-	hc[i+1] = u.String()
-	probe := func(ctx context.Context) error {
+	probe := func(ctx context.Context, admin string) error {
+		u.Host = admin
+		hc[i+1] = u.String()
 		out, err := exec.CommandContext(ctx, hc[0], hc[1:]...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
@@ -190,72 +153,63 @@ func TestImageHealthcheck(t *testing.T) {
 		return nil
 	}
 
-	if err := probe(t.Context()); err == nil {
-		t.Fatal("the healthcheck succeeded with no gateway running")
+	// Nothing listens on a port this test holds open without serving.
+	idle, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	go func() {
+		for {
+			c, err := idle.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if err := probe(t.Context(), idle.Addr().String()); err == nil {
+		t.Fatal("the healthcheck succeeded with no gateway answering")
 	}
 
+	// The image's ENV, with its listeners moved to port 0 on loopback.
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	for k, v := range s.env {
 		switch k {
-		case "QUOTAGATE_SERVER_LISTEN":
-			v = listen
-		case "QUOTAGATE_SERVER_ADMIN_LISTEN":
-			v = admin
+		case "QUOTAGATE_SERVER_LISTEN", "QUOTAGATE_SERVER_ADMIN_LISTEN":
+			v = "127.0.0.1:0"
 		}
 		env = append(env, k+"="+v)
 	}
-	var logs bytes.Buffer
-	gw := exec.Command(bin, "-config", repoPath(s.copies[s.configPath]))
-	gw.Env = env
-	gw.Stdout, gw.Stderr = &logs, &logs
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
+	gw := proctest.Start(t, bin, proctest.Options{Name: "image", Args: []string{"-config", repoPath(s.copies[s.configPath])}, Env: env})
+
+	// The image listens where its ENV says, not where config.yaml does.
+	if _, port, _ := net.SplitHostPort(gw.Listen); port == "8080" || port == "0" {
+		t.Errorf("gateway listener %s: want the port ENV's port 0 picked", gw.Listen)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- gw.Wait() }()
-	defer func() {
-		_ = gw.Process.Kill()
-		<-exited
-	}()
 
 	// Probe as Docker does, until the gateway is ready.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(proctest.StartTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		err := probe(ctx)
+		err := probe(ctx, gw.AdminListen)
 		cancel()
 		if err == nil {
 			break
 		}
-		select {
-		case werr := <-exited:
-			exited <- werr
-			t.Fatalf("the gateway exited (%v) before it was healthy; logs:\n%s", werr, logs.String())
-		default:
+		if gw.Exited() {
+			t.Fatalf("the gateway exited (%v) before it was healthy", gw.ExitErr())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("healthcheck never succeeded: %v; logs:\n%s", err, logs.String())
+			proctest.FatalOverrun(t, "healthcheck never succeeded within %v: %v", proctest.StartTimeout, err)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a separate process, as Docker's interval does
 	}
 
-	// The image listens where its ENV says, not where config.yaml does.
-	if _, err := (&net.Dialer{Timeout: time.Second}).Dial("tcp", listen); err != nil {
-		t.Errorf("gateway listener %s: %v", listen, err)
-	}
-
 	// docker stop sends SIGTERM: the gateway exits 0.
-	if err := gw.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		exited <- err
-		if err != nil {
-			t.Errorf("gateway exit after SIGTERM: %v; logs:\n%s", err, logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Errorf("gateway still running 15s after SIGTERM; logs:\n%s", logs.String())
+	gw.Signal(syscall.SIGTERM)
+	if err := gw.Wait(15 * time.Second); err != nil {
+		t.Errorf("gateway exit after SIGTERM: %v", err)
 	}
 }
 
