@@ -295,7 +295,9 @@ func (g *Gateway) forward() http.Handler {
 		st := stateFrom(r.Context())
 		start := time.Now()
 		st.route.proxy.ServeHTTP(w, r)
-		if m := g.opts.Metrics; m != nil {
+		// A switched protocol returns when its tunnel closes: that is the
+		// tunnel's life, not the upstream's answer time.
+		if m := g.opts.Metrics; m != nil && st.rec.status != http.StatusSwitchingProtocols {
 			m.UpstreamDuration(r.Context(), st.route.name, time.Since(start))
 		}
 	})

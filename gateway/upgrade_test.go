@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -157,4 +158,37 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestWebSocketMetrics: a WebSocket is one request with code 101, and its
+// tunnel's life is not an upstream duration.
+func TestWebSocketMetrics(t *testing.T) {
+	o := newObservedFixture(t)
+	up := upgradetest.NewUpstream(t)
+	o.useUpstream(t, upgradeConfig, up.URL)
+	pub, _, _ := o.serve(t)
+	c := upgradetest.Dial(t, pub)
+	if resp, _ := c.Send(get("/v1/ws/101-websocket", upgradetest.WebSocket)); resp == nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v", resp)
+	}
+	c.Raw.Close()
+	want := `quotagate_requests_total{code="101",route="ws"} 1`
+	var body string
+	for deadline := time.Now().Add(waitFor); ; {
+		rec := httptest.NewRecorder()
+		o.metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if body = rec.Body.String(); strings.Contains(body, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after the tunnel closed:\n%s", want, body)
+		}
+		time.Sleep(5 * time.Millisecond) // the request is recorded when the tunnel's copy ends
+	}
+	if !strings.Contains(body, `quotagate_upstream_duration_seconds_count{route="ws"} 0`) {
+		t.Errorf("the tunnel was recorded as an upstream duration")
+	}
+	if n := strings.Count(body, `route="ws"} 1`); n != 1 {
+		t.Errorf("%d series of route ws at 1, want only the 101 request", n)
+	}
 }
