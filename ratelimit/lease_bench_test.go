@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/benchloop"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 )
@@ -62,7 +63,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			_, s1, _ := commandCalls(b, srv)
-			reportLatency(b, lat, elapsed)
+			benchloop.ReportLatency(b, lat, elapsed)
 			if n := admitted.Load(); n > 0 {
 				b.ReportMetric(float64(s1-s0)/float64(n), "scripts/admitted")
 			}

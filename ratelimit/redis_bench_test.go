@@ -3,15 +3,12 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/benchloop"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 )
@@ -49,60 +46,20 @@ func BenchmarkRedisDecide(b *testing.B) {
 	}
 }
 
-// benchDecide runs b.N admitted decisions over conc callers.
+// benchDecide runs b.N admitted decisions over conc callers. Its CPU
+// figure is the benchmark process's (the store, go-redis and the loop
+// around them; redis-server runs in a process of its own): what the client
+// takes from a host it shares with Redis.
 func benchDecide(b *testing.B, s ratelimit.Store, conc int) {
 	prefix := redistest.KeyPrefix(b)
 	warmUp(b, s, benchItems(prefix, 0))
-	var seq atomic.Int64
-	var mu sync.Mutex
-	var lat []time.Duration
-	worker := func(next func() bool) {
-		local := make([]time.Duration, 0, 1024)
-		for next() {
-			items := benchItems(prefix, int(seq.Add(1))%benchTenants)
-			start := time.Now()
-			d, err := s.Decide(context.Background(), items)
-			local = append(local, time.Since(start))
-			if err != nil || !d.Allowed {
-				b.Errorf("Decide: %+v %v", d, err)
-				return
-			}
+	benchloop.Run(b, conc, "client-cpu-µs/op", func(seq int) error {
+		d, err := s.Decide(context.Background(), benchItems(prefix, seq%benchTenants))
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("denied: %+v", d)
 		}
-		mu.Lock()
-		lat = append(lat, local...)
-		mu.Unlock()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0, cpuOK := processCPU()
-	start := time.Now()
-	if conc == 1 {
-		i := 0
-		worker(func() bool { i++; return i <= b.N })
-	} else {
-		b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
-		b.RunParallel(func(pb *testing.PB) { worker(pb.Next) })
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	// The benchmark process's CPU per decision (the store, go-redis and
-	// the loop around them; redis-server runs in a process of its own):
-	// what the client takes from a host it shares with Redis.
-	if cpu1, ok := processCPU(); ok && cpuOK && b.N > 0 {
-		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "client-cpu-µs/op")
-	}
-	reportLatency(b, lat, elapsed)
-}
-
-func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
-	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "decisions/s")
-	b.ReportMetric(pct(0.50), "p50-µs")
-	b.ReportMetric(pct(0.99), "p99-µs")
+		return err
+	})
 }
 
 // commandCalls returns the number of commands the server has run, from

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -82,6 +83,9 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
+	// A fixed pool of stream workers instead of a goroutine per call: the
+	// calls are small and many.
+	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	s.grpc = grpc.NewServer(gopts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, NewService(e, cfg.RLS.ResponseHeaders))
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -1,15 +1,15 @@
 //go:build unix
 
-package ratelimit_test
+package benchloop
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) this process has used
+// ProcessCPU returns the CPU time (user and system) this process has used
 // so far, and whether it could be read.
-func processCPU() (time.Duration, bool) {
+func ProcessCPU() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false
