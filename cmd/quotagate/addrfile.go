@@ -38,7 +38,10 @@ func (ds *decisionService) close() {
 	if ds == nil {
 		return
 	}
-	ds.grpc.Close()
-	ds.http.Close()
+	for _, l := range []net.Listener{ds.grpc, ds.http} {
+		if l != nil { // a listener that is off is nil
+			l.Close()
+		}
+	}
 	_ = ds.closeStore()
 }
