@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,17 +38,24 @@ type rlsProc struct {
 	Conn       *grpc.ClientConn
 }
 
-// startRLS runs the binary with the decision service on, deciding on Redis
-// at addr under prefix, with rls.on_store_error mode, and connects a gRPC
-// client to it.
+// startRLS runs the binary with the decision service on rlsFiles,
+// deciding on Redis at addr under prefix, with rls.on_store_error mode,
+// and connects a gRPC client to it.
 func startRLS(t *testing.T, name, addr, prefix, mode string) *rlsProc {
 	t.Helper()
-	files, _ := json.Marshal(rlsFiles)
+	return startRLSFiles(t, name, addr, prefix, mode, rlsFiles, "1s", "50ms")
+}
+
+// startRLSFiles is startRLS on the given descriptor files, watching the
+// configuration every watch.
+func startRLSFiles(t *testing.T, name, addr, prefix, mode string, descriptorFiles []string, watch, timeout string) *rlsProc {
+	t.Helper()
+	files, _ := json.Marshal(descriptorFiles)
 	cfg := fmt.Sprintf(`server: {listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0"}
 store:
   kind: redis
   fleet_size: 2
-  redis: {addrs: [%q], timeout: 50ms, key_prefix: %q}
+  redis: {addrs: [%q], timeout: %s, key_prefix: %q}
 identity: {anonymous: {tier: anonymous}}
 tiers: {anonymous: {}}
 upstreams: {app: {url: "echo:"}}
@@ -58,12 +66,12 @@ rls:
   config_files: %s
   on_store_error: %s
   response_headers: true
-`, addr, prefix, files, mode)
+`, addr, timeout, prefix, files, mode)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: name, Args: []string{"-config", path}})
+	p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: name, Args: []string{"-config", path, "-watch-interval", watch}})
 	rp := &rlsProc{Proc: p}
 	for _, line := range strings.Split(p.Logs.String(), "\n") {
 		var rec struct{ Msg, Listen, HTTP_Listen string }
@@ -120,7 +128,12 @@ func redisMinute(t *testing.T, rs *redistest.Server) int64 {
 func TestRLSFleetExactAdmission(t *testing.T) {
 	rs := redistest.Shared(t)
 	prefix := rlsPrefix()
-	procs := []*rlsProc{startRLS(t, "rls-a", rs.Addr, prefix, "unavailable"), startRLS(t, "rls-b", rs.Addr, prefix, "unavailable")}
+	// The store's longest timeout: this test is about exactness, and a busy
+	// machine must not turn answers into UNAVAILABLE.
+	start := func(name string) *rlsProc {
+		return startRLSFiles(t, name, rs.Addr, prefix, "unavailable", rlsFiles, "1s", "1s")
+	}
+	procs := []*rlsProc{start("rls-a"), start("rls-b")}
 	const callers, each = 64, 3
 	for attempt := range 3 {
 		addr := fmt.Sprintf("198.51.100.%d", attempt+1)
@@ -222,6 +235,28 @@ func TestRLSDescriptorSemantics(t *testing.T) {
 		t.Fatalf("unknown domain: %v, %v", r, err)
 	}
 
+	// Decisions are counted by configured path; no client value appears.
+	resp, err := http.Get(p.AdminURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`quotagate_decisions_total{policy="edge.client.path_/login",result="allowed",stage="rls"} 3`,
+		`quotagate_decisions_total{policy="edge.client.path_/login",result="denied",stage="rls"} 1`,
+		`quotagate_decisions_total{policy="edge.experiment_new_quota",result="shadow_denied",stage="rls"} 2`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, raw := range []string{"203.0.113.77", "c1", "/x"} {
+		if strings.Contains(string(metrics), raw) {
+			t.Errorf("/metrics holds the client value %q", raw)
+		}
+	}
+
 	// The HTTP check API on the same engine: a dry run reports without
 	// consuming.
 	body := `{"domain": "db_calls", "descriptors": [[{"key": "database", "value": "accounts"}]], "hits": 500, "dry_run": true}`
@@ -294,4 +329,66 @@ func postJSON(t *testing.T, url, body string) (int, map[string]any) {
 		t.Fatalf("POST %s: %v", url, err)
 	}
 	return resp.StatusCode, out
+}
+
+// TestRLSHotReload: a change to a descriptor file takes effect without a
+// restart; a broken file is rejected and the live rules stay.
+func TestRLSHotReload(t *testing.T) {
+	rs := redistest.Shared(t)
+	file := filepath.Join(t.TempDir(), "reload.yaml")
+	write := func(body string) {
+		t.Helper()
+		tmp := file + ".tmp" // replaced atomically, as editors and ConfigMaps do
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("domain: reload\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	p := startRLSFiles(t, "rls-reload", rs.Addr, rlsPrefix(), "unavailable", []string{file}, "50ms", "1s")
+	limit := func() uint32 {
+		t.Helper()
+		resp, err := p.Client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "reload",
+			HitsAddend: 0, Descriptors: []*commonv3.RateLimitDescriptor{pbDescriptor("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if got := limit(); got != 5 {
+		t.Fatalf("limit %d, want 5", got)
+	}
+	waitLimit := func(want uint32) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for limit() != want {
+			if time.Now().After(deadline) {
+				proctest.FatalOverrun(t, "the limit did not become %d within 20s (%s)", want, proctest.LoadAverage())
+			}
+			time.Sleep(20 * time.Millisecond) // polling a process, no clock to inject
+		}
+	}
+	write("domain: reload\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n")
+	waitLimit(7)
+
+	// A broken file is rejected: the process logs why and keeps 7.
+	write("domain: reload\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 9, burts: 1}\n")
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Logs.Count("rls reload rejected") == 0 {
+		if time.Now().After(deadline) {
+			proctest.FatalOverrun(t, "no rejected reload logged within 20s (%s)", proctest.LoadAverage())
+		}
+		select {
+		case <-p.Logs.Changed():
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	if !strings.Contains(p.Logs.String(), "burts: unknown key") {
+		t.Errorf("the rejection does not name the key:\n%s", p.Logs.Tail(5))
+	}
+	if got := limit(); got != 7 {
+		t.Fatalf("after a broken file the limit is %d, want the live 7", got)
+	}
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
@@ -290,5 +293,29 @@ func TestDecideOnStoreError(t *testing.T) {
 	r, err := e.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc("status_probe", "x")}})
 	if err != nil || r.Overall != OK || r.Fallback != "open" {
 		t.Errorf("rule on_store_error open: %+v, %v", r, err)
+	}
+}
+
+func TestDecideSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	e, _ := newTestEngine(t, Options{TracerProvider: tp})
+	decide(t, e, Request{Domain: "edge", Hits: 11, Descriptors: []Descriptor{desc("remote_address", "192.0.2.99")}})
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "quotagate.rls.decide" {
+		t.Fatalf("spans = %v", spans)
+	}
+	attrs := map[string]string{}
+	for _, kv := range spans[0].Attributes {
+		attrs[string(kv.Key)] = kv.Value.String()
+	}
+	if attrs["quotagate.domain"] != "edge" || attrs["quotagate.decision"] != "OVER_LIMIT" || attrs["quotagate.descriptors"] != "1" {
+		t.Errorf("attributes = %v", attrs)
+	}
+	for k, v := range attrs {
+		if strings.Contains(v, "192.0.2.99") {
+			t.Errorf("attribute %s holds the client value", k)
+		}
 	}
 }
