@@ -29,6 +29,8 @@ func ownHeaders(out *http.Request) {
 			switch name {
 			case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
 				// Set by the proxy: the trusted chain, the peer, our host and scheme.
+			case "X-Request-Id", "X-Quotagate-Tenant":
+				// Checked below; kept when they already hold our value.
 			default:
 				delete(h, name)
 			}
@@ -43,11 +45,23 @@ func ownHeaders(out *http.Request) {
 	}
 	st := stateFrom(out.Context())
 	if st == nil {
+		delete(h, "X-Request-Id")
+		delete(h, "X-Quotagate-Tenant")
 		return
 	}
-	h["X-Request-Id"] = []string{st.requestID}
-	if st.caller.Kind != identity.KindAnonymous {
-		h["X-Quotagate-Tenant"] = []string{st.caller.Tenant}
+	setOnly(h, "X-Request-Id", st.requestID)
+	if st.caller.Kind == identity.KindAnonymous {
+		delete(h, "X-Quotagate-Tenant")
+	} else {
+		setOnly(h, "X-Quotagate-Tenant", st.caller.Tenant)
+	}
+}
+
+// setOnly makes v the one value of h[name], reusing the slice when it
+// already is (the inbound header the earlier stages set, in the common case).
+func setOnly(h http.Header, name, v string) {
+	if old := h[name]; len(old) != 1 || old[0] != v {
+		h[name] = []string{v}
 	}
 }
 

@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +139,34 @@ func TestOwnedTrailersAreDropped(t *testing.T) {
 	}
 	if v := up.Header.Get("X-Quotagate-Tenant"); v != "acme" {
 		t.Errorf("upstream X-Quotagate-Tenant = %q, want acme", v)
+	}
+}
+
+// BenchmarkOwnHeaders is the per-request cost of taking ownership of the
+// headers of a typical forwarded request (ten headers, one spoofed).
+func BenchmarkOwnHeaders(b *testing.B) {
+	st := &requestState{requestID: "abc-123"}
+	st.caller.Tenant = "acme"
+	ctx := context.WithValue(context.Background(), stateKey{}, st)
+	in := http.Header{
+		"Accept": {"*/*"}, "User-Agent": {"curl/8"}, "Content-Type": {"application/json"},
+		"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "Cookie": {"a=b"},
+		"X-Request-Id": {"abc-123"}, "X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Host": {"gw"},
+		"X-Forwarded-Proto": {"http"}, "X_quotagate_tenant": {"evil"},
+	}
+	out := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+	// "clone" is the copy of the headers alone, for comparison: the
+	// reverse proxy makes it for every request anyway.
+	for _, own := range []bool{false, true} {
+		name := map[bool]string{false: "clone", true: "clone+own"}[own]
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				out.Header = in.Clone()
+				if own {
+					ownHeaders(out)
+				}
+			}
+		})
 	}
 }
