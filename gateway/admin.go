@@ -74,17 +74,15 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no configuration"})
 		return
 	}
-	if f := p.backend.AllDown; f != nil && f() {
+	if p.store.Health().AllDown {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store circuit open"})
 		return
 	}
-	if ping := p.backend.Ping; ping != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		if err := ping(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unreachable"})
-			return
-		}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := p.store.Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unreachable"})
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

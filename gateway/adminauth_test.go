@@ -39,8 +39,8 @@ func adminGateway(t *testing.T, serverLines string) (*fixture, error) {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(config.Store) (*Backend, error) {
-		return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: f.clock.Now})}, nil
+	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+		return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 	}})
 	if err != nil {
 		return nil, err

@@ -42,8 +42,8 @@ func benchGateway(b *testing.B, keys int, opts ...func(*Options)) *Gateway {
 		b.Fatal(err)
 	}
 	o := Options{Transport: proxy.NewTransport(proxy.TransportOptions{}),
-		OpenStore: func(config.Store) (*Backend, error) {
-			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})}, nil
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+			return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
 		}}
 	for _, f := range opts {
 		f(&o)

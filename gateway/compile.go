@@ -44,11 +44,14 @@ type boundPolicy struct {
 	// the subject's hash prepared once per configuration.
 	pattern routes.KeyPattern
 	limit   ratelimit.Limit
-	// share is this instance's part of limit, used when the store fails and
-	// onError is OnErrorLocal.
+	// share is this instance's part of limit, which the store's Fallback
+	// enforces when the store fails and onError is OnErrorLocal; it is
+	// kept to advertise it and checked at compile time.
 	share ratelimit.Limit
-	// quota and window are what RateLimit-Policy advertises: q units per w seconds.
-	quota, window int64
+	// quota and window are what RateLimit-Policy advertises: q units per w
+	// seconds; shareQuota and shareWindow the same for share.
+	quota, window           int64
+	shareQuota, shareWindow int64
 }
 
 // compileRoutes binds every route of cfg, which must have passed Validate,
@@ -140,7 +143,7 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: localShare(lim, alg, fleet, rc.Cost),
+		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, rc.Cost),
 	}
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
@@ -158,28 +161,8 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 		return boundPolicy{}, err
 	}
 	bp.quota, bp.window = advertised(bp.limit, alg)
+	bp.shareQuota, bp.shareWindow = advertised(bp.share, alg)
 	return bp, nil
-}
-
-// localShare is this instance's part of a fleet-wide limit: the rate and
-// burst divided by the fleet size, rounded up so that a share is never zero,
-// and a capacity never below the route's cost (a request the full limit
-// could admit stays admissible). Rounding up means a fleet that falls back
-// all at once admits at most fleet-1 units more than the limit per period.
-func localShare(l ratelimit.Limit, alg ratelimit.Algorithm, fleet, cost int64) ratelimit.Limit {
-	div := func(v int64) int64 {
-		if v == 0 {
-			return 0
-		}
-		return (v + fleet - 1) / fleet
-	}
-	s := ratelimit.Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst)}
-	if alg == ratelimit.TokenBucket {
-		s.Burst = max(s.Burst, cost)
-	} else {
-		s.Rate = max(s.Rate, cost)
-	}
-	return s
 }
 
 // advertised returns the quota and window (whole seconds, at least 1) that

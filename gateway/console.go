@@ -117,8 +117,6 @@ func (g *Gateway) consoleStateHandler(w http.ResponseWriter, _ *http.Request) {
 		}
 		st.LastReload = &consoleReload{Result: res, At: r.at.UTC().Format(time.RFC3339)}
 	}
-	if f := p.backend.BreakerState; f != nil {
-		st.BreakerState = f()
-	}
+	st.BreakerState = breakerGauge(p.store.Health().Breaker)
 	writeJSON(w, http.StatusOK, st)
 }

@@ -82,7 +82,7 @@ func TestConsoleState(t *testing.T) {
 	if len(st.ConfigVersion) != 12 || st.LastReload != nil {
 		t.Errorf("config_version %q last_reload %+v, want 12 hex digits and no reload yet", st.ConfigVersion, st.LastReload)
 	}
-	f.clock.Advance(time.Minute)
+	f.clock.Add(time.Minute)
 	f.gw.RejectReload()
 	after := get()
 	if after.LastReload == nil || after.LastReload.Result != "error" || after.LastReload.At != f.clock.Now().UTC().Format(time.RFC3339) {

@@ -27,27 +27,10 @@ import (
 	"github.com/quotagate/quotagate/telemetry"
 )
 
-// Backend is the global (stage 2) store of a gateway together with what the
-// admin server needs to know about it.
-type Backend struct {
-	// Store decides; it is already wrapped in a circuit breaker where one is wanted.
-	Store ratelimit.Store
-	// Ping reports whether the store answers; nil means it always does.
-	Ping func(ctx context.Context) error
-	// BreakerState reports 0 closed, 1 half-open, 2 open (the worst over the
-	// store's failure domains); nil means always 0.
-	BreakerState func() int64
-	// AllDown reports whether no decision can reach the store at all (every
-	// failure domain's breaker is open); nil means never.
-	AllDown func() bool
-	// RetryAfter is what a 503 caused by this store advertises in
-	// Retry-After: about the time until the store is probed again.
-	RetryAfter time.Duration
-}
-
-// OpenStore builds the backend for a store configuration. It is called at
-// start and on every reload whose store section changed.
-type OpenStore func(cfg config.Store) (*Backend, error)
+// OpenStore builds the stage-2 decision stack for a store configuration
+// (see ratelimit.Stack). It is called at start and on every reload whose
+// store section changed; the gateway owns the stack it returns.
+type OpenStore func(cfg config.Store) (*ratelimit.Stack, error)
 
 // Options are the parts of a Gateway that do not come from the config file.
 // Nil fields take the documented defaults.
@@ -79,7 +62,6 @@ type Gateway struct {
 	opts     Options
 	tracer   trace.Tracer
 	live     atomic.Pointer[pipeline]
-	fallback *ratelimit.MemoryStore // this instance's share when the store fails
 	logLimit *telemetry.LogLimiter
 	tracing  bool // a TracerProvider was given
 	hot      *ratelimit.HotKeys
@@ -90,10 +72,14 @@ type Gateway struct {
 	lastReload  atomic.Pointer[reloadRecord] // nil until a reload was attempted
 	configSince atomic.Pointer[time.Time]    // when the live configuration was loaded
 
-	mu        sync.Mutex // serializes reloads
-	storeCfg  config.Store
-	denials   atomic.Uint64
-	closeOnce sync.Once
+	mu       sync.Mutex // serializes reloads and Close; guards what follows
+	storeCfg config.Store
+	// retiring holds the stacks replaced by a reload, each with the timer
+	// that closes it after the grace period; Close closes them at once.
+	retiring map[*ratelimit.Stack]*time.Timer
+	closed   bool
+	timers   sync.WaitGroup // retire callbacks not yet finished
+	denials  atomic.Uint64
 }
 
 // New builds a gateway for cfg, which must have passed Validate.
@@ -105,7 +91,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		hot:      ratelimit.NewHotKeys(ratelimit.HotKeysOptions{}),
 		opts:     o,
 		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
-		fallback: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now}),
+		retiring: map[*ratelimit.Stack]*time.Timer{},
 		logLimit: telemetry.NewLogLimiter(5, 10*time.Second, o.Now),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)
@@ -113,13 +99,13 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.admin.Store(admin)
-	backend, err := o.OpenStore(cfg.Store)
+	store, err := o.OpenStore(cfg.Store)
 	if err != nil {
 		return nil, err
 	}
-	p, err := g.build(cfg, nil, backend)
+	p, err := g.build(cfg, nil, store)
 	if err != nil {
-		_ = backend.Store.Close()
+		_ = store.Close()
 		return nil, err
 	}
 	g.storeCfg = cfg.Store
@@ -127,15 +113,10 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	since := o.Now()
 	g.configSince.Store(&since)
 	o.Metrics.Prime(metricSeries(cfg))
-	g.checkStore(cfg, backend)
+	g.checkStore(cfg, store)
 	if o.Metrics != nil {
 		err := o.Metrics.ObserveGauges(
-			func() int64 {
-				if f := g.live.Load().backend.BreakerState; f != nil {
-					return f()
-				}
-				return 0
-			},
+			func() int64 { return breakerGauge(g.live.Load().store.Health().Breaker) },
 			func() int64 {
 				var n int64
 				for _, s := range g.live.Load().tiers {
@@ -187,15 +168,26 @@ func (o *Options) fill() {
 			tracer: o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway")}
 	}
 	if o.OpenStore == nil {
-		o.OpenStore = func(config.Store) (*Backend, error) {
-			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now})}, nil
+		o.OpenStore = func(c config.Store) (*ratelimit.Stack, error) {
+			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: o.Now, FleetSize: c.FleetSize}), nil
 		}
 	}
 }
 
+// breakerGauge maps a breaker state to the value of the breaker gauge.
+func breakerGauge(s ratelimit.BreakerState) int64 {
+	switch s {
+	case ratelimit.BreakerOpen:
+		return telemetry.BreakerOpen
+	case ratelimit.BreakerHalfOpen:
+		return telemetry.BreakerHalfOpen
+	}
+	return telemetry.BreakerClosed
+}
+
 // build compiles cfg into a pipeline with its handler chain.
-func (g *Gateway) build(cfg *config.Config, prev *pipeline, backend *Backend) (*pipeline, error) {
-	p, err := buildPipeline(cfg, prev, backend, &g.opts)
+func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *ratelimit.Stack) (*pipeline, error) {
+	p, err := buildPipeline(cfg, prev, store, &g.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -221,30 +213,34 @@ func (g *Gateway) Config() *config.Config { return g.live.Load().cfg }
 // Validate. The new pipeline is built completely before it is swapped in, so
 // requests see either the old or the new configuration, never a mix; on error
 // the old one stays. The store is reopened only when its section changed;
-// the old store is closed after grace, once in-flight requests are done with it.
+// the old store is closed after grace, once in-flight requests are done with
+// it, or by Close if that comes first. A closed gateway refuses to reload.
 func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed {
+		return errors.New("gateway: reload after Close")
+	}
 	admin, err := newAdminAccess(cfg, g.opts.Getenv)
 	if err != nil {
 		g.reloaded(false)
 		return err
 	}
 	old := g.live.Load()
-	backend := old.backend
+	store := old.store
 	storeChanged := !reflect.DeepEqual(cfg.Store, g.storeCfg)
 	if storeChanged {
-		b, err := g.opts.OpenStore(cfg.Store)
+		s, err := g.opts.OpenStore(cfg.Store)
 		if err != nil {
 			g.reloaded(false)
 			return err
 		}
-		backend = b
+		store = s
 	}
-	p, err := g.build(cfg, old, backend)
+	p, err := g.build(cfg, old, store)
 	if err != nil {
 		if storeChanged {
-			_ = backend.Store.Close()
+			_ = store.Close()
 		}
 		g.reloaded(false)
 		return err
@@ -254,12 +250,26 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 	g.opts.Metrics.Prime(metricSeries(cfg))
 	if storeChanged {
 		g.storeCfg = cfg.Store
-		oldStore := old.backend.Store
-		time.AfterFunc(grace, func() { _ = oldStore.Close() })
+		g.retire(old.store, grace)
 	}
 	g.reloaded(true)
-	g.checkStore(cfg, backend)
+	g.checkStore(cfg, store)
 	return nil
+}
+
+// retire closes s after grace, unless Close closes it first. g.mu is held.
+func (g *Gateway) retire(s *ratelimit.Stack, grace time.Duration) {
+	g.timers.Add(1)
+	g.retiring[s] = time.AfterFunc(grace, func() {
+		defer g.timers.Done()
+		g.mu.Lock()
+		_, ok := g.retiring[s]
+		delete(g.retiring, s)
+		g.mu.Unlock()
+		if ok {
+			_ = s.Close()
+		}
+	})
 }
 
 // RejectReload records a reload that failed before a configuration could be
@@ -279,13 +289,29 @@ func (g *Gateway) reloaded(ok bool) {
 	}
 }
 
-// Close releases the store and the fallback store.
+// Close releases the live store and those that reloads replaced, without
+// waiting for their grace periods; when it returns, no store is closed
+// later. Calls after the first do nothing.
 func (g *Gateway) Close() error {
-	var err error
-	g.closeOnce.Do(func() {
-		err = errors.Join(g.live.Load().backend.Store.Close(), g.fallback.Close())
-	})
-	return err
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	retiring := g.retiring
+	g.retiring = nil
+	g.mu.Unlock()
+
+	errs := []error{g.live.Load().store.Close()}
+	for s, t := range retiring {
+		if t.Stop() {
+			g.timers.Done() // its callback will never run
+		}
+		errs = append(errs, s.Close())
+	}
+	g.timers.Wait()
+	return errors.Join(errs...)
 }
 
 // forward is the last stage: it hands the request to the route's upstream

@@ -19,7 +19,9 @@ import (
 // (see ratelimit.Store for policies of the route and global scopes, which
 // live in other slots and are decided first). Shadow policies are evaluated
 // and counted but never deny. When the store cannot decide, each policy
-// applies its on_store_error mode.
+// applies its on_store_error mode in the store's Fallback layer, and this
+// stage records what it decided. It reads: build items, Decide, record,
+// respond.
 func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +42,8 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 						Message: "caller has no identity", RequestID: st.requestID})
 					return
 				}
-				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow, Lease: bp.lease}
+				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow,
+					OnError: bp.onError, Lease: bp.lease}
 			}
 
 			// The last item is the tenant's slot (shared scopes come first).
@@ -53,22 +56,38 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 					attribute.String("quotagate.caller", st.caller.ID))
 			}
 			start := time.Now()
-			d, err := p.backend.Store.Decide(ctx, items)
+			d, err := p.store.Decide(ctx, items)
 			elapsed := time.Since(start)
 			if m := g.opts.Metrics; m != nil {
 				m.DecisionDuration(ctx, "global", elapsed)
 				m.StoreCall(ctx, "decide", elapsed)
 			}
 			if err != nil {
-				allowed := g.storeFailed(ctx, w, span, st, p, items, err)
+				// Only items without a valid on_store_error fail, and the
+				// compile step binds none: refuse rather than guess.
+				span.RecordError(err)
 				span.End()
-				if allowed {
-					setRateLimitHeaders(w.Header(), st.limit)
-					next.ServeHTTP(w, r)
-				}
+				g.unavailable(w, st, ps[0].name, time.Second)
 				return
 			}
-			allowed, view, violated := g.record(ctx, span, ps, d, "global")
+			if d.Failure != nil {
+				g.storeFailed(ctx, span, ps, d.Failure)
+				if d.Unavailable {
+					closedBy := closedPolicy(ps, d)
+					span.SetAttributes(attribute.String("quotagate.decision", "unavailable"), attribute.String("quotagate.policy", closedBy))
+					span.End()
+					g.unavailable(w, st, closedBy, d.RetryAfter)
+					return
+				}
+				if !decidedLocally(d) {
+					span.SetAttributes(attribute.String("quotagate.decision", "fail_open"))
+					span.End()
+					setRateLimitHeaders(w.Header(), st.limit)
+					next.ServeHTTP(w, r)
+					return
+				}
+			}
+			allowed, view, violated := g.record(ctx, span, ps, d)
 			span.End()
 			st.limit = view
 			if !allowed {
@@ -84,13 +103,22 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 // record counts a decision per policy, annotates the span, and returns what
 // the response should say: the policy that decided and the violated ones.
 // In a denied decision only the denying policies are counted (as denied);
-// the others neither consumed nor decided.
-func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy, d ratelimit.Decision, stage string) (bool, rateLimitView, []string) {
+// the others neither consumed nor decided. A decision the store could not
+// make (d.Failure) is recorded for the policies decided on their local
+// share only, as the "fallback" stage, advertising the share.
+func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy, d ratelimit.Decision) (bool, rateLimitView, []string) {
+	stage := "global"
+	if d.Failure != nil {
+		stage = "fallback"
+	}
 	var view rateLimitView
 	var violated []string
 	decided := -1
 	for i, res := range d.Results {
 		bp := &ps[i]
+		if d.Failure != nil && res.Fallback != ratelimit.OnErrorLocal {
+			continue
+		}
 		switch {
 		case !res.Allowed && bp.shadow:
 			g.count(ctx, bp.name, stage, "shadow_denied")
@@ -121,6 +149,9 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 	if decided >= 0 {
 		res, bp := d.Results[decided], &ps[decided]
 		view = rateLimitView{policy: bp.name, quota: bp.quota, window: bp.window, remaining: res.Remaining, retry: res.RetryAfter, reset: res.ResetAfter}
+		if res.Fallback == ratelimit.OnErrorLocal { // advertise the share that is enforced
+			view.quota, view.window = bp.shareQuota, bp.shareWindow
+		}
 		if !res.Allowed {
 			view.reset = res.RetryAfter
 		}
@@ -138,12 +169,10 @@ func (g *Gateway) count(ctx context.Context, policy, stage, result string) {
 	}
 }
 
-// storeFailed applies each policy's on_store_error mode after the store
-// could not decide, writing the response itself unless the request may go
-// on (true). closed answers 503 (it wins over the others), local decides the
-// policy on this instance's share of its limit, open allows. Every fallback
-// is counted; the warning log is itself rate-limited.
-func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span trace.Span, st *requestState, p *pipeline, items []ratelimit.Item, err error) bool {
+// storeFailed records that the store could not decide (err) and that every
+// policy fell back to its on_store_error mode: the error's kind, one count
+// per policy and mode, and a warning log, itself rate-limited.
+func (g *Gateway) storeFailed(ctx context.Context, span trace.Span, ps []boundPolicy, err error) {
 	kind := ratelimit.FailureKind(err)
 	span.RecordError(err)
 	span.SetStatus(codes.Error, "store "+kind)
@@ -155,58 +184,35 @@ func (g *Gateway) storeFailed(ctx context.Context, w http.ResponseWriter, span t
 		g.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "store failed; applying on_store_error",
 			slog.String("kind", kind), slog.String("error", err.Error()), slog.Int("suppressed", suppressed))
 	}
-
-	ps := st.policies
-	closedBy := ""
-	var local []ratelimit.Item
-	var localPs []boundPolicy
 	for i := range ps {
 		bp := &ps[i]
-		mode := bp.onError
+		mode := bp.onError.String()
 		if m != nil {
-			m.StoreFallback(ctx, bp.name, mode.String())
+			m.StoreFallback(ctx, bp.name, mode)
 		}
 		g.count(ctx, bp.name, "global", "error")
-		span.AddEvent("store_fallback", trace.WithAttributes(attribute.String("quotagate.policy", bp.name), attribute.String("mode", mode.String())))
-		switch mode {
-		case ratelimit.OnErrorClosed:
-			if !bp.shadow && closedBy == "" {
-				closedBy = bp.name
-			}
-		case ratelimit.OnErrorLocal:
-			it := items[i]
-			it.Key = "fallback:" + it.Key
-			it.Limit = bp.share
-			it.Lease = ratelimit.Lease{}
-			local = append(local, it)
-			lp := *bp // advertise the share that is enforced, not the fleet's quota
-			lp.quota, lp.window = advertised(bp.share, bp.algorithm)
-			localPs = append(localPs, lp)
+		span.AddEvent("store_fallback", trace.WithAttributes(attribute.String("quotagate.policy", bp.name), attribute.String("mode", mode)))
+	}
+}
+
+// closedPolicy names the policy that refused an Unavailable decision: the
+// first non-shadow one whose on_store_error is closed.
+func closedPolicy(ps []boundPolicy, d ratelimit.Decision) string {
+	for i, res := range d.Results {
+		if res.Fallback == ratelimit.OnErrorClosed && !ps[i].shadow {
+			return ps[i].name
 		}
 	}
-	if closedBy != "" {
-		retry := p.backend.RetryAfter
-		if retry <= 0 {
-			retry = time.Second
+	return ps[0].name
+}
+
+// decidedLocally reports whether a policy of a fallback decision was
+// decided on its local share; otherwise every policy was let through.
+func decidedLocally(d ratelimit.Decision) bool {
+	for _, res := range d.Results {
+		if res.Fallback == ratelimit.OnErrorLocal {
+			return true
 		}
-		span.SetAttributes(attribute.String("quotagate.decision", "unavailable"), attribute.String("quotagate.policy", closedBy))
-		g.unavailable(w, st, closedBy, retry)
-		return false
 	}
-	if len(local) == 0 {
-		span.SetAttributes(attribute.String("quotagate.decision", "fail_open"))
-		return true
-	}
-	d, lerr := g.fallback.Decide(ctx, local)
-	if lerr != nil { // the in-process store only fails on invalid items
-		span.SetAttributes(attribute.String("quotagate.decision", "fail_open"))
-		return true
-	}
-	allowed, view, violated := g.record(ctx, span, localPs, d, "fallback")
-	st.limit = view
-	if !allowed {
-		g.deny(w, st, view, violated)
-		return false
-	}
-	return true
+	return false
 }

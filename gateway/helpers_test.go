@@ -16,6 +16,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // Demo credentials used across the tests; the config holds their SHA-256.
@@ -29,26 +30,10 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// testClock is a settable clock shared by the local stage and the memory store.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newTestClock returns the settable clock shared by the local stage, the
+// memory store and JWT checks of a fixture.
+func newTestClock() *storetest.Clock {
+	return storetest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // baseConfig is a complete config in the shipped format; UPSTREAM, FREEHASH
@@ -177,7 +162,7 @@ const jwtSecret = "test-secret-0123456789abcdef0123456789"
 
 type fixture struct {
 	gw       *Gateway
-	clock    *testClock
+	clock    *storetest.Clock
 	upstream *upstreamRecorder
 	path     string
 }
@@ -194,8 +179,8 @@ func newFixture(t *testing.T, base string) *fixture {
 	gw, err := New(cfg, Options{
 		Now:    f.clock.Now,
 		Getenv: testGetenv,
-		OpenStore: func(config.Store) (*Backend, error) {
-			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: f.clock.Now})}, nil
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 		},
 	})
 	if err != nil {

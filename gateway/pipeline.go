@@ -23,7 +23,7 @@ type pipeline struct {
 	routes  []*route // by routes.Match.Index
 	auth    *identity.Authenticator
 	tiers   map[string]*ratelimit.LocalSet // stage 1 per tier; absent = no stage 1
-	backend *Backend
+	store   *ratelimit.Stack
 	maxBody int64
 	handler http.Handler
 }
@@ -31,8 +31,8 @@ type pipeline struct {
 // buildPipeline compiles cfg. prev, when not nil, is the pipeline being
 // replaced: stage-1 limiter sets of tiers whose local limit did not change
 // are carried over so callers keep their state across a reload.
-func buildPipeline(cfg *config.Config, prev *pipeline, backend *Backend, o *Options) (*pipeline, error) {
-	p := &pipeline{cfg: cfg, backend: backend, maxBody: cfg.Server.MaxBodyBytes}
+func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options) (*pipeline, error) {
+	p := &pipeline{cfg: cfg, store: store, maxBody: cfg.Server.MaxBodyBytes}
 
 	specs := make([]routes.Spec, len(cfg.Routes))
 	for i, r := range cfg.Routes {

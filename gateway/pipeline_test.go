@@ -117,7 +117,7 @@ func TestOverLimitAnswers429PerContract(t *testing.T) {
 	}
 	// Waiting exactly the advertised time makes the request fit again;
 	// the denied request consumed nothing.
-	f.clock.Advance(5 * time.Second)
+	f.clock.Add(5 * time.Second)
 	if w := f.do("POST", "/v1/transfers/3", bearer(freeKey), nil); w.Code != http.StatusOK {
 		t.Fatalf("after waiting: %d %s", w.Code, w.Body.String())
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
 // failureConfig has one route per on_store_error mode, on a Redis store
@@ -44,7 +46,7 @@ func newRedisFixture(t *testing.T, srv *redistest.Server) *fixture {
 	cfg.Store.Redis.KeyPrefix = "gw" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	gw, err := New(cfg, Options{
 		Now:       f.clock.Now,
-		OpenStore: func(c config.Store) (*Backend, error) { return NewRedisBackend(c.Redis, "", nil), nil },
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +54,14 @@ func newRedisFixture(t *testing.T, srv *redistest.Server) *fixture {
 	t.Cleanup(func() { _ = gw.Close() })
 	f.gw = gw
 	return f
+}
+
+// openRedisStack opens the Redis stack of c as cmd/quotagate does, with
+// password and the clock of the local shares.
+func openRedisStack(c config.Store, password string, now func() time.Time) *ratelimit.Stack {
+	r := c.Redis
+	return redisstore.Open(redisstore.Config{Addrs: r.Addrs, Password: password, PoolSize: r.PoolSize, Timeout: r.Timeout,
+		BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, Now: now, FleetSize: c.FleetSize})
 }
 
 // timed sends a request and returns the response and how long it took.

@@ -7,23 +7,21 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // storeCheckTimeout bounds the PING of checkStore.
 const storeCheckTimeout = time.Second
 
-// checkStore pings backend's store (when it has a Ping) and, if it does
+// checkStore pings the store (see ratelimit.Stack.Ping) and, if it does
 // not answer, logs one ERROR line with the cause and what cfg's policies
 // do until it answers: fail open (admit), closed (503) or local (this
 // instance's share of the limit). It runs at start and after every
 // reload; it changes nothing, since the gateway serves either way.
-func (g *Gateway) checkStore(cfg *config.Config, backend *Backend) {
-	if backend.Ping == nil {
-		return
-	}
+func (g *Gateway) checkStore(cfg *config.Config, store *ratelimit.Stack) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
 	defer cancel()
-	err := backend.Ping(ctx)
+	err := store.Ping(ctx)
 	if err == nil {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -65,7 +66,7 @@ func newStoreFixture(t *testing.T, addr string, password *string, logs *syncBuff
 	gw, err := New(cfg, Options{
 		Now:       f.clock.Now,
 		Logger:    slog.New(slog.NewJSONHandler(logs, nil)),
-		OpenStore: func(c config.Store) (*Backend, error) { return NewRedisBackend(c.Redis, *password, nil), nil },
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, *password, f.clock.Now), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestGatewayLogsStoreFailureAtStartAndReload(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := f.gw.live.Load().backend.Ping(ctx); err != nil {
+	if err := f.gw.live.Load().store.Ping(ctx); err != nil {
 		t.Fatalf("Ping after the fix: %v", err)
 	}
 	if code, _, _ := f.timed("/closed"); code != http.StatusOK {

@@ -51,8 +51,8 @@ func newObservedFixture(t *testing.T) *observed {
 	gw, err := New(cfg, Options{
 		Now: f.clock.Now, Getenv: testGetenv, Metrics: m, TracerProvider: tp,
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		OpenStore: func(config.Store) (*Backend, error) {
-			return &Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: f.clock.Now})}, nil
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 		},
 	})
 	if err != nil {

@@ -57,7 +57,8 @@ type BreakerOptions struct {
 	// others. nil means one domain for the whole store. It is called on
 	// every Decide and must be cheap and safe for concurrent use; the number
 	// of distinct names it returns must be bounded (the nodes of a cluster).
-	Partition func(items []Item) string
+	// ctx is the Decide's: a lookup it makes must honour its deadline.
+	Partition func(ctx context.Context, items []Item) string
 }
 
 // Breaker is a Store that stops calling a failing store for a while, so that
@@ -80,7 +81,7 @@ type Breaker struct {
 	failures  int
 	cooldown  time.Duration
 	now       func() time.Time
-	partition func([]Item) string
+	partition func(context.Context, []Item) string
 
 	mu    sync.Mutex
 	cells map[string]*breakerCell
@@ -116,7 +117,7 @@ func NewBreaker(s Store, opts BreakerOptions) *Breaker {
 
 // Decide calls the store unless the breaker is open (see Breaker).
 func (b *Breaker) Decide(ctx context.Context, items []Item) (Decision, error) {
-	c := b.cell(items)
+	c := b.cell(ctx, items)
 	ok, probe := b.admit(c)
 	if !ok {
 		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
@@ -127,11 +128,11 @@ func (b *Breaker) Decide(ctx context.Context, items []Item) (Decision, error) {
 }
 
 // cell returns the state of the failure domain of items.
-func (b *Breaker) cell(items []Item) *breakerCell {
+func (b *Breaker) cell(ctx context.Context, items []Item) *breakerCell {
 	if b.partition == nil {
 		return b.only
 	}
-	name := b.partition(items)
+	name := b.partition(ctx, items)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c, ok := b.cells[name]

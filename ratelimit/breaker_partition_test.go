@@ -25,7 +25,7 @@ func TestBreakerPartitionsIsolateDomains(t *testing.T) {
 	now := time.Unix(1000, 0)
 	b := NewBreaker(domainStore{down: map[string]bool{"a": true}}, BreakerOptions{
 		Failures: 2, Cooldown: time.Second, Now: func() time.Time { return now },
-		Partition: func(items []Item) string { return items[0].Key },
+		Partition: func(_ context.Context, items []Item) string { return items[0].Key },
 	})
 	call := func(key string) error {
 		_, err := b.Decide(context.Background(), []Item{{Key: key}})

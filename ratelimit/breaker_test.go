@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // flakyStore fails while err is set and counts the calls that reach it.
@@ -43,27 +43,10 @@ func (f *flakyStore) count() int {
 	return f.calls
 }
 
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 var errDown = fmt.Errorf("%w: connection refused", ratelimit.ErrUnavailable)
 
 func TestBreakerStates(t *testing.T) {
-	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	fs := &flakyStore{}
 	b := ratelimit.NewBreaker(fs, ratelimit.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
 	ctx := context.Background()
@@ -153,7 +136,7 @@ func (s *blockingStore) Decide(context.Context, []ratelimit.Item) (ratelimit.Dec
 func (s *blockingStore) Close() error { return nil }
 
 func TestBreakerOneProbeAtATime(t *testing.T) {
-	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	bs := &blockingStore{entered: make(chan struct{}), release: make(chan struct{})}
 	b := ratelimit.NewBreaker(&switchStore{first: errDown, then: bs}, ratelimit.BreakerOptions{Failures: 1, Now: clock.Now})
 	b.Decide(context.Background(), nil)
@@ -207,68 +190,5 @@ func TestBreakerStateString(t *testing.T) {
 		if got := st.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", st, got, want)
 		}
-	}
-}
-
-// TestBreakerPausedRedis opens the breaker on a hung (SIGSTOP) Redis: once
-// open, calls return far sooner than the store's timeout; after Resume and
-// the cooldown a probe closes it again.
-func TestBreakerPausedRedis(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	const timeout = 100 * time.Millisecond
-	store := newRedisStore(t, []string{srv.Addr}, nil, timeout)
-	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
-	b := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
-	items := []ratelimit.Item{{Key: "{brk}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1}}
-	ctx := context.Background()
-	warmUp(t, store, items)
-
-	srv.Pause()
-	defer srv.Resume()
-	for i := range 3 {
-		start := time.Now()
-		_, err := b.Decide(ctx, items)
-		if !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
-			t.Fatalf("call %d on a paused Redis: err = %v, want the store's ErrUnavailable", i, err)
-		}
-		if d := time.Since(start); d < timeout/2 {
-			t.Fatalf("call %d failed after %v, before the timeout: not the hang under test", i, d)
-		}
-	}
-	if b.State() != ratelimit.BreakerOpen {
-		t.Fatalf("state %v after 3 timeouts", b.State())
-	}
-	start := time.Now()
-	for range 100 {
-		if _, err := b.Decide(ctx, items); !errors.Is(err, ratelimit.ErrBreakerOpen) {
-			t.Fatalf("open breaker: %v", err)
-		}
-	}
-	if d := time.Since(start); d > timeout {
-		t.Fatalf("100 calls on an open breaker took %v, more than one timeout (%v)", d, timeout)
-	}
-
-	srv.Resume()
-	clock.Add(time.Second)
-	if _, err := b.Decide(ctx, items); err != nil {
-		t.Fatalf("probe after Resume: %v", err)
-	}
-	if b.State() != ratelimit.BreakerClosed {
-		t.Fatalf("state %v after a successful probe", b.State())
-	}
-}
-
-// warmUp decides items until it succeeds (at most 20 tries): the first
-// call dials and loads the script, which a loaded machine can stretch past
-// a short test timeout.
-func warmUp(t testing.TB, s ratelimit.Store, items []ratelimit.Item) {
-	var err error
-	for range 20 {
-		if _, err = s.Decide(context.Background(), items); err == nil {
-			return
-		}
-	}
-	if t != nil {
-		t.Fatalf("store never answered: %v", err)
 	}
 }

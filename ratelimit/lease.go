@@ -9,12 +9,13 @@ import (
 )
 
 // Reserver is a Store that can also reserve blocks of units and give
-// units back. RedisStore is one.
+// units back. redisstore.RedisStore is one.
 type Reserver interface {
 	Store
 	// DecideReserve is Decide where want[i] > items[i].Cost asks a
 	// non-shadow token-bucket item to take min(want[i], available) units
-	// when the batch is admitted; taken[i] is what each item consumed.
+	// when the batch is admitted; taken[i] is what each item consumed. The
+	// items must have passed ValidateItem: the caller validates them, once.
 	DecideReserve(ctx context.Context, items []Item, want []int64) (d Decision, taken []int64, err error)
 	// Refund gives each item's Cost back to its key.
 	Refund(ctx context.Context, items []Item) error
@@ -177,36 +178,18 @@ type plan struct {
 // of the wrapped store is returned as it is, after the local units are
 // put back.
 func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error) {
-	// Items without a lease are the wrapped store's to validate: a batch
-	// with nothing leased passes straight through, checked once, not twice.
-	var idx []int
-	for i, it := range items {
-		if it.Lease == (Lease{}) {
-			continue
-		}
-		if err := ValidateItem(it); err != nil {
-			return Decision{}, fmt.Errorf("item %d: %w", i, err)
-		}
-		if err := it.Lease.check(it.Algorithm); err != nil {
-			return Decision{}, fmt.Errorf("item %d: %w", i, err)
-		}
-		if leased(it) {
-			idx = append(idx, i)
-		}
+	// A batch with nothing leased passes straight through: the wrapped
+	// store validates it. Otherwise every item is validated here, once,
+	// before any block is touched; DecideReserve trusts that.
+	idx, err := leasedItems(items)
+	if err != nil {
+		return Decision{}, err
 	}
 	if len(idx) == 0 {
 		return s.inner.Decide(ctx, items)
 	}
-	// Blocks are about to be touched: nothing may fail validation later.
-	for i, it := range items {
-		if it.Lease == (Lease{}) {
-			if err := ValidateItem(it); err != nil {
-				return Decision{}, fmt.Errorf("item %d: %w", i, err)
-			}
-		}
-	}
 	if err := ctx.Err(); err != nil {
-		return Decision{}, unavailable("decide", err)
+		return Decision{}, Unavailable("decide", err)
 	}
 	plans := make([]plan, len(items))
 	for _, i := range idx {
@@ -214,7 +197,7 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 	}
 	if err := s.takeLocal(ctx, items, idx, plans); err != nil {
 		s.settle(items, idx, plans, nil, nil, false)
-		return Decision{}, unavailable("decide", err)
+		return Decision{}, Unavailable("decide", err)
 	}
 	s.register(items, idx, plans)
 
@@ -256,14 +239,32 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 	}
 	s.settle(items, idx, plans, full, subTaken, admitted)
 
-	out := Decision{Allowed: true, Results: full}
-	for j, r := range full {
-		if !r.Allowed && !items[j].Shadow {
-			out.Allowed = false
-			out.RetryAfter = max(out.RetryAfter, r.RetryAfter)
+	return Summarize(items, full), nil
+}
+
+// leasedItems returns the indexes of the items a LeaseStore admits from
+// blocks. When there is one, it first validates every item and lease, so
+// that nothing fails validation once blocks are touched; when there is
+// none, it checks only the leases (the wrapped store validates the items).
+func leasedItems(items []Item) ([]int, error) {
+	var idx []int
+	for i, it := range items {
+		if err := it.Lease.check(it.Algorithm); err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if leased(it) {
+			idx = append(idx, i)
 		}
 	}
-	return out, nil
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	for i, it := range items {
+		if err := ValidateItem(it); err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+	}
+	return idx, nil
 }
 
 // blockFor returns the key's block, creating it, and registers the caller

@@ -171,10 +171,7 @@ func (s *MemoryStore) Decide(ctx context.Context, items []Item) (Decision, error
 		it := &items[i]
 		r := s.step(&slots[slotOf[i]], it, now)
 		d.Results[i] = r
-		if !r.Allowed && !it.Shadow {
-			d.Allowed = false
-			d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
-		}
+		d.fold(r, it.Shadow)
 	}
 
 	if !d.Allowed && anyDirty(slots) {

@@ -55,28 +55,10 @@ func TestMemoryStoreExpiry(t *testing.T) {
 	storetest.RunExpiry(t, newMemory)
 }
 
-// fakeClock is a settable clock for the tests of this file.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 var t0 = time.Unix(1_700_000_000, 0)
 
 func TestMemoryStoreLenCountsLiveKeys(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := storetest.NewClock(t0)
 	s := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now, Shards: 4})
 	defer s.Close()
 	ctx := context.Background()
@@ -138,7 +120,7 @@ func TestMemoryStoreClosed(t *testing.T) {
 // Items of one key in one batch are evaluated in order, each seeing what
 // the earlier ones take, so a batch cannot overdraw a key.
 func TestMemoryStoreSameKeyTwiceInBatch(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := storetest.NewClock(t0)
 	s := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
 	defer s.Close()
 	l := ratelimit.Limit{Rate: 3, Per: time.Minute}
@@ -168,7 +150,7 @@ func TestMemoryStoreSameKeyTwiceInBatch(t *testing.T) {
 // A key reused under another algorithm starts afresh instead of
 // misreading the other algorithm's state.
 func TestMemoryStoreKeyChangesAlgorithm(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := storetest.NewClock(t0)
 	s := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
 	defer s.Close()
 	fw := ratelimit.Item{Key: "k", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 3, Per: time.Minute}, Cost: 3}

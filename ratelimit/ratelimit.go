@@ -11,8 +11,10 @@
 //     is integer, so the embedded store and the Redis scripts compute exactly
 //     the same answers.
 //   - A Store keeps state per key and decides a batch of Items atomically.
-//     MemoryStore keeps it in this process; RedisStore in Redis, shared by a
-//     fleet.
+//     MemoryStore keeps it in this process; package redisstore keeps it in
+//     Redis, shared by a fleet (and is the only package that links a Redis
+//     client). LeaseStore, Breaker and Fallback wrap a store; a Stack is
+//     the assembled whole, with Decide, Close and Health.
 //   - LocalSet is the coarse per-instance stage built on golang.org/x/time/rate.
 package ratelimit
 
@@ -177,6 +179,10 @@ type Item struct {
 	// Shadow items are evaluated and reported but never deny the batch. A
 	// shadow item consumes its cost only if it allows and the batch is admitted.
 	Shadow bool
+	// OnError is what a Fallback does with the item when the store below
+	// it cannot decide (OnErrorLocal decides it on LocalShare of its
+	// limit). Stores other than Fallback ignore it.
+	OnError OnError
 	// Lease lets a LeaseStore admit this item from a block of units that
 	// its instance reserved ahead from the key's token bucket. Stores other
 	// than LeaseStore ignore it; so does LeaseStore for shadow items and
@@ -224,6 +230,9 @@ type Result struct {
 	// Allowed reports whether this item's cost fits its limit now,
 	// regardless of the other items of the batch.
 	Allowed bool
+	// Fallback is the mode that decided this item when the store could not
+	// (see Decision.Failure); 0 when the store decided.
+	Fallback OnError
 	// Limit is the capacity in units: Burst for a token bucket, Rate otherwise.
 	Limit int64
 	// Remaining is the whole number of units left after the decision
@@ -246,8 +255,36 @@ type Decision struct {
 	// Results holds one Result per Item, in the order of the items.
 	Results []Result
 	// RetryAfter is the longest RetryAfter among the non-shadow items that
-	// denied; 0 when Allowed.
+	// denied; 0 when Allowed. When Unavailable, it is about the time until
+	// the store is tried again.
 	RetryAfter time.Duration
+	// Failure is, in a decision of a Fallback, the error of the store below
+	// it, which could not decide; the items' OnError modes then decided
+	// (see Fallback). nil when the store decided.
+	Failure error
+	// Unavailable reports, with Failure, that a non-shadow item with
+	// OnErrorClosed refused the batch: the caller should answer "try again
+	// later" (HTTP 503), not "over the limit". Allowed is then false.
+	Unavailable bool
+}
+
+// Summarize returns the Decision of results, results[i] being items[i]'s:
+// Allowed unless a non-shadow item did not allow, RetryAfter the longest
+// RetryAfter of such items. It is how every store folds its results.
+func Summarize(items []Item, results []Result) Decision {
+	d := Decision{Allowed: true, Results: results}
+	for i := range results {
+		d.fold(results[i], items[i].Shadow)
+	}
+	return d
+}
+
+// fold adds an item's result to d (see Summarize); d must start Allowed.
+func (d *Decision) fold(r Result, shadow bool) {
+	if !r.Allowed && !shadow {
+		d.Allowed = false
+		d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
+	}
 }
 
 // Store keeps limiter state and decides batches of items.
@@ -294,4 +331,15 @@ func FailureKind(err error) string {
 		return "invalid"
 	}
 	return "unavailable"
+}
+
+// Unavailable wraps err, a failure to reach or hear from a store during op
+// (such as "decide"), in ErrUnavailable, keeping err in the chain so that
+// context.DeadlineExceeded stays visible. An err already wrapping
+// ErrUnavailable is returned as it is.
+func Unavailable(op string, err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }

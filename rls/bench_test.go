@@ -18,7 +18,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/benchloop"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/rls"
 )
 
@@ -51,8 +51,8 @@ func BenchmarkGRPCDecide(b *testing.B) {
 	cfg.Store.Redis.Timeout = time.Second // measure Redis, not the fallback
 	cfg.Store.Redis.KeyPrefix = "bench" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg.RLS.ConfigFiles = []string{path}
-	store := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}),
-		ratelimit.RedisOptions{Timeout: time.Second})
+	store := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
+		redisstore.RedisOptions{Timeout: time.Second})
 	b.Cleanup(func() { store.Close() })
 	s, err := rls.NewServer(cfg, rls.ServerOptions{Store: store})
 	if err != nil {

@@ -31,12 +31,12 @@ func startRLS(cfg *config.Config, logger *slog.Logger, metrics *telemetry.Metric
 	if err != nil {
 		return nil, err
 	}
-	srv, err := rls.NewServer(cfg, rls.ServerOptions{Store: backend.Store, Logger: logger, Metrics: metrics, TracerProvider: tp})
+	srv, err := rls.NewServer(cfg, rls.ServerOptions{Store: backend, Logger: logger, Metrics: metrics, TracerProvider: tp})
 	if err != nil {
-		backend.Store.Close()
+		backend.Close()
 		return nil, err
 	}
-	ds := &decisionService{srv: srv, closeStore: backend.Store.Close}
+	ds := &decisionService{srv: srv, closeStore: backend.Close}
 	listen := func(path, addr string) (net.Listener, error) {
 		if addr == "" {
 			return nil, nil
@@ -54,7 +54,7 @@ func startRLS(cfg *config.Config, logger *slog.Logger, metrics *telemetry.Metric
 		if ds.grpc != nil {
 			ds.grpc.Close()
 		}
-		backend.Store.Close()
+		backend.Close()
 		return nil, err
 	}
 	attrs := []slog.Attr{}

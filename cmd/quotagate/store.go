@@ -9,16 +9,19 @@ import (
 	"os"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/gateway"
 	"github.com/quotagate/quotagate/proxy"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
-// openStore is the one place that chooses the stage-2 backend.
-func openStore(c config.Store) (*gateway.Backend, error) {
+// openStore is the one place that chooses the stage-2 backend: a memory
+// store of this process, or Redis (standalone, Cluster or Sentinel by the
+// shape of the addresses) for a fleet. Either comes as a whole
+// ratelimit.Stack, its on_store_error fallback included.
+func openStore(c config.Store) (*ratelimit.Stack, error) {
 	switch c.Kind {
-	case "", "memory":
-		return &gateway.Backend{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})}, nil
+	case "memory":
+		return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
 	case "redis":
 		r := c.Redis
 		password := ""
@@ -36,7 +39,11 @@ func openStore(c config.Store) (*gateway.Backend, error) {
 				return nil, fmt.Errorf("store.redis.tls: %w", err)
 			}
 		}
-		return gateway.NewRedisBackend(r, password, tlsConf), nil
+		return redisstore.Open(redisstore.Config{
+			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password, TLS: tlsConf,
+			PoolSize: r.PoolSize, Timeout: r.Timeout,
+			BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
+		}), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)
 	}

@@ -55,6 +55,30 @@ func (c *Clock) Set(t time.Time) {
 	c.mu.Unlock()
 }
 
+// Add moves the clock by d, forwards or (d < 0) backwards.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// NewClock returns a Clock set to t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// WarmUp decides items on s until a call succeeds, at most 20 times, and
+// fails tb if none does: the first call to a Redis store dials and loads
+// the script, which a loaded machine can stretch past a short test timeout.
+func WarmUp(tb testing.TB, s ratelimit.Store, items []ratelimit.Item) {
+	tb.Helper()
+	var err error
+	for range 20 {
+		if _, err = s.Decide(context.Background(), items); err == nil {
+			return
+		}
+	}
+	tb.Fatalf("store never answered: %v", err)
+}
+
 // env is one subtest's store, clock and key prefix.
 type env struct {
 	t      *testing.T

@@ -1,6 +1,8 @@
-package ratelimit
+package redisstore
 
 import (
+	"github.com/quotagate/quotagate/ratelimit"
+
 	"context"
 	"fmt"
 	"strings"
@@ -59,8 +61,8 @@ type RedisStore struct {
 }
 
 var (
-	_ Store    = (*RedisStore)(nil)
-	_ Reserver = (*RedisStore)(nil)
+	_ ratelimit.Store    = (*RedisStore)(nil)
+	_ ratelimit.Reserver = (*RedisStore)(nil)
 )
 
 // NewRedisStore returns a store that decides with client, which it owns
@@ -77,15 +79,12 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 }
 
 // coalescerFor returns the queue of the primary that owns key (on a
-// Cluster), or the store's one queue.
-func (s *RedisStore) coalescerFor(key string) *coalescer {
+// Cluster), or the store's one queue. ctx bounds the lookup of the owner.
+func (s *RedisStore) coalescerFor(ctx context.Context, key string) *coalescer {
 	if s.cluster == nil {
 		return s.co
 	}
-	addr := ""
-	if node, err := s.cluster.MasterForKey(context.Background(), key); err == nil {
-		addr = node.Options().Addr
-	}
+	addr := s.Primary(ctx, key)
 	s.nodeMu.Lock()
 	defer s.nodeMu.Unlock()
 	c, ok := s.nodeCo[addr]
@@ -94,6 +93,22 @@ func (s *RedisStore) coalescerFor(key string) *coalescer {
 		s.nodeCo[addr] = c
 	}
 	return c
+}
+
+// Primary returns the address of the Cluster primary that owns key, "" when
+// the client is not a Cluster client or the owner is unknown (the slot map
+// could not be loaded within ctx). It reads the client's slot map, loading
+// it when it is stale.
+func (s *RedisStore) Primary(ctx context.Context, key string) string {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
 }
 
 // Close closes the Redis client. Decide must not be called after; a
@@ -127,7 +142,7 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	}
 	queued := make([]*coalescer, len(calls))
 	for i, c := range calls {
-		co := s.coalescerFor(c.keys[0])
+		co := s.coalescerFor(c.b.ctx, c.keys[0])
 		if errs[i] = co.enqueue(c); errs[i] == nil {
 			queued[i] = co
 		} else {
@@ -144,7 +159,7 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 
 // call sends one script call for the items idx under b and returns its
 // reply.
-func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items []Item, idx []int, want []int64) (any, error) {
+func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) (any, error) {
 	c := getCall(b)
 	c.build(mode, nowUS, useNow, items, idx, want)
 	if s.co == nil {
@@ -152,7 +167,7 @@ func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items 
 		<-c.done
 		return c.finish()
 	}
-	co := s.coalescerFor(c.keys[0])
+	co := s.coalescerFor(c.b.ctx, c.keys[0])
 	if err := co.enqueue(c); err != nil {
 		putCall(c)
 		return nil, err
@@ -171,7 +186,7 @@ type group struct {
 // (into items, in batch order) laid out in idx, group after group; both
 // must have room for len(items), so that callers can pass arrays of their
 // own.
-func groupItems(items []Item, groups []group, idx []int) []group {
+func groupItems(items []ratelimit.Item, groups []group, idx []int) []group {
 	ng, n := 0, 0
 outer:
 	for i, it := range items {
@@ -246,10 +261,10 @@ func hashTag(key string) string {
 // contacted. If evaluating the groups after a denial fails, the Decision is
 // still returned (it is a denial) and those groups' Results are reported
 // as not allowed with nothing remaining.
-func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error) {
+func (s *RedisStore) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
 	for i, it := range items {
-		if err := ValidateItem(it); err != nil {
-			return Decision{}, fmt.Errorf("item %d: %w", i, err)
+		if err := ratelimit.ValidateItem(it); err != nil {
+			return ratelimit.Decision{}, fmt.Errorf("item %d: %w", i, err)
 		}
 	}
 	d, _, err := s.decide(ctx, items, nil, false)
@@ -263,35 +278,33 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) (Decision, error)
 // consumed (0 for every item when the batch was denied). want[i] <= Cost
 // (0 included) is a plain item.
 //
-// Only non-shadow token-bucket items may reserve, and want[i] must not
-// exceed the bucket's burst; otherwise, or if len(want) != len(items), the
-// error wraps ErrInvalid. Refunds after a later group's denial give back
+// The items must have passed ratelimit.ValidateItem (the caller, such as a
+// LeaseStore, validates them once). Only non-shadow token-bucket items may
+// reserve, and want[i] must not exceed the bucket's burst; otherwise, or if
+// len(want) != len(items), the error wraps ErrInvalid. Refunds after a later group's denial give back
 // everything a reserving item took.
-func (s *RedisStore) DecideReserve(ctx context.Context, items []Item, want []int64) (Decision, []int64, error) {
+func (s *RedisStore) DecideReserve(ctx context.Context, items []ratelimit.Item, want []int64) (ratelimit.Decision, []int64, error) {
 	if err := validateReserve(items, want); err != nil {
-		return Decision{}, nil, err
+		return ratelimit.Decision{}, nil, err
 	}
 	return s.decide(ctx, items, want, true)
 }
 
-// validateReserve checks items and the want of DecideReserve.
-func validateReserve(items []Item, want []int64) error {
+// validateReserve checks the want of DecideReserve against its items.
+func validateReserve(items []ratelimit.Item, want []int64) error {
 	if len(want) != len(items) {
-		return fmt.Errorf("%w: %d reservations for %d items", ErrInvalid, len(want), len(items))
+		return fmt.Errorf("%w: %d reservations for %d items", ratelimit.ErrInvalid, len(want), len(items))
 	}
 	for i, it := range items {
-		if err := ValidateItem(it); err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
-		}
 		w := want[i]
 		switch {
 		case w < 0:
-			return fmt.Errorf("item %d: %w: negative reservation %d", i, ErrInvalid, w)
+			return fmt.Errorf("item %d: %w: negative reservation %d", i, ratelimit.ErrInvalid, w)
 		case w <= it.Cost:
-		case it.Algorithm != TokenBucket || it.Shadow:
-			return fmt.Errorf("item %d: %w: only non-shadow token buckets reserve", i, ErrInvalid)
+		case it.Algorithm != ratelimit.TokenBucket || it.Shadow:
+			return fmt.Errorf("item %d: %w: only non-shadow token buckets reserve", i, ratelimit.ErrInvalid)
 		case w > it.Limit.Burst:
-			return fmt.Errorf("item %d: %w: reservation %d above burst %d", i, ErrInvalid, w, it.Limit.Burst)
+			return fmt.Errorf("item %d: %w: reservation %d above burst %d", i, ratelimit.ErrInvalid, w, it.Limit.Burst)
 		}
 	}
 	return nil
@@ -307,10 +320,10 @@ func validateReserve(items []Item, want []int64) error {
 // It returns the first failure, wrapping ErrUnavailable (that group's
 // units may or may not have gone back; it is not retried), or ErrInvalid
 // for an invalid item, before contacting Redis.
-func (s *RedisStore) Refund(ctx context.Context, items []Item) error {
+func (s *RedisStore) Refund(ctx context.Context, items []ratelimit.Item) error {
 	var idx []int
 	for i, it := range items {
-		if err := ValidateItem(it); err != nil {
+		if err := ratelimit.ValidateItem(it); err != nil {
 			return fmt.Errorf("item %d: %w", i, err)
 		}
 		if it.Cost > 0 {
@@ -322,7 +335,7 @@ func (s *RedisStore) Refund(ctx context.Context, items []Item) error {
 	}
 	nowUS, useNow := s.now()
 	b := newBound(ctx, s.opts.Timeout)
-	sub := make([]Item, len(idx))
+	sub := make([]ratelimit.Item, len(idx))
 	for k, i := range idx {
 		sub[k] = items[i]
 	}
@@ -336,7 +349,7 @@ func (s *RedisStore) Refund(ctx context.Context, items []Item) error {
 	_, errs := s.exchange(calls)
 	for _, err := range errs {
 		if err != nil {
-			return unavailable("refund", withDeadline(b, err))
+			return ratelimit.Unavailable("refund", withDeadline(b, err))
 		}
 	}
 	return nil
@@ -356,11 +369,11 @@ const smallBatch = 8
 
 // decide runs a validated batch; want is nil or DecideReserve's, and
 // reserve says whether to return the units taken.
-func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64, reserve bool) (Decision, []int64, error) {
+func (s *RedisStore) decide(ctx context.Context, items []ratelimit.Item, want []int64, reserve bool) (ratelimit.Decision, []int64, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, nil, unavailable("decide", err)
+		return ratelimit.Decision{}, nil, ratelimit.Unavailable("decide", err)
 	}
-	dec := Decision{Allowed: true, Results: make([]Result, len(items))}
+	dec := ratelimit.Decision{Allowed: true, Results: make([]ratelimit.Result, len(items))}
 	var taken []int64
 	if reserve {
 		taken = make([]int64, len(items))
@@ -386,11 +399,11 @@ func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64, res
 		gi := idx[gr.lo:gr.hi]
 		v, err := s.call(b, modeDecide, nowUS, useNow, items, gi, want)
 		if err != nil {
-			return Decision{}, nil, unavailable("decide", withDeadline(b, err))
+			return ratelimit.Decision{}, nil, ratelimit.Unavailable("decide", withDeadline(b, err))
 		}
 		admitted, err := parseReply(v, items, gi, dec.Results, ext)
 		if err != nil {
-			return Decision{}, nil, err
+			return ratelimit.Decision{}, nil, err
 		}
 		if !admitted {
 			denied = g
@@ -404,13 +417,7 @@ func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64, res
 			taken[j] = ext[j].taken
 		}
 	}
-	for j, r := range dec.Results {
-		if !r.Allowed && !items[j].Shadow {
-			dec.Allowed = false
-			dec.RetryAfter = max(dec.RetryAfter, r.RetryAfter)
-		}
-	}
-	return dec, taken, nil
+	return ratelimit.Summarize(items, dec.Results), taken, nil
 }
 
 // afterDenial refunds the groups admitted before group denied and
@@ -420,14 +427,14 @@ func (s *RedisStore) decide(ctx context.Context, items []Item, want []int64, res
 // as they were before consuming. Failures are absorbed: a failed refund
 // loses its units, a failed evaluation leaves its items' Results not
 // allowed, with nothing remaining.
-func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []group, idx []int, res []Result, ext []itemReply, denied int, nowUS int64, useNow bool) {
+func (s *RedisStore) afterDenial(ctx context.Context, items []ratelimit.Item, groups []group, idx []int, res []ratelimit.Result, ext []itemReply, denied int, nowUS int64, useNow bool) {
 	for g, gr := range groups {
 		for _, j := range idx[gr.lo:gr.hi] {
 			switch {
 			case g < denied:
 				res[j] = ext[j].before
 			case g > denied:
-				res[j] = Result{Limit: Capacity(items[j].Algorithm, items[j].Limit)}
+				res[j] = ratelimit.Result{Limit: ratelimit.Capacity(items[j].Algorithm, items[j].Limit)}
 			}
 		}
 	}
@@ -438,7 +445,7 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []Item, groups []gro
 	// Refund exactly what was taken: for each item, the units its reply
 	// says it consumed (a shadow item that did not fit took nothing; a
 	// reserving item may have taken more than its cost).
-	refund := make([]Item, len(items))
+	refund := make([]ratelimit.Item, len(items))
 	copy(refund, items)
 	var calls []*scriptCall
 	callOf := make([]int, len(groups))

@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -19,7 +20,7 @@ import (
 // own clock and leases on time.Now.
 type leaseFleet struct {
 	inst  []*ratelimit.LeaseStore
-	plain *ratelimit.RedisStore // for peeks, not leasing
+	plain *redisstore.RedisStore // for peeks, not leasing
 	clock *storetest.Clock
 }
 
@@ -33,7 +34,7 @@ func newLeaseFleet(t *testing.T, addr string, n int, clock *storetest.Clock) *le
 	}
 	f := &leaseFleet{clock: clock, plain: newRedisStore(t, []string{addr}, now, time.Second)}
 	for range n {
-		r := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{addr}}), ratelimit.RedisOptions{Now: now, Timeout: 2 * time.Second})
+		r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{addr}}), redisstore.RedisOptions{Now: now, Timeout: 2 * time.Second})
 		l := ratelimit.NewLeaseStore(r, opts)
 		t.Cleanup(func() { _ = l.Close() })
 		f.inst = append(f.inst, l)
@@ -144,7 +145,7 @@ func TestLeaseHotKeyCommands(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	f := newLeaseFleet(t, srv.Addr, 3, nil)
 	it := leased(redistest.KeyPrefix(t)+"{hot}:tenant", 1_000_000, 1_000_000, time.Second, 1, 50, time.Second, 3)
-	warmUp(t, f.plain, []ratelimit.Item{tb("{warm}k", 1, 1, time.Hour, 0)})
+	storetest.WarmUp(t, f.plain, []ratelimit.Item{tb("{warm}k", 1, 1, time.Hour, 0)})
 	_, s0, _ := commandCalls(t, srv)
 	admitted := hammer(t, f, 4, 1000, it)
 	_, s1, _ := commandCalls(t, srv)
@@ -341,7 +342,7 @@ func TestLeaseNeverOverAdmits(t *testing.T) {
 	f := newLeaseFleet(t, srv.Addr, 3, nil)
 	const rate, burst = 2000, 100
 	it := leased(redistest.KeyPrefix(t)+"{refill}:tenant", rate, burst, time.Second, 1, 50, time.Second, 3)
-	warmUp(t, f.plain, []ratelimit.Item{tb("{warm}k", 1, 1, time.Hour, 0)})
+	storetest.WarmUp(t, f.plain, []ratelimit.Item{tb("{warm}k", 1, 1, time.Hour, 0)})
 	start := time.Now()
 	admitted := hammer(t, f, 4, 300, it)
 	elapsed := time.Since(start)

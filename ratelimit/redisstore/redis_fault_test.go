@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 func tb(key string, rate, burst int64, per time.Duration, cost int64) ratelimit.Item {
@@ -35,7 +37,7 @@ func TestRedisStorePausedTimesOut(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	s := newRedisStore(t, []string{srv.Addr}, nil, timeout)
 	it := tb("{p}k", 10, 10, time.Second, 1)
-	warmUp(t, s, []ratelimit.Item{it})
+	storetest.WarmUp(t, s, []ratelimit.Item{it})
 
 	srv.Pause()
 	defer srv.Resume()
@@ -63,7 +65,7 @@ func TestRedisStorePausedTimesOut(t *testing.T) {
 	}
 
 	srv.Resume()
-	warmUp(t, s, []ratelimit.Item{it})
+	storetest.WarmUp(t, s, []ratelimit.Item{it})
 }
 
 func TestRedisStoreKilledAndRestarted(t *testing.T) {
@@ -183,7 +185,7 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 // exactly 100.
 func TestRedisStoreExactUnderConcurrency(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	stores := make([]*ratelimit.RedisStore, 8)
+	stores := make([]*redisstore.RedisStore, 8)
 	for i := range stores {
 		stores[i] = newRedisStore(t, []string{srv.Addr}, nil, 2*time.Second)
 	}
@@ -318,9 +320,9 @@ func TestRedisStoreGroupsBound(t *testing.T) {
 
 func testGroupsBound(t *testing.T, addrs []string) {
 	var failPipelines atomic.Bool
-	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: addrs})
+	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: addrs})
 	client.AddHook(pipelineFailer{fail: &failPipelines})
-	s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: time.Second})
+	s := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: time.Second})
 	t.Cleanup(func() { _ = s.Close() })
 	prefix := redistest.KeyPrefix(t)
 	route := tb(prefix+"{route:transfers}", 1, 10, time.Hour, 1)

@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
 // TestRedisStoreOverTLS decides against a real redis-server that speaks
@@ -25,15 +26,15 @@ func TestRedisStoreOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}, TLS: conf, DialTimeout: 2 * time.Second})
-	s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: 2 * time.Second})
+	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}, TLS: conf, DialTimeout: 2 * time.Second})
+	s := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: 2 * time.Second})
 	defer s.Close()
 	for i, want := range []bool{true, true, false} {
 		if d := mustDecide(t, s, it); d.Allowed != want {
 			t.Fatalf("decision %d over TLS: allowed %v, want %v", i, d.Allowed, want)
 		}
 	}
-	if err := ratelimit.PingRedis(context.Background(), client); err != nil {
+	if err := redisstore.PingRedis(context.Background(), client); err != nil {
 		t.Fatalf("PingRedis over TLS: %v", err)
 	}
 
@@ -51,7 +52,7 @@ func TestRedisStoreOverTLS(t *testing.T) {
 		{"plain TCP", ratelimit.RedisTLSFiles{}, true, "does it require TLS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			o := ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}
+			o := redisstore.RedisClientOptions{Addrs: []string{srv.Addr}, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}
 			if !c.plain {
 				conf, err := c.files.Config()
 				if err != nil {
@@ -59,13 +60,13 @@ func TestRedisStoreOverTLS(t *testing.T) {
 				}
 				o.TLS = conf
 			}
-			client := ratelimit.NewRedisClient(o)
-			s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: 2 * time.Second})
+			client := redisstore.NewRedisClient(o)
+			s := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: 2 * time.Second})
 			defer s.Close()
 			if _, err := s.Decide(context.Background(), []ratelimit.Item{it}); !errors.Is(err, ratelimit.ErrUnavailable) {
 				t.Fatalf("Decide = %v, want ErrUnavailable", err)
 			}
-			err := ratelimit.PingRedis(context.Background(), client)
+			err := redisstore.PingRedis(context.Background(), client)
 			if err == nil || !containsAny(err.Error(), strings.Split(c.want, "|")) {
 				t.Fatalf("PingRedis = %v, want an error naming %q", err, c.want)
 			}

@@ -1,4 +1,4 @@
-package ratelimit
+package redisstore
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"testing"
@@ -6,14 +6,15 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // newRedisStore returns a store on its own client for addrs, closed when t
 // ends. now nil uses the Redis server clock.
-func newRedisStore(t testing.TB, addrs []string, now func() time.Time, timeout time.Duration) *ratelimit.RedisStore {
+func newRedisStore(t testing.TB, addrs []string, now func() time.Time, timeout time.Duration) *redisstore.RedisStore {
 	t.Helper()
-	s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: addrs}), ratelimit.RedisOptions{Now: now, Timeout: timeout})
+	s := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: addrs}), redisstore.RedisOptions{Now: now, Timeout: timeout})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -30,8 +31,8 @@ func TestRedisStoreConformanceStandalone(t *testing.T) {
 func TestRedisStoreConformanceUncoalesced(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}),
-			ratelimit.RedisOptions{Now: now, Coalesce: ratelimit.CoalesceOptions{Disabled: true}})
+		s := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
+			redisstore.RedisOptions{Now: now, Coalesce: redisstore.CoalesceOptions{Disabled: true}})
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	})

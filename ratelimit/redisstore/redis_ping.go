@@ -1,6 +1,8 @@
-package ratelimit
+package redisstore
 
 import (
+	"github.com/quotagate/quotagate/ratelimit"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,7 +17,7 @@ import (
 )
 
 // PingRedis sends PING with client and returns nil on PONG. Otherwise it
-// returns an error wrapping ErrUnavailable and the client's error, whose
+// returns an error wrapping ratelimit.ErrUnavailable and the client's error, whose
 // text starts with the cause in words where it is one an operator can
 // fix: a wrong password (WRONGPASS), a missing one (NOAUTH), a refused
 // connection, a failed TLS handshake, a connection closed without a reply
@@ -27,9 +29,9 @@ func PingRedis(ctx context.Context, client redis.UniversalClient) error {
 		return nil
 	}
 	if cause := redisCause(err); cause != "" {
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, cause, err)
+		return fmt.Errorf("%w: %s: %w", ratelimit.ErrUnavailable, cause, err)
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, err)
 }
 
 // redisCause names the cause of a client error, or returns "".

@@ -1,6 +1,9 @@
-package ratelimit
+package redisstore
 
 import (
+	"github.com/quotagate/quotagate/ratelimit"
+	"math"
+
 	"context"
 	"embed"
 	"errors"
@@ -74,7 +77,7 @@ var decideSHA any = decideScript.Hash()
 // A reused call keeps the boxed values of its previous command where they
 // are unchanged (typically the limits of the same policies), so that it
 // rebuilds a command without allocating for them.
-func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []Item, idx []int, want []int64) {
+func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) {
 	n := len(idx)
 	size := 3 + n + 2 + argsPerItem*n
 	if cap(c.args) < size {
@@ -151,7 +154,7 @@ func resize[T any](s []T, n int) []T {
 // Result: the Result as it was before the call consumed anything (to
 // report after a refund), and the units the item took (0 unless admitted).
 type itemReply struct {
-	before Result
+	before ratelimit.Result
 	taken  int64
 }
 
@@ -160,38 +163,38 @@ type itemReply struct {
 // res[j] and the rest to ext[j]. It reports whether the group admitted.
 // Any surprise is an error wrapping ErrUnavailable, and then nothing is
 // written.
-func parseReply(v any, items []Item, idx []int, res []Result, ext []itemReply) (bool, error) {
+func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result, ext []itemReply) (bool, error) {
 	arr, ok := v.([]any)
 	if !ok {
-		return false, fmt.Errorf("%w: script replied %T, want an array", ErrUnavailable, v)
+		return false, fmt.Errorf("%w: script replied %T, want an array", ratelimit.ErrUnavailable, v)
 	}
 	if want := 1 + valuesPerResult*len(idx); len(arr) != want {
-		return false, fmt.Errorf("%w: script replied %d values, want %d", ErrUnavailable, len(arr), want)
+		return false, fmt.Errorf("%w: script replied %d values, want %d", ratelimit.ErrUnavailable, len(arr), want)
 	}
 	for i, e := range arr {
 		if _, ok := e.(int64); !ok {
-			return false, fmt.Errorf("%w: script reply value %d is %T, want an integer", ErrUnavailable, i, e)
+			return false, fmt.Errorf("%w: script reply value %d is %T, want an integer", ratelimit.ErrUnavailable, i, e)
 		}
 	}
 	at := func(i int) int64 { return arr[i].(int64) }
 	admitted := at(0)
 	if admitted != 0 && admitted != 1 {
-		return false, fmt.Errorf("%w: script replied admitted=%d", ErrUnavailable, admitted)
+		return false, fmt.Errorf("%w: script replied admitted=%d", ratelimit.ErrUnavailable, admitted)
 	}
 	for i, j := range idx {
-		capacity := Capacity(items[j].Algorithm, items[j].Limit)
+		capacity := ratelimit.Capacity(items[j].Algorithm, items[j].Limit)
 		o := 1 + valuesPerResult*i
 		allowed, remaining, retry, reset, remaining0, reset0, taken := at(o), at(o+1), at(o+2), at(o+3), at(o+4), at(o+5), at(o+6)
 		if allowed != 0 && allowed != 1 ||
 			remaining < 0 || remaining > capacity || remaining0 < 0 || remaining0 > capacity ||
 			retry < 0 || reset < 0 || reset0 < 0 || taken < 0 || taken > capacity {
-			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ErrUnavailable, j, arr[o:o+valuesPerResult])
+			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ratelimit.ErrUnavailable, j, arr[o:o+valuesPerResult])
 		}
 	}
 	for i, j := range idx {
-		capacity := Capacity(items[j].Algorithm, items[j].Limit)
+		capacity := ratelimit.Capacity(items[j].Algorithm, items[j].Limit)
 		o := 1 + valuesPerResult*i
-		r := Result{
+		r := ratelimit.Result{
 			Allowed:    at(o) == 1,
 			Limit:      capacity,
 			Remaining:  at(o + 1),
@@ -203,15 +206,6 @@ func parseReply(v any, items []Item, idx []int, res []Result, ext []itemReply) (
 		ext[j] = itemReply{before: r, taken: at(o + 6)}
 	}
 	return admitted == 1, nil
-}
-
-// unavailable wraps a client or server error in ErrUnavailable, keeping it
-// in the chain (so that context.DeadlineExceeded stays visible).
-func unavailable(op string, err error) error {
-	if errors.Is(err, ErrUnavailable) {
-		return err
-	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
 
 // bound is what a batch's script calls run under: the caller's ctx, whose
@@ -263,4 +257,13 @@ func withDeadline(b bound, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+// micros converts a number of microseconds to a Duration, saturating
+// instead of overflowing.
+func micros(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }

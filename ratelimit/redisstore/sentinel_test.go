@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
 // TestRedisStoreThroughSentinel: with MasterName set, the client discovers
@@ -14,11 +15,11 @@ import (
 func TestRedisStoreThroughSentinel(t *testing.T) {
 	primary := redistest.StartStandalone(t)
 	sentinel := redistest.StartSentinel(t, primary, "qgmaster")
-	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{
+	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{
 		Addrs: []string{sentinel.Addr}, MasterName: "qgmaster", PoolSize: 4,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	})
-	store := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: 2 * time.Second})
+	store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: 2 * time.Second})
 	defer store.Close()
 	item := ratelimit.Item{Key: "{sentinel-t}:k", Algorithm: ratelimit.TokenBucket,
 		Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 3}, Cost: 1}

@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // pipelineCounter counts the pipelines of script calls a client sends and
@@ -43,12 +45,12 @@ func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	}
 }
 
-func countedStore(t *testing.T, addr string, opts ratelimit.RedisOptions) (*ratelimit.RedisStore, *pipelineCounter) {
+func countedStore(t *testing.T, addr string, opts redisstore.RedisOptions) (*redisstore.RedisStore, *pipelineCounter) {
 	t.Helper()
-	client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{addr}})
+	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{addr}})
 	h := &pipelineCounter{}
 	client.AddHook(h)
-	s := ratelimit.NewRedisStore(client, opts)
+	s := redisstore.NewRedisStore(client, opts)
 	t.Cleanup(func() { _ = s.Close() })
 	return s, h
 }
@@ -57,9 +59,9 @@ func countedStore(t *testing.T, addr string, opts ratelimit.RedisOptions) (*rate
 // in a pipeline of their own, at once (a writer never waits for company).
 func TestCoalesceLoneCallsGoAlone(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	s, h := countedStore(t, srv.Addr, ratelimit.RedisOptions{Timeout: time.Second})
+	s, h := countedStore(t, srv.Addr, redisstore.RedisOptions{Timeout: time.Second})
 	it := tb(redistest.KeyPrefix(t)+"{lone}k", 1000, 1000, time.Second, 1)
-	warmUp(t, s, []ratelimit.Item{it})
+	storetest.WarmUp(t, s, []ratelimit.Item{it})
 	p0 := h.pipelines.Load()
 	const n = 50
 	start := time.Now()
@@ -82,10 +84,10 @@ func TestCoalesceLoneCallsGoAlone(t *testing.T) {
 // 500 admits exactly 500 of 1000 concurrent requests).
 func TestCoalesceBatchesConcurrentCalls(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	s, h := countedStore(t, srv.Addr, ratelimit.RedisOptions{Timeout: 2 * time.Second, Coalesce: ratelimit.CoalesceOptions{Writers: 2}})
+	s, h := countedStore(t, srv.Addr, redisstore.RedisOptions{Timeout: 2 * time.Second, Coalesce: redisstore.CoalesceOptions{Writers: 2}})
 	prefix := redistest.KeyPrefix(t)
 	hot := tb(prefix+"{hot}k", 1, 500, time.Hour, 1)
-	warmUp(t, s, []ratelimit.Item{tb(prefix+"{warm}k", 1, 1, time.Hour, 0)})
+	storetest.WarmUp(t, s, []ratelimit.Item{tb(prefix+"{warm}k", 1, 1, time.Hour, 0)})
 	p0, c0 := h.pipelines.Load(), h.cmds.Load()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -129,14 +131,14 @@ func TestCoalesceBatchesConcurrentCalls(t *testing.T) {
 func TestCoalesceAbandonedCallsNeverSent(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	const timeout = 60 * time.Millisecond
-	s, _ := countedStore(t, srv.Addr, ratelimit.RedisOptions{
+	s, _ := countedStore(t, srv.Addr, redisstore.RedisOptions{
 		Timeout:  timeout,
-		Coalesce: ratelimit.CoalesceOptions{Writers: 1, MaxBatch: 1},
+		Coalesce: redisstore.CoalesceOptions{Writers: 1, MaxBatch: 1},
 	})
 	it := tb(redistest.KeyPrefix(t)+"{stuck}k", 1, 100, time.Hour, 1)
 	peek := it
 	peek.Cost = 0
-	warmUp(t, s, []ratelimit.Item{peek})
+	storetest.WarmUp(t, s, []ratelimit.Item{peek})
 
 	srv.Pause()
 	var wg sync.WaitGroup
@@ -175,7 +177,7 @@ func TestCoalesceAbandonedCallsNeverSent(t *testing.T) {
 // ErrUnavailable instead of hanging.
 func TestCoalesceClosedStore(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}), ratelimit.RedisOptions{})
+	s := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}), redisstore.RedisOptions{})
 	it := tb(redistest.KeyPrefix(t)+"{c}k", 1, 10, time.Hour, 1)
 	mustDecide(t, s, it)
 	if err := s.Close(); err != nil {

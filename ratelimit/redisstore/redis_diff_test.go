@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // diffEpoch is a whole hour since the Unix epoch, so that every window of
@@ -37,11 +39,6 @@ var diffSpecs = []struct {
 	{ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Per: time.Hour}},
 }
 
-// diffClock is the injected clock shared by both stores.
-type diffClock struct{ us atomic.Int64 }
-
-func (c *diffClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
-
 var diffSeq atomic.Int64
 
 // runDifferential decides random batches on a RedisStore and a MemoryStore
@@ -50,11 +47,10 @@ var diffSeq atomic.Int64
 // algorithm may change between batches, as a reload does.
 func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool) {
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := &diffClock{}
-		clock.us.Store(diffEpoch.UnixMicro())
+		clock := storetest.NewClock(diffEpoch) // shared by both stores
 		mem := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
 		defer mem.Close()
-		red := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{addr}}), ratelimit.RedisOptions{Now: clock.Now})
+		red := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{addr}}), redisstore.RedisOptions{Now: clock.Now})
 		defer red.Close()
 		prefix := fmt.Sprintf("diff%d:", diffSeq.Add(1))
 
@@ -85,7 +81,7 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 				small = min(small+rapid.Int64Range(0, 50_000).Draw(rt, "dt"), 4_999_999)
 				grid, off = 0, small
 			}
-			clock.us.Store(diffEpoch.UnixMicro() + grid*10_000_000 + off)
+			clock.Set(time.UnixMicro(diffEpoch.UnixMicro() + grid*10_000_000 + off))
 			if switchSpecs && rapid.IntRange(0, 7).Draw(rt, "switch") == 0 {
 				k := rapid.IntRange(0, len(keys)-1).Draw(rt, "switched key")
 				spec[k] = rapid.IntRange(0, len(diffSpecs)-1).Draw(rt, "new spec")

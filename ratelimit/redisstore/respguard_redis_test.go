@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // hostilePayloads are replies a broken or malicious endpoint in place of
@@ -40,8 +42,8 @@ func TestRedisStoreBoundsHostileReplies(t *testing.T) {
 		for _, at := range []string{"HELLO", "EVALSHA", "PING"} {
 			t.Run(p.name+" at "+at, func(t *testing.T) {
 				h := redistest.StartHostile(t, []byte(p.payload), at, "EVAL")
-				client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{h.Addr}, ReadTimeout: 5 * time.Second})
-				s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: 5 * time.Second})
+				client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{h.Addr}, ReadTimeout: 5 * time.Second})
+				s := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: 5 * time.Second})
 				defer s.Close()
 				var err error
 				if at == "PING" {
@@ -52,7 +54,7 @@ func TestRedisStoreBoundsHostileReplies(t *testing.T) {
 						t.Fatalf("Decide = %v, want ErrUnavailable", err)
 					}
 				}
-				if !errors.Is(err, ratelimit.ErrReplyBound) {
+				if !errors.Is(err, redisstore.ErrReplyBound) {
 					t.Fatalf("err = %v, want ErrReplyBound in the chain", err)
 				}
 				if errors.Is(err, context.DeadlineExceeded) {
@@ -81,7 +83,7 @@ func TestRedisStoreReusesNoDeadConnection(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	s := newRedisStore(t, []string{srv.Addr}, nil, 2*time.Second)
 	it := tb("{restart}k", 10, 10, time.Second, 1)
-	warmUp(t, s, []ratelimit.Item{it})
+	storetest.WarmUp(t, s, []ratelimit.Item{it})
 	srv.Restart()
 	for i := range 3 {
 		if _, err := s.Decide(context.Background(), []ratelimit.Item{it}); err != nil {

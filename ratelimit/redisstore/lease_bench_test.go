@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/quotagate/quotagate/internal/benchloop"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // BenchmarkLeaseHotKey decides one hot key (a bucket that never runs out)
@@ -23,7 +25,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			stores := make([]ratelimit.Store, 3)
 			for i := range stores {
-				r := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}), ratelimit.RedisOptions{Timeout: time.Second})
+				r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}), redisstore.RedisOptions{Timeout: time.Second})
 				stores[i] = r
 				if mode == "leased" {
 					stores[i] = ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{})
@@ -32,7 +34,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 				b.Cleanup(func() { _ = s.Close() })
 			}
 			it := leased(redistest.KeyPrefix(b)+"{hot}:tenant", 1_000_000_000, 1_000_000_000, time.Second, 1, 50, time.Second, 3)
-			warmUp(b, stores[0], []ratelimit.Item{it})
+			storetest.WarmUp(b, stores[0], []ratelimit.Item{it})
 			_, s0, _ := commandCalls(b, srv)
 			var next atomic.Int64
 			var admitted atomic.Int64

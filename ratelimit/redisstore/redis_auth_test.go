@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
 // TestRedisStoreWrongPasswordNamesCause checks that a Redis that refuses
@@ -21,21 +22,21 @@ func TestRedisStoreWrongPasswordNamesCause(t *testing.T) {
 	for _, c := range []struct {
 		name, password string
 		want, pingWant string
-		coalesce       ratelimit.CoalesceOptions
+		coalesce       redisstore.CoalesceOptions
 	}{
-		{"wrong password", "wrong", "WRONGPASS", "WRONGPASS", ratelimit.CoalesceOptions{}},
-		{"wrong password, uncoalesced", "wrong", "WRONGPASS", "WRONGPASS", ratelimit.CoalesceOptions{Disabled: true}},
+		{"wrong password", "wrong", "WRONGPASS", "WRONGPASS", redisstore.CoalesceOptions{}},
+		{"wrong password, uncoalesced", "wrong", "WRONGPASS", "WRONGPASS", redisstore.CoalesceOptions{Disabled: true}},
 		// Redis drops an unauthenticated client that sends a command of
 		// more than 10 arguments (a protocol error, then EOF), so only
 		// PING gets to say NOAUTH.
-		{"no password", "", "", "NOAUTH", ratelimit.CoalesceOptions{}},
+		{"no password", "", "", "NOAUTH", redisstore.CoalesceOptions{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			client := ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}, Password: c.password})
-			if err := ratelimit.PingRedis(context.Background(), client); !errors.Is(err, ratelimit.ErrUnavailable) || !strings.Contains(err.Error(), c.pingWant) {
+			client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}, Password: c.password})
+			if err := redisstore.PingRedis(context.Background(), client); !errors.Is(err, ratelimit.ErrUnavailable) || !strings.Contains(err.Error(), c.pingWant) {
 				t.Fatalf("PingRedis = %v, want ErrUnavailable naming %s", err, c.pingWant)
 			}
-			s := ratelimit.NewRedisStore(client, ratelimit.RedisOptions{Timeout: time.Second, Coalesce: c.coalesce})
+			s := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: time.Second, Coalesce: c.coalesce})
 			defer s.Close()
 			for range 2 { // a fresh connection, then whatever the pool kept
 				_, err := s.Decide(context.Background(), []ratelimit.Item{it})

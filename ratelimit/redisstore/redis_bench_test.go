@@ -1,4 +1,4 @@
-package ratelimit_test
+package redisstore_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/quotagate/quotagate/internal/benchloop"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // benchTenants is the number of distinct tenants the benchmarks spread
@@ -37,8 +39,8 @@ func BenchmarkRedisDecide(b *testing.B) {
 	for _, mode := range []string{"coalesced", "uncoalesced"} {
 		for _, conc := range []int{1, 16, 64, 256} {
 			b.Run(fmt.Sprintf("%s/conc=%d", mode, conc), func(b *testing.B) {
-				s := ratelimit.NewRedisStore(ratelimit.NewRedisClient(ratelimit.RedisClientOptions{Addrs: []string{srv.Addr}}),
-					ratelimit.RedisOptions{Timeout: time.Second, Coalesce: ratelimit.CoalesceOptions{Disabled: mode == "uncoalesced"}})
+				s := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
+					redisstore.RedisOptions{Timeout: time.Second, Coalesce: redisstore.CoalesceOptions{Disabled: mode == "uncoalesced"}})
 				b.Cleanup(func() { _ = s.Close() })
 				benchDecide(b, s, conc)
 			})
@@ -52,7 +54,7 @@ func BenchmarkRedisDecide(b *testing.B) {
 // takes from a host it shares with Redis.
 func benchDecide(b *testing.B, s ratelimit.Store, conc int) {
 	prefix := redistest.KeyPrefix(b)
-	warmUp(b, s, benchItems(prefix, 0))
+	storetest.WarmUp(b, s, benchItems(prefix, 0))
 	benchloop.Run(b, conc, "client-cpu-µs/op", func(seq int) error {
 		d, err := s.Decide(context.Background(), benchItems(prefix, seq%benchTenants))
 		if err == nil && !d.Allowed {
@@ -110,7 +112,7 @@ func BenchmarkRedisCommandsPerDecision(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
 			prefix := redistest.KeyPrefix(b)
-			warmUp(b, s, c.items(prefix, 0)) // loads the script, drains {tenant}
+			storetest.WarmUp(b, s, c.items(prefix, 0)) // loads the script, drains {tenant}
 			total0, scripts0, us0 := commandCalls(b, srv)
 			b.ResetTimer()
 			for i := range b.N {

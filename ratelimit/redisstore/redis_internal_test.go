@@ -1,6 +1,8 @@
-package ratelimit
+package redisstore
 
 import (
+	"github.com/quotagate/quotagate/ratelimit"
+
 	"context"
 	"errors"
 	"math/big"
@@ -14,10 +16,10 @@ import (
 )
 
 func TestParseReplyRejectsMalformed(t *testing.T) {
-	items := []Item{{Key: "{a}k", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Per: time.Second, Burst: 5}, Cost: 1}}
+	items := []ratelimit.Item{{Key: "{a}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 5}, Cost: 1}}
 	idx := []int{0}
 	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0), int64(1)}
-	res, ext := make([]Result, 1), make([]itemReply, 1)
+	res, ext := make([]ratelimit.Result, 1), make([]itemReply, 1)
 	if ok, err := parseReply(good, items, idx, res, ext); err != nil || !ok || res[0].Remaining != 4 || ext[0].before.Remaining != 5 || ext[0].taken != 1 {
 		t.Fatalf("well-formed reply: %v %+v %+v, %v", ok, res, ext, err)
 	}
@@ -35,18 +37,18 @@ func TestParseReplyRejectsMalformed(t *testing.T) {
 		"negative taken": []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(-1)},
 	}
 	for name, v := range bad {
-		res, ext := make([]Result, 1), make([]itemReply, 1)
-		if _, err := parseReply(v, items, idx, res, ext); !errors.Is(err, ErrUnavailable) {
-			t.Errorf("%s: err = %v, want ErrUnavailable", name, err)
+		res, ext := make([]ratelimit.Result, 1), make([]itemReply, 1)
+		if _, err := parseReply(v, items, idx, res, ext); !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Errorf("%s: err = %v, want ratelimit.ErrUnavailable", name, err)
 		}
-		if res[0] != (Result{}) || ext[0] != (itemReply{}) {
+		if res[0] != (ratelimit.Result{}) || ext[0] != (itemReply{}) {
 			t.Errorf("%s: a rejected reply wrote %+v %+v", name, res[0], ext[0])
 		}
 	}
 }
 
 func TestHashTagGroups(t *testing.T) {
-	items := []Item{{Key: "{route}x"}, {Key: "{acme}a"}, {Key: "plain"}, {Key: "{route}y"}, {Key: "{}e"}, {Key: "{acme}b"}, {Key: "plain"}}
+	items := []ratelimit.Item{{Key: "{route}x"}, {Key: "{acme}a"}, {Key: "plain"}, {Key: "{route}y"}, {Key: "{}e"}, {Key: "{acme}b"}, {Key: "plain"}}
 	idx := make([]int, len(items))
 	groups := groupItems(items, make([]group, len(items)), idx)
 	want := [][]int{{0, 3}, {1, 5}, {2, 6}, {4}}
@@ -129,19 +131,19 @@ return out`)
 // shapes) sends exactly the arguments a fresh call would, of the same
 // types.
 func TestScriptCallReuse(t *testing.T) {
-	a := Item{Key: "{t1}a", Algorithm: TokenBucket, Limit: Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
-	b := Item{Key: "{t2}b", Algorithm: SlidingLog, Limit: Limit{Rate: 300, Per: time.Minute}, Cost: 2, Shadow: true}
+	a := ratelimit.Item{Key: "{t1}a", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
+	b := ratelimit.Item{Key: "{t2}b", Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 300, Per: time.Minute}, Cost: 2, Shadow: true}
 	batches := []struct {
 		mode  string
-		items []Item
+		items []ratelimit.Item
 		want  []int64
 		now   bool
 	}{
-		{modeDecide, []Item{a, a}, nil, false},
-		{modeDecide, []Item{a, b}, nil, false},
-		{modeRefund, []Item{b}, nil, true},
-		{modeDecide, []Item{a, a, b}, []int64{500, 0, 0}, false},
-		{modeEval, []Item{a, b}, nil, false},
+		{modeDecide, []ratelimit.Item{a, a}, nil, false},
+		{modeDecide, []ratelimit.Item{a, b}, nil, false},
+		{modeRefund, []ratelimit.Item{b}, nil, true},
+		{modeDecide, []ratelimit.Item{a, a, b}, []int64{500, 0, 0}, false},
+		{modeEval, []ratelimit.Item{a, b}, nil, false},
 	}
 	reused := &scriptCall{}
 	for k, bt := range batches {
@@ -168,8 +170,8 @@ func TestScriptCallReuse(t *testing.T) {
 	}
 	// The layout the script reads: name, digest, numkeys, keys, mode, now, items.
 	c := &scriptCall{}
-	c.build(modeDecide, 0, false, []Item{a}, []int{0}, nil)
-	want := []any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", int(TokenBucket), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(1), 0, int64(0)}
+	c.build(modeDecide, 0, false, []ratelimit.Item{a}, []int{0}, nil)
+	want := []any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", int(ratelimit.TokenBucket), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(1), 0, int64(0)}
 	if len(c.args) != len(want) {
 		t.Fatalf("args %#v, want %#v", c.args, want)
 	}

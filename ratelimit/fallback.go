@@ -1,0 +1,133 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// FallbackOptions configure a Fallback. Zero values take the defaults.
+type FallbackOptions struct {
+	// RetryAfter is what a decision refused by OnErrorClosed advertises:
+	// about the time until the store below is tried again (for a Breaker,
+	// its cooldown). Default 1s.
+	RetryAfter time.Duration
+	// Now is the clock of the local shares (OnErrorLocal); nil = time.Now.
+	Now func() time.Time
+	// FleetSize is the number of instances sharing the store below: an
+	// OnErrorLocal item is decided on LocalShare of its limit for this
+	// many instances. 0 or less means 1.
+	FleetSize int
+}
+
+// Fallback is the top layer of a store stack: it passes every batch to the
+// store below it and, when that store cannot decide (any error), decides
+// the batch by each item's OnError instead, reporting the store's error in
+// Decision.Failure rather than failing:
+//
+//   - If a non-shadow item has OnErrorClosed, the batch is refused as
+//     Unavailable, with RetryAfter from FallbackOptions; nothing else is
+//     decided.
+//   - Otherwise the items with OnErrorLocal are decided together, each on
+//     LocalShare of its limit, by a MemoryStore of this process (its state
+//     is this instance's alone and starts full); items with OnErrorOpen are
+//     allowed. An item whose local decision fails (an invalid item) is
+//     allowed as open.
+//
+// Each Result's Fallback names the mode that decided it. A batch with an
+// item whose OnError is not valid gets the store's error back unchanged.
+// A Fallback is safe for concurrent use.
+type Fallback struct {
+	inner Store
+	local *MemoryStore
+	retry time.Duration
+	fleet int64
+}
+
+// NewFallback puts a Fallback on inner, which it owns: Close closes it.
+func NewFallback(inner Store, o FallbackOptions) *Fallback {
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	return &Fallback{inner: inner, local: NewMemoryStore(MemoryOptions{Now: o.Now}), retry: o.RetryAfter,
+		fleet: int64(max(o.FleetSize, 1))}
+}
+
+// Decide decides items on the store below, or by their OnError when it
+// fails (see Fallback). It returns an error only when the store failed and
+// an item has no valid OnError.
+func (f *Fallback) Decide(ctx context.Context, items []Item) (Decision, error) {
+	d, err := f.inner.Decide(ctx, items)
+	if err == nil {
+		return d, nil
+	}
+	for i := range items {
+		if !items[i].OnError.Valid() {
+			return d, err
+		}
+	}
+	return f.fallback(ctx, items, err), nil
+}
+
+// fallback decides items by their OnError after the store failed with err.
+func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decision {
+	d := Decision{Allowed: true, Results: make([]Result, len(items)), Failure: err}
+	var local []Item
+	var at []int // local[k] is items[at[k]]
+	for i := range items {
+		it := &items[i]
+		d.Results[i] = Result{Allowed: true, Fallback: it.OnError}
+		switch {
+		case it.OnError == OnErrorClosed && !it.Shadow:
+			d.Allowed, d.Unavailable, d.RetryAfter = false, true, f.retry
+		case it.OnError == OnErrorLocal:
+			share := LocalShare(it.Limit, it.Algorithm, f.fleet, it.Cost)
+			local = append(local, Item{Key: it.Key, Algorithm: it.Algorithm, Limit: share, Cost: it.Cost, Shadow: it.Shadow})
+			at = append(at, i)
+		}
+	}
+	if d.Unavailable || len(local) == 0 {
+		return d
+	}
+	ld, lerr := f.local.Decide(ctx, local)
+	if lerr != nil {
+		for _, i := range at {
+			d.Results[i].Fallback = OnErrorOpen
+		}
+		return d
+	}
+	for k, i := range at {
+		r := ld.Results[k]
+		r.Fallback = OnErrorLocal
+		d.Results[i] = r
+		d.fold(r, items[i].Shadow)
+	}
+	return d
+}
+
+// LocalShare is one instance's part of limit l of algorithm alg shared by
+// fleet instances: the rate and burst divided by fleet, rounded up so that a
+// share is never zero, and a capacity never below cost (a request the full
+// limit could admit stays admissible). Rounding up means a fleet that falls
+// back all at once admits at most fleet-1 units more than the limit per
+// period. fleet must be >= 1.
+func LocalShare(l Limit, alg Algorithm, fleet, cost int64) Limit {
+	div := func(v int64) int64 {
+		if v == 0 {
+			return 0
+		}
+		return (v + fleet - 1) / fleet
+	}
+	s := Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst)}
+	if alg == TokenBucket {
+		s.Burst = max(s.Burst, cost)
+	} else {
+		s.Rate = max(s.Rate, cost)
+	}
+	return s
+}
+
+// Close closes the store below and the local shares.
+func (f *Fallback) Close() error {
+	return errors.Join(f.inner.Close(), f.local.Close())
+}

@@ -1,0 +1,60 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
+)
+
+// TestBreakerPausedRedis opens the breaker on a hung (SIGSTOP) Redis: once
+// open, calls return far sooner than the store's timeout; after Resume and
+// the cooldown a probe closes it again.
+func TestBreakerPausedRedis(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const timeout = 100 * time.Millisecond
+	store := newRedisStore(t, []string{srv.Addr}, nil, timeout)
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	b := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
+	items := []ratelimit.Item{{Key: "{brk}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1}}
+	ctx := context.Background()
+	storetest.WarmUp(t, store, items)
+
+	srv.Pause()
+	defer srv.Resume()
+	for i := range 3 {
+		start := time.Now()
+		_, err := b.Decide(ctx, items)
+		if !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("call %d on a paused Redis: err = %v, want the store's ErrUnavailable", i, err)
+		}
+		if d := time.Since(start); d < timeout/2 {
+			t.Fatalf("call %d failed after %v, before the timeout: not the hang under test", i, d)
+		}
+	}
+	if b.State() != ratelimit.BreakerOpen {
+		t.Fatalf("state %v after 3 timeouts", b.State())
+	}
+	start := time.Now()
+	for range 100 {
+		if _, err := b.Decide(ctx, items); !errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("open breaker: %v", err)
+		}
+	}
+	if d := time.Since(start); d > timeout {
+		t.Fatalf("100 calls on an open breaker took %v, more than one timeout (%v)", d, timeout)
+	}
+
+	srv.Resume()
+	clock.Add(time.Second)
+	if _, err := b.Decide(ctx, items); err != nil {
+		t.Fatalf("probe after Resume: %v", err)
+	}
+	if b.State() != ratelimit.BreakerClosed {
+		t.Fatalf("state %v after a successful probe", b.State())
+	}
+}

@@ -1,0 +1,84 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// StackOptions configure a Stack. Zero values take the defaults.
+type StackOptions struct {
+	// Breaker, when not nil, is the circuit breaker of the backend (it may
+	// be the backend itself, or lie below it): Health reports its state
+	// and a refused decision's RetryAfter is its cooldown.
+	Breaker *Breaker
+	// Ping reports whether the backend answers; nil means it always does.
+	Ping func(ctx context.Context) error
+	// Now is the clock of the in-process stores: the memory backend when
+	// NewStack is given none, and the Fallback's local shares. nil = time.Now.
+	Now func() time.Time
+	// FleetSize is the number of instances sharing the backend, which
+	// sizes the local shares (see FallbackOptions); 0 or less means 1.
+	FleetSize int
+}
+
+// Stack is a complete decision store: a backend (a MemoryStore, or a
+// Redis store with leases behind a circuit breaker, see package redisstore)
+// under a Fallback layer that applies each item's OnError when the backend
+// cannot decide. Its Decide therefore returns an error only for items
+// without a valid OnError; a failure of the backend is in
+// Decision.Failure. A Stack is safe for concurrent use.
+type Stack struct {
+	top     *Fallback
+	breaker *Breaker
+	ping    func(ctx context.Context) error
+}
+
+// Health is what a Stack reports about its backend.
+type Health struct {
+	// Breaker is the worst state of the backend's circuit breaker over its
+	// failure domains; BreakerClosed without a breaker.
+	Breaker BreakerState
+	// AllDown reports that no decision can reach the backend right now:
+	// every failure domain's breaker is open.
+	AllDown bool
+}
+
+// NewStack puts backend, which the Stack owns from then on, under a
+// Fallback. A nil backend is a MemoryStore of this process, on o.Now.
+func NewStack(backend Store, o StackOptions) *Stack {
+	if backend == nil {
+		backend = NewMemoryStore(MemoryOptions{Now: o.Now})
+	}
+	fo := FallbackOptions{Now: o.Now, FleetSize: o.FleetSize}
+	if o.Breaker != nil {
+		fo.RetryAfter = o.Breaker.cooldown
+	}
+	return &Stack{top: NewFallback(backend, fo), breaker: o.Breaker, ping: o.Ping}
+}
+
+// Decide decides items on the backend, or by their OnError when it fails
+// (see Fallback).
+func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
+	return s.top.Decide(ctx, items)
+}
+
+// Health reports the state of the backend's breaker. It does not contact
+// the backend (see Ping).
+func (s *Stack) Health() Health {
+	if s.breaker == nil {
+		return Health{}
+	}
+	return Health{Breaker: s.breaker.State(), AllDown: s.breaker.AllOpen()}
+}
+
+// Ping asks the backend whether it answers, within ctx.
+func (s *Stack) Ping(ctx context.Context) error {
+	if s.ping == nil {
+		return nil
+	}
+	return s.ping(ctx)
+}
+
+// Close closes the backend and the local shares. Decide must not be called
+// after.
+func (s *Stack) Close() error { return s.top.Close() }
