@@ -283,6 +283,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 func (e *Engine) plan(dom *Domain, req *Request, statuses []Status) *plan {
 	p := &plan{statuses: statuses}
 	var replaced map[string]bool
+	var shared map[int][]string // share_threshold values by descriptor, rarely any
 	for i, desc := range req.Descriptors {
 		st := &statuses[i]
 		st.Code = OK
@@ -290,8 +291,14 @@ func (e *Engine) plan(dom *Domain, req *Request, statuses []Status) *plan {
 			st.Rule = overrideRule(dom, desc.Override)
 			continue
 		}
-		r, _ := dom.Match(desc.Entries)
+		r, values := dom.Match(desc.Entries)
 		st.Rule = r
+		if values != nil {
+			if shared == nil {
+				shared = make(map[int][]string)
+			}
+			shared[i] = values
+		}
 		if r != nil && len(r.Replaces) > 0 {
 			if replaced == nil {
 				replaced = make(map[string]bool)
@@ -330,9 +337,8 @@ func (e *Engine) plan(dom *Domain, req *Request, statuses []Status) *plan {
 			if cost > uint64(c) {
 				deny, cost = true, 0
 			}
-			_, values := dom.Match(desc.Entries)
 			p.items = append(p.items, ratelimit.Item{
-				Key: e.key(dom.Name, r, desc.Entries, values), Algorithm: r.Algorithm, Limit: r.Limit,
+				Key: e.key(dom.Name, r, desc.Entries, shared[i]), Algorithm: r.Algorithm, Limit: r.Limit,
 				Cost: int64(cost), Shadow: r.Shadow || r.Quota,
 			})
 			p.itemOf = append(p.itemOf, i)

@@ -319,3 +319,21 @@ func TestDecideSpan(t *testing.T) {
 		}
 	}
 }
+
+func TestDecideWildcardCounters(t *testing.T) {
+	e, _ := newTestEngine(t, Options{})
+	// share_threshold: every value the pattern matches shares 4 per second.
+	for i, v := range []string{"/v2/a/items", "/v2/b/items", "/v2/c/items", "/v2/d/items", "/v2/e/items"} {
+		r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{desc("api_path", v)}})
+		if want := map[bool]Code{true: OK, false: OverLimit}[i < 4]; r.Overall != want {
+			t.Fatalf("%s (hit %d of the shared counter): %v, want %v", v, i+1, r.Overall, want)
+		}
+	}
+	// A plain wildcard: each value its own 5 per second.
+	for _, v := range []string{"/v1/a", "/v1/b"} {
+		r := decide(t, e, Request{Domain: "edge", Hits: 5, Descriptors: []Descriptor{desc("api_path", v)}})
+		if r.Overall != OK || r.Statuses[0].Remaining != 0 {
+			t.Fatalf("%s: %+v", v, r)
+		}
+	}
+}

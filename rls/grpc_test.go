@@ -15,12 +15,14 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
@@ -28,7 +30,18 @@ import (
 // free ports, deciding on an in-process store.
 func startServer(t *testing.T, headers bool) (rlsv3.RateLimitServiceClient, *grpc.ClientConn, string) {
 	t.Helper()
+	return startServerWith(t, headers, nil)
+}
+
+// startServerWith is startServer serving TLS with files when they are not nil.
+func startServerWith(t *testing.T, headers bool, files *redistest.TLSFiles) (rlsv3.RateLimitServiceClient, *grpc.ClientConn, string) {
+	t.Helper()
 	cfg := config.Default()
+	creds, scheme := insecure.NewCredentials(), "http://"
+	if files != nil {
+		cfg.RLS.TLS = &config.TLS{CertFile: files.ServerCert, KeyFile: files.ServerKey}
+		creds, scheme = credentials.NewTLS(files.ClientConfig()), "https://"
+	}
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml", "testdata/extensions.yaml", "testdata/databases.yaml"}
 	cfg.RLS.ResponseHeaders = headers
 	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
@@ -54,12 +67,12 @@ func startServer(t *testing.T, headers bool) (rlsv3.RateLimitServiceClient, *grp
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn), conn, "http://" + hl.Addr().String()
+	return rlsv3.NewRateLimitServiceClient(conn), conn, scheme + hl.Addr().String()
 }
 
 func pbDesc(kv ...string) *commonv3.RateLimitDescriptor {
@@ -178,5 +191,32 @@ func TestHTTPCheck(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 413 {
 		t.Errorf("big body: %d, want 413", resp.StatusCode)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	client, _, base := startServerWith(t, false, files)
+	resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.1")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("gRPC over TLS: %v, %v", resp, err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: files.ClientConfig()}}
+	hr, err := hc.Post(base+"/v1/check", "application/json", strings.NewReader(`{"domain": "edge", "descriptors": [[{"key": "a", "value": "b"}]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Body.Close()
+	if hr.StatusCode != 200 || hr.TLS == nil {
+		t.Fatalf("HTTP over TLS: %d, TLS %v", hr.StatusCode, hr.TLS != nil)
+	}
+	// A plaintext client is refused.
+	plain, err := http.Post("http"+strings.TrimPrefix(base, "https")+"/v1/check", "application/json", strings.NewReader(`{}`))
+	if err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == 200 {
+			t.Fatal("plaintext HTTP was served")
+		}
 	}
 }
