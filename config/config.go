@@ -257,6 +257,38 @@ type Upstream struct {
 	// Timeout bounds one forwarded request, response headers included
 	// (default 30s).
 	Timeout time.Duration `mapstructure:"timeout"`
+	// Breaker, when set, answers 503 at once while the upstream keeps
+	// failing (see proxy.Breaker); nil means none.
+	Breaker *UpstreamBreaker `mapstructure:"breaker"`
+	// Shedding, when set, bounds the requests in flight to the upstream
+	// with an adaptive limit and sheds the lowest tiers first when it is
+	// reached (see proxy.Shedder); nil means none.
+	Shedding *Shedding `mapstructure:"shedding"`
+}
+
+// UpstreamBreaker configures an upstream's circuit breaker.
+type UpstreamBreaker struct {
+	// Failures is how many consecutive failed exchanges (connection
+	// failures, timeouts, statuses >= 500) open it (default 5, >= 1).
+	Failures int `mapstructure:"failures"`
+	// Cooldown is how long it stays open before one probe passes
+	// (default 5s, > 0).
+	Cooldown time.Duration `mapstructure:"cooldown"`
+}
+
+// Shedding configures priority shedding for an upstream.
+type Shedding struct {
+	// TargetLatency is the time to response headers the upstream should
+	// keep to; above it the adaptive limit shrinks (required, > 0).
+	TargetLatency time.Duration `mapstructure:"target_latency"`
+	// Priority lists tier names, most important first: the last is shed
+	// first, the first last. Tiers not listed rank below every listed
+	// one. Each must be a configured tier, at most once.
+	Priority []string `mapstructure:"priority"`
+	// MaxInflight caps the adaptive limit (default 1000, >= MinInflight).
+	MaxInflight int `mapstructure:"max_inflight"`
+	// MinInflight is the least the adaptive limit falls to (default 4, >= 1).
+	MinInflight int `mapstructure:"min_inflight"`
 }
 
 // EchoURL as an upstream URL selects the built-in demo responder, which
@@ -352,6 +384,16 @@ func (l *Lease) setDefaults() {
 }
 
 func (u *Upstream) setDefaults() { setZero(&u.Timeout, 30*time.Second) }
+
+func (b *UpstreamBreaker) setDefaults() {
+	setZero(&b.Failures, 5)
+	setZero(&b.Cooldown, 5*time.Second)
+}
+
+func (s *Shedding) setDefaults() {
+	setZero(&s.MaxInflight, 1000)
+	setZero(&s.MinInflight, 4)
+}
 
 func (r *Route) setDefaults() { setZero(&r.Cost, 1) }
 

@@ -69,6 +69,16 @@ var invalidCases = map[string][]string{
 		`identity.api_keys[1].tier: is required`,
 		`policies.tenant.limits.platinum: unknown tier "platinum" (known: free); "*" means every tier`,
 	},
+	"upstream_resilience.yaml": {
+		`upstreams.api.shedding.max_inflight: must be at least min_inflight 8, got 2`,
+		`upstreams.api.shedding.target_latency: must be > 0`,
+		`upstreams.app.breaker.cooldown: must be > 0`,
+		`upstreams.app.breaker.failures: must be at least 1, got -1`,
+		`upstreams.app.shedding.min_inflight: must be at least 1, got 0`,
+		`upstreams.app.shedding.priority[2]: unknown tier "gold" (known: free, pro)`,
+		`upstreams.app.shedding.priority[3]: tier "free" is listed twice`,
+		`upstreams.app.shedding.target_latency: is required: the latency the upstream should keep to, such as 250ms`,
+	},
 	"dangling_upstream.yaml": {
 		`routes[0].upstream: unknown upstream "ap" (known: app)`,
 		`routes[1].upstream: is required`,

@@ -21,7 +21,48 @@ func (c *Config) validateUpstreams(errs *Errors) {
 			errs.add(p+".url", err.Error())
 		}
 		positive(errs, p+".timeout", u.Timeout)
+		if b := u.Breaker; b != nil {
+			if b.Failures < 1 {
+				errs.addf(p+".breaker.failures", "must be at least 1, got %d", b.Failures)
+			}
+			positive(errs, p+".breaker.cooldown", b.Cooldown)
+		}
+		if s := u.Shedding; s != nil {
+			c.validateShedding(errs, p+".shedding", s)
+		}
 	}
+}
+
+// validateShedding checks s and lowercases its tier names.
+func (c *Config) validateShedding(errs *Errors, p string, s *Shedding) {
+	if s.TargetLatency == 0 {
+		errs.add(p+".target_latency", "is required: the latency the upstream should keep to, such as 250ms")
+	} else {
+		positive(errs, p+".target_latency", s.TargetLatency)
+	}
+	if s.MinInflight < 1 {
+		errs.addf(p+".min_inflight", "must be at least 1, got %d", s.MinInflight)
+	}
+	if s.MaxInflight < s.MinInflight {
+		errs.addf(p+".max_inflight", "must be at least min_inflight %d, got %d", s.MinInflight, s.MaxInflight)
+	}
+	seen := map[string]bool{}
+	for i, t := range s.Priority {
+		t = strings.ToLower(t)
+		s.Priority[i] = t
+		switch {
+		case seen[t]:
+			errs.addf(fmt.Sprintf("%s.priority[%d]", p, i), "tier %q is listed twice", t)
+		case !c.hasTier(t):
+			errs.addf(fmt.Sprintf("%s.priority[%d]", p, i), "unknown tier %q%s", t, known(c.Tiers))
+		}
+		seen[t] = true
+	}
+}
+
+func (c *Config) hasTier(name string) bool {
+	_, ok := c.Tiers[name]
+	return ok
 }
 
 // checkUpstreamURL accepts EchoURL or an absolute http(s) URL with a host

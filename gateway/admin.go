@@ -84,7 +84,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unreachable"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	body := map[string]any{"status": "ready"}
+	if d := p.breakerDetail(); d != nil {
+		body["upstreams"] = d
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -127,6 +127,12 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
+		err = o.Metrics.ObserveUpstreamBreakers(func(yield func(string, int64)) {
+			g.live.Load().breakerStates(yield)
+		})
+		if err != nil {
+			return nil, err
+		}
 		err = o.Metrics.ObserveHotKeys(func() []float64 {
 			top := g.hot.Top(telemetry.MaxHotKeyRanks)
 			rates := make([]float64, len(top))

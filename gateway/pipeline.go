@@ -18,14 +18,16 @@ import (
 // built; a reload builds a new one and swaps it in whole, so a request sees
 // one configuration from its first stage to its last.
 type pipeline struct {
-	cfg     *config.Config
-	table   *routes.Table
-	routes  []*route // by routes.Match.Index
-	auth    *identity.Authenticator
-	tiers   map[string]*ratelimit.LocalSet // stage 1 per tier; absent = no stage 1
-	store   *ratelimit.Stack
-	maxBody int64
-	handler http.Handler
+	cfg    *config.Config
+	table  *routes.Table
+	routes []*route // by routes.Match.Index
+	auth   *identity.Authenticator
+	tiers  map[string]*ratelimit.LocalSet // stage 1 per tier; absent = no stage 1
+	store  *ratelimit.Stack
+	// breakers are the upstream circuit breakers by upstream name.
+	breakers map[string]*proxy.Breaker
+	maxBody  int64
+	handler  http.Handler
 }
 
 // buildPipeline compiles cfg. prev, when not nil, is the pipeline being
@@ -68,6 +70,9 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 		p.tiers[name] = ratelimit.NewLocalSet(ratelimit.LocalOptions{Rate: lim, Burst: burst, MaxLimiters: cfg.Server.MaxLocalCallers})
 	}
 
+	if p.breakers, err = upstreamGuards(cfg, prev, o); err != nil {
+		return nil, err
+	}
 	proxies := make(map[string]http.Handler, len(cfg.Upstreams))
 	for name, u := range cfg.Upstreams {
 		target, err := url.Parse(u.URL)
@@ -82,7 +87,8 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 				st := stateFrom(in.Context())
 				return st != nil && st.route != nil && st.route.websocket
 			},
-			Logger: o.Logger,
+			Logger:  o.Logger,
+			Breaker: p.breakers[name],
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upstreams.%s: %w", name, err)

@@ -30,6 +30,13 @@ type observed struct {
 // metrics pipeline (OpenTelemetry SDK -> Prometheus exporter).
 func newObservedFixture(t *testing.T) *observed {
 	t.Helper()
+	return newObservedFixtureWith(t, baseConfig, nil)
+}
+
+// newObservedFixtureWith is newObservedFixture for the config base; DEADURL
+// becomes dead's URL when dead is not nil.
+func newObservedFixtureWith(t *testing.T, base string, dead *httptest.Server) *observed {
+	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
@@ -43,7 +50,13 @@ func newObservedFixture(t *testing.T) *observed {
 	}
 	tel.ExportPrimed(m)
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
-	f.path = writeConfig(t, renderConfig(baseConfig, f.upstream.srv.URL, deadURL(t)))
+	deadAt := ""
+	if dead != nil {
+		deadAt = dead.URL
+	} else {
+		deadAt = deadURL(t)
+	}
+	f.path = writeConfig(t, renderConfig(base, f.upstream.srv.URL, deadAt))
 	cfg, err := config.Load(f.path, testGetenv)
 	if err != nil {
 		t.Fatal(err)

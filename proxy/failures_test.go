@@ -58,15 +58,7 @@ func TestClosedPortIs502(t *testing.T) {
 // without answering.
 func TestResetIs502(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.SetLinger(0) // close with RST
-		}
-		conn.Close()
+		resetConn(t, w)
 	}))
 	defer up.Close()
 	f := newFixture(t, up.URL, time.Minute, nil)

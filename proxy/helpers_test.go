@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -168,4 +169,18 @@ func (m *manualTimer) stoppedCount() int {
 		}
 	}
 	return n
+}
+
+// resetConn closes the connection under w with a TCP reset, as a crashed
+// upstream does.
+func resetConn(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetLinger(0) // close with RST
+	}
+	conn.Close()
 }

@@ -104,6 +104,11 @@ type Options struct {
 	// BufferPool provides the buffers that copy response bodies. nil means
 	// a shared sync.Pool of 32 KiB buffers.
 	BufferPool httputil.BufferPool
+	// Breaker, when not nil, is the upstream's circuit breaker: while it is
+	// open the handler answers through WriteError with 503
+	// CodeUnavailable and a Retry-After header, without contacting the
+	// upstream (r is then the inbound request). See Breaker.
+	Breaker *Breaker
 }
 
 // Error codes passed to Options.WriteError.
@@ -154,6 +159,9 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if up.Timeout > 0 {
 		transport = &headerTimeout{next: transport, timeout: up.Timeout, after: after}
 	}
+	if o.Breaker != nil {
+		transport = &outcomeTransport{next: transport}
+	}
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -168,7 +176,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	}
 	target := *up.URL
 	setHeaders, allowUpgrade := o.SetHeaders, o.AllowUpgrade
-	return &httputil.ReverseProxy{
+	var h http.Handler = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
 			// Rewrite runs on a request stripped of X-Forwarded-*; carry the
@@ -189,7 +197,11 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 		BufferPool:     pool,
 		ErrorLog:       slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
 		ErrorHandler:   funnel.handle,
-	}, nil
+	}
+	if o.Breaker != nil {
+		h = &breakerHandler{b: o.Breaker, next: h, write: funnel.write}
+	}
+	return h, nil
 }
 
 func validate(up Upstream) error {

@@ -101,6 +101,8 @@ type Metrics struct {
 	mu  sync.Mutex
 	reg metric.Registration // gauge callback, nil until ObserveGauges
 	hot metric.Registration // hot-key callback, nil until ObserveHotKeys
+
+	up upstreamInstruments
 }
 
 type routeCode struct {
@@ -156,6 +158,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.localLimiters, err = m.meter.Int64ObservableGauge("quotagate.local.limiters",
 		metric.WithDescription("Per-key limiters held by the local stage."))
 	check(err)
+	check(m.initUpstream())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}

@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/proxy"
+)
+
+// upstreamGuards builds the circuit breaker of every upstream that
+// configures one. A breaker whose settings did not change since prev is
+// carried over, so a reload neither closes an open breaker nor forgets a
+// run of failures.
+func upstreamGuards(cfg *config.Config, prev *pipeline, o *Options) (map[string]*proxy.Breaker, error) {
+	breakers := map[string]*proxy.Breaker{}
+	for name, u := range cfg.Upstreams {
+		if u.Breaker == nil {
+			continue
+		}
+		if prev != nil {
+			if old, ok := prev.breakers[name]; ok {
+				if oo := old.Options(); oo.Failures == u.Breaker.Failures && oo.Cooldown == u.Breaker.Cooldown {
+					breakers[name] = old
+					continue
+				}
+			}
+		}
+		b, err := proxy.NewBreaker(proxy.BreakerOptions{Failures: u.Breaker.Failures, Cooldown: u.Breaker.Cooldown, Now: o.Now})
+		if err != nil {
+			return nil, err
+		}
+		breakers[name] = b
+	}
+	return breakers, nil
+}
+
+// breakerStates calls yield with the state of every upstream breaker of p,
+// in name order.
+func (p *pipeline) breakerStates(yield func(upstream string, state int64)) {
+	for _, name := range slices.Sorted(maps.Keys(p.breakers)) {
+		yield(name, int64(p.breakers[name].State()))
+	}
+}
+
+// breakerDetail is the upstreams member of /readyz: each breaker's state by
+// upstream name; nil when no upstream has a breaker. An open upstream
+// breaker does not make the gateway unready: its other routes still work.
+func (p *pipeline) breakerDetail() map[string]string {
+	if len(p.breakers) == 0 {
+		return nil
+	}
+	d := make(map[string]string, len(p.breakers))
+	for name, b := range p.breakers {
+		d[name] = b.State().String()
+	}
+	return d
+}
