@@ -35,11 +35,15 @@ func upstreamGuards(cfg *config.Config, prev *pipeline, o *Options) (map[string]
 	return breakers, nil
 }
 
-// breakerStates calls yield with the state of every upstream breaker of p,
-// in name order.
+// breakerStates calls yield with the breaker state of every upstream of p,
+// in name order; an upstream without a breaker is always closed.
 func (p *pipeline) breakerStates(yield func(upstream string, state int64)) {
-	for _, name := range slices.Sorted(maps.Keys(p.breakers)) {
-		yield(name, int64(p.breakers[name].State()))
+	for _, name := range slices.Sorted(maps.Keys(p.cfg.Upstreams)) {
+		st := proxy.BreakerClosed
+		if b := p.breakers[name]; b != nil {
+			st = b.State()
+		}
+		yield(name, int64(st))
 	}
 }
 
