@@ -54,7 +54,7 @@ func TestUpstreamBreakerOpensAndRecovers(t *testing.T) {
 		problemBody(t, o.do("GET", "/v1/dead", nil, nil), http.StatusBadGateway, codeUpstreamUnavailable)
 	}
 	before := up.arrivals.Load()
-	o.clock.Advance(2500 * time.Millisecond)
+	o.clock.Add(2500 * time.Millisecond)
 	w := o.do("GET", "/v1/dead", nil, nil)
 	problemBody(t, w, http.StatusServiceUnavailable, codeUpstreamUnavailable)
 	if ra := w.Header().Get("Retry-After"); ra != "8" {
@@ -70,7 +70,7 @@ func TestUpstreamBreakerOpensAndRecovers(t *testing.T) {
 		t.Errorf("metrics lack the open breaker:\n%s", grepLines(m, "breaker"))
 	}
 	up.healthy.Store(true)
-	o.clock.Advance(7500 * time.Millisecond)
+	o.clock.Add(7500 * time.Millisecond)
 	w = o.do("GET", "/v1/dead", nil, nil)
 	if w.Code != http.StatusOK || w.Body.String() != "back" {
 		t.Fatalf("probe after the cooldown: %d %q, want 200 back", w.Code, w.Body.String())
