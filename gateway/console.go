@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/quotagate/quotagate/telemetry"
@@ -62,6 +63,10 @@ type consoleState struct {
 	// BreakerState is 0 closed, 1 half-open, 2 open (the worst failure
 	// domain of the store's breaker; always 0 for the memory store).
 	BreakerState int64 `json:"breaker_state"`
+	// Breakers lists each failure domain's state by name (a Redis Cluster
+	// primary's address; "" for a single Redis), in name order; empty
+	// without a breaker (the memory store).
+	Breakers []consoleBreaker `json:"breakers"`
 	// HotKeys are the busiest store keys (hashed tenants), estimated per second.
 	HotKeys any `json:"hot_keys"`
 }
@@ -72,6 +77,11 @@ type consolePolicy struct {
 	Algorithm    string `json:"algorithm"`
 	OnStoreError string `json:"on_store_error"`
 	Shadow       bool   `json:"shadow"`
+}
+
+type consoleBreaker struct {
+	Domain string `json:"domain"`
+	State  int64  `json:"state"`
 }
 
 type consoleReload struct {
@@ -101,15 +111,7 @@ func (g *Gateway) consoleStateHandler(w http.ResponseWriter, _ *http.Request) {
 		st.Policies = append(st.Policies, consolePolicy{Name: name, Scope: pol.Scope.String(),
 			Algorithm: pol.Algorithm.String(), OnStoreError: pol.OnStoreError.String(), Shadow: pol.Shadow})
 	}
-	slices.SortFunc(st.Policies, func(a, b consolePolicy) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(st.Policies, func(a, b consolePolicy) int { return strings.Compare(a.Name, b.Name) })
 	if r := g.lastReload.Load(); r != nil {
 		res := "error"
 		if r.ok {
@@ -118,5 +120,10 @@ func (g *Gateway) consoleStateHandler(w http.ResponseWriter, _ *http.Request) {
 		st.LastReload = &consoleReload{Result: res, At: r.at.UTC().Format(time.RFC3339)}
 	}
 	st.BreakerState = breakerGauge(p.store.Health().Breaker)
+	st.Breakers = []consoleBreaker{}
+	for name, state := range p.store.BreakerStates() {
+		st.Breakers = append(st.Breakers, consoleBreaker{Domain: name, State: breakerGauge(state)})
+	}
+	slices.SortFunc(st.Breakers, func(a, b consoleBreaker) int { return strings.Compare(a.Domain, b.Domain) })
 	writeJSON(w, http.StatusOK, st)
 }

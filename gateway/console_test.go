@@ -1,12 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // TestConsoleAssetsAreSelfContained checks that the console's page and
@@ -92,3 +97,50 @@ func TestConsoleState(t *testing.T) {
 		t.Errorf("a rejected reload changed the config version or time: %+v -> %+v", st, after)
 	}
 }
+
+// TestConsoleStateListsBreakersByPrimary: with a breaker per Cluster
+// primary, /console/state lists each primary's state in address order.
+func TestConsoleStateListsBreakersByPrimary(t *testing.T) {
+	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
+	f.path = writeConfig(t, renderConfig(baseConfig, f.upstream.srv.URL, deadURL(t)))
+	cfg, err := config.Load(f.path, adminEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A breaker with one domain per key, over a store that fails key "b":
+	// two failures open domain b, domain a stays closed.
+	breaker := ratelimit.NewBreaker(downStore{down: "10.0.0.2:7001"}, ratelimit.BreakerOptions{
+		Failures: 2, Now: f.clock.Now, Partition: func(_ context.Context, items []ratelimit.Item) string { return items[0].Key }})
+	for _, key := range []string{"10.0.0.1:7000", "10.0.0.2:7001", "10.0.0.2:7001"} {
+		_, _ = breaker.Decide(context.Background(), []ratelimit.Item{{Key: key}})
+	}
+	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+		return ratelimit.NewStack(breaker, ratelimit.StackOptions{Breaker: breaker, Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	f.gw = gw
+	a := adminGet(t, f.serveAdminOn(t, "127.0.0.1:0")+"/console/state", "")
+	var st consoleState
+	if a.code != http.StatusOK || json.Unmarshal([]byte(a.body), &st) != nil {
+		t.Fatalf("GET /console/state: %d %s", a.code, a.body)
+	}
+	want := []consoleBreaker{{"10.0.0.1:7000", 0}, {"10.0.0.2:7001", 2}}
+	if st.BreakerState != 2 || !slices.Equal(st.Breakers, want) {
+		t.Errorf("breaker_state %d breakers %+v, want 2 and %+v", st.BreakerState, st.Breakers, want)
+	}
+}
+
+// downStore fails every batch whose first key is down and allows the rest.
+type downStore struct{ down string }
+
+func (s downStore) Decide(_ context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
+	if items[0].Key == s.down {
+		return ratelimit.Decision{}, ratelimit.ErrUnavailable
+	}
+	return ratelimit.Decision{Allowed: true, Results: make([]ratelimit.Result, len(items))}, nil
+}
+
+func (downStore) Close() error { return nil }

@@ -237,6 +237,27 @@ func (b *Breaker) State() BreakerState {
 	return worst
 }
 
+// States returns the state of each failure domain seen so far, by the name
+// BreakerOptions.Partition gave it (a Redis Cluster primary's address);
+// without Partition, the single domain is named "". An open domain whose
+// cooldown has passed reports BreakerHalfOpen, as State does.
+func (b *Breaker) States() map[string]BreakerState {
+	if b.partition == nil {
+		return map[string]BreakerState{"": b.stateOf(b.only)}
+	}
+	b.mu.Lock()
+	cells := make(map[string]*breakerCell, len(b.cells))
+	for name, c := range b.cells {
+		cells[name] = c
+	}
+	b.mu.Unlock()
+	out := make(map[string]BreakerState, len(cells))
+	for name, c := range cells {
+		out[name] = b.stateOf(c)
+	}
+	return out
+}
+
 // AllOpen reports whether every failure domain seen so far is open, that
 // is, whether no decision can reach the store right now.
 func (b *Breaker) AllOpen() bool {

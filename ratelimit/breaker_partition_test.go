@@ -47,8 +47,18 @@ func TestBreakerPartitionsIsolateDomains(t *testing.T) {
 	if b.State() != BreakerOpen || b.AllOpen() {
 		t.Fatalf("State %v AllOpen %v: want open (worst) and not all open", b.State(), b.AllOpen())
 	}
+	if st := b.States(); len(st) != 2 || st["a"] != BreakerOpen || st["b"] != BreakerClosed {
+		t.Fatalf("States = %v, want a open and b closed", st)
+	}
 	now = now.Add(time.Second)
 	if st := b.State(); st != BreakerHalfOpen {
 		t.Fatalf("after cooldown: %v", st)
+	}
+	if st := b.States(); st["a"] != BreakerHalfOpen || st["b"] != BreakerClosed {
+		t.Fatalf("States after cooldown = %v, want a half-open and b closed", st)
+	}
+	single := NewBreaker(domainStore{}, BreakerOptions{})
+	if st := single.States(); len(st) != 1 || st[""] != BreakerClosed {
+		t.Fatalf("States without Partition = %v, want one closed domain named \"\"", st)
 	}
 }

@@ -71,6 +71,16 @@ func (s *Stack) Health() Health {
 	return Health{Breaker: s.breaker.State(), AllDown: s.breaker.AllOpen()}
 }
 
+// BreakerStates reports the state of each of the breaker's failure domains
+// by name (see Breaker.States: a Redis Cluster primary's address, or "" for
+// a single domain); nil without a breaker.
+func (s *Stack) BreakerStates() map[string]BreakerState {
+	if s.breaker == nil {
+		return nil
+	}
+	return s.breaker.States()
+}
+
 // Ping asks the backend whether it answers, within ctx.
 func (s *Stack) Ping(ctx context.Context) error {
 	if s.ping == nil {

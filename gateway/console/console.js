@@ -11,6 +11,8 @@ let token = sessionStorage.getItem("quotagate-admin-token") || "";
 let state = null;
 
 const $ = (id) => document.getElementById(id);
+const BREAKER_NAMES = ["closed", "half-open", "open"];
+const BREAKER_CLASSES = ["ok", "warn", "bad"];
 
 function parseMetrics(text) {
   const out = [];
@@ -133,8 +135,8 @@ function render() {
   $("latency").textContent = fmtSeconds(quantile(0.5, hist, op)) + " / " + fmtSeconds(quantile(0.99, hist, op));
   const b = last.some((x) => x.name === "quotagate_store_breaker_state") ? sum(last, "quotagate_store_breaker_state", {}) : null;
   const breaker = $("breaker");
-  breaker.textContent = ["closed", "half-open", "open"][b] || "–";
-  breaker.className = b === 0 ? "ok" : b === 1 ? "warn" : "bad";
+  breaker.textContent = BREAKER_NAMES[b] || "–";
+  breaker.className = BREAKER_CLASSES[b] || "";
 
   const stages = ["global", "fallback"];
   const names = new Set(labelValues(last, "quotagate_decisions_total", "policy"));
@@ -175,6 +177,10 @@ function render() {
     const reload = $("reload");
     reload.textContent = r ? r.result + " at " + fmtTime(r.at) : "none yet";
     reload.className = r && r.result !== "ok" ? "bad" : "";
+    const domains = (state.breakers || []).filter((d) => d.domain !== "");
+    $("breakers").hidden = $("breakers-title").hidden = domains.length === 0;
+    fillTable("breakers", domains.map((d) => [{ text: d.domain, key: "domain" },
+      { text: BREAKER_NAMES[d.state] || "–", cls: BREAKER_CLASSES[d.state] || "" }]));
     fillTable("hotkeys", (state.hot_keys || []).map((k) => [{ text: k.key }, { text: fmtRate(k.per_second), cls: "num" }]));
   }
 }
