@@ -42,19 +42,11 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 	}
 	e := &env{ps: ps, dir: dir, self: self, rate: o.rate, timeout: o.timeout}
 
-	var contenders []string
+	contenders := runnable(o, e, rep)
 	needRedis, needQG := false, false
-	for _, c := range o.contenders {
-		if c == cNginx {
-			if e.nginxBin = findNginx(); e.nginxBin == "" {
-				rep.Notes = append(rep.Notes, "nginx is not installed: the nginx contender was skipped")
-				continue
-			}
-			rep.Machine["nginx"] = nginxVersion(e.nginxBin)
-		}
+	for _, c := range contenders {
 		needRedis = needRedis || contenderInfo[c].usesRedis
-		needQG = needQG || c == cQGMemory || c == cQGRedis
-		contenders = append(contenders, c)
+		needQG = needQG || c == cQGMemory || c == cQGRedis || c == cQGLease
 	}
 	if len(contenders) == 0 {
 		return nil, fmt.Errorf("no contender can run")
@@ -242,4 +234,29 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// runnable returns the contenders of o that can run here, in o's order,
+// with a note in rep for each one skipped (nginx not installed, -traefik
+// not given), and sets e's binaries for those that need one.
+func runnable(o *options, e *env, rep *Report) []string {
+	var contenders []string
+	for _, c := range o.contenders {
+		switch c {
+		case cNginx:
+			if e.nginxBin = findNginx(); e.nginxBin == "" {
+				rep.Notes = append(rep.Notes, "nginx is not installed: the nginx contender was skipped")
+				continue
+			}
+			rep.Machine["nginx"] = nginxVersion(e.nginxBin)
+		case cTraefik:
+			if e.traefikBin = o.traefik; e.traefikBin == "" {
+				rep.Notes = append(rep.Notes, "-traefik not given: the traefik contender was skipped (shared/peers/traefik/build.sh builds it)")
+				continue
+			}
+			rep.Machine["traefik"] = traefikBinVersion(e.traefikBin)
+		}
+		contenders = append(contenders, c)
+	}
+	return contenders
 }

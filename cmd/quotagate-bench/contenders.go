@@ -18,11 +18,13 @@ const (
 	cEvalsha   = "evalsha"          // bare proxy + one EVALSHA token bucket per request
 	cQGMemory  = "quotagate-memory" // quotagate, store.kind memory
 	cQGRedis   = "quotagate-redis"  // quotagate, store.kind redis
+	cQGLease   = "quotagate-lease"  // quotagate, store.kind redis, leases on
 	cNginx     = "nginx"            // nginx limit_req
+	cTraefik   = "traefik"          // Traefik RateLimit middleware on Redis
 	requestURI = "/v1/items/42"
 )
 
-var allContenders = []string{cBare, cEvalsha, cQGMemory, cQGRedis, cNginx}
+var allContenders = []string{cBare, cEvalsha, cQGMemory, cQGRedis, cQGLease, cNginx, cTraefik}
 
 // contenderInfo says what each contender needs.
 var contenderInfo = map[string]struct {
@@ -33,7 +35,9 @@ var contenderInfo = map[string]struct {
 	cEvalsha:  {"ReverseProxy + go-redis EVALSHA token bucket per request", true},
 	cQGMemory: {"quotagate, memory store", false},
 	cQGRedis:  {"quotagate, Redis store", true},
+	cQGLease:  {"quotagate, Redis store, leased blocks", true},
 	cNginx:    {"nginx limit_req (shared-memory zone)", false},
+	cTraefik:  {"Traefik RateLimit middleware, Redis backend", true},
 }
 
 // contender is a running server under test.
@@ -57,7 +61,9 @@ type env struct {
 	rate     int // per-key limit, requests per second (also the burst)
 	qgBin    string
 	nginxBin string
-	timeout  time.Duration // quotagate store.redis.timeout
+	// traefikBin is the Traefik binary (-traefik); "" skips its row.
+	traefikBin string
+	timeout    time.Duration // quotagate store.redis.timeout
 }
 
 // startSelf runs a hidden subcommand of this binary and returns it with
@@ -103,10 +109,16 @@ func startContender(ctx context.Context, e *env, name string) (*contender, error
 		c.proc, addr, err = startSelf(ctx, e, cmdEvalshaProxy, "-upstream", e.upstream,
 			"-redis", e.redis.addr, "-rate", strconv.Itoa(e.rate), "-burst", strconv.Itoa(e.rate))
 		c.base = "http://" + addr
-	case cQGMemory, cQGRedis:
-		err = startQuotagate(ctx, e, c, name == cQGRedis)
+	case cQGMemory:
+		err = startQuotagate(ctx, e, c, qgMemory)
+	case cQGRedis:
+		err = startQuotagate(ctx, e, c, qgRedis)
+	case cQGLease:
+		err = startQuotagate(ctx, e, c, qgRedisLease)
 	case cNginx:
 		err = startNginx(e, c)
+	case cTraefik:
+		err = startTraefik(e, c)
 	default:
 		err = fmt.Errorf("unknown contender %q (want one of %s)", name, strings.Join(allContenders, ", "))
 	}

@@ -5,7 +5,9 @@
 //	evalsha           the same proxy + one EVALSHA token-bucket script per request
 //	quotagate-memory  quotagate with store.kind memory
 //	quotagate-redis   quotagate with store.kind redis
+//	quotagate-lease   quotagate with store.kind redis and the policy leasing blocks
 //	nginx             nginx limit_req (skipped when nginx is not installed)
+//	traefik           Traefik's RateLimit middleware on Redis (skipped without -traefik BIN)
 //
 // Each contender, the shared upstream and redis-server run as processes of
 // their own, so that CPU per request is read from /proc (Linux only). The
@@ -14,7 +16,7 @@
 // arrives, for a fixed time, with API keys drawn from one of three mixes.
 // Rounds alternate the contenders to spread machine noise.
 //
-//	go run ./cmd/quotagate-bench [-c 64] [-d 10s] [-rounds 2] [-keys all] [-contenders ...] [-json FILE]
+//	go run ./cmd/quotagate-bench [-c 64] [-d 10s] [-rounds 2] [-keys all] [-contenders ...] [-traefik BIN] [-json FILE]
 //
 // Every process it starts is stopped when it exits, also on Ctrl-C.
 package main
@@ -74,6 +76,7 @@ type options struct {
 	mixes      []string
 	contenders []string
 	quotagate  string
+	traefik    string
 	rate       int
 	timeout    time.Duration
 	jsonPath   string
@@ -91,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	keys := fs.String("keys", "all", "key mix: one (one tenant), uniform (10,000 keys), zipf, or all")
 	contenders := fs.String("contenders", strings.Join(allContenders, ","), "comma-separated contenders")
 	fs.StringVar(&o.quotagate, "quotagate", "", "prebuilt quotagate binary (default: go build it)")
+	fs.StringVar(&o.traefik, "traefik", "", "Traefik v3.7 binary for the traefik contender (without it, that row is skipped)")
 	fs.IntVar(&o.rate, "rate", 100000, "limit per API key, requests per second (also the burst), for every limiter")
 	fs.DurationVar(&o.timeout, "redis-timeout", time.Second, "quotagate store.redis.timeout; the default is the largest allowed, so that on a loaded machine decisions reach Redis instead of failing open")
 	fs.StringVar(&o.jsonPath, "json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)

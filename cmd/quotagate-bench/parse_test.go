@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestHistQuantilesWithinBucketError(t *testing.T) {
@@ -107,8 +110,8 @@ quotagate_store_fallback_totalx{a="b"} 100
 func TestQuotagateConfigLoads(t *testing.T) {
 	// Loading 10 000 keys is slow under -race: load the Redis variant, and
 	// check that the memory variant differs only in its store line.
-	redisCfg := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", 25*time.Millisecond)
-	memCfg := quotagateConfig("http://127.0.0.1:9", 5000, "", 25*time.Millisecond)
+	redisCfg := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", 25*time.Millisecond, false)
+	memCfg := quotagateConfig("http://127.0.0.1:9", 5000, "", 25*time.Millisecond, false)
 	rl, ml := strings.Split(redisCfg, "\n"), strings.Split(memCfg, "\n")
 	if len(rl) != len(ml) {
 		t.Fatalf("variants have %d and %d lines", len(rl), len(ml))
@@ -134,6 +137,165 @@ func TestQuotagateConfigLoads(t *testing.T) {
 	}
 	if cfg.Store.Kind != "redis" || len(cfg.Store.Redis.Addrs) != 1 || cfg.Store.Redis.Addrs[0] != "127.0.0.1:6390" {
 		t.Errorf("store %+v", cfg.Store)
+	}
+}
+
+func TestQuotagateLeaseConfigDiffersOnlyInLease(t *testing.T) {
+	plain := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", time.Second, false)
+	leased := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", time.Second, true)
+	if got := strings.Replace(leased, qgLease, "", 1); got != plain {
+		t.Fatalf("leased config is not the plain one plus %q", qgLease)
+	}
+	// The lease line must land inside the tenant policy and validate:
+	// load the leased variant with 2 keys' worth of identity.
+	var lines []string
+	keys := 0
+	for _, l := range strings.Split(leased, "\n") {
+		if strings.HasPrefix(l, "    - {key_sha256:") {
+			if keys++; keys > 2 {
+				continue
+			}
+		}
+		lines = append(lines, l)
+	}
+	path := filepath.Join(t.TempDir(), "qg.yaml")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config rejected: %v", err)
+	}
+	l := cfg.Policies["tenant"].Lease
+	if l == nil || l.MaxBlock != 50 || l.TTL != time.Second || l.Instances != 1 {
+		t.Errorf("tenant policy lease = %+v, want max_block 50, ttl 1s, instances 1", l)
+	}
+}
+
+func TestTraefikConfig(t *testing.T) {
+	dir := t.TempDir()
+	dynPath := filepath.Join(dir, "dyn amic.yml")
+	var static struct {
+		EntryPoints map[string]struct {
+			Address   string `yaml:"address"`
+			Transport struct {
+				LifeCycle struct {
+					GraceTimeOut string `yaml:"graceTimeOut"`
+				} `yaml:"lifeCycle"`
+			} `yaml:"transport"`
+		} `yaml:"entryPoints"`
+		Providers struct {
+			File struct {
+				Filename string `yaml:"filename"`
+				Watch    *bool  `yaml:"watch"`
+			} `yaml:"file"`
+		} `yaml:"providers"`
+		API       any `yaml:"api"`
+		AccessLog any `yaml:"accessLog"`
+		Metrics   any `yaml:"metrics"`
+		Tracing   any `yaml:"tracing"`
+	}
+	if err := yaml.Unmarshal([]byte(traefikStaticConfig(4711, dynPath)), &static); err != nil {
+		t.Fatalf("static config is not YAML: %v", err)
+	}
+	web, ok := static.EntryPoints["web"]
+	if !ok || len(static.EntryPoints) != 1 || web.Address != "127.0.0.1:4711" || web.Transport.LifeCycle.GraceTimeOut != "1s" {
+		t.Errorf("entry points %+v", static.EntryPoints)
+	}
+	if f := static.Providers.File; f.Filename != dynPath || f.Watch == nil || *f.Watch {
+		t.Errorf("file provider %+v", f)
+	}
+	if static.API != nil || static.AccessLog != nil || static.Metrics != nil || static.Tracing != nil {
+		t.Error("static config enables the API, access log, metrics or tracing")
+	}
+
+	var dyn struct {
+		HTTP struct {
+			Routers map[string]struct {
+				EntryPoints []string `yaml:"entryPoints"`
+				Rule        string   `yaml:"rule"`
+				Service     string   `yaml:"service"`
+				Middlewares []string `yaml:"middlewares"`
+			} `yaml:"routers"`
+			Middlewares map[string]struct {
+				RateLimit struct {
+					Average         int    `yaml:"average"`
+					Period          string `yaml:"period"`
+					Burst           int    `yaml:"burst"`
+					SourceCriterion struct {
+						RequestHeaderName string `yaml:"requestHeaderName"`
+					} `yaml:"sourceCriterion"`
+					Redis struct {
+						Endpoints []string `yaml:"endpoints"`
+					} `yaml:"redis"`
+				} `yaml:"rateLimit"`
+			} `yaml:"middlewares"`
+			Services map[string]struct {
+				LoadBalancer struct {
+					Servers []struct {
+						URL string `yaml:"url"`
+					} `yaml:"servers"`
+				} `yaml:"loadBalancer"`
+			} `yaml:"services"`
+		} `yaml:"http"`
+	}
+	if err := yaml.Unmarshal([]byte(traefikDynamicConfig("http://127.0.0.1:9", "127.0.0.1:6390", 5000)), &dyn); err != nil {
+		t.Fatalf("dynamic config is not YAML: %v", err)
+	}
+	r, ok := dyn.HTTP.Routers["all"]
+	if !ok || r.Rule != "PathPrefix(`/`)" || r.Service != "upstream" || !slices.Equal(r.Middlewares, []string{"rl"}) || !slices.Equal(r.EntryPoints, []string{"web"}) {
+		t.Errorf("router %+v", dyn.HTTP.Routers)
+	}
+	rl := dyn.HTTP.Middlewares["rl"].RateLimit
+	// The same limit as every other contender: rate per second, burst rate,
+	// keyed by the Authorization header the load sends.
+	if rl.Average != 5000 || rl.Burst != 5000 || rl.Period != "1s" || rl.SourceCriterion.RequestHeaderName != "Authorization" {
+		t.Errorf("rateLimit %+v", rl)
+	}
+	if !slices.Equal(rl.Redis.Endpoints, []string{"127.0.0.1:6390"}) {
+		t.Errorf("redis endpoints %v", rl.Redis.Endpoints)
+	}
+	if s := dyn.HTTP.Services["upstream"].LoadBalancer.Servers; len(s) != 1 || s[0].URL != "http://127.0.0.1:9" {
+		t.Errorf("servers %+v", s)
+	}
+	if got := traefikArgs("/x/t.yml"); !slices.Equal(got, []string{"--configFile=/x/t.yml"}) {
+		t.Errorf("args %q", got)
+	}
+}
+
+func TestTraefikSkippedWithoutBinary(t *testing.T) {
+	o, err := parseFlags([]string{"-contenders", "traefik"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.traefik != "" {
+		t.Fatalf("-traefik default %q", o.traefik)
+	}
+	_, err = bench(context.Background(), o, "test", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no contender can run") {
+		t.Errorf("bench with only traefik and no -traefik: %v", err)
+	}
+
+	o, err = parseFlags([]string{"-contenders", "bare,traefik,quotagate-lease"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Machine: map[string]string{}}
+	e := &env{}
+	if got := runnable(o, e, rep); !slices.Equal(got, []string{cBare, cQGLease}) {
+		t.Errorf("runnable without -traefik = %v", got)
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "traefik contender was skipped") {
+		t.Errorf("notes %q", rep.Notes)
+	}
+
+	o, err = parseFlags([]string{"-contenders", "traefik,quotagate-lease", "-traefik", "/nonexistent/traefik"}, &strings.Builder{})
+	if err != nil || o.traefik != "/nonexistent/traefik" {
+		t.Fatalf("parseFlags: %+v, %v", o, err)
+	}
+	rep, e = &Report{Machine: map[string]string{}}, &env{}
+	if got := runnable(o, e, rep); !slices.Equal(got, []string{cTraefik, cQGLease}) || e.traefikBin != "/nonexistent/traefik" || len(rep.Notes) != 0 {
+		t.Errorf("runnable with -traefik = %v, bin %q, notes %q", got, e.traefikBin, rep.Notes)
 	}
 }
 

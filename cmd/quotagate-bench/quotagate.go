@@ -31,11 +31,26 @@ func buildQuotagate(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
+// qgStore is the store a quotagate contender runs with.
+type qgStore int
+
+const (
+	qgMemory     qgStore = iota // store.kind memory
+	qgRedis                     // store.kind redis, one script call per decision
+	qgRedisLease                // store.kind redis, the policy leases blocks
+)
+
+// qgLease is the tenant policy's lease in the leased variant: README's
+// defaults (blocks of at most 50 units, 1 s ttl) for a fleet of one, so
+// that the hot key of the "one" mix is served from leased blocks.
+const qgLease = "    lease: {max_block: 50, ttl: 1s, instances: 1}\n"
+
 // quotagateConfig returns a config that admits rate requests per second
 // per key (burst the same) in one "tenant" policy, with each of the
 // numKeys keys its own tenant, stage 1 far above that, listeners on free
-// ports, and the store given.
-func quotagateConfig(upstream string, rate int, redisAddr string, timeout time.Duration) string {
+// ports, and the store given (redisAddr is used unless store is
+// qgMemory; lease adds qgLease to the policy).
+func quotagateConfig(upstream string, rate int, redisAddr string, timeout time.Duration, lease bool) string {
 	var b strings.Builder
 	b.WriteString("# Written by quotagate-bench.\n")
 	b.WriteString("server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}\n")
@@ -51,7 +66,11 @@ func quotagateConfig(upstream string, rate int, redisAddr string, timeout time.D
 	}
 	local := 100 * rate
 	fmt.Fprintf(&b, "tiers:\n  bench: {local: {rate: %d, per: 1s, burst: %d}}\n", local, local)
-	fmt.Fprintf(&b, "policies:\n  tenant:\n    scope: tenant\n    algorithm: token_bucket\n    on_store_error: open\n    limits:\n      bench: {rate: %d, per: 1s, burst: %d}\n", rate, rate)
+	b.WriteString("policies:\n  tenant:\n    scope: tenant\n    algorithm: token_bucket\n    on_store_error: open\n")
+	if lease {
+		b.WriteString(qgLease)
+	}
+	fmt.Fprintf(&b, "    limits:\n      bench: {rate: %d, per: 1s, burst: %d}\n", rate, rate)
 	fmt.Fprintf(&b, "upstreams:\n  up: {url: %q, timeout: 10s}\n", upstream)
 	b.WriteString("routes:\n  - {name: items.get, method: GET, path: \"/{rest...}\", upstream: up, policies: [tenant]}\n")
 	return b.String()
@@ -66,13 +85,14 @@ type startedLine struct {
 
 // startQuotagate writes a config and starts quotagate on it, learning its
 // ports from its "quotagate started" log line.
-func startQuotagate(ctx context.Context, e *env, c *contender, useRedis bool) error {
+func startQuotagate(ctx context.Context, e *env, c *contender, store qgStore) error {
 	redisAddr := ""
-	if useRedis {
+	if store != qgMemory {
 		redisAddr = e.redis.addr
 	}
 	path := filepath.Join(e.dir, c.name+".yaml")
-	if err := os.WriteFile(path, []byte(quotagateConfig(e.upstream, e.rate, redisAddr, e.timeout)), 0o600); err != nil {
+	cfg := quotagateConfig(e.upstream, e.rate, redisAddr, e.timeout, store == qgRedisLease)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 	started := make(chan startedLine, 1)
