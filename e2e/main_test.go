@@ -103,8 +103,10 @@ against real redis-server processes, real upstreams and raw TCP clients:
 Each row is one fault test; the expectation is what the test asserts (a row
 whose numbers contradict it belongs to a failing test). Latencies are
 measured by the client on a shared two-core machine; the Redis deadline in
-the store fault tests is 50 ms and the breaker opens after 5 consecutive
-failures for a 1 s cooldown. "Over-admission" counts units admitted beyond
+the store fault tests is 50 ms (250 ms in the Cluster test, whose killed
+primary refuses at once) and the breaker opens after 5 consecutive
+failures for a 1 s cooldown. A bound on time the machine did not meet is
+reported as "missed deadline:", apart from wrong answers. "Over-admission" counts units admitted beyond
 what the policy's limit allows; policies that fail open or to the local
 share admit beyond the fleet-wide limit by design, and the row says how much.
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // The store outage scenario shared by the Redis fault tests: one gateway,
@@ -163,12 +165,23 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 		t.Errorf("local policy admitted %d over the run (at most %d allowed) and %d during the fault (share %d), with %d denials during it",
 			l.status[200], maxLocal, d.status[200], localShare, d.status[429])
 	}
-	if p, w := fault.pct(99), fault.worst(); p > faultTimeout+latencyMargin || w >= 500*time.Millisecond {
-		t.Errorf("latency during the fault: p99 %v, worst %v; want p99 at most the deadline %v + %v and every request under 500 ms",
+	// Latency bounds are bounds on time: past them on a busy machine the
+	// run missed a deadline. A request of the fault that lasted the whole
+	// fault, though, was answered only because the store came back: the
+	// store deadline was not enforced, a wrong answer.
+	faultLen := res.faultEnd.Sub(res.faultStart)
+	if w := fault.worst(); w >= faultLen {
+		t.Errorf("a request during the fault took %v, the fault's whole %v: the store deadline %v was not enforced", w, faultLen, faultTimeout)
+	} else if p := fault.pct(99); p > faultTimeout+latencyMargin || w >= 500*time.Millisecond {
+		proctest.Overrun(t, "latency during the fault: p99 %v, worst %v; want p99 at most the deadline %v + %v and every request under 500 ms",
 			p, w, faultTimeout, latencyMargin)
 	}
-	if p := afterOpen.pct(50); afterOpen.n == 0 || p >= faultTimeout {
-		t.Errorf("median latency once the breaker is open: %v over %d requests, want under the deadline %v", p, afterOpen.n, faultTimeout)
+	if afterOpen.n == 0 {
+		t.Errorf("no request started after the breaker should have opened")
+	} else if gw.metric("quotagate_store_errors_total", "kind=breaker_open") == 0 {
+		t.Errorf("the circuit breaker never opened during the fault (median latency from 300 ms into it %v)", afterOpen.pct(50))
+	} else if p := afterOpen.pct(50); p >= faultTimeout {
+		proctest.Overrun(t, "median latency once the breaker is open: %v over %d requests, want under the deadline %v", p, afterOpen.n, faultTimeout)
 	}
 	// Exactly the share was admitted on it, whenever the fallback decided
 	// (the fault, and any store failure around it).
@@ -179,10 +192,22 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 		t.Errorf("/readyz during the fault answered %d, want 503", readyDuring)
 	}
 	if !gw.pollReady(5 * time.Second) {
-		t.Fatalf("/readyz not 200 within 5 s after the fault was healed")
+		// Late, or never: only the second is a wrong answer.
+		if !gw.pollReady(25 * time.Second) {
+			t.Fatalf("/readyz not 200 within 30 s after the fault was healed")
+		}
+		proctest.Overrun(t, "/readyz 200 only after more than 5 s after the fault was healed")
 	}
+	// Ready, the breaker is closed: a 503 now needs a new store failure.
+	timeouts := gw.metric("quotagate_store_errors_total", "kind=timeout")
 	if got := sequential(t, gw, "/exact/x", "key-after", exactBurst+3); got != exactSeq(exactBurst, 3) {
-		t.Errorf("after the fault, a fresh tenant on a burst of %d got %s, want %s", exactBurst, got, exactSeq(exactBurst, 3))
+		if strings.Contains(got, "503") && strings.Count(got, "200") <= exactBurst &&
+			gw.metric("quotagate_store_errors_total", "kind=timeout") > timeouts {
+			proctest.Overrun(t, "after the fault, a fresh tenant on a burst of %d got %s, want %s: store calls passed their %v deadline again",
+				exactBurst, got, exactSeq(exactBurst, 3), faultTimeout)
+		} else {
+			t.Errorf("after the fault, a fresh tenant on a burst of %d got %s, want %s", exactBurst, got, exactSeq(exactBurst, 3))
+		}
 	}
 
 	over := res.during["closed"].status[200]
