@@ -204,6 +204,8 @@ type Limit struct {
 	Rate  int64         `mapstructure:"rate"`
 	Per   time.Duration `mapstructure:"per"`
 	Burst int64         `mapstructure:"burst"`
+	// Buckets is the number of buckets of a sliding_window (0: the default).
+	Buckets int `mapstructure:"buckets"`
 }
 
 // Policy is a stage 2 limit, enforced fleet-wide.

@@ -47,6 +47,11 @@ var invalidCases = map[string][]string{
 	"burst_on_window.yaml": {
 		`policies.windowed.limits.free.burst: does not apply to sliding_window (its capacity is rate per window); remove it`,
 	},
+	"buckets.yaml": {
+		`policies.tenant.limits.free.buckets: applies to sliding_window only, not token_bucket; remove it`,
+		`policies.windowed.limits.*.buckets: must be in [1, 100] (0 or left out means 10), got -1`,
+		`policies.windowed.limits.free.buckets: must be in [1, 100] (0 or left out means 10), got 500`,
+	},
 	"sliding_log_rate.yaml": {
 		`policies.log.limits.free.rate: must be at most 1000 for sliding_log (its state holds one entry per request); use sliding_window for larger rates`,
 	},

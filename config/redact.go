@@ -134,6 +134,9 @@ func redactLimit(l Limit) map[string]any {
 	if l.Burst != 0 {
 		m["burst"] = l.Burst
 	}
+	if l.Buckets != 0 {
+		m["buckets"] = l.Buckets
+	}
 	return m
 }
 

@@ -120,7 +120,7 @@ func checkItem(alg Algorithm, l Limit, cost int64) error {
 
 // LimitError is one rule of Limit.Validate that a limit breaks.
 type LimitError struct {
-	// Field is the field at fault: "rate", "per" or "burst".
+	// Field is the field at fault: "rate", "per", "burst" or "buckets".
 	Field string
 	// Problem says what is wrong, such as "must be > 0".
 	Problem string
@@ -160,6 +160,7 @@ func (es LimitErrors) Unwrap() []error {
 //   - TokenBucket has Burst > 0; the window algorithms have Burst == 0
 //     (their capacity is Rate).
 //   - SlidingLog has Rate <= MaxSlidingLogRate.
+//   - SlidingWindow has 0 <= Buckets <= MaxBuckets; the others Buckets == 0.
 //   - Rate×P and Burst×P are at most 2^53, so that the scaled integers of
 //     the algorithms are exact in IEEE doubles too.
 //
@@ -185,6 +186,13 @@ func (l Limit) Validate(alg Algorithm) error {
 		}
 	} else if l.Burst != 0 {
 		add("burst", "does not apply to %s (its capacity is rate per window); remove it", alg)
+	}
+	if alg == SlidingWindow {
+		if l.Buckets < 0 || l.Buckets > MaxBuckets {
+			add("buckets", "must be in [1, %d] (0 or left out means %d), got %d", MaxBuckets, DefaultBuckets, l.Buckets)
+		}
+	} else if l.Buckets != 0 {
+		add("buckets", "applies to sliding_window only, not %s; remove it", alg)
 	}
 	if alg == SlidingLog && l.Rate > MaxSlidingLogRate {
 		add("rate", "must be at most %d for sliding_log (its state holds one entry per request); use sliding_window for larger rates", MaxSlidingLogRate)

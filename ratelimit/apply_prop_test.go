@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,6 +22,9 @@ func drawLimit(t *rapid.T) (Algorithm, Limit) {
 	if alg == TokenBucket {
 		l.Burst = rapid.Int64Range(1, 40).Draw(t, "burst")
 	}
+	if alg == SlidingWindow {
+		l.Buckets = rapid.IntRange(0, 12).Draw(t, "buckets")
+	}
 	return alg, l
 }
 
@@ -34,6 +38,12 @@ func used(alg Algorithm, l Limit, st State) int64 {
 		var n int64
 		for _, e := range st.Entries {
 			n += e.Cost
+		}
+		return n
+	case SlidingWindow:
+		var n int64
+		for _, v := range st.Slots {
+			n += v
 		}
 		return n
 	}
@@ -50,7 +60,7 @@ func timeWentBack(alg Algorithm, st *State, now int64) bool {
 	case TokenBucket:
 		return now < st.Stamp
 	case SlidingWindow:
-		return floorDiv(now, st.Per) < st.Window
+		return st.Buckets > 0 && floorDiv(now, bucketLen(st.Per, st.Buckets)) < st.Window
 	case SlidingLog:
 		return len(st.Entries) > 0 && now < st.Entries[len(st.Entries)-1].At
 	}
@@ -156,7 +166,7 @@ func checkStep(t *rapid.T, alg Algorithm, l Limit, st *State, now, cost int64) {
 				t.Fatalf("%d µs after now (ttl %v) the state differs from an absent key: %+v %+v vs %+v %+v", at-now, ttl, n1, a1, n2, a2)
 			}
 		}
-	} else if alg == TokenBucket || alg == SlidingWindow || (r1.Allowed && cost > 0) {
+	} else if alg == TokenBucket || (r1.Allowed && cost > 0) {
 		t.Fatalf("ttl %v for a state that must be kept (%+v)", ttl, next)
 	}
 
@@ -193,7 +203,7 @@ func checkRefund(t *rapid.T, alg Algorithm, l Limit, st *State, now, cost int64)
 		}
 		return
 	}
-	if back.Level > l.Burst*l.Per.Microseconds() || back.Count < 0 || back.Prev < 0 {
+	if back.Level > l.Burst*l.Per.Microseconds() || back.Count < 0 || slices.ContainsFunc(back.Slots, func(v int64) bool { return v < 0 }) {
 		t.Fatalf("refund left state %+v outside its bounds", back)
 	}
 	_, before, _ := Apply(alg, st, now, 0, l, false)

@@ -37,9 +37,11 @@ const (
 	// FixedWindow admits at most Limit.Rate units per aligned window of
 	// length Limit.Per (windows start at multiples of Per since the Unix epoch).
 	FixedWindow
-	// SlidingWindow approximates a sliding window from the count of the
-	// current and the previous fixed window, weighting the previous one by
-	// the share of it that still lies inside the sliding window.
+	// SlidingWindow counts units in Limit.Buckets buckets per window and
+	// admits at most Limit.Rate units in any window of length Limit.Per,
+	// exactly; it may deny while an exact sliding window of length Per
+	// would admit, but never while one of length Per×(1+1/Buckets) would.
+	// See applySlidingWindow for the proof.
 	SlidingWindow
 	// SlidingLog admits at most Limit.Rate units in any window of length
 	// Limit.Per, exactly, by remembering each admission. Its Rate is bounded
@@ -164,6 +166,11 @@ type Limit struct {
 	// Burst is the token bucket's capacity in units. Must be > 0 for
 	// TokenBucket and 0 for the window algorithms, whose capacity is Rate.
 	Burst int64
+	// Buckets is the number N of buckets a SlidingWindow divides Per into;
+	// 0 means DefaultBuckets. Must be in [0, MaxBuckets], and 0 for the
+	// other algorithms. More buckets admit closer to Rate under steady load
+	// (at least Rate×N/(N+1) per Per) and keep more state (N+1 counters).
+	Buckets int
 }
 
 // Item is one key of a batch passed to Store.Decide.

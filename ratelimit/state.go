@@ -16,8 +16,7 @@ import (
 //
 //   - TokenBucket: Level and Stamp.
 //   - FixedWindow: Window and Count.
-//   - SlidingWindow: Window, Count (the current window) and Prev (the window
-//     before it).
+//   - SlidingWindow: Buckets, Window (the newest bucket) and Slots.
 //   - SlidingLog: Entries.
 //
 // Per is meaningful for all of them.
@@ -36,13 +35,19 @@ type State struct {
 	// refilled.
 	Stamp int64
 	// Window is the index of the current window: the Unix time in
-	// microseconds divided by Per, rounded down.
+	// microseconds divided by Per (for a sliding window, by its bucket
+	// length), rounded down.
 	Window int64
 	// Count is the number of units admitted in window Window.
 	Count int64
-	// Prev is the number of units admitted in window Window-1 (sliding
-	// window only).
-	Prev int64
+	// Buckets is the number of buckets N of the sliding window the state
+	// was written with (sliding window only); like Per, another N starts
+	// afresh.
+	Buckets int64
+	// Slots are a sliding window's counts of the buckets ending at Window,
+	// oldest first: Slots[i] counts bucket Window-len(Slots)+1+i. Apply
+	// never modifies the Slots of the State it is given.
+	Slots []int64
 	// Entries are the sliding log's admissions still inside the window,
 	// oldest first. Apply never modifies the Entries of the State it is given;
 	// the State it returns may share their backing array.

@@ -50,39 +50,3 @@ func TestFixedWindowRefund(t *testing.T) {
 		}
 	}
 }
-
-func TestSlidingWindowTTLAndClockBack(t *testing.T) {
-	// 3.5 s into a window: both counts are gone 2 windows after its start.
-	_, _, ttl := Apply(SlidingWindow, nil, winNow, 1, win10, true)
-	if ttl != 16500*time.Millisecond {
-		t.Fatalf("ttl %v, want 16.5s", ttl)
-	}
-	// The clock went back into the previous window: the state is read at
-	// the start of the stored window, and the key must outlive its end.
-	st := State{Per: 10_000_000, Window: baseUS/10_000_000 + 1, Count: 2, Prev: 2}
-	_, r, ttl := Apply(SlidingWindow, &st, winNow, 1, win10, true)
-	if r.Remaining != 0 || r.ResetAfter != 20*time.Second || ttl != 26500*time.Millisecond {
-		t.Fatalf("clock back: %+v ttl %v; want 0 remaining, reset 20s (from the stored window's start), ttl 26.5s", r, ttl)
-	}
-}
-
-func TestSlidingWindowRefund(t *testing.T) {
-	w := int64(baseUS / 10_000_000)
-	st := State{Per: 10_000_000, Window: w, Count: 3, Prev: 2}
-	cases := []struct {
-		name             string
-		now              int64
-		window, cur, prv int64
-	}{
-		{"same window", winNow, w, 1, 2},
-		{"clock went back", winNow - 10_000_000, w, 1, 2},
-		{"next window", winNow + 10_000_000, w + 1, 0, 1},
-		{"two windows on", winNow + 20_000_000, w + 2, 0, 0},
-	}
-	for _, c := range cases {
-		got := Refund(SlidingWindow, &st, c.now, 2, win10)
-		if got.Window != c.window || got.Count != c.cur || got.Prev != c.prv {
-			t.Errorf("%s: %+v, want window %d cur %d prev %d", c.name, got, c.window, c.cur, c.prv)
-		}
-	}
-}

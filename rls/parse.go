@@ -417,7 +417,7 @@ func (p *parser) rateLimit(n *yaml.Node, path, rulePath string) *Rule {
 }
 
 // erlFields names the file's key for each field of ratelimit.Limit.
-var erlFields = map[string]string{"rate": "requests_per_unit", "per": "unit", "burst": "burst"}
+var erlFields = map[string]string{"rate": "requests_per_unit", "per": "unit", "burst": "burst", "buckets": "buckets"}
 
 func orDefault(v, def int64) int64 {
 	if v > 0 {

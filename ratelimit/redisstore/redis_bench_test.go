@@ -130,21 +130,28 @@ func BenchmarkRedisCommandsPerDecision(b *testing.B) {
 }
 
 // BenchmarkRedisMemoryPerKey reports MEMORY USAGE of one key per algorithm
-// (the sliding log with 10 and with 1000 entries).
+// (the sliding log with 10 and with 1000 entries; the sliding window with
+// one bucket counted and with all N+1 counted, the most it keeps).
 func BenchmarkRedisMemoryPerKey(b *testing.B) {
 	srv := redistest.StartStandalone(b)
-	s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
+	var nowUS atomic.Int64
+	nowUS.Store(time.Now().UnixMicro())
+	s := newRedisStore(b, []string{srv.Addr}, func() time.Time { return time.UnixMicro(nowUS.Load()) }, time.Second)
 	win := ratelimit.Limit{Rate: 1000, Per: time.Hour}
+	win100 := ratelimit.Limit{Rate: 1000, Per: time.Hour, Buckets: 100}
 	cases := []struct {
 		name  string
 		item  ratelimit.Item
 		times int
+		step  time.Duration // the clock's advance after each admission
 	}{
-		{"token_bucket", tb("{m}:tb", 1, 1000, time.Hour, 1), 1},
-		{"fixed_window", ratelimit.Item{Key: "{m}:fw", Algorithm: ratelimit.FixedWindow, Limit: win, Cost: 1}, 1},
-		{"sliding_window", ratelimit.Item{Key: "{m}:sw", Algorithm: ratelimit.SlidingWindow, Limit: win, Cost: 1}, 1},
-		{"sliding_log_10", ratelimit.Item{Key: "{m}:sl10", Algorithm: ratelimit.SlidingLog, Limit: win, Cost: 1}, 10},
-		{"sliding_log_1000", ratelimit.Item{Key: "{m}:sl1000", Algorithm: ratelimit.SlidingLog, Limit: win, Cost: 1}, 1000},
+		{"token_bucket", tb("{m}:tb", 1, 1000, time.Hour, 1), 1, 0},
+		{"fixed_window", ratelimit.Item{Key: "{m}:fw", Algorithm: ratelimit.FixedWindow, Limit: win, Cost: 1}, 1, 0},
+		{"sliding_window", ratelimit.Item{Key: "{m}:sw", Algorithm: ratelimit.SlidingWindow, Limit: win, Cost: 1}, 1, 0},
+		{"sliding_window_11_buckets", ratelimit.Item{Key: "{m}:sw11", Algorithm: ratelimit.SlidingWindow, Limit: win, Cost: 90}, 11, 6 * time.Minute},
+		{"sliding_window_101_buckets", ratelimit.Item{Key: "{m}:sw101", Algorithm: ratelimit.SlidingWindow, Limit: win100, Cost: 9}, 101, 36 * time.Second},
+		{"sliding_log_10", ratelimit.Item{Key: "{m}:sl10", Algorithm: ratelimit.SlidingLog, Limit: win, Cost: 1}, 10, 0},
+		{"sliding_log_1000", ratelimit.Item{Key: "{m}:sl1000", Algorithm: ratelimit.SlidingLog, Limit: win, Cost: 1}, 1000, 0},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -154,6 +161,7 @@ func BenchmarkRedisMemoryPerKey(b *testing.B) {
 				if d, err := s.Decide(context.Background(), []ratelimit.Item{c.item}); err != nil || !d.Allowed {
 					b.Fatalf("Decide: %+v %v", d, err)
 				}
+				nowUS.Add(c.step.Microseconds())
 			}
 			var bytes int64
 			for range b.N {

@@ -33,8 +33,11 @@ var diffSpecs = []struct {
 	{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: time.Hour, Burst: 20}},
 	{ratelimit.FixedWindow, ratelimit.Limit{Rate: 3, Per: 10 * time.Second}},
 	{ratelimit.FixedWindow, ratelimit.Limit{Rate: 5, Per: time.Minute}},
-	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 4, Per: 10 * time.Second}},
-	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 6, Per: time.Minute}},
+	// Sliding windows with 10 s buckets, so that bucket ends keep the
+	// same distance from clock instants as window ends do.
+	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 4, Per: 10 * time.Second, Buckets: 1}},
+	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 6, Per: time.Minute, Buckets: 6}},
+	{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 9, Per: 100 * time.Second}},
 	{ratelimit.SlidingLog, ratelimit.Limit{Rate: 3, Per: 10 * time.Second}},
 	{ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Per: time.Hour}},
 }

@@ -111,11 +111,20 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		c.setInt(p, int(it.Algorithm))
 		c.setInt64(p+1, it.Limit.Rate)
 		c.setInt64(p+2, it.Limit.Per.Microseconds())
-		c.setInt64(p+3, it.Limit.Burst)
+		c.setInt64(p+3, burstArg(it))
 		c.setInt64(p+4, it.Cost)
 		c.setInt(p+5, shadow)
 		c.setInt64(p+6, w)
 	}
+}
+
+// burstArg is the script's burst argument of it: the burst, or for a
+// sliding window (whose burst is 0) its number of buckets.
+func burstArg(it Item) int64 {
+	if it.Algorithm == SlidingWindow {
+		return bucketsOf(it.Limit)
+	}
+	return it.Limit.Burst
 }
 
 // setInt, setInt64 and setString set argument p to v, keeping the boxed

@@ -203,6 +203,7 @@ func Run(t *testing.T, newStore NewStore) {
 		})
 	}
 	t.Run("invalid", func(t *testing.T) { testInvalid(newEnv(t, newStore)) })
+	t.Run("sliding_window_bound", func(t *testing.T) { testSlidingWindowBound(newEnv(t, newStore)) })
 	t.Run("retry_after_is_longest_denial", func(t *testing.T) { testRetryAfterMax(newEnv(t, newStore)) })
 	t.Run("done_context", func(t *testing.T) { testDoneContext(newEnv(t, newStore)) })
 	t.Run("concurrent", func(t *testing.T) {
@@ -251,18 +252,18 @@ func runStepTables(t *testing.T, newStore NewStore) {
 		})
 	})
 	t.Run("sliding_window", func(t *testing.T) {
-		newEnv(t, newStore).runSteps(spec{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 4, Per: 10 * time.Second}}, []step{
-			{k: 0, cost: 4, allowed: true, remaining: 0, reset: 20 * time.Second},
-			// Next window: 4×(P-into)/P + 1 > 4 until 2.5 s into it.
-			{k: 50, cost: 1, remaining: 0, retry: 7500 * ms, reset: 15 * time.Second},
-			{k: 125, cost: 1, allowed: true, remaining: 0, reset: 17500 * ms},
-			// 4×7/10 + 1 + 1 > 4; fits when 4×(7-d)/10 <= 2, d = 2 s.
-			{k: 130, cost: 1, remaining: 0, retry: 2 * time.Second, reset: 17 * time.Second},
-			{k: 150, cost: 1, allowed: true, remaining: 0, reset: 15 * time.Second},
-			{k: 150, cost: 0, allowed: true, remaining: 0, reset: 15 * time.Second},
-			// 4×1/10 + 2 + 2 > 4 for the rest of this window; fits as the next starts.
-			{k: 190, cost: 2, remaining: 1, retry: time.Second, reset: 11 * time.Second},
-			{k: 200, cost: 2, allowed: true, remaining: 0, reset: 20 * time.Second},
+		// 5 buckets of 2 s; an item fits when the 6 buckets ending at now
+		// leave room for it.
+		newEnv(t, newStore).runSteps(spec{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 4, Per: 10 * time.Second, Buckets: 5}}, []step{
+			// Bucket 0 leaves the window when bucket 6 begins, at 12 s.
+			{k: 0, cost: 4, allowed: true, remaining: 0, reset: 12 * time.Second},
+			{k: 50, cost: 1, remaining: 0, retry: 7 * time.Second, reset: 7 * time.Second},
+			{k: 119, cost: 1, remaining: 0, retry: 100 * ms, reset: 100 * ms},
+			{k: 120, cost: 1, allowed: true, remaining: 3, reset: 12 * time.Second},
+			{k: 130, cost: 3, allowed: true, remaining: 0, reset: 11 * time.Second},
+			// Bucket 6 (12-14 s) holds all 4 units: room only at 24 s.
+			{k: 150, cost: 1, remaining: 0, retry: 9 * time.Second, reset: 9 * time.Second},
+			{k: 150, cost: 0, allowed: true, remaining: 0, reset: 9 * time.Second},
 			{k: 400, cost: 0, allowed: true, remaining: 4},
 		})
 	})

@@ -1,104 +1,113 @@
--- Sliding window. Hash fields: a = algorithm (3), w = window number,
--- c = units in window w, v = units in window w-1, p = per (µs).
--- s.now is the real time; s.into is measured from the start of s.window
--- (0 when the clock went back behind the stored window).
+-- Sliding window in buckets (see slidingwindow.go for the bound and its
+-- proof). lim.burst carries the number of buckets N: a window's burst is
+-- always 0, so the Go side sends N in its place. Buckets are L = ceil(per/N)
+-- µs long, aligned on the Unix epoch; an item fits in bucket k when buckets
+-- k-N .. k hold at most rate - cost units.
+--
+-- Hash fields: a = algorithm (3), p = per (µs), n = N, w = the newest
+-- bucket k, b = the counts of the buckets ending at w, oldest first, comma
+-- separated, without leading zeros.
+-- s.k is the newest bucket (the stored one when the clock went back behind
+-- it); s.c[1 .. N+1] the counts of buckets k-N .. k.
 
 ALGORITHMS[3] = {
   load = function(key, lim, now)
-    local P = lim.per
-    local into = math.fmod(now, P)
-    local w = (now - into) / P
-    local s = {now = now, w = w, window = w, into = into, cur = 0, prev = 0, stored = nil}
-    local v = hget_numbers(key, 'a', 'w', 'c', 'v', 'p')
-    s.stale = v[1] ~= nil and v[1] ~= 3
-    if v[1] ~= 3 or not v[2] or not v[3] or not v[4] or v[5] ~= P then
-      -- Absent, written by another algorithm, or counted on the grid of
-      -- another window length: start afresh.
+    local P, N = lim.per, lim.burst
+    local L = cdiv(P, N)
+    local k = fdiv(now, L)
+    local s = {now = now, k = k, L = L, c = {}, stored = false}
+    for i = 1, N + 1 do s.c[i] = 0 end
+    local v = {}
+    if key then v = redis.call('HMGET', key, 'a', 'p', 'n', 'w', 'b') end
+    local a = tonumber(v[1])
+    s.stale = a ~= nil and (a ~= 3 or v[3] == nil)
+    if a ~= 3 or tonumber(v[2]) ~= P or tonumber(v[3]) ~= N or not v[4] or not v[5] then
+      -- Absent, written by another algorithm or format, or counted on the
+      -- grid of another window length or bucket count: start afresh.
       return s
     end
-    local sw, cur, prev = v[2], v[3], v[4]
-    s.stored = sw
-    if w == sw then
-      s.cur, s.prev = cur, prev
-    elseif w == sw + 1 then
-      s.cur, s.prev = 0, cur
-    elseif w < sw then
-      -- The clock went back: keep the state and measure from the start of
-      -- the stored window.
-      s.window, s.into = sw, 0
-      s.cur, s.prev = cur, prev
+    s.stored = true
+    local w = tonumber(v[4])
+    if w > k then k = w; s.k = w end
+    local counts = {}
+    for x in string.gmatch(v[5], '[^,]+') do counts[#counts + 1] = tonumber(x) end
+    local first = w - #counts + 1
+    for i = 1, #counts do
+      local j = first + i - 1 - (k - N)
+      if j >= 0 then s.c[j + 1] = counts[i] end
     end
     return s
   end,
 
-  -- prev weighted by the share of the previous window still inside the
-  -- sliding window, scaled by per: prev * (per - into).
+  sum = function(s)
+    local t = 0
+    for i = 1, #s.c do t = t + s.c[i] end
+    return t
+  end,
+
   fits = function(s, lim, cost)
-    local room = lim.rate - s.cur - cost
-    if room < 0 then return false end
-    return s.prev * (lim.per - s.into) <= room * lim.per
+    return ALGORITHMS[3].sum(s) + cost <= lim.rate
   end,
 
   take = function(s, lim, cost)
-    s.cur = s.cur + cost
+    local N = lim.burst
+    s.c[N + 1] = s.c[N + 1] + cost
+  end,
+
+  -- µs from s.now until every counted bucket has left the window, 0 when
+  -- nothing is counted: bucket k-N+i leaves when bucket k+i+1 begins.
+  left = function(s, lim)
+    for i = #s.c, 1, -1 do
+      if s.c[i] > 0 then return (s.k + i) * s.L - s.now end
+    end
+    return 0
   end,
 
   report = function(s, lim, cost, allowed)
-    local P, R, into = lim.per, lim.rate, s.into
-    local left = P - into
-    local remaining = 0
-    local num = (R - s.cur) * P - s.prev * left
-    if num > 0 then remaining = fdiv(num, P) end
+    local R = lim.rate
+    local sum = ALGORITHMS[3].sum(s)
+    local remaining = R - sum
+    if remaining < 0 then remaining = 0 end
     if remaining > R then remaining = R end
     local retry = 0
     if not allowed then
-      local found = false
-      if s.cur + cost <= R and s.prev > 0 then
-        local d = cdiv(s.prev * left - (R - s.cur - cost) * P, s.prev)
-        if d > 0 and d < left then retry, found = d, true end
+      -- The first bucket boundary at which enough old buckets have left.
+      local j, rest = 1, sum - s.c[1]
+      while rest + cost > R do
+        rest = rest - s.c[j + 1]
+        j = j + 1
       end
-      if not found then
-        local e = 0
-        if s.cur > 0 then e = cdiv(P * (s.cur - R + cost), s.cur) end
-        if e < 0 then e = 0 end
-        if e > P then e = P end
-        retry = left + e
-      end
+      retry = (s.k + j) * s.L - s.now
     end
-    local reset = 0
-    if s.cur > 0 then
-      reset = 2 * P - into
-    elseif s.prev > 0 then
-      reset = left
-    end
-    return remaining, retry, reset
+    return remaining, retry, ALGORITHMS[3].left(s, lim)
   end,
 
   save = function(key, s, lim, keep_ttl)
-    if s.cur <= 0 and s.prev <= 0 then
+    local first = 0
+    for i = 1, #s.c do
+      if s.c[i] > 0 then first = i; break end
+    end
+    if first == 0 then
       redis.call('DEL', key)
       return
     end
     if s.stale then redis.call('DEL', key) end
-    redis.call('HSET', key, 'a', 3, 'w', s.window, 'c', s.cur, 'v', s.prev, 'p', lim.per)
-    -- Both counts are gone at the end of the next window:
-    -- (window + 2) * per - now.
-    local P = lim.per
-    if not keep_ttl then expire_us(key, (s.window - s.w) * P + 2 * P - math.fmod(s.now, P)) end
+    local out = {}
+    for i = first, #s.c do out[#out + 1] = string.format('%d', s.c[i]) end
+    redis.call('HSET', key, 'a', 3, 'p', lim.per, 'n', lim.burst, 'w', s.k, 'b', table.concat(out, ','))
+    if not keep_ttl then expire_us(key, ALGORITHMS[3].left(s, lim)) end
   end,
 
+  -- Refund: the cost comes off the buckets, newest first, never below 0.
   give = function(s, lim, cost)
-    if s.stored == nil then return false end
-    if s.stored == s.window then
-      s.cur = s.cur - cost
-      if s.cur < 0 then s.cur = 0 end
-      return true
+    if not s.stored then return false end
+    for i = #s.c, 1, -1 do
+      if cost <= 0 then break end
+      local t = s.c[i]
+      if t > cost then t = cost end
+      s.c[i] = s.c[i] - t
+      cost = cost - t
     end
-    if s.stored + 1 == s.window then
-      s.prev = s.prev - cost
-      if s.prev < 0 then s.prev = 0 end
-      return true
-    end
-    return false
+    return true
   end,
 }
