@@ -10,8 +10,9 @@ const DefaultBuckets = 10
 // and a Redis script that does so must stay short.
 const MaxBuckets = 100
 
-// bucketsOf returns the number of buckets N of a sliding-window limit.
-func bucketsOf(l Limit) int64 {
+// SlidingBuckets returns the number of buckets N of l as a SlidingWindow
+// limit: Buckets, or DefaultBuckets when it is 0.
+func (l Limit) SlidingBuckets() int64 {
 	if l.Buckets == 0 {
 		return DefaultBuckets
 	}
@@ -80,7 +81,7 @@ func slidingState(p, n, k int64, c []int64) State {
 
 // applySlidingWindow is Apply for SlidingWindow. l must be valid.
 func applySlidingWindow(st *State, now, cost int64, l Limit, consume bool) (State, Result, time.Duration) {
-	p, n, r := l.Per.Microseconds(), bucketsOf(l), l.Rate
+	p, n, r := l.Per.Microseconds(), l.SlidingBuckets(), l.Rate
 	bl := bucketLen(p, n)
 	c, k := slidingBuckets(st, now, p, n)
 	var sum int64
@@ -120,7 +121,7 @@ func applySlidingWindow(st *State, now, cost int64, l Limit, consume bool) (Stat
 // buckets still in the window, newest first (an admission lands in the
 // newest bucket), never below 0.
 func refundSlidingWindow(st *State, now, cost int64, l Limit) State {
-	p, n := l.Per.Microseconds(), bucketsOf(l)
+	p, n := l.Per.Microseconds(), l.SlidingBuckets()
 	if st.Per != p || st.Buckets != n {
 		return State{}
 	}

@@ -120,9 +120,9 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 
 // burstArg is the script's burst argument of it: the burst, or for a
 // sliding window (whose burst is 0) its number of buckets.
-func burstArg(it Item) int64 {
-	if it.Algorithm == SlidingWindow {
-		return bucketsOf(it.Limit)
+func burstArg(it ratelimit.Item) int64 {
+	if it.Algorithm == ratelimit.SlidingWindow {
+		return it.Limit.SlidingBuckets()
 	}
 	return it.Limit.Burst
 }
