@@ -319,19 +319,23 @@ func TestOperatorQueriesMatchExportedMetrics(t *testing.T) {
 	}
 	// A reload, rejected: a key the config does not know.
 	vol.update(t, map[string][]byte{"config.yaml": append(data, "\nunknown_key: 1\n"...)})
+	g.waitFor(t, 30*time.Second, "the rejected reload to show in /metrics", func() (bool, error) {
+		return metricValue(g.scrape(t), "quotagate_config_reloads_total", map[string]string{"result": "error"}) >= 1, nil
+	})
 	// Redis stops answering: timeouts until the breaker opens, then
-	// fallbacks at once.
+	// fallbacks at once. Each poll sends one more request, so the breaker
+	// keeps failing its probes however slowly this runs.
 	if err := redis.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	defer redis.cmd.Process.Signal(syscall.SIGCONT)
-	send(20, "demo-enterprise-key")
-
+	send(10, "demo-enterprise-key")
 	var ss []series
-	g.waitFor(t, 30*time.Second, "the rejected reload and the open breaker to show in /metrics", func() (bool, error) {
+	g.waitFor(t, 30*time.Second, "requests refused by the open breaker to show in /metrics", func() (bool, error) {
+		send(1, "demo-enterprise-key")
 		ss = g.scrape(t)
-		return metricValue(ss, "quotagate_config_reloads_total", map[string]string{"result": "error"}) >= 1 &&
-			metricValue(ss, "quotagate_store_breaker_state", nil) == 2, nil
+		return metricValue(ss, "quotagate_store_errors_total", map[string]string{"kind": "breaker_open"}) >= 1 &&
+			metricValue(ss, "quotagate_store_errors_total", map[string]string{"kind": "timeout"}) >= 1, nil
 	})
 	exp := index(ss)
 	for _, q := range queries {
