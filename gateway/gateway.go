@@ -35,10 +35,12 @@ type OpenStore func(cfg config.Store) (*ratelimit.Stack, error)
 // Options are the parts of a Gateway that do not come from the config file.
 // Nil fields take the documented defaults.
 type Options struct {
-	// OpenStore builds stage 2; nil = an in-process memory store.
+	// OpenStore builds stage 2; nil = an in-process memory stack
+	// (ratelimit.NewStack) on Now.
 	OpenStore OpenStore
-	// Now is the clock of the local stage, the fallback share and JWT
-	// checks; nil = time.Now.
+	// Now is the clock of the local stage and JWT checks (and of the
+	// default memory stack); nil = time.Now. The clock of a stack that
+	// OpenStore builds, its fallback shares included, is OpenStore's choice.
 	Now func() time.Time
 	// Logger receives request and operational logs; nil = discard.
 	Logger *slog.Logger
