@@ -110,7 +110,10 @@ var (
 
 // Options configure an Engine.
 type Options struct {
-	// Store decides; required. The Engine does not close it.
+	// Store decides; required. The Engine does not close it. It should be
+	// a ratelimit.Stack (or have a ratelimit.Fallback on top), which applies
+	// each item's on_store_error when the store below fails; the error of a
+	// store without one is answered as ErrUnavailable.
 	Store ratelimit.Store
 	// Timeout bounds one store decision; past it the store's failure mode
 	// applies. 0 means 25ms.
@@ -120,23 +123,19 @@ type Options struct {
 	// OnStoreError is the mode of rules without their own: unavailable
 	// (the default), open, closed or local.
 	OnStoreError string
-	// FleetSize divides limits for on_store_error local (default 1).
-	FleetSize int
 	// Metrics counts decisions; nil counts nothing.
 	Metrics        *telemetry.Metrics
 	TracerProvider trace.TracerProvider
-	// Now is the clock of the local fallback store and of banned rules'
-	// reset times; nil means time.Now.
+	// Now is the clock of banned rules' reset times; nil means time.Now.
 	Now func() time.Time
 }
 
 // Engine turns descriptors into store items and decides them. It is safe for
 // concurrent use; SetRules swaps the rules atomically.
 type Engine struct {
-	opts     Options
-	live     atomic.Pointer[live]
-	fallback *ratelimit.MemoryStore
-	tracer   trace.Tracer
+	opts   Options
+	live   atomic.Pointer[live]
+	tracer trace.Tracer
 }
 
 // NewEngine returns an Engine deciding with rules on o.Store.
@@ -150,9 +149,6 @@ func NewEngine(rules *Rules, o Options) *Engine {
 	if o.OnStoreError == "" {
 		o.OnStoreError = "unavailable"
 	}
-	if o.FleetSize < 1 {
-		o.FleetSize = 1
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -160,7 +156,7 @@ func NewEngine(rules *Rules, o Options) *Engine {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	e := &Engine{opts: o, fallback: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: o.Now}), tracer: tp.Tracer("github.com/quotagate/quotagate/rls")}
+	e := &Engine{opts: o, tracer: tp.Tracer("github.com/quotagate/quotagate/rls")}
 	e.live.Store(&live{rules: rules, onStoreError: o.OnStoreError})
 	return e
 }
@@ -182,9 +178,6 @@ func (e *Engine) SetRules(rules *Rules, onStoreError string) {
 
 // Rules returns the rules in use.
 func (e *Engine) Rules() *Rules { return e.live.Load().rules }
-
-// Close releases the fallback store; the Store passed in stays open.
-func (e *Engine) Close() error { return e.fallback.Close() }
 
 // entryCheck validates a request's shape.
 func checkRequest(req *Request) error {
@@ -221,6 +214,8 @@ type plan struct {
 	// costs are the items' costs as asked; the items carry 0 when zeroed.
 	costs  []int64
 	zeroed bool
+	// modes are the items' on_store_error modes, as configured.
+	modes []string
 	// over counts the non-shadow rules over by construction (a banned
 	// rule, or a cost above capacity): the request is OVER_LIMIT whatever
 	// the store says, so nothing is consumed.
@@ -256,9 +251,9 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 		}
 		return resp, nil
 	}
-	p := e.plan(dom, req, resp.Statuses)
+	p := e.plan(dom, req, resp.Statuses, lv.onStoreError)
 	if len(p.items) == 0 {
-		e.finish(ctx, span, req, p, &resp, ratelimit.Decision{Allowed: true})
+		e.finish(ctx, span, req, p, &resp, ratelimit.Decision{Allowed: true}, true)
 		return resp, nil
 	}
 	if p.over > 0 || req.DryRun {
@@ -272,15 +267,30 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 		m.DecisionDuration(ctx, "rls", time.Since(start))
 		m.StoreCall(ctx, "decide", time.Since(start))
 	}
-	if err != nil {
-		return e.storeFailed(ctx, span, req, p, &resp, lv.onStoreError, err)
+	switch {
+	case err != nil: // a store without a Fallback layer
+		e.storeFailed(ctx, span, p, err)
+		return Response{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case d.Failure != nil:
+		return e.fellBack(ctx, span, req, p, &resp, d)
 	}
-	e.finish(ctx, span, req, p, &resp, d)
+	e.finish(ctx, span, req, p, &resp, d, true)
 	return resp, nil
 }
 
+// onError maps an on_store_error mode to what the store's Fallback layer
+// applies: unavailable refuses the batch (ratelimit.OnErrorClosed, which
+// the gateway answers 503); closed is allowed there and made OVER_LIMIT by
+// the Engine (see fellBack).
+var onError = map[string]ratelimit.OnError{
+	"unavailable": ratelimit.OnErrorClosed,
+	"open":        ratelimit.OnErrorOpen,
+	"closed":      ratelimit.OnErrorOpen,
+	"local":       ratelimit.OnErrorLocal,
+}
+
 // plan matches each descriptor, applies replaces, and builds the items.
-func (e *Engine) plan(dom *Domain, req *Request, statuses []Status) *plan {
+func (e *Engine) plan(dom *Domain, req *Request, statuses []Status, defaultMode string) *plan {
 	p := &plan{statuses: statuses}
 	var replaced map[string]bool
 	var shared map[int][]string // share_threshold values by descriptor, rarely any
@@ -337,10 +347,15 @@ func (e *Engine) plan(dom *Domain, req *Request, statuses []Status) *plan {
 			if cost > uint64(c) {
 				deny, cost = true, 0
 			}
+			mode := r.OnStoreError
+			if mode == "" {
+				mode = defaultMode
+			}
 			p.items = append(p.items, ratelimit.Item{
 				Key: e.key(dom.Name, r, desc.Entries, shared[i]), Algorithm: r.Algorithm, Limit: r.Limit,
-				Cost: int64(cost), Shadow: r.Shadow || r.Quota,
+				Cost: int64(cost), Shadow: r.Shadow || r.Quota, OnError: onError[mode],
 			})
+			p.modes = append(p.modes, mode)
 			p.itemOf = append(p.itemOf, i)
 			p.costs = append(p.costs, int64(cost))
 		}
@@ -379,7 +394,8 @@ func overrideRule(dom *Domain, o *Override) *Rule {
 }
 
 // finish fills the statuses from a decision and counts it.
-func (e *Engine) finish(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, d ratelimit.Decision) {
+// With count false (a fallback decision), nothing is counted.
+func (e *Engine) finish(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, d ratelimit.Decision, count bool) {
 	for k, res := range d.Results {
 		st := &p.statuses[p.itemOf[k]]
 		shadow := st.Rule.Shadow || st.Rule.Quota
@@ -387,7 +403,7 @@ func (e *Engine) finish(ctx context.Context, span trace.Span, req *Request, p *p
 		st.ResetAfter = res.ResetAfter
 		// A zeroed item asked without consuming: its cost would not
 		// have fit if fewer units remain.
-		over := !res.Allowed || p.zeroed && res.Remaining < p.costs[k]
+		over := !res.Allowed || p.zeroed && res.Fallback != ratelimit.OnErrorOpen && res.Remaining < p.costs[k]
 		if over || st.Code == OverLimit || st.ShadowOver {
 			st.ResetAfter = max(res.RetryAfter, res.ResetAfter)
 			if shadow {
@@ -398,7 +414,7 @@ func (e *Engine) finish(ctx context.Context, span trace.Span, req *Request, p *p
 		}
 	}
 	e.overall(resp, p)
-	if !req.DryRun {
+	if count && !req.DryRun {
 		for i := range p.statuses {
 			st := &p.statuses[i]
 			if st.Rule == nil || st.Rule.Unlimited {
@@ -447,76 +463,44 @@ func (e *Engine) count(ctx context.Context, path, result string) {
 	}
 }
 
-// storeFailed applies on_store_error after the store could not decide:
-// unavailable (on any matched non-shadow rule) fails the call, closed makes
-// its descriptor OVER_LIMIT, local decides on this instance's share, open
-// answers OK.
-func (e *Engine) storeFailed(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, defaultMode string, err error) (Response, error) {
+// storeFailed records that the store could not decide: the error's kind,
+// and an error result for every rule of the request.
+func (e *Engine) storeFailed(ctx context.Context, span trace.Span, p *plan, err error) {
 	kind := ratelimit.FailureKind(err)
 	span.RecordError(err)
 	span.SetStatus(codes.Error, "store "+kind)
 	m := e.opts.Metrics
 	m.StoreError(ctx, kind)
-	var local []ratelimit.Item
-	var localOf []int
-	var localCosts []int64
-	unavailable := false
-	for k, it := range p.items {
-		st := &p.statuses[p.itemOf[k]]
-		mode := st.Rule.OnStoreError
-		if mode == "" {
-			mode = defaultMode
-		}
-		m.StoreFallback(ctx, st.Rule.Path, mode)
-		e.count(ctx, st.Rule.Path, telemetry.ResultError)
-		switch mode {
-		case "unavailable":
-			if !it.Shadow {
-				unavailable = true
-			}
-		case "closed":
-			if !it.Shadow {
-				st.Code = OverLimit
-				st.ResetAfter = st.Rule.Unit.Duration()
-			}
-		case "local":
-			it.Key = "fallback:" + it.Key
-			it.Limit = share(it.Limit, int64(e.opts.FleetSize), p.costs[k])
-			local = append(local, it)
-			localOf = append(localOf, p.itemOf[k])
-			localCosts = append(localCosts, p.costs[k])
-		}
+	for k := range p.items {
+		path := p.statuses[p.itemOf[k]].Rule.Path
+		m.StoreFallback(ctx, path, p.modes[k])
+		e.count(ctx, path, telemetry.ResultError)
 	}
-	if unavailable {
+}
+
+// fellBack answers a decision the store's Fallback layer made by the
+// items' on_store_error after the store failed: unavailable (on a
+// non-shadow rule) fails the call, closed makes its descriptor OVER_LIMIT,
+// local was decided on this instance's share of the limit, open is OK.
+func (e *Engine) fellBack(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, d ratelimit.Decision) (Response, error) {
+	e.storeFailed(ctx, span, p, d.Failure)
+	if d.Unavailable {
 		span.SetAttributes(attribute.String("quotagate.decision", "unavailable"))
-		return Response{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Response{}, fmt.Errorf("%w: %w", ErrUnavailable, d.Failure)
 	}
+	e.finish(ctx, span, req, p, resp, d, false)
 	resp.Fallback = "open"
-	if len(local) > 0 {
-		resp.Fallback = "local"
-		lp := *p
-		lp.items, lp.itemOf, lp.costs = local, localOf, localCosts
-		if p.zeroed {
-			lp.zero(local)
-		}
-		if d, lerr := e.fallback.Decide(ctx, local); lerr == nil {
-			e.finish(ctx, span, req, &lp, resp, d)
-			return *resp, nil
+	for k, it := range p.items {
+		switch {
+		case p.modes[k] == "closed" && !it.Shadow:
+			st := &p.statuses[p.itemOf[k]]
+			st.Code, st.ResetAfter = OverLimit, st.Rule.Unit.Duration()
+			resp.Fallback = "closed"
+		case p.modes[k] == "local" && resp.Fallback == "open":
+			resp.Fallback = "local"
 		}
 	}
 	e.overall(resp, p)
 	span.SetAttributes(attribute.String("quotagate.decision", "fallback_"+resp.Overall.String()))
 	return *resp, nil
-}
-
-// share is this instance's part of a fleet-wide limit: rate and burst
-// divided by the fleet size, rounded up, never below the cost.
-func share(l ratelimit.Limit, fleet, cost int64) ratelimit.Limit {
-	div := func(v int64) int64 {
-		if v == 0 {
-			return 0
-		}
-		return max((v+fleet-1)/fleet, cost, 1)
-	}
-	return ratelimit.Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst)}
 }

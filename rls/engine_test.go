@@ -32,9 +32,7 @@ func newTestEngine(t testing.TB, o Options) (*Engine, *testClock) {
 		o.Store = s
 	}
 	o.Now = clk.Now
-	e := NewEngine(loadTestdata(t), o)
-	t.Cleanup(func() { e.Close() })
-	return e, clk
+	return NewEngine(loadTestdata(t), o), clk
 }
 
 func desc(kv ...string) Descriptor { return Descriptor{Entries: entries(kv...)} }
@@ -271,7 +269,7 @@ func TestDecideOnStoreError(t *testing.T) {
 		{"closed", OverLimit, nil},
 		{"local", OK, nil},
 	} {
-		e, _ := newTestEngine(t, Options{Store: failingStore{}, OnStoreError: c.mode, FleetSize: 5})
+		e, _ := newTestEngine(t, Options{Store: failingStack(t, 5), OnStoreError: c.mode})
 		r, err := e.Decide(context.Background(), &Request{Domain: "edge", Descriptors: addr})
 		if !errors.Is(err, c.err) || err == nil && r.Overall != c.want {
 			t.Errorf("%s: %+v, %v; want %v, %v", c.mode, r, err, c.want, c.err)
@@ -289,11 +287,24 @@ func TestDecideOnStoreError(t *testing.T) {
 		}
 	}
 	// A rule's own mode wins over the service's.
-	e, _ := newTestEngine(t, Options{Store: failingStore{}, OnStoreError: "unavailable"})
+	e, _ := newTestEngine(t, Options{Store: failingStack(t, 1), OnStoreError: "unavailable"})
 	r, err := e.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc("status_probe", "x")}})
 	if err != nil || r.Overall != OK || r.Fallback != "open" {
 		t.Errorf("rule on_store_error open: %+v, %v", r, err)
 	}
+	// A store without a Fallback layer: every failure is UNAVAILABLE.
+	e, _ = newTestEngine(t, Options{Store: failingStore{}, OnStoreError: "open"})
+	if _, err := e.Decide(context.Background(), &Request{Domain: "edge", Descriptors: addr}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("bare failing store: %v, want ErrUnavailable", err)
+	}
+}
+
+// failingStack is failingStore under the Fallback layer of a store stack,
+// for a fleet of the given size, its local shares at t0.
+func failingStack(t *testing.T, fleet int) ratelimit.Store {
+	f := ratelimit.NewFallback(failingStore{}, ratelimit.FallbackOptions{FleetSize: fleet, Now: func() time.Time { return t0 }})
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 func TestDecideSpan(t *testing.T) {

@@ -69,15 +69,14 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	}
 	e := NewEngine(rules, Options{
 		Store: o.Store, Timeout: cfg.Store.Redis.Timeout, KeyPrefix: cfg.Store.Redis.KeyPrefix,
-		OnStoreError: cfg.RLS.OnStoreError, FleetSize: cfg.Store.FleetSize,
-		Metrics: o.Metrics, TracerProvider: o.TracerProvider,
+		OnStoreError: cfg.RLS.OnStoreError,
+		Metrics:      o.Metrics, TracerProvider: o.TracerProvider,
 	})
 	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles)}
 	var gopts []grpc.ServerOption
 	if t := cfg.RLS.TLS; t != nil {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			e.Close()
 			return nil, fmt.Errorf("rls.tls: %w", err)
 		}
 		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
@@ -146,7 +145,6 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 			first = err
 		}
 	}
-	s.engine.Close()
 	if first != nil && !errors.Is(first, http.ErrServerClosed) && !errors.Is(first, grpc.ErrServerStopped) {
 		return first
 	}
