@@ -64,6 +64,34 @@ func openRedisStack(c config.Store, password string, now func() time.Time) *rate
 		BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, Now: now, FleetSize: c.FleetSize})
 }
 
+// waitAllowed sends path until the gateway answers 200 through Redis. The
+// first decisions of a fresh connection pool dial and load the script inside
+// the 50ms deadline, which a loaded machine can miss: such a miss is a 503
+// from the closed policy, not a wrong answer, so it is retried (the breaker
+// may open meanwhile; its cooldown is 200ms) and reported as a missed
+// deadline only if Redis never answers in time within 10 s.
+func (f *fixture) waitAllowed(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	misses := 0
+	for {
+		code, _, took := f.timed(path)
+		switch {
+		case code == http.StatusOK:
+			if misses > 0 {
+				t.Logf("%s: %d decisions missed the deadline before the pool was warm", path, misses)
+			}
+			return
+		case code != http.StatusServiceUnavailable:
+			t.Fatalf("%s with Redis up: %d, want 200 (or 503 while the deadline is missed)", path, code)
+		case time.Now().After(deadline):
+			t.Fatalf("missed deadline: %s with Redis up still 503 after 10 s (last took %v); the machine is too slow for the 50ms store deadline", path, took)
+		}
+		misses++
+		time.Sleep(20 * time.Millisecond) // polling a real Redis; the breaker's cooldown is real time
+	}
+}
+
 // timed sends a request and returns the response and how long it took.
 func (f *fixture) timed(path string) (int, http.Header, time.Duration) {
 	start := time.Now()
@@ -80,9 +108,7 @@ func TestStoreFailureModesOnPausedRedis(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	f := newRedisFixture(t, srv)
 	for _, p := range []string{"/open", "/closed", "/local"} {
-		if code, _, _ := f.timed(p); code != http.StatusOK {
-			t.Fatalf("%s with Redis up: %d", p, code)
-		}
+		f.waitAllowed(t, p)
 	}
 	srv.Pause()
 	defer srv.Resume()
@@ -130,9 +156,7 @@ func TestStoreFailureModesOnPausedRedis(t *testing.T) {
 func TestGatewayRecoversFromRedisRestart(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	f := newRedisFixture(t, srv)
-	if code, _, _ := f.timed("/closed"); code != http.StatusOK {
-		t.Fatalf("before: %d", code)
-	}
+	f.waitAllowed(t, "/closed")
 	srv.Kill()
 	if code, _, _ := f.timed("/closed"); code != http.StatusServiceUnavailable {
 		t.Fatalf("Redis dead: %d, want 503", code)

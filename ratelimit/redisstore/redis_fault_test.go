@@ -171,8 +171,20 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	close(errs)
+	// A decision that ran out of its 1 s deadline on a starved machine is a
+	// missed deadline, reported; any other error (a NOSCRIPT that leaked
+	// out, a malformed reply) is a wrong answer and fails.
+	missed := 0
 	for err := range errs {
+		if isDeadline(err) {
+			missed++
+			t.Logf("missed deadline: Decide during SCRIPT FLUSH: %v", err)
+			continue
+		}
 		t.Errorf("Decide during SCRIPT FLUSH: %v", err)
+	}
+	if missed == 8 {
+		t.Fatalf("missed deadline: every worker's decisions ran out of time; nothing was checked")
 	}
 	t.Logf("%d calls (%d denied) during %d flushes", calls.Load(), denials.Load(), flushes.Load())
 	if flushes.Load() < 10 || denials.Load() == 0 {
@@ -434,4 +446,11 @@ func TestRedisStoreMalformedKeyType(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatalf("err = %v, want ErrUnavailable with WRONGTYPE", err)
 	}
+}
+
+// isDeadline reports whether err is a decision that ran out of time: the
+// context's deadline, or a socket timeout that the deadline set.
+func isDeadline(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
