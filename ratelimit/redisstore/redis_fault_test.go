@@ -249,7 +249,9 @@ func TestRedisStoreKeysExpire(t *testing.T) {
 		{ratelimit.Item{Key: prefix + "{acme}:fw", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 5, Per: time.Minute}, Cost: 1}, time.Minute},
 		{ratelimit.Item{Key: prefix + "{acme}:sw", Algorithm: ratelimit.SlidingWindow, Limit: ratelimit.Limit{Rate: 5, Per: time.Minute}, Cost: 1}, 2 * time.Minute},
 		{ratelimit.Item{Key: prefix + "{acme}:sl", Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 5, Per: time.Minute}, Cost: 1}, time.Minute},
-		{tb(prefix+"{route:transfers}:tb", 100, 100, time.Second, 3), 30 * time.Millisecond},
+		// Its refill takes 3s: long enough that a loaded machine reads the
+		// key before it expires, short enough to tell from a fixed TTL.
+		{tb(prefix+"{route:transfers}:tb", 100, 100, 100*time.Second, 3), 3 * time.Second},
 	}
 	items := make([]ratelimit.Item, len(cases))
 	for i, c := range cases {
