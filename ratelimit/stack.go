@@ -19,16 +19,22 @@ type StackOptions struct {
 	// FleetSize is the number of instances sharing the backend, which
 	// sizes the local shares (see FallbackOptions); 0 or less means 1.
 	FleetSize int
+	// DenialCacheSize is the most keys whose denials the Stack answers
+	// again without the backend (see DenialCache); 0 means
+	// DefaultDenialCacheSize, and a negative value keeps no DenialCache.
+	DenialCacheSize int
 }
 
 // Stack is a complete decision store: a backend (a MemoryStore, or a
 // Redis store with leases behind a circuit breaker, see package redisstore)
-// under a Fallback layer that applies each item's OnError when the backend
+// under a DenialCache (denials repeated locally until they run out) under a
+// Fallback layer that applies each item's OnError when the backend
 // cannot decide. Its Decide therefore returns an error only for items
 // without a valid OnError; a failure of the backend is in
 // Decision.Failure. A Stack is safe for concurrent use.
 type Stack struct {
 	top     *Fallback
+	denials *DenialCache // nil without one
 	breaker *Breaker
 	ping    func(ctx context.Context) error
 }
@@ -53,7 +59,30 @@ func NewStack(backend Store, o StackOptions) *Stack {
 	if o.Breaker != nil {
 		fo.RetryAfter = o.Breaker.cooldown
 	}
-	return &Stack{top: NewFallback(backend, fo), breaker: o.Breaker, ping: o.Ping}
+	s := &Stack{breaker: o.Breaker, ping: o.Ping}
+	if o.DenialCacheSize >= 0 {
+		s.denials = NewDenialCache(backend, DenialCacheOptions{Now: o.Now, Size: o.DenialCacheSize})
+		backend = s.denials
+	}
+	s.top = NewFallback(backend, fo)
+	return s
+}
+
+// Invalidate forgets the remembered denials of key (see
+// DenialCache.Invalidate): call it when units go back to key.
+func (s *Stack) Invalidate(key string) {
+	if s.denials != nil {
+		s.denials.Invalidate(key)
+	}
+}
+
+// LocalDenials returns how many batches the Stack denied again without
+// the backend (see DenialCache); 0 without a DenialCache.
+func (s *Stack) LocalDenials() uint64 {
+	if s.denials == nil {
+		return 0
+	}
+	return s.denials.LocalDenials()
 }
 
 // Decide decides items on the backend, or by their OnError when it fails

@@ -1,0 +1,168 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
+)
+
+// countingStore counts the decisions that reach the store it wraps.
+type countingStore struct {
+	ratelimit.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
+	s.calls.Add(1)
+	return s.Store.Decide(ctx, items)
+}
+
+var dcT0 = time.Unix(1_700_000_000, 0)
+
+func newDenialCache(size int) (*ratelimit.DenialCache, *countingStore, *storetest.Clock) {
+	clock := &storetest.Clock{}
+	clock.Set(dcT0)
+	inner := &countingStore{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})}
+	return ratelimit.NewDenialCache(inner, ratelimit.DenialCacheOptions{Now: clock.Now, Size: size}), inner, clock
+}
+
+func decide(t *testing.T, s ratelimit.Store, items ...ratelimit.Item) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Decide(context.Background(), items)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return d
+}
+
+func TestDenialCacheRepeatsDenialUntilRetry(t *testing.T) {
+	c, inner, clock := newDenialCache(0)
+	defer c.Close()
+	fw := func(cost int64) ratelimit.Item {
+		return ratelimit.Item{Key: "k", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 3, Per: 10 * time.Second}, Cost: cost}
+	}
+	if d := decide(t, c, fw(2)); !d.Allowed {
+		t.Fatalf("first request denied: %+v", d)
+	}
+	clock.Set(dcT0.Add(2 * time.Second))
+	if d := decide(t, c, fw(2)); d.Allowed || d.RetryAfter != 8*time.Second {
+		t.Fatalf("over the limit: %+v, want a denial with RetryAfter 8s", d)
+	}
+	calls := inner.calls.Load()
+	for _, at := range []time.Duration{2 * time.Second, 5 * time.Second, 10*time.Second - time.Microsecond} {
+		clock.Set(dcT0.Add(at))
+		for _, cost := range []int64{2, 3} {
+			d := decide(t, c, fw(cost))
+			if want := 10*time.Second - at; d.Allowed || d.RetryAfter != want || d.Results[0].RetryAfter != want {
+				t.Errorf("at %v cost %d: %+v, want a denial with RetryAfter %v", at, cost, d, want)
+			}
+		}
+	}
+	if got := inner.calls.Load(); got != calls {
+		t.Errorf("%d store calls while the denial lasted, want none", got-calls)
+	}
+	if got := c.LocalDenials(); got != 6 {
+		t.Errorf("LocalDenials %d, want 6", got)
+	}
+	// A smaller cost is not covered by the denial: it asks the store (and fits).
+	if d := decide(t, c, fw(1)); !d.Allowed || inner.calls.Load() != calls+1 {
+		t.Errorf("smaller cost: %+v after %d calls, want allowed by the store", d, inner.calls.Load()-calls)
+	}
+	// Another batch shape, or another limit (a reload), asks the store.
+	other := fw(2)
+	other.Limit.Rate = 4
+	decide(t, c, other)
+	decide(t, c, fw(2), ratelimit.Item{Key: "j", Algorithm: ratelimit.FixedWindow, Limit: fw(0).Limit, Cost: 1})
+	if got := inner.calls.Load(); got != calls+3 {
+		t.Errorf("%d store calls for uncovered batches, want 3", got-calls)
+	}
+	// Once the denial has run out, the store decides again.
+	clock.Set(dcT0.Add(10 * time.Second))
+	if d := decide(t, c, fw(2)); !d.Allowed {
+		t.Errorf("next window: %+v, want allowed", d)
+	}
+}
+
+func TestDenialCacheInvalidate(t *testing.T) {
+	c, inner, _ := newDenialCache(0)
+	defer c.Close()
+	tb := ratelimit.Item{Key: "k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Minute, Burst: 1}, Cost: 1}
+	decide(t, c, tb)
+	decide(t, c, tb)
+	decide(t, c, tb)
+	if got := inner.calls.Load(); got != 2 {
+		t.Fatalf("%d store calls, want 2 (the third answered locally)", got)
+	}
+	c.Invalidate("k")
+	if c.Len() != 0 {
+		t.Fatalf("Len %d after Invalidate, want 0", c.Len())
+	}
+	decide(t, c, tb)
+	if got := inner.calls.Load(); got != 3 {
+		t.Fatalf("%d store calls, want 3 (Invalidate sends the next to the store)", got)
+	}
+}
+
+func TestDenialCacheIsBounded(t *testing.T) {
+	c, _, _ := newDenialCache(3)
+	defer c.Close()
+	for i := range 10 {
+		it := ratelimit.Item{Key: fmt.Sprint("k", i), Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Minute}, Cost: 1}
+		decide(t, c, it)
+		decide(t, c, it)
+		if c.Len() > 3 {
+			t.Fatalf("Len %d after %d denied keys, want at most 3", c.Len(), i+1)
+		}
+	}
+}
+
+// TestDenialCacheMatchesStore decides the same random batches, with the
+// clock moving both ways, on a store and on a DenialCache over an identical
+// store: every verdict must be the same (the cache never admits and never
+// denies what the store would admit), and a local denial's RetryAfter is
+// never longer than the store's.
+func TestDenialCacheMatchesStore(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		clock := &storetest.Clock{}
+		clock.Set(dcT0)
+		plain := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+		defer plain.Close()
+		c := ratelimit.NewDenialCache(ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now}), ratelimit.DenialCacheOptions{Now: clock.Now, Size: rapid.IntRange(1, 4).Draw(rt, "size")})
+		defer c.Close()
+		limits := map[ratelimit.Algorithm]ratelimit.Limit{
+			ratelimit.TokenBucket:   {Rate: 3, Per: time.Second, Burst: 4},
+			ratelimit.FixedWindow:   {Rate: 4, Per: time.Second},
+			ratelimit.SlidingWindow: {Rate: 4, Per: time.Second, Buckets: 3},
+			ratelimit.SlidingLog:    {Rate: 4, Per: time.Second},
+		}
+		now := dcT0
+		for step := range rapid.IntRange(1, 80).Draw(rt, "steps") {
+			now = now.Add(time.Duration(rapid.Int64Range(-20_000, 300_000).Draw(rt, "dt_us")) * time.Microsecond)
+			clock.Set(now)
+			items := make([]ratelimit.Item, rapid.IntRange(1, 2).Draw(rt, "items"))
+			for i := range items {
+				alg := rapid.SampledFrom([]ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.FixedWindow, ratelimit.SlidingWindow, ratelimit.SlidingLog}).Draw(rt, "alg")
+				items[i] = ratelimit.Item{Key: fmt.Sprint(alg, rapid.IntRange(0, 2).Draw(rt, "key")), Algorithm: alg, Limit: limits[alg],
+					Cost: rapid.Int64Range(0, 3).Draw(rt, "cost"), Shadow: rapid.IntRange(0, 5).Draw(rt, "shadow") == 0}
+			}
+			want, err1 := plain.Decide(context.Background(), items)
+			got, err2 := c.Decide(context.Background(), items)
+			if err1 != nil || err2 != nil {
+				rt.Fatalf("errors %v %v", err1, err2)
+			}
+			if got.Allowed != want.Allowed {
+				rt.Fatalf("step %d: cache %+v, store %+v", step, got, want)
+			}
+			if !got.Allowed && (got.RetryAfter <= 0 || got.RetryAfter > want.RetryAfter) {
+				rt.Fatalf("step %d: cached RetryAfter %v, store %v", step, got.RetryAfter, want.RetryAfter)
+			}
+		}
+	})
+}
