@@ -31,17 +31,3 @@ func writeAddrFile(path string, pub, admin net.Addr) error {
 	}
 	return nil
 }
-
-// close releases a decision service that will not serve: its listeners and
-// its store. A nil service (the section is off) has nothing to release.
-func (ds *decisionService) close() {
-	if ds == nil {
-		return
-	}
-	for _, l := range []net.Listener{ds.grpc, ds.http} {
-		if l != nil { // a listener that is off is nil
-			l.Close()
-		}
-	}
-	_ = ds.closeStore()
-}

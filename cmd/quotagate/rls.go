@@ -1,3 +1,5 @@
+//go:build !norls
+
 package main
 
 import (
@@ -12,12 +14,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// decisionService is the running rls section: its server, listeners and
-// the store it owns.
-type decisionService struct {
-	srv        *rls.Server
-	grpc, http net.Listener
-	closeStore func() error
+// checkRLSFiles reports the problems of the descriptor files cfg names.
+func checkRLSFiles(cfg *config.Config) error {
+	_, err := rls.LoadFiles(cfg.RLS.ConfigFiles)
+	return err
 }
 
 // startRLS builds the decision service of cfg.RLS on a store of its own

@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/rls"
 )
 
 // runValidate loads a config and prints every problem, one per line,
@@ -31,7 +30,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 1, err: err}
 	}
 	if cfg.RLS.Enabled() {
-		if _, err := rls.LoadFiles(cfg.RLS.ConfigFiles); err != nil {
+		if err := checkRLSFiles(cfg); err != nil {
 			fmt.Fprintln(stdout, err.Error())
 			return &exitError{code: 1, err: fmt.Errorf("%s: rls.config_files has problems", *path)}
 		}
