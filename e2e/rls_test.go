@@ -73,9 +73,11 @@ rls:
 	}
 	p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: name, Args: []string{"-config", path, "-watch-interval", watch}})
 	rp := &rlsProc{Proc: p}
-	for _, line := range strings.Split(p.Logs.String(), "\n") {
+	// The line is written before the gateway's addresses are known, but its
+	// output may reach the test after them.
+	if line, ok := p.Logs.WaitLine(`"msg":"rls started"`, proctest.StartTimeout); ok {
 		var rec struct{ Msg, Listen, HTTP_Listen string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "rls started" {
+		if json.Unmarshal([]byte(line), &rec) == nil {
 			rp.GRPC, rp.HTTP = rec.Listen, rec.HTTP_Listen
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Logs collects a process's output; safe for concurrent use.
@@ -65,6 +66,26 @@ func (l *Logs) Digest(n int) string {
 		keep = append([]string{fmt.Sprintf("[... %d earlier lines]", len(keep)-n)}, keep[len(keep)-n:]...)
 	}
 	return strings.Join(keep, "\n") + fmt.Sprintf("\n[%d access-log lines left out]", skipped)
+}
+
+// WaitLine returns the first line of the output that contains s, waiting
+// for it at most timeout; false if none came by then.
+func (l *Logs) WaitLine(s string, timeout time.Duration) (string, bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		changed := l.Changed()
+		for _, line := range strings.Split(l.String(), "\n") {
+			if strings.Contains(line, s) {
+				return line, true
+			}
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return "", false
+		}
+	}
 }
 
 // Count returns how many times s occurs in the output.

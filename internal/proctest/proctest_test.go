@@ -102,3 +102,20 @@ func TestLogsDigestLeavesOutAccessLines(t *testing.T) {
 		t.Errorf("Count/Tail: %d %q", l.Count(`"request"`), l.Tail(1))
 	}
 }
+
+func TestLogsWaitLine(t *testing.T) {
+	l := NewLogs()
+	got := make(chan string, 1)
+	go func() {
+		line, _ := l.WaitLine("ready", time.Minute)
+		got <- line
+	}()
+	_, _ = l.Write([]byte("starting\n"))
+	_, _ = l.Write([]byte("now ready\n"))
+	if line := <-got; line != "now ready" {
+		t.Fatalf("WaitLine = %q", line)
+	}
+	if _, ok := l.WaitLine("never", time.Millisecond); ok {
+		t.Fatal("WaitLine found a line that was never written")
+	}
+}
