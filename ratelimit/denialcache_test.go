@@ -166,3 +166,29 @@ func TestDenialCacheMatchesStore(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkDenialCacheHit measures a denial answered locally: the cost of
+// a hot key's request once the store has denied it.
+func BenchmarkDenialCacheHit(b *testing.B) {
+	clock := &storetest.Clock{}
+	clock.Set(dcT0)
+	c := ratelimit.NewDenialCache(ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now}), ratelimit.DenialCacheOptions{Now: clock.Now})
+	defer c.Close()
+	items := []ratelimit.Item{{Key: "{acme}:hot", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Hour}, Cost: 1}}
+	for range 2 {
+		if _, err := c.Decide(context.Background(), items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if d, _ := c.Decide(context.Background(), items); d.Allowed {
+			b.Fatal("admitted over the limit")
+		}
+	}
+	b.StopTimer()
+	if c.LocalDenials() < uint64(b.N) {
+		b.Fatalf("%d local denials for %d requests", c.LocalDenials(), b.N)
+	}
+}
