@@ -206,6 +206,10 @@ type Limit struct {
 	Burst int64         `mapstructure:"burst"`
 	// Buckets is the number of buckets of a sliding_window (0: the default).
 	Buckets int `mapstructure:"buckets"`
+	// Calendar aligns a fixed_window's windows to local days, weeks or
+	// months in place of Per: {unit: day|week|month, time_zone: "Europe/Berlin"}
+	// (time_zone defaults to UTC).
+	Calendar ratelimit.Calendar `mapstructure:"calendar"`
 }
 
 // Policy is a stage 2 limit, enforced fleet-wide.

@@ -44,6 +44,13 @@ var invalidCases = map[string][]string{
 		`policies.tenant.limits.free.per: must be > 0`,
 		`policies.tenant.limits.free.rate: must be > 0`,
 	},
+	"calendar.yaml": {
+		`policies.bucket.limits.free.calendar: applies to fixed_window only, not token_bucket; use per`,
+		`policies.monthly.limits.free.per: must be left out when calendar is set (the calendar sets the window)`,
+		`policies.zone.limits.free.calendar.time_zone: unknown time zone "Mars/Olympus"`,
+		`policies.zone.limits.free.calendar.unit: must be day, week or month, got "fortnight"`,
+		`policies.zone.limits.free.per: must be > 0`,
+	},
 	"burst_on_window.yaml": {
 		`policies.windowed.limits.free.burst: does not apply to sliding_window (its capacity is rate per window); remove it`,
 	},

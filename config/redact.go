@@ -131,6 +131,10 @@ func (r RLS) redacted() map[string]any {
 
 func redactLimit(l Limit) map[string]any {
 	m := map[string]any{"rate": l.Rate, "per": dur(l.Per)}
+	if l.Calendar.Set() {
+		delete(m, "per")
+		m["calendar"] = map[string]any{"unit": l.Calendar.Unit.String(), "time_zone": l.Calendar.Zone.String()}
+	}
 	if l.Burst != 0 {
 		m["burst"] = l.Burst
 	}

@@ -173,6 +173,11 @@ func advertised(l ratelimit.Limit, alg ratelimit.Algorithm) (quota, window int64
 		refill := time.Duration(float64(l.Per) * float64(l.Burst) / float64(l.Rate))
 		return l.Burst, ceilSeconds(refill)
 	}
+	if l.Calendar.Set() {
+		// The window's real length varies; the response shows the time to
+		// its end (see calendarWindow).
+		return l.Rate, ceilSeconds(l.Calendar.MaxLength())
+	}
 	return l.Rate, ceilSeconds(l.Per)
 }
 

@@ -36,7 +36,10 @@ type PolicyExplained struct {
 	Rate         int64         `json:"rate"`
 	Per          time.Duration `json:"per"`
 	Burst        int64         `json:"burst,omitempty"`
-	Key          string        `json:"key"`
+	// Calendar is "month in Europe/Berlin" for a calendar window (Per is
+	// then 0), empty otherwise.
+	Calendar string `json:"calendar,omitempty"`
+	Key      string `json:"key"`
 }
 
 // Explain tells which route, caller, tier, policies and store keys a request
@@ -83,7 +86,7 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 		}
 		ex.Policies = append(ex.Policies, PolicyExplained{
 			Name: bp.name, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
-			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Key: key,
+			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Calendar: bp.limit.Calendar.String(), Key: key,
 		})
 	}
 	return ex, nil

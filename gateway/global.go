@@ -152,6 +152,9 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		if res.Fallback == ratelimit.OnErrorLocal { // advertise the share that is enforced
 			view.quota, view.window = bp.shareQuota, bp.shareWindow
 		}
+		if cal := bp.limit.Calendar; cal.Set() {
+			view.window = calendarWindow(cal, res, g.opts.Now())
+		}
 		if !res.Allowed {
 			view.reset = res.RetryAfter
 		}

@@ -171,6 +171,9 @@ func (l Limit) Validate(alg Algorithm) error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &LimitError{Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
+	if l.Calendar.Set() {
+		return l.validateCalendar(alg)
+	}
 	if l.Rate <= 0 {
 		add("rate", "must be > 0")
 	}

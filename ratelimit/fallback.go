@@ -118,7 +118,7 @@ func LocalShare(l Limit, alg Algorithm, fleet, cost int64) Limit {
 		}
 		return (v + fleet - 1) / fleet
 	}
-	s := Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst)}
+	s := Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst), Calendar: l.Calendar}
 	if alg == TokenBucket {
 		s.Burst = max(s.Burst, cost)
 	} else {

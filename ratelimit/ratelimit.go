@@ -171,6 +171,9 @@ type Limit struct {
 	// other algorithms. More buckets admit closer to Rate under steady load
 	// (at least Rate×N/(N+1) per Per) and keep more state (N+1 counters).
 	Buckets int
+	// Calendar, when set, aligns a FixedWindow's windows to local days,
+	// weeks or months in place of Per (which must then be 0): see Calendar.
+	Calendar Calendar
 }
 
 // Item is one key of a batch passed to Store.Decide.

@@ -53,6 +53,9 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(tw, "  NAME\tSCOPE\tALGORITHM\tLIMIT\tON_STORE_ERROR\tSHADOW\tKEY")
 	for _, p := range ex.Policies {
 		limit := fmt.Sprintf("%d/%s", p.Rate, p.Per)
+		if p.Calendar != "" {
+			limit = fmt.Sprintf("%d per %s", p.Rate, p.Calendar)
+		}
 		if p.Burst > 0 {
 			limit += fmt.Sprintf(" burst %d", p.Burst)
 		}

@@ -59,7 +59,7 @@ const (
 )
 
 // argsPerItem is the number of ARGV values that describe one item.
-const argsPerItem = 7
+const argsPerItem = 10
 
 // valuesPerResult is the number of integers the script returns per item:
 // allowed, remaining, retry (µs), reset (µs), remaining and reset as they
@@ -92,6 +92,10 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		c.setString(3+i, items[j].Key)
 	}
 	c.setString(3+n, mode)
+	calNow := nowUS
+	if !useNow {
+		calNow = time.Now().UnixMicro()
+	}
 	if useNow {
 		c.args[4+n] = strconv.FormatInt(nowUS, 10)
 	} else {
@@ -115,6 +119,13 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		c.setInt64(p+4, it.Cost)
 		c.setInt(p+5, shadow)
 		c.setInt64(p+6, w)
+		var cs, ce, cn int64
+		if cal := it.Limit.Calendar; cal.Set() {
+			cs, ce, cn = calendarArgs(cal, calNow)
+		}
+		c.setInt64(p+7, cs)
+		c.setInt64(p+8, ce)
+		c.setInt64(p+9, cn)
 	}
 }
 
@@ -125,6 +136,18 @@ func burstArg(it ratelimit.Item) int64 {
 		return it.Limit.SlidingBuckets()
 	}
 	return it.Limit.Burst
+}
+
+// calendarArgs returns what the script needs to find a calendar window by
+// its own clock: the start and end of the window holding nowUS (the
+// gateway's clock, or the injected one) and the end of the next window. The
+// script takes the next window when its clock is already past end, so that
+// the store's clock decides near a boundary, as it does for every other
+// limit; a store clock behind the gateway's by d starts the window d early.
+func calendarArgs(c ratelimit.Calendar, nowUS int64) (start, end, next int64) {
+	start, end = c.Bounds(nowUS)
+	_, next = c.Bounds(end)
+	return start, end, next
 }
 
 // setInt, setInt64 and setString set argument p to v, keeping the boxed

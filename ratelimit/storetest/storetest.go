@@ -202,6 +202,7 @@ func Run(t *testing.T, newStore NewStore) {
 			}
 		})
 	}
+	t.Run("calendar", func(t *testing.T) { testCalendar(t, newStore) })
 	t.Run("invalid", func(t *testing.T) { testInvalid(newEnv(t, newStore)) })
 	t.Run("sliding_window_bound", func(t *testing.T) { testSlidingWindowBound(newEnv(t, newStore)) })
 	t.Run("retry_after_is_longest_denial", func(t *testing.T) { testRetryAfterMax(newEnv(t, newStore)) })

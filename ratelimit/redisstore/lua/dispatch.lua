@@ -4,8 +4,10 @@
 -- KEYS[i]: the key of item i (a key may appear more than once).
 -- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund.
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
--- ARGV[3..]: per item, 7 values: algorithm, rate, per (µs), burst, cost,
---            shadow (1 or 0), want.
+-- ARGV[3..]: per item, 10 values: algorithm, rate, per (µs), burst, cost,
+--            shadow (1 or 0), want, and for a calendar fixed window the
+--            start and end of the current window by the caller's clock and
+--            the end of the next one (µs; all 0 otherwise).
 --
 -- Items are evaluated in order; an item that fits tentatively takes its
 -- cost, so a later item of the same key sees it. Decide consumes (writes)
@@ -41,12 +43,13 @@ local mode = ARGV[1]
 local n = #KEYS
 local items = {}
 for i = 1, n do
-  local b = 2 + (i - 1) * 7
+  local b = 2 + (i - 1) * 10
   local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
   if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
   items[i] = {
     alg = alg,
-    lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4])},
+    lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
+           cs = tonumber(ARGV[b + 8]), ce = tonumber(ARGV[b + 9]), cn = tonumber(ARGV[b + 10])},
     cost = tonumber(ARGV[b + 5]),
     shadow = ARGV[b + 6] == '1',
     want = tonumber(ARGV[b + 7]) or 0,

@@ -1,8 +1,28 @@
 -- Fixed window. Hash fields: a = algorithm (2), w = window number
 -- (floor(now / per)), n = units counted in it, p = per (µs).
+--
+-- A calendar window (lim.ce > 0) is numbered by its start (µs), and p is
+-- its own length. The caller passes the window holding its clock
+-- [cs, ce) and the next window's end cn; the script takes the next window
+-- when its own clock is past ce.
+
+local function load_calendar(key, lim, now)
+  local start, fin = lim.cs, lim.ce
+  if now >= fin then start, fin = lim.ce, lim.cn end
+  local s = {now = now, w = start, window = start, count = 0, kept = false, cal = true, p = fin - start}
+  local v = hget_numbers(key, 'a', 'w', 'n', 'p')
+  s.stale = v[1] ~= nil and v[1] ~= 2
+  if v[1] ~= 2 or not v[2] or not v[3] or not v[4] then return s end
+  if v[2] > start or (v[2] == start and v[4] == s.p) then
+    -- Same window, or a later one (the clock went back): keep it.
+    s.window, s.count, s.p, s.kept = v[2], v[3], v[4], true
+  end
+  return s
+end
 
 ALGORITHMS[2] = {
   load = function(key, lim, now)
+    if lim.ce and lim.ce > 0 then return load_calendar(key, lim, now) end
     local into = math.fmod(now, lim.per)
     local w = (now - into) / lim.per
     local s = {now = now, w = w, window = w, count = 0, kept = false}
@@ -31,6 +51,11 @@ ALGORITHMS[2] = {
 
   -- Microseconds from s.now to the end of the stored window.
   left = function(s, lim)
+    if s.cal then
+      local l = s.window + s.p - s.now
+      if l < 1 then l = 1 end
+      return l
+    end
     return (s.window - s.w) * lim.per + lim.per - math.fmod(s.now, lim.per)
   end,
 
@@ -54,7 +79,9 @@ ALGORITHMS[2] = {
       return
     end
     if s.stale then redis.call('DEL', key) end
-    redis.call('HSET', key, 'a', 2, 'w', s.window, 'n', s.count, 'p', lim.per)
+    local p = lim.per
+    if s.cal then p = s.p end
+    redis.call('HSET', key, 'a', 2, 'w', s.window, 'n', s.count, 'p', p)
     if not keep_ttl then expire_us(key, ALGORITHMS[2].left(s, lim)) end
   end,
 
