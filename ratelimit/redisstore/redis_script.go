@@ -93,9 +93,7 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 	}
 	c.setString(3+n, mode)
 	calNow := nowUS
-	if !useNow {
-		calNow = time.Now().UnixMicro()
-	}
+	calRead := useNow
 	if useNow {
 		c.args[4+n] = strconv.FormatInt(nowUS, 10)
 	} else {
@@ -121,6 +119,9 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		c.setInt64(p+6, w)
 		var cs, ce, cn int64
 		if cal := it.Limit.Calendar; cal.Set() {
+			if !calRead {
+				calNow, calRead = time.Now().UnixMicro(), true
+			}
 			cs, ce, cn = calendarArgs(cal, calNow)
 		}
 		c.setInt64(p+7, cs)
