@@ -316,6 +316,11 @@ func TestRLSFrozenRedis(t *testing.T) {
 			}
 		}
 	}
+	for i, m := range modes {
+		if procs[i].Logs.Count("rls: store failed; applying on_store_error") == 0 {
+			t.Errorf("%s: no store-failure warning logged", m.mode)
+		}
+	}
 }
 
 // postJSON posts body and decodes the JSON answer.

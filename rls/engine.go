@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync/atomic"
 	"time"
@@ -124,7 +125,10 @@ type Options struct {
 	// (the default), open, closed or local.
 	OnStoreError string
 	// Metrics counts decisions; nil counts nothing.
-	Metrics        *telemetry.Metrics
+	Metrics *telemetry.Metrics
+	// Logger receives a warning when the store fails (at most 5 per 10s
+	// per kind of failure); nil logs nothing.
+	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider
 	// Now is the clock of banned rules' reset times; nil means time.Now.
 	Now func() time.Time
@@ -133,9 +137,10 @@ type Options struct {
 // Engine turns descriptors into store items and decides them. It is safe for
 // concurrent use; SetRules swaps the rules atomically.
 type Engine struct {
-	opts   Options
-	live   atomic.Pointer[live]
-	tracer trace.Tracer
+	opts     Options
+	live     atomic.Pointer[live]
+	tracer   trace.Tracer
+	logLimit *telemetry.LogLimiter
 }
 
 // NewEngine returns an Engine deciding with rules on o.Store.
@@ -156,7 +161,10 @@ func NewEngine(rules *Rules, o Options) *Engine {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	e := &Engine{opts: o, tracer: tp.Tracer("github.com/quotagate/quotagate/rls")}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{opts: o, tracer: tp.Tracer("github.com/quotagate/quotagate/rls"), logLimit: telemetry.NewLogLimiter(5, 10*time.Second, nil)}
 	e.live.Store(&live{rules: rules, onStoreError: o.OnStoreError})
 	return e
 }
@@ -471,6 +479,10 @@ func (e *Engine) storeFailed(ctx context.Context, span trace.Span, p *plan, err 
 	span.SetStatus(codes.Error, "store "+kind)
 	m := e.opts.Metrics
 	m.StoreError(ctx, kind)
+	if ok, suppressed := e.logLimit.Allow(kind); ok { // kind is one of four constants
+		e.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "rls: store failed; applying on_store_error",
+			slog.String("kind", kind), slog.String("error", err.Error()), slog.Int("suppressed", suppressed))
+	}
 	for k := range p.items {
 		path := p.statuses[p.itemOf[k]].Rule.Path
 		m.StoreFallback(ctx, path, p.modes[k])

@@ -70,7 +70,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	e := NewEngine(rules, Options{
 		Store: o.Store, Timeout: cfg.Store.Redis.Timeout, KeyPrefix: cfg.Store.Redis.KeyPrefix,
 		OnStoreError: cfg.RLS.OnStoreError,
-		Metrics:      o.Metrics, TracerProvider: o.TracerProvider,
+		Metrics:      o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
 	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles)}
 	var gopts []grpc.ServerOption
