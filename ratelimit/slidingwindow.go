@@ -23,29 +23,6 @@ func (l Limit) SlidingBuckets() int64 {
 // sliding-window limit of P µs and N buckets. N×L >= P.
 func bucketLen(p, n int64) int64 { return ceilDiv(p, n) }
 
-// The sliding window divides time into buckets of L = ceil(Per/N) µs
-// aligned on the Unix epoch, counts the units admitted in each, and admits
-// cost at time t in bucket k = floor(t/L) when the buckets k-N … k (N+1 of
-// them) hold at most Rate-cost units.
-//
-// Bound (no over-admission): any interval of length Per admits at most Rate.
-// Proof sketch: an interval [t, t+Per) meets at most N+1 consecutive buckets,
-// because N×L >= Per. Take N+1 consecutive buckets a … a+N and the last
-// admission x that landed in them, in bucket j <= a+N. Every other
-// admission in them came earlier, in a bucket of a … j, all of which lie in
-// j-N … j, the buckets x was checked against; so when x was admitted the
-// N+1 buckets held at most Rate units, and nothing was added to them since.
-// (Refunds only lower counts. A clock that goes back is evaluated in the
-// stored newest bucket, so admissions still land in non-decreasing buckets.)
-//
-// Bound (under-admission): the buckets checked at time t cover at most the
-// (N+1)×L µs before and including t, so an item is admitted whenever an
-// exact sliding log of length Per + L (about Per × (1 + 1/N)) would admit
-// it. Steady load is thus admitted at no less than Rate×N/(N+1) per Per.
-//
-// State: Window is the newest bucket k; Slots the counts of buckets
-// k-len(Slots)+1 … k, oldest first, with no leading zeros (at most N+1).
-
 // slidingBuckets returns the counts of buckets k-N … k of st (N+1 values,
 // oldest first) and k, the newest bucket: floor(now/L), or the stored newest
 // bucket when the clock went back behind it. A state of another Per or N
@@ -80,6 +57,29 @@ func slidingState(p, n, k int64, c []int64) State {
 }
 
 // applySlidingWindow is Apply for SlidingWindow. l must be valid.
+//
+// The sliding window divides time into buckets of L = ceil(Per/N) µs
+// aligned on the Unix epoch, counts the units admitted in each, and admits
+// cost at time t in bucket k = floor(t/L) when the buckets k-N … k (N+1 of
+// them) hold at most Rate-cost units.
+//
+// Bound (no over-admission): any interval of length Per admits at most Rate.
+// Proof sketch: an interval [t, t+Per) meets at most N+1 consecutive buckets,
+// because N×L >= Per. Take N+1 consecutive buckets a … a+N and the last
+// admission x that landed in them, in bucket j <= a+N. Every other
+// admission in them came earlier, in a bucket of a … j, all of which lie in
+// j-N … j, the buckets x was checked against; so when x was admitted the
+// N+1 buckets held at most Rate units, and nothing was added to them since.
+// (Refunds only lower counts. A clock that goes back is evaluated in the
+// stored newest bucket, so admissions still land in non-decreasing buckets.)
+//
+// Bound (under-admission): the buckets checked at time t cover at most the
+// (N+1)×L µs up to and including t, so an item is admitted whenever an
+// exact sliding log of that length would admit it: Per + L, that is
+// Per × (1 + 1/N), when N divides Per in µs. Steady load is thus admitted at no less than Rate×N/(N+1) per Per.
+//
+// State: Window is the newest bucket k; Slots the counts of buckets
+// k-len(Slots)+1 … k, oldest first, with no leading zeros (at most N+1).
 func applySlidingWindow(st *State, now, cost int64, l Limit, consume bool) (State, Result, time.Duration) {
 	p, n, r := l.Per.Microseconds(), l.SlidingBuckets(), l.Rate
 	bl := bucketLen(p, n)
