@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // begin is the outermost stage. It gives the request its state, its request
@@ -104,12 +106,19 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	if status == http.StatusTooManyRequests {
 		lvl = slog.LevelDebug
 	}
-	if !g.opts.Logger.Enabled(ctx, lvl) {
+	access := g.opts.AccessLog
+	if access != nil && !access.Enabled(lvl) || access == nil && !g.opts.Logger.Enabled(ctx, lvl) {
 		return
 	}
 	// Denials can come in floods; at debug, one in 100 is logged. The
 	// shared counter is only touched when that line could be written.
 	if lvl == slog.LevelDebug && g.denials.Add(1)%100 != 1 {
+		return
+	}
+	if access != nil {
+		end := g.opts.Now()
+		access.Log(ctx, lvl, end, &telemetry.AccessLine{RequestID: st.requestID, Method: r.Method, Route: routeName,
+			Status: status, Caller: st.caller.ID, Bytes: st.rec.written, Duration: end.Sub(st.start)})
 		return
 	}
 	g.opts.Logger.LogAttrs(ctx, lvl, "request",

@@ -82,20 +82,7 @@ func BenchmarkPipelineTracing(b *testing.B) {
 	}
 	for _, name := range []string{"none", "never", "always_on"} {
 		b.Run("tracer="+name, func(b *testing.B) {
-			gw := benchGateway(b, 1, cases[name])
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
-					r.Header.Set("Authorization", "Bearer bench-key-0")
-					w := &discardWriter{h: http.Header{}}
-					gw.ServeHTTP(w, r)
-					if w.code != http.StatusOK {
-						b.Fatalf("status %d", w.code)
-					}
-				}
-			})
+			benchAdmitted(b, benchGateway(b, 1, cases[name]))
 		})
 	}
 }

@@ -44,6 +44,11 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives request and operational logs; nil = discard.
 	Logger *slog.Logger
+	// AccessLog, when set, receives the access lines ("request") instead
+	// of Logger, in the same form but encoded by hand and written
+	// asynchronously, dropped and counted when its queue is full. Its
+	// level should be Logger's.
+	AccessLog *telemetry.AccessLog
 	// Metrics records decisions and requests; nil = not recorded.
 	Metrics *telemetry.Metrics
 	// TracerProvider creates the request and stage spans; nil = no tracing.

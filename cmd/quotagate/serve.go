@@ -43,7 +43,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageErr("log.level: %v", err)
 	}
-	logger := telemetry.NewLogger(stderr, level)
+	// Access lines are queued and written in batches by one goroutine,
+	// dropped and counted when the queue is full; operational lines go
+	// through the same writer synchronously, so the two never interleave.
+	// The deferred Close flushes the queue after the gateway has stopped.
+	logOut := telemetry.NewAsyncWriter(stderr, telemetry.DefaultLogQueue)
+	defer logOut.Close()
+	logger := telemetry.NewLogger(logOut, level)
 	redis.SetLogger(redisLog{logger})
 
 	host, _ := os.Hostname()
@@ -62,10 +68,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runtimeErr(fmt.Errorf("metrics: %w", err))
 	}
 	tel.ExportPrimed(metrics)
+	if err := metrics.ObserveLogDrops(logOut.Dropped); err != nil {
+		return runtimeErr(err)
+	}
 
 	gw, err := gateway.New(cfg, gateway.Options{
 		OpenStore:      openStore,
 		Logger:         logger,
+		AccessLog:      telemetry.NewAccessLog(logOut, level),
 		Metrics:        metrics,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,
