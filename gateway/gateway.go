@@ -140,6 +140,11 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Exported at 0 when access lines go through Logger.
+		err = o.Metrics.ObserveLogDrops(o.AccessLog.Dropped)
+		if err != nil {
+			return nil, err
+		}
 		err = o.Metrics.ObserveHotKeys(func() []float64 {
 			top := g.hot.Top(telemetry.MaxHotKeyRanks)
 			rates := make([]float64, len(top))

@@ -45,6 +45,15 @@ func (a *AccessLog) Enabled(lvl slog.Level) bool {
 	return a != nil && lvl >= a.level.Level()
 }
 
+// Dropped is the number of lines dropped because the writer's queue was
+// full; 0 for a nil AccessLog.
+func (a *AccessLog) Dropped() uint64 {
+	if a == nil {
+		return 0
+	}
+	return a.w.Dropped()
+}
+
 // accessBufs recycles encoding buffers; a line is typically 250–350 bytes.
 var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 

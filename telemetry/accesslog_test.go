@@ -274,9 +274,13 @@ func TestLogDropsMetric(t *testing.T) {
 	if err := m.ObserveLogDrops(func() uint64 { return n }); err != nil {
 		t.Fatal(err)
 	}
+	// Replacing the function replaces the value, not adds to it.
+	if err := m.ObserveLogDrops(func() uint64 { return n + 1 }); err != nil {
+		t.Fatal(err)
+	}
 	fams := scrape(t, p.Metrics)
 	f := fams["quotagate_log_lines_dropped_total"]
-	if f == nil || len(f.Metric) != 1 || f.Metric[0].GetCounter().GetValue() != 7 {
+	if f == nil || len(f.Metric) != 1 || f.Metric[0].GetCounter().GetValue() != 8 {
 		t.Fatalf("quotagate_log_lines_dropped_total = %v", f)
 	}
 }

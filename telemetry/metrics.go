@@ -101,6 +101,8 @@ type Metrics struct {
 	mu  sync.Mutex
 	reg metric.Registration // gauge callback, nil until ObserveGauges
 	hot metric.Registration // hot-key callback, nil until ObserveHotKeys
+	// logDrops is the dropped-lines callback, nil until ObserveLogDrops.
+	logDrops metric.Registration
 
 	up upstreamInstruments
 }

@@ -68,9 +68,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runtimeErr(fmt.Errorf("metrics: %w", err))
 	}
 	tel.ExportPrimed(metrics)
-	if err := metrics.ObserveLogDrops(logOut.Dropped); err != nil {
-		return runtimeErr(err)
-	}
 
 	gw, err := gateway.New(cfg, gateway.Options{
 		OpenStore:      openStore,
