@@ -71,6 +71,10 @@ type Server struct {
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413
 	// (default 10 MiB). It is always > 0: there is no "unlimited".
 	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// QuotaPath is where a caller reads its own quotas with GET on the
+	// public listener, before routing (default "/_quota"; see the README's
+	// "The quota endpoint"). It must start with "/".
+	QuotaPath string `mapstructure:"quota_path"`
 	// ShutdownTimeout bounds draining in-flight requests on SIGINT/SIGTERM
 	// (default 10s).
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
@@ -353,6 +357,7 @@ func (s *Server) setDefaults() {
 	setZero(&s.IdleTimeout, 90*time.Second)
 	setZero(&s.MaxHeaderBytes, 65536)
 	setZero(&s.MaxBodyBytes, 10<<20)
+	setZero(&s.QuotaPath, "/_quota")
 	setZero(&s.ShutdownTimeout, 10*time.Second)
 	setZero(&s.MaxLocalCallers, 1_000_000)
 }

@@ -84,6 +84,7 @@ func TestDefaults(t *testing.T) {
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    65536,
 		MaxBodyBytes:      10 << 20,
+		QuotaPath:         "/_quota",
 		ShutdownTimeout:   10 * time.Second,
 		MaxLocalCallers:   1_000_000,
 	}

@@ -85,6 +85,7 @@ func (c *Config) Redacted() map[string]any {
 			"idle_timeout":        dur(s.IdleTimeout),
 			"max_header_bytes":    s.MaxHeaderBytes,
 			"max_body_bytes":      s.MaxBodyBytes,
+			"quota_path":          s.QuotaPath,
 			"shutdown_timeout":    dur(s.ShutdownTimeout),
 			"trusted_proxies":     copyList(s.TrustedProxies),
 			"max_local_callers":   s.MaxLocalCallers,

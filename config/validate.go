@@ -61,6 +61,9 @@ func (c *Config) validateServer(errs *Errors) {
 	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
 	positive(errs, "server.max_header_bytes", s.MaxHeaderBytes)
 	positive(errs, "server.max_body_bytes", s.MaxBodyBytes)
+	if !strings.HasPrefix(s.QuotaPath, "/") {
+		errs.addf("server.quota_path", "must be a path starting with /, got %q", s.QuotaPath)
+	}
 	positive(errs, "server.max_local_callers", s.MaxLocalCallers)
 
 	s.TrustedPrefixes = nil

@@ -212,6 +212,7 @@ func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *ratelimit.Sta
 	p.handler = chi.Chain(
 		g.begin(p),
 		g.authenticate(p),
+		g.quotaEndpoint(p),
 		g.matchRoute(p),
 		g.localStage(p),
 		g.globalStage(p),
