@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotagate/quotagate/internal/testclock"
 	"math"
 	"strings"
 	"testing"
@@ -19,13 +20,9 @@ import (
 // of a minute start with it.
 var t0 = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
 
-type testClock struct{ now time.Time }
-
-func (c *testClock) Now() time.Time { return c.now }
-
-func newTestEngine(t testing.TB, o Options) (*Engine, *testClock) {
+func newTestEngine(t testing.TB, o Options) (*Engine, *testclock.Clock) {
 	t.Helper()
-	clk := &testClock{now: t0}
+	clk := testclock.New(t0)
 	if o.Store == nil {
 		s := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clk.Now})
 		t.Cleanup(func() { s.Close() })
@@ -193,12 +190,12 @@ func TestDecideWindowsFollowTheClock(t *testing.T) {
 	e, clk := newTestEngine(t, Options{})
 	addr := desc("remote_address", "203.0.113.10")
 	decide(t, e, Request{Domain: "edge", Hits: 10, Descriptors: []Descriptor{addr}})
-	clk.now = t0.Add(45 * time.Second)
+	clk.Set(t0.Add(45 * time.Second))
 	r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{addr}})
 	if r.Overall != OverLimit || r.RetryAfter != 15*time.Second {
 		t.Fatalf("at 45s: %+v", r)
 	}
-	clk.now = t0.Add(time.Minute)
+	clk.Set(t0.Add(time.Minute))
 	if r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{addr}}); r.Overall != OK {
 		t.Fatalf("next window: %+v", r)
 	}

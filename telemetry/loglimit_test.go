@@ -2,19 +2,16 @@ package telemetry
 
 import (
 	"fmt"
+	"github.com/quotagate/quotagate/internal/testclock"
 	"sync"
 	"testing"
 	"time"
 )
 
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
 func TestLogLimiterSteps(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &fakeClock{t: t0}
-	l := NewLogLimiter(2, time.Second, clk.now)
+	clk := testclock.New(t0)
+	l := NewLogLimiter(2, time.Second, clk.Now)
 	type step struct {
 		at         time.Duration
 		key        string
@@ -35,7 +32,7 @@ func TestLogLimiterSteps(t *testing.T) {
 		{5 * time.Second, "a", true, 0},
 	}
 	for i, s := range steps {
-		clk.t = t0.Add(s.at)
+		clk.Set(t0.Add(s.at))
 		ok, sup := l.Allow(s.key)
 		if ok != s.ok || sup != s.suppressed {
 			t.Errorf("step %d (%v %s): Allow = %v, %d; want %v, %d", i, s.at, s.key, ok, sup, s.ok, s.suppressed)
@@ -45,14 +42,14 @@ func TestLogLimiterSteps(t *testing.T) {
 
 func TestLogLimiterEdgeCases(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &fakeClock{t: t0}
-	off := NewLogLimiter(1, 0, clk.now)
+	clk := testclock.New(t0)
+	off := NewLogLimiter(1, 0, clk.Now)
 	for range 5 {
 		if ok, _ := off.Allow("k"); !ok {
 			t.Fatal("interval 0 must not limit")
 		}
 	}
-	one := NewLogLimiter(0, time.Minute, clk.now) // taken as 1
+	one := NewLogLimiter(0, time.Minute, clk.Now) // taken as 1
 	if ok, _ := one.Allow("k"); !ok {
 		t.Fatal("first line refused")
 	}
@@ -63,14 +60,14 @@ func TestLogLimiterEdgeCases(t *testing.T) {
 
 func TestLogLimiterBoundsKeys(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &fakeClock{t: t0}
-	l := NewLogLimiter(1, time.Second, clk.now)
+	clk := testclock.New(t0)
+	l := NewLogLimiter(1, time.Second, clk.Now)
 	l.Allow("owes")
 	l.Allow("owes") // suppressed: must survive sweeps
 	for i := range maxLimiterKeys {
 		l.Allow(fmt.Sprint("k", i))
 	}
-	clk.t = t0.Add(2 * time.Second)
+	clk.Set(t0.Add(2 * time.Second))
 	l.Allow("new") // triggers a sweep of expired keys
 	if n := len(l.keys); n != 2 {
 		t.Fatalf("after sweep %d keys, want 2 (owes, new)", n)
@@ -81,8 +78,8 @@ func TestLogLimiterBoundsKeys(t *testing.T) {
 }
 
 func TestLogLimiterConcurrent(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	l := NewLogLimiter(10, time.Hour, clk.now)
+	clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := NewLogLimiter(10, time.Hour, clk.Now)
 	var mu sync.Mutex
 	allowed := 0
 	var wg sync.WaitGroup
@@ -101,7 +98,7 @@ func TestLogLimiterConcurrent(t *testing.T) {
 	if allowed != 10 {
 		t.Fatalf("allowed %d lines, want 10", allowed)
 	}
-	clk.t = clk.t.Add(time.Hour)
+	clk.Add(time.Hour)
 	if ok, sup := l.Allow("k"); !ok || sup != 790 {
 		t.Fatalf("next window: %v, %d; want true, 790", ok, sup)
 	}
@@ -111,8 +108,8 @@ func TestLogLimiterConcurrent(t *testing.T) {
 // their windows end cannot grow the state past maxLimiterKeys; the lines of
 // untracked keys are let through.
 func TestLogLimiterFullWithinOneWindow(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	l := NewLogLimiter(1, time.Hour, clk.now)
+	clk := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := NewLogLimiter(1, time.Hour, clk.Now)
 	for i := range 3 * maxLimiterKeys {
 		if ok, _ := l.Allow(fmt.Sprint("k", i)); !ok {
 			t.Fatalf("first line of key %d refused", i)

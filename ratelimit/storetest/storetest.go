@@ -12,7 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"sync"
+	"github.com/quotagate/quotagate/internal/testclock"
 	"testing"
 	"time"
 
@@ -34,36 +34,12 @@ func at(k int) time.Time {
 	return t0.Add(time.Duration(k) * 100 * time.Millisecond)
 }
 
-// Clock is a fake clock that a test sets explicitly. It is safe for
-// concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// Now returns the time last set.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Set moves the clock to t, forwards or backwards.
-func (c *Clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-// Add moves the clock by d, forwards or (d < 0) backwards.
-func (c *Clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// Clock is the tests' shared fake clock (internal/testclock), named here so
+// store tests need one import.
+type Clock = testclock.Clock
 
 // NewClock returns a Clock set to t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+func NewClock(t time.Time) *Clock { return testclock.New(t) }
 
 // WarmUp decides items on s until a call succeeds, at most 20 times, and
 // fails tb if none does: the first call to a Redis store dials and loads
@@ -93,7 +69,7 @@ func newEnv(t *testing.T, newStore NewStore) *env {
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatalf("random key prefix: %v", err)
 	}
-	c := &Clock{t: t0}
+	c := NewClock(t0)
 	return &env{
 		t:      t,
 		store:  newStore(t, c.Now),
