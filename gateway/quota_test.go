@@ -133,3 +133,11 @@ func TestQuotaEndpointCallers(t *testing.T) {
 		t.Fatalf("bad credential: %d, want 401", w.Code)
 	}
 }
+
+func TestQuotaEndpointCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	f := newQuotaFixture(t, func(now func() time.Time) *ratelimit.Stack {
+		return redisstore.Open(redisstore.Config{Addrs: c.Addrs(), Timeout: 5 * time.Second, Now: now, FleetSize: 1})
+	})
+	testQuotaMatchesLimits(t, f, false)
+}
