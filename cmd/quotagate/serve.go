@@ -50,6 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logOut := telemetry.NewAsyncWriter(stderr, telemetry.DefaultLogQueue)
 	defer logOut.Close()
 	logger := telemetry.NewLogger(logOut, level)
+	applyMemoryDefaults(logger)
 	redis.SetLogger(redisLog{logger})
 
 	host, _ := os.Hostname()

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// Memory defaults applied when the process runs under a cgroup v2 memory
+// limit (a container's) and the environment does not decide otherwise.
+const (
+	// memLimitPercent is the share of the cgroup's memory.max given to
+	// the Go runtime as its soft memory limit (GOMEMLIMIT), leaving the
+	// rest for memory the runtime does not count (thread stacks, cgo,
+	// the kernel's page cache charged to the cgroup).
+	memLimitPercent = 90
+	// limitedGOGC is the GC percent used under such a limit (GOGC's
+	// default is 100): the memory limit, not the heap's growth, then
+	// bounds memory, so the collector may run half as often.
+	limitedGOGC = 200
+)
+
+// memDefaults is what applyMemoryDefaults sets; a zero field is left
+// alone.
+type memDefaults struct {
+	limit int64 // bytes for debug.SetMemoryLimit
+	gogc  int   // percent for debug.SetGCPercent
+	// why says where limit came from, for the startup log.
+	why string
+}
+
+// memoryDefaults works out the runtime memory settings: GOMEMLIMIT at
+// memLimitPercent of this process's cgroup v2 memory.max when GOMEMLIMIT
+// is not set, and GOGC at limitedGOGC when GOGC is not set and a memory
+// limit is in force (GOMEMLIMIT's or the cgroup's). It reads
+// /proc/self/cgroup and /sys/fs/cgroup/<path>/memory.max from root (the
+// real root in production, a fake tree in tests), falling back to
+// /sys/fs/cgroup/memory.max. No cgroup v2, no memory.max or "max"
+// (unlimited) means no cgroup limit and no error; an unreadable or
+// malformed memory.max is an error, and nothing is changed.
+func memoryDefaults(root fs.FS, getenv func(string) (string, bool)) (memDefaults, error) {
+	_, haveLimit := getenv("GOMEMLIMIT")
+	_, haveGOGC := getenv("GOGC")
+	var d memDefaults
+	if !haveLimit {
+		file, raw, err := readMemoryMax(root)
+		if err != nil || raw == "" || raw == "max" {
+			return memDefaults{}, err
+		}
+		max, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || max <= 0 {
+			return memDefaults{}, fmt.Errorf("%s: %q is not a byte count or \"max\"", file, raw)
+		}
+		d.limit = max / 100 * memLimitPercent
+		d.why = fmt.Sprintf("%d%% of %s (%d bytes)", memLimitPercent, file, max)
+	}
+	if !haveGOGC {
+		d.gogc = limitedGOGC
+	}
+	return d, nil
+}
+
+// applyMemoryDefaults applies memoryDefaults for this process and logs what
+// it set, or why it set nothing.
+func applyMemoryDefaults(logger *slog.Logger) {
+	d, err := memoryDefaults(os.DirFS("/"), os.LookupEnv)
+	if err != nil {
+		logger.Warn("runtime memory defaults not applied", slog.String("error", err.Error()))
+		return
+	}
+	if d.limit > 0 {
+		debug.SetMemoryLimit(d.limit)
+	}
+	if d.gogc > 0 {
+		debug.SetGCPercent(d.gogc)
+	}
+	if d.limit > 0 || d.gogc > 0 {
+		logger.Info("runtime memory defaults", slog.Int64("gomemlimit", d.limit), slog.Int("gogc", d.gogc), slog.String("from", d.why))
+	}
+}
+
+// readMemoryMax returns the path and trimmed content of the memory.max of
+// this process's cgroup v2 ("" when there is none).
+func readMemoryMax(root fs.FS) (string, string, error) {
+	candidates := []string{}
+	if b, err := fs.ReadFile(root, "proc/self/cgroup"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			// cgroup v2 is the line with hierarchy 0 and no controllers.
+			if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
+				candidates = append(candidates, path.Join("sys/fs/cgroup", path.Clean("/"+p), "memory.max"))
+			}
+		}
+	}
+	candidates = append(candidates, "sys/fs/cgroup/memory.max")
+	for _, f := range candidates {
+		b, err := fs.ReadFile(root, f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "/" + f, "", err
+		}
+		return "/" + f, strings.TrimSpace(string(b)), nil
+	}
+	return "", "", nil
+}
