@@ -209,6 +209,7 @@ func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *ratelimit.Sta
 	if err != nil {
 		return nil, err
 	}
+	primeShed(g.opts.Metrics, cfg)
 	p.handler = chi.Chain(
 		g.begin(p),
 		g.authenticate(p),

@@ -26,6 +26,8 @@ type pipeline struct {
 	store  *ratelimit.Stack
 	// breakers are the upstream circuit breakers by upstream name.
 	breakers map[string]*proxy.Breaker
+	// shedders are the upstreams' priority shedders by upstream name.
+	shedders map[string]*proxy.Shedder
 	maxBody  int64
 	handler  http.Handler
 }
@@ -73,6 +75,9 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 	if p.breakers, err = upstreamGuards(cfg, prev, o); err != nil {
 		return nil, err
 	}
+	if p.shedders, err = upstreamShedders(cfg, prev, o); err != nil {
+		return nil, err
+	}
 	proxies := make(map[string]http.Handler, len(cfg.Upstreams))
 	for name, u := range cfg.Upstreams {
 		target, err := url.Parse(u.URL)
@@ -89,6 +94,11 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 			},
 			Logger:  o.Logger,
 			Breaker: p.breakers[name],
+			Shedder: p.shedders[name],
+			Tier:    callerTier,
+			OnShed: func(in *http.Request, tier string) {
+				o.Metrics.Shed(in.Context(), name, tier, 1)
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upstreams.%s: %w", name, err)

@@ -15,6 +15,7 @@ const (
 	codeNoRoute             = "no_route"
 	codeUpstreamUnavailable = "upstream_unavailable"
 	codeUpstreamTimeout     = "upstream_timeout"
+	codeOverloaded          = "overloaded"
 	codePayloadTooLarge     = "payload_too_large"
 	codeBadRequest          = "bad_request"
 	codeInternal            = "internal_error"
@@ -28,6 +29,7 @@ var problemTitles = map[string]string{
 	codeNoRoute:             "No Route",
 	codeUpstreamUnavailable: "Upstream Unavailable",
 	codeUpstreamTimeout:     "Upstream Timeout",
+	codeOverloaded:          "Upstream Overloaded",
 	codePayloadTooLarge:     "Payload Too Large",
 	codeBadRequest:          "Bad Request",
 	codeInternal:            "Internal Error",

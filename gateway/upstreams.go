@@ -1,12 +1,45 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
+	"github.com/quotagate/quotagate/telemetry"
 )
+
+// upstreamShedders builds the shedder of every upstream that configures
+// shedding. A shedder whose settings did not change since prev is carried
+// over with its limit and the requests it has in flight.
+func upstreamShedders(cfg *config.Config, prev *pipeline, o *Options) (map[string]*proxy.Shedder, error) {
+	shedders := map[string]*proxy.Shedder{}
+	for name, u := range cfg.Upstreams {
+		c := u.Shedding
+		if c == nil {
+			continue
+		}
+		if prev != nil {
+			if old, ok := prev.shedders[name]; ok {
+				oo := old.Options()
+				if oo.TargetLatency == c.TargetLatency && oo.MinInflight == c.MinInflight && oo.MaxInflight == c.MaxInflight && slices.Equal(oo.Priority, c.Priority) {
+					shedders[name] = old
+					continue
+				}
+			}
+		}
+		s, err := proxy.NewShedder(proxy.ShedderOptions{TargetLatency: c.TargetLatency, Priority: c.Priority,
+			MinInflight: c.MinInflight, MaxInflight: c.MaxInflight})
+		if err != nil {
+			return nil, fmt.Errorf("upstreams.%s.shedding: %w", name, err)
+		}
+		shedders[name] = s
+	}
+	return shedders, nil
+}
 
 // upstreamGuards builds the circuit breaker of every upstream that
 // configures one. A breaker whose settings did not change since prev is
@@ -59,4 +92,22 @@ func (p *pipeline) breakerDetail() map[string]string {
 		d[name] = b.State().String()
 	}
 	return d
+}
+
+// callerTier is the proxy's Options.Tier: the tier the identity stage found.
+func callerTier(in *http.Request) string {
+	if st := stateFrom(in.Context()); st != nil {
+		return st.caller.Tier
+	}
+	return ""
+}
+
+// primeShed creates quotagate_shed_total at zero for every upstream and
+// tier, so that a rate or an alert has a series before the first shed.
+func primeShed(m *telemetry.Metrics, cfg *config.Config) {
+	for up := range cfg.Upstreams {
+		for tier := range cfg.Tiers {
+			m.Shed(context.Background(), up, tier, 0)
+		}
+	}
 }

@@ -112,3 +112,49 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestShedFreeTierWhileEnterprisePasses: once the upstream answered slower
+// than its target, a free caller is shed with 503 overloaded (problem+json,
+// Retry-After, counted per tier) while the enterprise caller still passes.
+func TestShedFreeTierWhileEnterprisePasses(t *testing.T) {
+	base := strings.Replace(baseConfig, "  patient: {url: UPSTREAM, timeout: 10s}",
+		"  patient: {url: UPSTREAM, timeout: 10s, shedding: {target_latency: 50ms, min_inflight: 2, max_inflight: 100, priority: [enterprise, free, anonymous]}}", 1)
+	o := newObservedFixtureWith(t, base, nil)
+	// One response far over the target (the upstream's /v1/gated answers
+	// when released, here after 300ms) cuts the limit to its floor.
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the upstream's latency, not synchronization
+		o.upstream.release <- struct{}{}
+	}()
+	if w := o.do("GET", "/v1/gated", bearer(enterpriseKey), nil); w.Code != http.StatusOK {
+		t.Fatalf("slow request: %d %s", w.Code, w.Body.String())
+	}
+	<-o.upstream.arrived
+	// An enterprise request holds one of the two places.
+	held := make(chan int, 1)
+	go func() { held <- o.do("GET", "/v1/gated", bearer(enterpriseKey), nil).Code }()
+	select {
+	case <-o.upstream.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held request did not reach the upstream")
+	}
+	w := o.do("GET", "/v1/open", bearer(freeKey), nil)
+	problemBody(t, w, http.StatusServiceUnavailable, codeOverloaded)
+	if ra := w.Header().Get("Retry-After"); ra != "1" {
+		t.Errorf("Retry-After = %q, want 1", ra)
+	}
+	if w := o.do("GET", "/v1/open", bearer(enterpriseKey), nil); w.Code != http.StatusOK {
+		t.Fatalf("enterprise under saturation: %d %s", w.Code, w.Body.String())
+	}
+	o.upstream.release <- struct{}{}
+	if code := <-held; code != http.StatusOK {
+		t.Fatalf("held request: %d", code)
+	}
+	m := scrapeMetrics(t, o)
+	for tier, want := range map[string]string{"free": "1", "enterprise": "0"} {
+		re := regexp.MustCompile(`(?m)^quotagate_shed_total\{[^}]*tier="` + tier + `"[^}]*upstream="patient"[^}]*\} ` + want + `$`)
+		if !re.MatchString(m) {
+			t.Errorf("quotagate_shed_total for %s is not %s:\n%s", tier, want, grepLines(m, "shed"))
+		}
+	}
+}

@@ -193,13 +193,22 @@ func retryAfterSeconds(d time.Duration) int64 {
 }
 
 // outcomeTransport records in the request's breakerTicket (if any) how the
-// exchange went.
+// exchange went, and in its shedTicket (if any) the time to response
+// headers of an exchange that got a response.
 type outcomeTransport struct {
 	next http.RoundTripper
 }
 
 func (t *outcomeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st, _ := req.Context().Value(shedKey{}).(*shedTicket)
+	var start time.Time
+	if st != nil {
+		start = st.now()
+	}
 	resp, err := t.next.RoundTrip(req)
+	if st != nil && err == nil {
+		st.latency, st.measured = st.now().Sub(start), true
+	}
 	if tk, ok := req.Context().Value(ticketKey{}).(*breakerTicket); ok {
 		switch {
 		case err != nil && req.Context().Err() != nil:

@@ -109,6 +109,18 @@ type Options struct {
 	// CodeUnavailable and a Retry-After header, without contacting the
 	// upstream (r is then the inbound request). See Breaker.
 	Breaker *Breaker
+	// Shedder, when not nil, bounds the requests in flight to the upstream
+	// and refuses the lowest tiers first when it saturates: through
+	// WriteError with 503 CodeOverloaded and a Retry-After header (r is
+	// then the inbound request). See Shedder. A request the breaker
+	// refuses never counts against it.
+	Shedder *Shedder
+	// Tier returns the tier of the inbound request, for the Shedder's
+	// priority. nil means every request has the tier "".
+	Tier func(in *http.Request) string
+	// OnShed, when not nil, is called once for each request the Shedder
+	// refuses, before WriteError.
+	OnShed func(in *http.Request, tier string)
 }
 
 // Error codes passed to Options.WriteError.
@@ -159,7 +171,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if up.Timeout > 0 {
 		transport = &headerTimeout{next: transport, timeout: up.Timeout, after: after}
 	}
-	if o.Breaker != nil {
+	if o.Breaker != nil || o.Shedder != nil {
 		transport = &outcomeTransport{next: transport}
 	}
 	logger := o.Logger
@@ -197,6 +209,9 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 		BufferPool:     pool,
 		ErrorLog:       slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
 		ErrorHandler:   funnel.handle,
+	}
+	if o.Shedder != nil {
+		h = &shedHandler{s: o.Shedder, next: h, tier: o.Tier, onShed: o.OnShed, write: funnel.write}
 	}
 	if o.Breaker != nil {
 		h = &breakerHandler{b: o.Breaker, next: h, write: funnel.write}
