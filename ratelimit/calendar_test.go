@@ -41,3 +41,29 @@ func TestCalendarBounds(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkApplyCalendar is what aligning a fixed window to the calendar of
+// a time zone adds to one decision: finding the window's bounds.
+func BenchmarkApplyCalendar(b *testing.B) {
+	z, err := ratelimit.LoadZone("Europe/Berlin")
+	if err != nil {
+		b.Skip(err)
+	}
+	now := time.Date(2026, 10, 25, 12, 0, 0, 0, z.Location()).UnixMicro()
+	for _, c := range []struct {
+		name string
+		lim  ratelimit.Limit
+	}{
+		{"per_24h", ratelimit.Limit{Rate: 100_000, Per: 24 * time.Hour}},
+		{"calendar_day", ratelimit.Limit{Rate: 100_000, Calendar: ratelimit.Calendar{Unit: ratelimit.Day, Zone: z}}},
+		{"calendar_month", ratelimit.Limit{Rate: 100_000, Calendar: ratelimit.Calendar{Unit: ratelimit.Month, Zone: z}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var st ratelimit.State
+			for i := 0; i < b.N; i++ {
+				st, _, _ = ratelimit.Apply(ratelimit.FixedWindow, &st, now+int64(i), 1, c.lim, true)
+			}
+		})
+	}
+}
