@@ -107,8 +107,9 @@ type leaseCfg struct {
 }
 
 type upstreamCfg struct {
-	URL     string `json:"url"`
-	Timeout string `json:"timeout,omitempty"`
+	URL     string         `json:"url"`
+	Timeout string         `json:"timeout,omitempty"`
+	Breaker map[string]any `json:"breaker,omitempty"`
 }
 
 type routeCfg struct {
