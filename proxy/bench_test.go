@@ -57,3 +57,31 @@ func BenchmarkEcho(b *testing.B) {
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
 }
+
+// BenchmarkGuards: what the breaker and the shedder add to each request
+// (admission and the outcome), across goroutines.
+func BenchmarkGuards(b *testing.B) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	b.Run("breaker", func(b *testing.B) {
+		br, _ := NewBreaker(BreakerOptions{Failures: 5, Cooldown: time.Second, Now: clock})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				probe, _, _ := br.admit()
+				br.done(probe, outcomeSuccess)
+			}
+		})
+	})
+	b.Run("shedder", func(b *testing.B) {
+		s, _ := NewShedder(ShedderOptions{TargetLatency: time.Second, Priority: []string{"a", "b"}, MinInflight: 1, MaxInflight: 1 << 20, Now: clock})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if s.admit("b") {
+					s.done(time.Millisecond, true)
+				}
+			}
+		})
+	})
+}
