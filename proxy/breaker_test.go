@@ -1,33 +1,16 @@
 package proxy
 
 import (
+	"github.com/quotagate/quotagate/internal/testclock"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// fakeClock is a clock that moves only when the test says so.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// newFakeClock returns the tests' shared fake clock at a fixed instant.
+func newFakeClock() *testclock.Clock { return testclock.New(time.Unix(1_700_000_000, 0)) }
 
 func TestNewBreakerRejectsBadOptions(t *testing.T) {
 	for _, o := range []BreakerOptions{{Failures: 0, Cooldown: time.Second}, {Failures: 1, Cooldown: 0}, {Failures: 1, Cooldown: -time.Second}} {
@@ -66,11 +49,11 @@ func TestBreakerSteps(t *testing.T) {
 	if got := b.State(); got != BreakerOpen {
 		t.Fatalf("state after 3 failures = %v, want open", got)
 	}
-	clk.Advance(2 * time.Second)
+	clk.Add(2 * time.Second)
 	if _, retry, ok := b.admit(); ok || retry != 3*time.Second {
 		t.Fatalf("open: admit = ok %v retry %v, want refused with 3s", ok, retry)
 	}
-	clk.Advance(3 * time.Second)
+	clk.Add(3 * time.Second)
 	probe, _, ok := b.admit()
 	if !ok || !probe {
 		t.Fatalf("after cooldown: admit = probe %v ok %v, want the probe", probe, ok)
@@ -82,11 +65,11 @@ func TestBreakerSteps(t *testing.T) {
 		t.Fatal("a second request passed while the probe was in flight")
 	}
 	b.done(true, outcomeFailure) // probe failed: another full cooldown
-	clk.Advance(5*time.Second - time.Nanosecond)
+	clk.Add(5*time.Second - time.Nanosecond)
 	if _, _, ok := b.admit(); ok {
 		t.Fatal("admitted before the second cooldown passed")
 	}
-	clk.Advance(time.Nanosecond)
+	clk.Add(time.Nanosecond)
 	probe, _, ok = b.admit()
 	if !ok || !probe {
 		t.Fatal("no probe after the second cooldown")
@@ -152,7 +135,7 @@ func TestBreakerDeadUpstream(t *testing.T) {
 		t.Fatalf("breaker %v after 2 failures, want open", b.State())
 	}
 	before := arrivals.Load()
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	resp, err := http.Get(f.front.URL + "/x")
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +153,7 @@ func TestBreakerDeadUpstream(t *testing.T) {
 	}
 	// The upstream recovers; the probe after the cooldown closes the breaker.
 	healthy.Store(true)
-	clk.Advance(4 * time.Second)
+	clk.Add(4 * time.Second)
 	if status, body := getStatus(t, f, "/x"); status != http.StatusOK || body != "ok" {
 		t.Fatalf("probe: got %d %q, want 200 ok", status, body)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/quotagate/quotagate/internal/testclock"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,7 @@ import (
 
 var tiers = []string{"enterprise", "pro", "free", "anonymous"}
 
-func newTestShedder(t *testing.T, clk *fakeClock) *Shedder {
+func newTestShedder(t *testing.T, clk *testclock.Clock) *Shedder {
 	t.Helper()
 	s, err := NewShedder(ShedderOptions{TargetLatency: 100 * time.Millisecond, Priority: tiers, MinInflight: 2, MaxInflight: 50, Now: clk.Now})
 	if err != nil {
@@ -69,7 +70,7 @@ func TestShedderCutsAndShedsByRank(t *testing.T) {
 	if l, _ := s.Limit(); l != 5 {
 		t.Fatalf("second cut within the interval: limit %v, want 5", l)
 	}
-	clk.Advance(100 * time.Millisecond)
+	clk.Add(100 * time.Millisecond)
 	s.done(150*time.Millisecond, true) // 1.5× target: × 2/3 of min(5, 8 in flight)
 	if l, _ := s.Limit(); l < 3.33 || l > 3.34 {
 		t.Fatalf("after a 150ms response: limit %v, want 10/3", l)
@@ -107,7 +108,7 @@ func TestShedderCutsAndShedsByRank(t *testing.T) {
 		t.Fatalf("after recovery: limit %v, want 50", l)
 	}
 	// The floor: never below MinInflight.
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	s.admit("enterprise")
 	s.done(10*time.Second, true)
 	if l, _ := s.Limit(); l != 2 {
