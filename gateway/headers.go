@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/quotagate/quotagate/identity"
+	"github.com/quotagate/quotagate/internal/headername"
 )
 
 // ownHeaders is the proxy's Options.SetHeaders: it gives the upstream the
@@ -77,31 +78,13 @@ const ownedPrefix = "x-quotagate-"
 // ownedHeader reports whether name, ignoring ASCII case and reading "_" as
 // "-", is a header the gateway owns. It does not allocate.
 func ownedHeader(name string) bool {
-	if len(name) >= len(ownedPrefix) && sameName(name[:len(ownedPrefix)], ownedPrefix) {
+	if len(name) >= len(ownedPrefix) && headername.Equal(name[:len(ownedPrefix)], ownedPrefix) {
 		return true
 	}
 	for _, o := range ownedNames {
-		if len(name) == len(o) && sameName(name, o) {
+		if len(name) == len(o) && headername.Equal(name, o) {
 			return true
 		}
 	}
 	return false
-}
-
-// sameName compares a header name with want (lowercase, "-" for "_") of
-// the same length.
-func sameName(name, want string) bool {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_':
-			c = '-'
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		if c != want[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/quotagate/quotagate/internal/headername"
 )
 
 // overrideHeaders are request headers that some upstream frameworks route
@@ -41,7 +43,7 @@ func Override(h http.Header, rawQuery string, trustedProxy bool) (string, bool) 
 			continue
 		}
 		for _, o := range overrideHeaders {
-			if sameHeaderName(name, o) {
+			if headername.Equal(name, o) {
 				return name, true
 			}
 		}
@@ -49,7 +51,7 @@ func Override(h http.Header, rawQuery string, trustedProxy bool) (string, bool) 
 			continue
 		}
 		for _, o := range forwardedOverrideHeaders {
-			if sameHeaderName(name, o) {
+			if headername.Equal(name, o) {
 				return name, true
 			}
 		}
@@ -88,25 +90,4 @@ func isMethodParam(key string) bool {
 		return strings.EqualFold(key[1:], "method")
 	}
 	return false
-}
-
-// sameHeaderName reports whether name equals lower (lowercase, "-") with
-// ASCII case ignored and "_" read as "-".
-func sameHeaderName(name, lower string) bool {
-	if len(name) != len(lower) {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_':
-			c = '-'
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }
