@@ -55,6 +55,10 @@ type DenialCache struct {
 
 	mu   sync.Mutex
 	keys map[string]*denial // by the key of each denied non-shadow item
+	// held is len(keys), written under mu, so that a Decide with nothing
+	// remembered (the common case) takes no lock. A lookup that reads a
+	// stale 0 only asks the store, which is always correct.
+	held atomic.Int64
 
 	local atomic.Uint64
 }
@@ -94,11 +98,11 @@ func (c *DenialCache) Decide(ctx context.Context, items []Item) (Decision, error
 
 // lookup returns the remembered denial that covers items, as of now.
 func (c *DenialCache) lookup(items []Item) (Decision, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.keys) == 0 {
+	if c.held.Load() == 0 {
 		return Decision{}, false
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	now := c.now()
 	for i := range items {
 		if items[i].Shadow || items[i].Cost <= 0 {
@@ -194,6 +198,7 @@ func (c *DenialCache) remember(items []Item, d Decision) {
 		}
 		c.keys[k] = e
 	}
+	c.held.Store(int64(len(c.keys)))
 }
 
 // evict makes room for n keys: expired denials go first, then any.
@@ -219,6 +224,7 @@ func (c *DenialCache) forget(e *denial) {
 			delete(c.keys, e.items[i].Key)
 		}
 	}
+	c.held.Store(int64(len(c.keys)))
 }
 
 // Invalidate forgets every remembered denial of key, so that the next
