@@ -30,6 +30,9 @@ type pipeline struct {
 	shedders map[string]*proxy.Shedder
 	maxBody  int64
 	handler  http.Handler
+	// quotaReads bounds how often each caller may read the quota endpoint,
+	// which costs a store call: see quotaReadRate.
+	quotaReads *ratelimit.LocalSet
 }
 
 // buildPipeline compiles cfg. prev, when not nil, is the pipeline being
@@ -37,6 +40,11 @@ type pipeline struct {
 // are carried over so callers keep their state across a reload.
 func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options) (*pipeline, error) {
 	p := &pipeline{cfg: cfg, store: store, maxBody: cfg.Server.MaxBodyBytes}
+	if prev != nil && prev.quotaReads != nil {
+		p.quotaReads = prev.quotaReads
+	} else {
+		p.quotaReads = ratelimit.NewLocalSet(ratelimit.LocalOptions{Rate: quotaReadRate, Burst: quotaReadBurst, MaxLimiters: cfg.Server.MaxLocalCallers})
+	}
 
 	specs := make([]routes.Spec, len(cfg.Routes))
 	for i, r := range cfg.Routes {

@@ -3,6 +3,9 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+
+	"golang.org/x/time/rate"
 
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
@@ -28,11 +31,23 @@ type quotaPolicy struct {
 	Debt      int64  `json:"debt"`
 }
 
+// Each caller (by its hashed identity, so every anonymous IP is its own
+// caller) may read the quota endpoint quotaReadBurst times at once and then
+// quotaReadRate times a second, on this instance. Each read is one store
+// call, so without this bound the endpoint would be a way to make unlimited
+// store calls that no policy counts. Reads over it get 429 without a store
+// call.
+const (
+	quotaReadRate  rate.Limit = 2
+	quotaReadBurst int        = 10
+)
+
 // quotaEndpoint answers GET server.quota_path for the authenticated caller
 // before routing: the state of every policy that limits the caller on any
 // route, read from the store without consuming (each item costs 0, and a
 // batch of 0-cost items writes nothing). It is never rate limited and never
-// forwarded. Other methods on the path go on to routing.
+// forwarded. Reads are bounded per caller (see quotaReadRate). Other
+// methods on the path go on to routing.
 func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 	path := p.cfg.Server.QuotaPath
 	return func(next http.Handler) http.Handler {
@@ -42,6 +57,12 @@ func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			st := stateFrom(r.Context())
+			if ok, _, wait := p.quotaReads.Allow(st.caller.ID, g.opts.Now(), 1); !ok {
+				w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+				writeProblem(w, problem{Status: http.StatusTooManyRequests, Error: codeRateLimited,
+					Message: "the quota endpoint is read too often by this caller", RequestID: st.requestID})
+				return
+			}
 			subject := routes.NewSubjectID(st.caller.Subject)
 			var items []ratelimit.Item
 			var out []quotaPolicy

@@ -11,6 +11,7 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // newQuotaFixture is newFixture on baseConfig with the store open returns.
@@ -119,10 +120,11 @@ func TestQuotaEndpointRedis(t *testing.T) {
 }
 
 // TestQuotaEndpointCallers: anonymous callers read theirs, past their
-// stage-1 limit (the endpoint is never rate limited); a bad credential is 401.
+// stage-1 limit (the endpoint has its own per-caller bound, not the
+// policies'); a bad credential is 401.
 func TestQuotaEndpointCallers(t *testing.T) {
 	f := newFixture(t, baseConfig)
-	for i := 0; i < 20; i++ { // anonymous stage 1 allows a burst of 5
+	for i := 0; i < quotaReadBurst; i++ { // anonymous stage 1 allows a burst of 5
 		rep, by := f.quota(t, nil)
 		if rep.Tier != "anonymous" || by["tenant/"].Limit != 5 {
 			t.Fatalf("anonymous read %d: %+v", i, rep)
@@ -131,6 +133,43 @@ func TestQuotaEndpointCallers(t *testing.T) {
 	w := f.do("GET", "/_quota", bearer("not-a-key"), nil)
 	if w.Code != http.StatusUnauthorized {
 		t.Fatalf("bad credential: %d, want 401", w.Code)
+	}
+}
+
+// TestQuotaEndpointBoundsStoreCalls: one caller hammering the quota endpoint
+// against a real Redis makes at most quotaReadBurst store calls at one
+// instant, then quotaReadRate a second; the reads past that are 429 with a
+// Retry-After and cost no store call. Another caller is not affected.
+func TestQuotaEndpointBoundsStoreCalls(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	var counted *storetest.CountingStore
+	f := newQuotaFixture(t, func(now func() time.Time) *ratelimit.Stack {
+		counted = &storetest.CountingStore{Store: redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, Now: now, FleetSize: 1})}
+		return ratelimit.NewStack(counted, ratelimit.StackOptions{Now: now, FleetSize: 1})
+	})
+	limited := 0
+	for i := 0; i < 200; i++ {
+		w := f.do("GET", "/_quota", bearer(freeKey), nil)
+		switch w.Code {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			limited++
+			if w.Header().Get("Retry-After") != "1" {
+				t.Fatalf("read %d: Retry-After %q, want 1", i, w.Header().Get("Retry-After"))
+			}
+		default:
+			t.Fatalf("read %d: %d %s", i, w.Code, w.Body.String())
+		}
+	}
+	if got := counted.Calls(); got != int64(quotaReadBurst) || limited != 200-quotaReadBurst {
+		t.Fatalf("200 reads at one instant: %d store calls and %d refused, want %d and %d", got, limited, quotaReadBurst, 200-quotaReadBurst)
+	}
+	// Another caller still reads; and one second later, the first reads again.
+	f.quota(t, bearer(enterpriseKey))
+	f.clock.Add(time.Second)
+	f.quota(t, bearer(freeKey))
+	if got := counted.Calls(); got != int64(quotaReadBurst)+2 {
+		t.Fatalf("store calls %d, want %d", got, quotaReadBurst+2)
 	}
 }
 

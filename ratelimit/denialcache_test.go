@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,23 +12,12 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
-// countingStore counts the decisions that reach the store it wraps.
-type countingStore struct {
-	ratelimit.Store
-	calls atomic.Int64
-}
-
-func (s *countingStore) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
-	s.calls.Add(1)
-	return s.Store.Decide(ctx, items)
-}
-
 var dcT0 = time.Unix(1_700_000_000, 0)
 
-func newDenialCache(size int) (*ratelimit.DenialCache, *countingStore, *storetest.Clock) {
+func newDenialCache(size int) (*ratelimit.DenialCache, *storetest.CountingStore, *storetest.Clock) {
 	clock := &storetest.Clock{}
 	clock.Set(dcT0)
-	inner := &countingStore{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})}
+	inner := &storetest.CountingStore{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})}
 	return ratelimit.NewDenialCache(inner, ratelimit.DenialCacheOptions{Now: clock.Now, Size: size}), inner, clock
 }
 
@@ -55,7 +43,7 @@ func TestDenialCacheRepeatsDenialUntilRetry(t *testing.T) {
 	if d := decide(t, c, fw(2)); d.Allowed || d.RetryAfter != 8*time.Second {
 		t.Fatalf("over the limit: %+v, want a denial with RetryAfter 8s", d)
 	}
-	calls := inner.calls.Load()
+	calls := inner.Calls()
 	for _, at := range []time.Duration{2 * time.Second, 5 * time.Second, 10*time.Second - time.Microsecond} {
 		clock.Set(dcT0.Add(at))
 		for _, cost := range []int64{2, 3} {
@@ -65,22 +53,22 @@ func TestDenialCacheRepeatsDenialUntilRetry(t *testing.T) {
 			}
 		}
 	}
-	if got := inner.calls.Load(); got != calls {
+	if got := inner.Calls(); got != calls {
 		t.Errorf("%d store calls while the denial lasted, want none", got-calls)
 	}
 	if got := c.LocalDenials(); got != 6 {
 		t.Errorf("LocalDenials %d, want 6", got)
 	}
 	// A smaller cost is not covered by the denial: it asks the store (and fits).
-	if d := decide(t, c, fw(1)); !d.Allowed || inner.calls.Load() != calls+1 {
-		t.Errorf("smaller cost: %+v after %d calls, want allowed by the store", d, inner.calls.Load()-calls)
+	if d := decide(t, c, fw(1)); !d.Allowed || inner.Calls() != calls+1 {
+		t.Errorf("smaller cost: %+v after %d calls, want allowed by the store", d, inner.Calls()-calls)
 	}
 	// Another batch shape, or another limit (a reload), asks the store.
 	other := fw(2)
 	other.Limit.Rate = 4
 	decide(t, c, other)
 	decide(t, c, fw(2), ratelimit.Item{Key: "j", Algorithm: ratelimit.FixedWindow, Limit: fw(0).Limit, Cost: 1})
-	if got := inner.calls.Load(); got != calls+3 {
+	if got := inner.Calls(); got != calls+3 {
 		t.Errorf("%d store calls for uncovered batches, want 3", got-calls)
 	}
 	// Once the denial has run out, the store decides again.
@@ -97,7 +85,7 @@ func TestDenialCacheInvalidate(t *testing.T) {
 	decide(t, c, tb)
 	decide(t, c, tb)
 	decide(t, c, tb)
-	if got := inner.calls.Load(); got != 2 {
+	if got := inner.Calls(); got != 2 {
 		t.Fatalf("%d store calls, want 2 (the third answered locally)", got)
 	}
 	c.Invalidate("k")
@@ -105,7 +93,7 @@ func TestDenialCacheInvalidate(t *testing.T) {
 		t.Fatalf("Len %d after Invalidate, want 0", c.Len())
 	}
 	decide(t, c, tb)
-	if got := inner.calls.Load(); got != 3 {
+	if got := inner.Calls(); got != 3 {
 		t.Fatalf("%d store calls, want 3 (Invalidate sends the next to the store)", got)
 	}
 }
