@@ -44,8 +44,10 @@ var invalidCases = map[string][]string{
 		`policies.tenant.limits.free.per: must be > 0`,
 		`policies.tenant.limits.free.rate: must be > 0`,
 	},
-	"calendar.yaml": {
+	"calendar.yaml": { // path-like zones never reach the file system
+		`policies.absolute.limits.free.calendar.time_zone: unknown time zone "/etc/localtime"`,
 		`policies.bucket.limits.free.calendar: applies to fixed_window only, not token_bucket; use per`,
+		`policies.dotdot.limits.free.calendar.time_zone: unknown time zone "../../etc/passwd"`,
 		`policies.monthly.limits.free.per: must be left out when calendar is set (the calendar sets the window)`,
 		`policies.zone.limits.free.calendar.time_zone: unknown time zone "Mars/Olympus"`,
 		`policies.zone.limits.free.calendar.unit: must be day, week or month, got "fortnight"`,
