@@ -201,16 +201,19 @@ func (c *DenialCache) remember(items []Item, d Decision) {
 	c.held.Store(int64(len(c.keys)))
 }
 
-// evict makes room for n keys: expired denials go first, then any.
-// c.mu is held.
+// evict makes room for n keys: expired denials go first, then any. It
+// frees an eighth of the size beyond n, so that a caller denied under many
+// distinct keys pays the full scan of the map (under c.mu) once per
+// size/8 denials remembered, not on every one. c.mu is held.
 func (c *DenialCache) evict(now time.Time, n int) {
+	target := max(c.size-c.size/8-n, 0)
 	for _, e := range c.keys {
 		if !now.Before(e.until) {
 			c.forget(e)
 		}
 	}
 	for _, e := range c.keys {
-		if len(c.keys)+n <= c.size {
+		if len(c.keys) <= target {
 			return
 		}
 		c.forget(e)

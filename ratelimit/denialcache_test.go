@@ -111,6 +111,36 @@ func TestDenialCacheIsBounded(t *testing.T) {
 	}
 }
 
+// TestDenialCacheEvictsWithHeadroom: when full, the cache frees an eighth
+// of its size at once, so a flood of distinct denied keys scans the map once
+// per size/8 new keys rather than on every one; it never exceeds its size.
+func TestDenialCacheEvictsWithHeadroom(t *testing.T) {
+	const size = 80
+	c, _, _ := newDenialCache(size)
+	defer c.Close()
+	deny := func(i int) {
+		it := ratelimit.Item{Key: fmt.Sprint("k", i), Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Minute}, Cost: 1}
+		decide(t, c, it)
+		decide(t, c, it)
+	}
+	for i := range size {
+		deny(i)
+	}
+	if c.Len() != size {
+		t.Fatalf("Len %d after %d denied keys, want %d", c.Len(), size, size)
+	}
+	deny(size)
+	if want := size - size/8; c.Len() != want {
+		t.Fatalf("Len %d after the first eviction, want %d (room for size/8 more)", c.Len(), want)
+	}
+	for i := size + 1; i < size+size/8; i++ {
+		deny(i)
+		if c.Len() > size {
+			t.Fatalf("Len %d, above the size %d", c.Len(), size)
+		}
+	}
+}
+
 // TestDenialCacheMatchesStore decides the same random batches, with the
 // clock moving both ways, on a store and on a DenialCache over an identical
 // store: every verdict must be the same (the cache never admits and never
