@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,34 +8,20 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/internal/syncbuf"
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // records returns the JSON log records at level.
-func (s *syncBuffer) records(t *testing.T, level string) []map[string]any {
+func records(t *testing.T, s *syncbuf.Buffer, level string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -53,7 +38,7 @@ func (s *syncBuffer) records(t *testing.T, level string) []map[string]any {
 
 // newStoreFixture builds a gateway of failureConfig on the Redis at addr,
 // logging JSON to logs; password is read when the store is opened.
-func newStoreFixture(t *testing.T, addr string, password *string, logs *syncBuffer) (*fixture, *config.Config) {
+func newStoreFixture(t *testing.T, addr string, password *string, logs *syncbuf.Buffer) (*fixture, *config.Config) {
 	t.Helper()
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
 	text := strings.NewReplacer("REDIS", addr, "UPSTREAM", f.upstream.srv.URL).Replace(failureConfig)
@@ -100,13 +85,13 @@ func checkStoreLine(t *testing.T, rec map[string]any, want string) {
 // allocate far less than one such reply would take.
 func TestGatewayServesThroughHostileRedis(t *testing.T) {
 	h := redistest.StartHostile(t, []byte("*2147483646\r\n"), "HELLO", "PING", "EVALSHA", "EVAL")
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	password := ""
 	f, _ := newStoreFixture(t, h.Addr, &password, &logs)
-	errs := logs.records(t, "ERROR")
+	errs := records(t, &logs, "ERROR")
 	if len(errs) != 1 {
 		t.Fatalf("%d ERROR lines at start, want 1: %v", len(errs), errs)
 	}
@@ -143,10 +128,10 @@ func TestGatewayServesThroughHostileRedis(t *testing.T) {
 // reload that fixes the password logs nothing more and decides again.
 func TestGatewayLogsStoreFailureAtStartAndReload(t *testing.T) {
 	srv := redistest.StartStandaloneWith(t, redistest.Options{Password: "right"})
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	password := "wrong"
 	f, cfg := newStoreFixture(t, srv.Addr, &password, &logs)
-	errs := logs.records(t, "ERROR")
+	errs := records(t, &logs, "ERROR")
 	if len(errs) != 1 {
 		t.Fatalf("%d ERROR lines at start, want 1: %v", len(errs), errs)
 	}
@@ -158,7 +143,7 @@ func TestGatewayLogsStoreFailureAtStartAndReload(t *testing.T) {
 	if err := f.gw.Reload(cfg, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if errs = logs.records(t, "ERROR"); len(errs) != 2 {
+	if errs = records(t, &logs, "ERROR"); len(errs) != 2 {
 		t.Fatalf("%d ERROR lines after a reload, want 2", len(errs))
 	}
 	checkStoreLine(t, errs[1], "WRONGPASS")
@@ -169,7 +154,7 @@ func TestGatewayLogsStoreFailureAtStartAndReload(t *testing.T) {
 	if err := f.gw.Reload(&fixed, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if errs = logs.records(t, "ERROR"); len(errs) != 2 {
+	if errs = records(t, &logs, "ERROR"); len(errs) != 2 {
 		t.Fatalf("%d ERROR lines after the fix, want still 2: %v", len(errs), errs[len(errs)-1])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/syncbuf"
 )
 
 // waitFor is how long a test waits for something that should happen at once
@@ -43,30 +44,12 @@ func (l *errorLog) get() []errorCall {
 	return append([]errorCall(nil), l.calls...)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use, for log output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fixture is a gateway front server whose only job is to call the proxy
 // handler, plus what the handler reported.
 type fixture struct {
 	front  *httptest.Server
 	errs   *errorLog
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	served chan struct{} // receives once per request after the handler returns
 }
 
@@ -82,7 +65,7 @@ func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc
 	if after == nil {
 		after = stdAfterFunc
 	}
-	f := &fixture{errs: &errorLog{}, logs: &syncBuffer{}, served: make(chan struct{}, 16)}
+	f := &fixture{errs: &errorLog{}, logs: &syncbuf.Buffer{}, served: make(chan struct{}, 16)}
 	transport := NewTransport(TransportOptions{})
 	t.Cleanup(transport.CloseIdleConnections)
 	o := Options{

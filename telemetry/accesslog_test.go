@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotagate/quotagate/internal/syncbuf"
 )
 
 // slogLine is the line NewLogger writes for l at lvl and t: the form the
@@ -134,7 +136,7 @@ func FuzzAccessLine(f *testing.F) {
 }
 
 func TestAccessLogLevel(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	w := NewAsyncWriter(&buf, 16)
 	a := NewAccessLog(w, slog.LevelInfo)
 	l := &AccessLine{RequestID: "a", Method: "GET", Route: "r", Status: 429}
@@ -155,31 +157,13 @@ func TestAccessLogLevel(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // blockingWriter holds every Write until release is closed, and says when
 // the first Write has started.
 type blockingWriter struct {
 	started chan struct{}
 	once    sync.Once
 	release chan struct{}
-	out     syncBuffer
+	out     syncbuf.Buffer
 }
 
 func (b *blockingWriter) Write(p []byte) (int, error) {
@@ -218,7 +202,7 @@ func TestAsyncWriterDropsAndCountsWhenBlocked(t *testing.T) {
 }
 
 func TestAsyncWriterFlushesOnClose(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	w := NewAsyncWriter(&buf, 0)
 	var want strings.Builder
 	for i := range 1000 {
@@ -251,7 +235,7 @@ func TestAsyncWriterFlushesOnClose(t *testing.T) {
 // TestAsyncWriterWriteIsSynchronous: Write (operational lines) is on the
 // destination when it returns, and never dropped.
 func TestAsyncWriterWriteIsSynchronous(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	w := NewAsyncWriter(&buf, 1)
 	defer w.Close()
 	for i := range 100 {
