@@ -4,19 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // Admin returns the handler of the admin listener. Open to every caller
 // (probes and scrapers need them):
 //
 //	GET /healthz  200 while the process serves
-//	GET /readyz   200 once a configuration is live and the store answers
-//	              (and not every failure domain of its circuit breaker is
-//	              open); 503 otherwise
+//	GET /readyz   200 once a configuration is live and the gateway can
+//	              serve: the store answers (and not every failure domain
+//	              of its circuit breaker is open), or it does not but no
+//	              enforced policy has on_store_error closed (then the body
+//	              says "degraded"); 503 otherwise
 //	GET /metrics  Prometheus text exposition (when metrics is not nil)
 //	GET /         the admin console: a page (and its /console/console.js and
 //	              /console/console.css) that shows /metrics and
@@ -74,21 +78,67 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no configuration"})
 		return
 	}
-	if p.store.Health().AllDown {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store circuit open"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-	defer cancel()
-	if err := p.store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unreachable"})
-		return
-	}
 	body := map[string]any{"status": "ready"}
 	if d := p.breakerDetail(); d != nil {
 		body["upstreams"] = d
 	}
+	if down := storeDown(r.Context(), p.store); down != "" {
+		// The gateway still serves every policy whose on_store_error is
+		// open or local; only a closed one turns its requests into 503s.
+		modes := p.storeErrorModes()
+		body["store"] = down
+		for _, mode := range []string{"open", "closed", "local"} {
+			body["fail_"+mode] = modes[mode]
+		}
+		if len(modes["closed"]) > 0 {
+			body["status"] = down
+			writeJSON(w, http.StatusServiceUnavailable, body)
+			return
+		}
+		body["status"] = "degraded"
+	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// storeDown returns why store cannot decide now ("store circuit open",
+// "store unreachable"), or "" when it answers a PING within a second.
+func storeDown(ctx context.Context, store *ratelimit.Stack) string {
+	if store.Health().AllDown {
+		return "store circuit open"
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := store.Ping(ctx); err != nil {
+		return "store unreachable"
+	}
+	return ""
+}
+
+// storeErrorModes returns the names of the policies that some route of p
+// enforces (shadow policies deny nobody), sorted, by their on_store_error:
+// "open", "closed", "local". Every mode has a list, empty when unused.
+func (p *pipeline) storeErrorModes() map[string][]string {
+	seen := map[string]bool{}
+	modes := map[string][]string{"open": {}, "closed": {}, "local": {}}
+	add := func(bps []boundPolicy) {
+		for _, bp := range bps {
+			if bp.shadow || seen[bp.name] {
+				continue
+			}
+			seen[bp.name] = true
+			modes[bp.onError.String()] = append(modes[bp.onError.String()], bp.name)
+		}
+	}
+	for _, rt := range p.routes {
+		add(rt.anyTier)
+		for _, bps := range rt.byTier {
+			add(bps)
+		}
+	}
+	for _, names := range modes {
+		slices.Sort(names)
+	}
+	return modes
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -36,8 +36,15 @@ routes:
 
 func newRedisFixture(t *testing.T, srv *redistest.Server) *fixture {
 	t.Helper()
+	return newRedisFixtureWith(t, srv, failureConfig)
+}
+
+// newRedisFixtureWith is newRedisFixture on config (REDIS and UPSTREAM
+// stand for the addresses).
+func newRedisFixtureWith(t *testing.T, srv *redistest.Server, yaml string) *fixture {
+	t.Helper()
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
-	text := strings.NewReplacer("REDIS", srv.Addr, "UPSTREAM", f.upstream.srv.URL).Replace(failureConfig)
+	text := strings.NewReplacer("REDIS", srv.Addr, "UPSTREAM", f.upstream.srv.URL).Replace(yaml)
 	f.path = writeConfig(t, text)
 	cfg, err := config.Load(f.path, testGetenv)
 	if err != nil {
