@@ -39,6 +39,10 @@ func (c Code) String() string {
 const (
 	MaxDescriptors = 64
 	MaxEntries     = 32
+	// MaxRequestBytes bounds a gRPC request message, before it is
+	// decoded: room for MaxDescriptors descriptors of MaxEntries entries
+	// of 128 bytes each (256 KiB). A larger one is RESOURCE_EXHAUSTED.
+	MaxRequestBytes = MaxDescriptors * MaxEntries * 128
 )
 
 // Request asks for one decision over several descriptors.
@@ -187,27 +191,46 @@ func (e *Engine) SetRules(rules *Rules, onStoreError string) {
 // Rules returns the rules in use.
 func (e *Engine) Rules() *Rules { return e.live.Load().rules }
 
-// entryCheck validates a request's shape.
-func checkRequest(req *Request) error {
+// checkCounts rejects a request of n descriptors, the i-th with
+// entries(i) entries, outside 1..MaxDescriptors and 1..MaxEntries. The
+// front doors call it on the wire's form before they allocate anything
+// proportional to the request.
+func checkCounts(n int, entries func(i int) int) error {
 	switch {
-	case req.Domain == "":
-		return fmt.Errorf("%w: domain must not be empty", ErrBadRequest)
-	case len(req.Descriptors) == 0:
+	case n == 0:
 		return fmt.Errorf("%w: descriptors must not be empty", ErrBadRequest)
-	case len(req.Descriptors) > MaxDescriptors:
-		return fmt.Errorf("%w: at most %d descriptors, got %d", ErrBadRequest, MaxDescriptors, len(req.Descriptors))
+	case n > MaxDescriptors:
+		return fmt.Errorf("%w: at most %d descriptors, got %d", ErrBadRequest, MaxDescriptors, n)
+	}
+	for i := range n {
+		if k := entries(i); k == 0 || k > MaxEntries {
+			return fmt.Errorf("%w: descriptors[%d] must have 1 to %d entries, got %d", ErrBadRequest, i, MaxEntries, k)
+		}
+	}
+	return nil
+}
+
+// checkRequest validates a request's shape.
+func checkRequest(req *Request) error {
+	if req.Domain == "" {
+		return fmt.Errorf("%w: domain must not be empty", ErrBadRequest)
+	}
+	if err := checkCounts(len(req.Descriptors), func(i int) int { return len(req.Descriptors[i].Entries) }); err != nil {
+		return err
 	}
 	for i, d := range req.Descriptors {
-		if len(d.Entries) == 0 || len(d.Entries) > MaxEntries {
-			return fmt.Errorf("%w: descriptors[%d] must have 1 to %d entries, got %d", ErrBadRequest, i, MaxEntries, len(d.Entries))
-		}
 		for j, en := range d.Entries {
 			if en.Key == "" {
 				return fmt.Errorf("%w: descriptors[%d].entries[%d].key must not be empty", ErrBadRequest, i, j)
 			}
 		}
-		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
-			return fmt.Errorf("%w: descriptors[%d].limit.unit is unknown", ErrBadRequest, i)
+		if o := d.Override; o != nil {
+			switch u := o.Unit.Duration(); {
+			case u == 0:
+				return fmt.Errorf("%w: descriptors[%d].limit.unit is unknown", ErrBadRequest, i)
+			case time.Duration(max(o.Multiplier, 1)) > math.MaxInt64/u:
+				return fmt.Errorf("%w: descriptors[%d].limit: unit × unit_multiplier exceeds 292 years", ErrBadRequest, i)
+			}
 		}
 	}
 	return nil

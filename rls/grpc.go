@@ -55,6 +55,9 @@ var overrideUnits = map[typev3.RateLimitUnit]Unit{
 // is_negative_hits (a refund) is answered OK and charges nothing: refunds
 // are not supported.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := checkCounts(len(in.GetDescriptors()), func(i int) int { return len(in.Descriptors[i].GetEntries()) }); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	req := Request{Domain: in.GetDomain(), Hits: uint64(in.GetHitsAddend()), Descriptors: make([]Descriptor, len(in.GetDescriptors()))}
 	for i, d := range in.GetDescriptors() {
 		out := &req.Descriptors[i]

@@ -90,6 +90,10 @@ func CheckHandler(e *Engine, headers bool) http.Handler {
 			writeJSON(w, http.StatusBadRequest, checkError{"bad_request", "the body must hold one JSON object"})
 			return
 		}
+		if err := checkCounts(len(body.Descriptors), func(i int) int { return len(body.Descriptors[i]) }); err != nil {
+			writeJSON(w, http.StatusBadRequest, checkError{"bad_request", err.Error()})
+			return
+		}
 		req := Request{Domain: body.Domain, Hits: body.Hits, DryRun: body.DryRun, Descriptors: make([]Descriptor, len(body.Descriptors))}
 		for i, es := range body.Descriptors {
 			req.Descriptors[i].Entries = es

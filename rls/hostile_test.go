@@ -1,0 +1,177 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+)
+
+// allocated returns the bytes the heap handed out while f ran.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestOversizedRequestsRejectedBeforeCopy: a request with more
+// descriptors or entries than allowed is INVALID_ARGUMENT (400 over HTTP)
+// before the service copies it: the call allocates a few KiB, not memory
+// proportional to the request (100,000 entries would be 3.2 MB of Entry).
+func TestOversizedRequestsRejectedBeforeCopy(t *testing.T) {
+	e, _ := newTestEngine(t, Options{})
+	svc := NewService(e, false)
+	wide := &commonv3.RateLimitDescriptor{Entries: make([]*commonv3.RateLimitDescriptor_Entry, 100_000)}
+	for i := range wide.Entries {
+		wide.Entries[i] = &commonv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"}
+	}
+	many := make([]*commonv3.RateLimitDescriptor, 100_000)
+	for i := range many {
+		many[i] = pbDesc("remote_address", "192.0.2.1")
+	}
+	for name, in := range map[string]*rlsv3.RateLimitRequest{
+		"100,000 entries":     {Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{wide}},
+		"100,000 descriptors": {Domain: "edge", Descriptors: many},
+	} {
+		var err error
+		n := allocated(func() { _, err = svc.ShouldRateLimit(context.Background(), in) })
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+		if n > 64<<10 {
+			t.Errorf("%s: rejecting it allocated %d bytes, want under 64 KiB", name, n)
+		}
+	}
+
+	// POST /v1/check: its body is bounded (64 KiB); the counts are checked
+	// before the descriptors are copied too.
+	h := CheckHandler(e, false)
+	for name, body := range map[string]string{
+		"3,000 descriptors": `{"domain": "edge", "descriptors": [` + strings.Repeat(`[{"key": "a"}],`, 2999) + `[{"key": "a"}]]}`,
+		"3,000 entries":     `{"domain": "edge", "descriptors": [[` + strings.Repeat(`{"key": "a"},`, 2999) + `{"key": "a"}]]}`,
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(body)))
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "at most") && !strings.Contains(w.Body.String(), "1 to 32 entries") {
+			t.Errorf("%s: %d %s, want 400 naming the bound", name, w.Code, w.Body.String())
+		}
+	}
+}
+
+// TestOversizedRequestsOverGRPC: over a real connection, thousands of
+// descriptors or entries are INVALID_ARGUMENT, a message over
+// MaxRequestBytes is RESOURCE_EXHAUSTED before it is decoded, and the
+// service answers the next request as usual.
+func TestOversizedRequestsOverGRPC(t *testing.T) {
+	client, _, _ := startServer(t, false)
+	ctx := context.Background()
+	many := make([]*commonv3.RateLimitDescriptor, 5000)
+	for i := range many {
+		many[i] = pbDesc("a", "b")
+	}
+	wide := pbDesc()
+	for range 5000 {
+		wide.Entries = append(wide.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "a", Value: "b"})
+	}
+	huge := pbDesc("remote_address", strings.Repeat("x", MaxRequestBytes))
+	for name, c := range map[string]struct {
+		in   *rlsv3.RateLimitRequest
+		want codes.Code
+	}{
+		"5,000 descriptors":    {&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument},
+		"5,000 entries":        {&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{wide}}, codes.InvalidArgument},
+		"over MaxRequestBytes": {&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{huge}}, codes.ResourceExhausted},
+	} {
+		if _, err := client.ShouldRateLimit(ctx, c.in); status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %s", name, err, c.want)
+		}
+	}
+	resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.9")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after the hostile requests: %v, %v", resp, err)
+	}
+}
+
+// TestHugeHits: a cost at and beyond 2^32 (hits_addend is uint32 on the
+// request and uint64 on a descriptor) never wraps: above a limit's
+// capacity it is OVER_LIMIT and charges nothing; a limit of 2^32-1 per
+// second (the largest requests_per_unit) takes a cost of 2^32-1 exactly, on
+// the memory store and on Redis alike.
+func TestHugeHits(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	redis := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 2 * time.Second})
+	t.Cleanup(func() { redis.Close() })
+	for name, store := range map[string]ratelimit.Store{"memory": nil, "redis": redis} {
+		t.Run(name, func(t *testing.T) {
+			e, _ := newTestEngine(t, Options{Store: store, Timeout: 2 * time.Second, KeyPrefix: redistest.KeyPrefix(t)})
+			addr := desc("remote_address", "198.51.100.7") // 10 per minute
+			for _, hits := range []uint64{math.MaxUint32, 1 << 32, 1<<32 + 1, 1 << 63, math.MaxUint64} {
+				r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{{Entries: addr.Entries, Hits: &hits}}})
+				if r.Overall != OverLimit {
+					t.Errorf("hits %d of 10: %+v, want OVER_LIMIT", hits, r)
+				}
+			}
+			r := decide(t, e, Request{Domain: "edge", Hits: math.MaxUint32, Descriptors: []Descriptor{addr}})
+			if r.Overall != OverLimit {
+				t.Errorf("request hits 2^32-1 of 10: %+v, want OVER_LIMIT", r)
+			}
+			if r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{addr}}); r.Overall != OK || r.Statuses[0].Remaining != 9 {
+				t.Errorf("after the impossible costs: %+v, want OK with 9 left (nothing charged)", r)
+			}
+
+			most := &Override{RequestsPerUnit: math.MaxUint32, Unit: Second}
+			big := Descriptor{Entries: entries("remote_address", "198.51.100.8"), Override: most}
+			for _, c := range []struct {
+				hits      uint64
+				want      Code
+				remaining uint32
+			}{{1 << 32, OverLimit, math.MaxUint32}, {math.MaxUint32, OK, 0}, {1, OverLimit, 0}} {
+				big.Hits = &c.hits
+				r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{big}})
+				if r.Overall != c.want || r.Statuses[0].Remaining != c.remaining {
+					t.Errorf("hits %d of 2^32-1 per second: %s with %d left, want %s with %d", c.hits, r.Overall, r.Statuses[0].Remaining, c.want, c.remaining)
+				}
+			}
+		})
+	}
+}
+
+// TestOverrideWindowOverflow: a limit override whose unit × multiplier
+// does not fit a time.Duration is INVALID_ARGUMENT, not a window wrapped
+// around to a negative (unlimited) or arbitrary length.
+func TestOverrideWindowOverflow(t *testing.T) {
+	e, _ := newTestEngine(t, Options{})
+	for _, o := range []Override{
+		{RequestsPerUnit: 1, Unit: Minute, Multiplier: math.MaxUint32},
+		{RequestsPerUnit: 1, Unit: Hour, Multiplier: 153_722_868}, // wraps to 43 minutes
+		{RequestsPerUnit: 1, Unit: Year, Multiplier: 300},
+	} {
+		d := Descriptor{Entries: entries("remote_address", "198.51.100.9"), Override: &o}
+		_, err := e.Decide(context.Background(), &Request{Domain: "edge", Descriptors: []Descriptor{d}})
+		if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "unit_multiplier") {
+			t.Errorf("override %+v: %v, want ErrBadRequest naming unit_multiplier", o, err)
+		}
+	}
+	// The largest that fits is a limit like any other.
+	o := Override{RequestsPerUnit: 1, Unit: Second, Multiplier: math.MaxUint32}
+	d := Descriptor{Entries: entries("remote_address", "198.51.100.9"), Override: &o}
+	if _, err := e.Decide(context.Background(), &Request{Domain: "edge", Descriptors: []Descriptor{d}}); err != nil {
+		t.Errorf("override %+v: %v", o, err)
+	}
+}
