@@ -1,0 +1,125 @@
+package usage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// ErrMalformed is wrapped by FromRequest's error when a source is present
+// but does not hold a usage (see the package doc); a gateway answers 400.
+var ErrMalformed = errors.New("not a whole number of units between 0 and 2^53")
+
+// RequestSource says where a request states how many units to reserve.
+// Empty fields are not looked at. The first source present wins, in the
+// order of the configuration's example `{json: max_tokens, header:
+// X-Max-Tokens}`: JSON, then Header.
+type RequestSource struct {
+	// Header is the name of a request header.
+	Header string
+	// JSON is a dotted path into a JSON request body (whatever its
+	// Content-Type says), such as "max_tokens".
+	JSON string
+}
+
+// Validate reports whether s can be used: Header a valid field name, JSON
+// a valid path. The error names the field. FromRequest itself does not
+// validate: an invalid field is never present.
+func (s RequestSource) Validate() error {
+	return errors.Join(validHeader("header", s.Header), validPath("json", s.JSON))
+}
+
+// FromRequest reads the units r asks to reserve.
+//
+// JSON: the body is read until its JSON value ends, at most maxPrefix
+// bytes (DefaultMaxPrefix when 0 or negative), and r.Body is replaced by
+// a reader that returns those bytes and then the rest of the original
+// body, so the upstream receives the body byte for byte (r.ContentLength
+// is unchanged, and still right). The field counts as present when the
+// body is one JSON value that ends within maxPrefix bytes and holds a
+// non-null value at the path; a body that is not JSON, is longer, or is
+// content-coded (a Content-Encoding other than identity) has no JSON
+// source, and the header is tried. Header: present when the request has
+// the field, even with an empty value; its first value counts.
+//
+// It returns found=false when no source is present; an error wrapping
+// ErrMalformed when the first present source does not hold a usage (a
+// negative, fractional or too large number, a string, ...); and an error
+// wrapping the read error when reading the body failed (such as an
+// *http.MaxBytesError), in which case the body must not be forwarded.
+func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uint64, found bool, err error) {
+	if maxPrefix <= 0 {
+		maxPrefix = DefaultMaxPrefix
+	}
+	if p, perr := parsePath(src.JSON); perr == nil && r.Body != nil && r.Body != http.NoBody && identity(r.Header) {
+		res, n, err := jsonPrefix(r, p, maxPrefix)
+		switch {
+		case err != nil:
+			return 0, false, fmt.Errorf("usage: reading the request body: %w", err)
+		case res == resFound:
+			return n, true, nil
+		case res == resInvalid:
+			return 0, false, fmt.Errorf("usage: request body field %s: %w", src.JSON, ErrMalformed)
+		}
+	}
+	if src.Header == "" {
+		return 0, false, nil
+	}
+	vs := r.Header.Values(src.Header)
+	if len(vs) == 0 {
+		return 0, false, nil
+	}
+	n, ok := parseUnits(vs[0])
+	if !ok {
+		return 0, false, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
+	}
+	return n, true, nil
+}
+
+// jsonPrefix reads r's body until its JSON value ends, at most limit
+// bytes, puts what it read back in front of the rest, and returns the
+// value at p (resAbsent unless the value ended within limit).
+func jsonPrefix(r *http.Request, p path, limit int64) (res uint8, units uint64, err error) {
+	var sc scanner
+	sc.reset(p, limit)
+	size := int64(4 << 10)
+	if r.ContentLength > 0 {
+		size = min(r.ContentLength, 64<<10) // grows as the value goes on
+	}
+	buf := make([]byte, 0, min(size, limit))
+	for !sc.complete() && !sc.failed() {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= limit {
+				break
+			}
+			buf = append(buf, 0)[:len(buf)] // grow
+			buf = buf[:len(buf):min(int64(cap(buf)), limit)]
+		}
+		n, rerr := r.Body.Read(buf[len(buf):cap(buf)])
+		sc.feed(buf[len(buf) : len(buf)+n])
+		buf = buf[:len(buf)+n]
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			err = rerr
+			break
+		}
+	}
+	r.Body = &prefixed{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), body: r.Body}
+	if err != nil {
+		return resAbsent, 0, err
+	}
+	res, units, _ = sc.end()
+	return res, units, nil
+}
+
+// prefixed is a request body whose first bytes were read ahead.
+type prefixed struct {
+	io.Reader
+	body io.ReadCloser
+}
+
+func (p *prefixed) Close() error { return p.body.Close() }

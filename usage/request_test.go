@@ -1,0 +1,116 @@
+package usage
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestFromRequest(t *testing.T) {
+	src := RequestSource{JSON: "max_tokens", Header: "X-Max-Tokens"}
+	for _, tc := range []struct {
+		name    string
+		body    string
+		header  string // X-Max-Tokens, "-" for none
+		ce      string
+		units   uint64
+		found   bool
+		badJSON bool // err wraps ErrMalformed
+	}{
+		{"json", `{"model":"m","max_tokens":500}`, "-", "", 500, true, false},
+		{"json before header", `{"max_tokens":500}`, "700", "", 500, true, false},
+		{"header when json absent", `{"model":"m"}`, "700", "", 700, true, false},
+		{"header when json null", `{"max_tokens":null}`, "700", "", 700, true, false},
+		{"header when body not json", `max_tokens=5`, "700", "", 700, true, false},
+		{"header when body truncated", `{"max_tokens":5`, "700", "", 700, true, false},
+		{"header when gzip", `{"max_tokens":5}`, "700", "gzip", 700, true, false},
+		{"neither", `{}`, "-", "", 0, false, false},
+		{"empty body", ``, "-", "", 0, false, false},
+		{"zero", `{"max_tokens":0}`, "-", "", 0, true, false},
+		{"json negative", `{"max_tokens":-5}`, "700", "", 0, false, true},
+		{"json string", `{"max_tokens":"5"}`, "700", "", 0, false, true},
+		{"json fraction", `{"max_tokens":5.5}`, "-", "", 0, false, true},
+		{"json too large", `{"max_tokens":9007199254740993}`, "-", "", 0, false, true},
+		{"json object", `{"max_tokens":{}}`, "-", "", 0, false, true},
+		{"header malformed", `{}`, "5x", "", 0, false, true},
+		{"header empty", `{}`, "", "", 0, false, true},
+		{"header negative", `{}`, "-1", "", 0, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", "http://x/", strings.NewReader(tc.body))
+			if tc.header != "-" {
+				req.Header.Set("X-Max-Tokens", tc.header)
+			}
+			if tc.ce != "" {
+				req.Header.Set("Content-Encoding", tc.ce)
+			}
+			cl := req.ContentLength
+			n, found, err := FromRequest(req, src, 0)
+			if tc.badJSON != errors.Is(err, ErrMalformed) || (!tc.badJSON && err != nil) {
+				t.Fatalf("err = %v, want malformed %v", err, tc.badJSON)
+			}
+			if n != tc.units || found != tc.found {
+				t.Errorf("got %d, %v; want %d, %v", n, found, tc.units, tc.found)
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil || string(body) != tc.body || req.ContentLength != cl {
+				t.Errorf("body after = %q (%v), length %d; want %q, %d", body, err, req.ContentLength, tc.body, cl)
+			}
+		})
+	}
+}
+
+// TestFromRequestKeepsBody: whatever is read ahead, the upstream gets the
+// body byte for byte, also past the prefix and in pieces.
+func TestFromRequestKeepsBody(t *testing.T) {
+	src := RequestSource{JSON: "max_tokens"}
+	long := `{"messages":"` + strings.Repeat("y", 300<<10) + `","max_tokens":64}` + "\n"
+	for _, tc := range []struct {
+		name      string
+		body      string
+		maxPrefix int64
+		found     bool
+	}{
+		{"within the prefix", long, 0, true},
+		{"beyond the prefix", long, 1000, false},
+		{"value then more bytes", `{"max_tokens":64}` + strings.Repeat(" ", 10000) + "trailing", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &chunks{parts: splitEvery(tc.body, 777)}
+			req, _ := http.NewRequest("POST", "http://x/", io.NopCloser(up))
+			req.ContentLength = -1
+			n, found, err := FromRequest(req, src, tc.maxPrefix)
+			if err != nil || found != tc.found || (found && n != 64) {
+				t.Fatalf("got %d, %v, %v; want found %v", n, found, err, tc.found)
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil || !bytes.Equal(body, []byte(tc.body)) {
+				t.Fatalf("body after: %d bytes, %v; want %d bytes", len(body), err, len(tc.body))
+			}
+			if req.ContentLength != -1 {
+				t.Errorf("ContentLength = %d, want -1 unchanged", req.ContentLength)
+			}
+		})
+	}
+}
+
+func TestFromRequestReadError(t *testing.T) {
+	broken := &http.MaxBytesError{Limit: 10}
+	req, _ := http.NewRequest("POST", "http://x/", io.NopCloser(&chunks{parts: []string{`{"max_tokens":`}, err: broken}))
+	_, found, err := FromRequest(req, RequestSource{JSON: "max_tokens", Header: "X"}, 0)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); !ok || found || errors.Is(err, ErrMalformed) {
+		t.Errorf("got found %v, err %v; want the read error", found, err)
+	}
+}
+
+func splitEvery(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return append(out, s)
+}
