@@ -210,6 +210,9 @@ type Limit struct {
 	Burst int64         `mapstructure:"burst"`
 	// Buckets is the number of buckets of a sliding_window (0: the default).
 	Buckets int `mapstructure:"buckets"`
+	// Max is the most requests in flight at once of a concurrency policy
+	// (which sets no other field: Validate sets Per to its slot_ttl).
+	Max int64 `mapstructure:"max"`
 	// Calendar aligns a fixed_window's windows to local days, weeks or
 	// months in place of Per: {unit: day|week|month, time_zone: "Europe/Berlin"}
 	// (time_zone defaults to UTC).
@@ -224,7 +227,8 @@ type Policy struct {
 	// tenant_route, route or global (see routes.ParseScope).
 	Scope routes.Scope `mapstructure:"scope"`
 	// Algorithm is token_bucket (the default), fixed_window,
-	// sliding_window or sliding_log (see ratelimit.ParseAlgorithm).
+	// sliding_window, sliding_log or concurrency (see
+	// ratelimit.ParseAlgorithm).
 	Algorithm ratelimit.Algorithm `mapstructure:"algorithm"`
 	// OnStoreError is what happens when the store cannot decide: open
 	// (allow; the default), closed (answer 503) or local (this instance's
@@ -239,6 +243,26 @@ type Policy struct {
 	// units and admit from them locally (token_bucket only, never shadow).
 	// nil means every decision goes to the store.
 	Lease *Lease `mapstructure:"lease"`
+	// SlotTTL is, for a concurrency policy, how long a slot stays held
+	// when its instance stops renewing it (a crashed instance): default
+	// 30s, at least 1s. Validate fills it in; other algorithms must leave
+	// it out.
+	SlotTTL time.Duration `mapstructure:"slot_ttl"`
+	// Queue, for a concurrency policy, lets a request wait for a slot on
+	// this instance instead of an immediate 429; nil means no waiting.
+	Queue *Queue `mapstructure:"queue"`
+}
+
+// Queue bounds the requests that wait for a concurrency slot, per instance
+// and per key (see the README's "Concurrency policies").
+type Queue struct {
+	// Max is the most requests waiting per key on one instance (default
+	// 10, >= 1); a request that finds the queue full is answered 429 at
+	// once.
+	Max int `mapstructure:"max"`
+	// Timeout is the longest a request waits before its 429 (default 1s,
+	// > 0).
+	Timeout time.Duration `mapstructure:"timeout"`
 }
 
 // Lease configures block reservation for a hot token-bucket policy (see
@@ -392,6 +416,11 @@ func (p *Policy) setDefaults() {
 func (l *Lease) setDefaults() {
 	setZero(&l.MaxBlock, 50)
 	setZero(&l.TTL, time.Second)
+}
+
+func (q *Queue) setDefaults() {
+	setZero(&q.Max, 10)
+	setZero(&q.Timeout, time.Second)
 }
 
 func (u *Upstream) setDefaults() { setZero(&u.Timeout, 30*time.Second) }

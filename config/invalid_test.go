@@ -152,7 +152,7 @@ var invalidCases = map[string][]string{
 	},
 	"unknown_values.yaml": {
 		`log.level: must be debug, info, warn or error, got "verbose"`,
-		`policies.tenant.algorithm: must be token_bucket, fixed_window, sliding_window or sliding_log, got "leaky_bucket"`,
+		`policies.tenant.algorithm: must be token_bucket, fixed_window, sliding_window, sliding_log or concurrency, got "leaky_bucket"`,
 		`policies.tenant.on_store_error: must be open, closed or local, got "retry"`,
 		`policies.tenant.scope: must be tenant, tenant_route, route or global, got "user"`,
 		`store.kind: must be "memory" or "redis", got "etcd"`,
@@ -226,6 +226,17 @@ var invalidCases = map[string][]string{
 	"lease_algorithm.yaml": {
 		`policies.watched.lease: a shadow policy is never leased; remove it`,
 		`policies.windowed.lease: applies to token_bucket policies only, not fixed_window; remove it`,
+	},
+	"concurrency.yaml": {
+		`policies.inflight.limits.free.max: must be in [1, 1048576], got 0`,
+		`policies.inflight.limits.pro.per: does not apply to concurrency (slot_ttl is how long a slot lives); remove it`,
+		`policies.inflight.limits.pro.rate: does not apply to concurrency (its capacity is max); remove it`,
+		`policies.inflight.queue.max: must be >= 1 (leave queue out for no queue)`,
+		`policies.inflight.queue.timeout: must be > 0`,
+		`policies.inflight.slot_ttl: must be at least 1s, got 500ms`,
+		`policies.rated.limits.free.max: applies to concurrency only, not token_bucket; remove it`,
+		`policies.rated.queue: applies to concurrency policies only, not token_bucket; remove it`,
+		`policies.rated.slot_ttl: applies to concurrency policies only, not token_bucket; remove it`,
 	},
 	"lease_cost.yaml": {
 		`routes[0].cost: 20 exceeds lease.max_block 10 of policy "tenant": a block could never hold such a request`,

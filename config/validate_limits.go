@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
 )
@@ -42,20 +43,69 @@ func (c *Config) validatePolicies(errs *Errors) {
 		}
 		alg := pol.Algorithm
 		if !alg.Valid() {
-			errs.addf(p+".algorithm", "must be token_bucket, fixed_window, sliding_window or sliding_log, got %s", alg)
+			errs.addf(p+".algorithm", "must be token_bucket, fixed_window, sliding_window, sliding_log or concurrency, got %s", alg)
 		}
 		if len(pol.Limits) == 0 {
 			errs.add(p+".limits", `must set a limit for at least one tier (or "*" for every tier)`)
 		}
 		c.validateLease(errs, p+".lease", pol, alg)
+		c.validateSlots(errs, p, &pol)
+		c.Policies[name] = pol
 		for tier, l := range pol.Limits {
 			lp := join(p+".limits", tier)
 			if _, ok := c.Tiers[tier]; !ok && tier != "*" {
 				errs.addf(lp, `unknown tier %q%s; "*" means every tier`, tier, known(c.Tiers))
 			}
+			if alg == ratelimit.Concurrency {
+				if l.Per != 0 {
+					errs.add(lp+".per", "does not apply to concurrency (slot_ttl is how long a slot lives); remove it")
+				}
+				// The store keeps a slot for Per without a renewal.
+				l.Per = pol.SlotTTL
+				pol.Limits[tier] = l
+				if l.Per <= 0 {
+					l.Per = minSlotTTL // slot_ttl is reported; check the rest
+				}
+			}
 			if alg.Valid() {
 				checkLimit(errs, lp, l, alg)
 			}
+		}
+	}
+}
+
+// minSlotTTL is the shortest slot_ttl: slots are renewed every third of
+// it, by one store call per instance.
+const minSlotTTL = time.Second
+
+// validateSlots checks the concurrency fields of policy pol (at path) and
+// fills in the default slot_ttl.
+func (c *Config) validateSlots(errs *Errors, path string, pol *Policy) {
+	if pol.Algorithm != ratelimit.Concurrency {
+		if pol.SlotTTL != 0 {
+			errs.addf(path+".slot_ttl", "applies to concurrency policies only, not %s; remove it", pol.Algorithm)
+		}
+		if pol.Queue != nil {
+			errs.addf(path+".queue", "applies to concurrency policies only, not %s; remove it", pol.Algorithm)
+		}
+		return
+	}
+	switch {
+	case pol.SlotTTL == 0:
+		pol.SlotTTL = 30 * time.Second
+	case pol.SlotTTL < minSlotTTL:
+		errs.addf(path+".slot_ttl", "must be at least %s, got %s", minSlotTTL, pol.SlotTTL)
+		pol.SlotTTL = 0
+	case pol.SlotTTL%time.Millisecond != 0:
+		errs.addf(path+".slot_ttl", "must be a whole number of milliseconds, got %s", pol.SlotTTL)
+		pol.SlotTTL = 0
+	}
+	if q := pol.Queue; q != nil {
+		if q.Max < 1 {
+			errs.add(path+".queue.max", "must be >= 1 (leave queue out for no queue)")
+		}
+		if q.Timeout <= 0 {
+			errs.add(path+".queue.timeout", "must be > 0")
 		}
 	}
 }
@@ -123,7 +173,7 @@ func (c *Config) checkCost(errs *Errors, path string, cost int64, pol Policy) {
 		errs.addf(path, "%d exceeds lease.max_block %d of policy %q: a block could never hold such a request", cost, pol.Lease.MaxBlock, pol.Name)
 	}
 	alg := pol.Algorithm
-	if !alg.Valid() {
+	if !alg.Valid() || alg == ratelimit.Concurrency { // a request holds one slot, whatever its cost
 		return
 	}
 	for _, tier := range c.effectiveLimits(pol) {

@@ -140,6 +140,8 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 		return boundPolicy{}, fmt.Errorf("invalid scope %s", pc.Scope)
 	case !pc.OnStoreError.Valid():
 		return boundPolicy{}, fmt.Errorf("invalid on_store_error %s", pc.OnStoreError)
+	case alg == ratelimit.Concurrency:
+		return boundPolicy{}, fmt.Errorf("concurrency policies are not served by the gateway yet")
 	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,

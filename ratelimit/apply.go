@@ -42,6 +42,8 @@ func Apply(alg Algorithm, st *State, nowUS int64, cost int64, l Limit, consume b
 		return applyFixedWindow(st, nowUS, cost, l, consume)
 	case SlidingWindow:
 		return applySlidingWindow(st, nowUS, cost, l, consume)
+	case Concurrency:
+		return applySlots(st, nowUS, "", cost, l, consume)
 	default:
 		return applySlidingLog(st, nowUS, cost, l, consume)
 	}
@@ -76,17 +78,22 @@ func Refund(alg Algorithm, st *State, nowUS int64, cost int64, l Limit) State {
 		return refundFixedWindow(st, nowUS, cost, l)
 	case SlidingWindow:
 		return refundSlidingWindow(st, nowUS, cost, l)
+	case Concurrency:
+		return releaseSlot(st, "")
 	default:
 		return refundSlidingLog(st, cost, l)
 	}
 }
 
 // Capacity returns the capacity of l under alg in units: Burst for a token
-// bucket, Rate for the window algorithms (0 for an unknown algorithm).
+// bucket, Max for Concurrency, Rate for the window algorithms (0 for an
+// unknown algorithm).
 func Capacity(alg Algorithm, l Limit) int64 {
 	switch alg {
 	case TokenBucket:
 		return l.Burst
+	case Concurrency:
+		return l.Max
 	case FixedWindow, SlidingWindow, SlidingLog:
 		return l.Rate
 	}
@@ -96,12 +103,19 @@ func Capacity(alg Algorithm, l Limit) int64 {
 // ValidateItem reports whether it can be decided. The error wraps
 // ErrInvalid and names the rule broken; it never contains the key. The rules:
 // Key is not empty, Algorithm is one of the defined ones, Limit passes
-// Limit.Validate for it, and 0 <= Cost <= capacity (see Capacity).
+// Limit.Validate for it, and 0 <= Cost <= capacity (see Capacity); a
+// Concurrency item has Cost 0 or 1, and a Holder when its Cost is 1.
 func ValidateItem(it Item) error {
 	if it.Key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
 	}
-	return checkItem(it.Algorithm, it.Limit, it.Cost)
+	if err := checkItem(it.Algorithm, it.Limit, it.Cost); err != nil {
+		return err
+	}
+	if it.Algorithm == Concurrency && it.Cost > 0 && it.Holder == "" {
+		return fmt.Errorf("%w: concurrency: a slot needs a holder", ErrInvalid)
+	}
+	return nil
 }
 
 // checkItem is ValidateItem without the key.
@@ -115,12 +129,16 @@ func checkItem(alg Algorithm, l Limit, cost int64) error {
 	if c := Capacity(alg, l); cost < 0 || cost > c {
 		return fmt.Errorf("%w: %s: cost %d must be in [0, capacity %d]", ErrInvalid, alg, cost, c)
 	}
+	if alg == Concurrency && cost > 1 {
+		return fmt.Errorf("%w: concurrency: cost %d must be 0 or 1 (a request holds one slot)", ErrInvalid, cost)
+	}
 	return nil
 }
 
 // LimitError is one rule of Limit.Validate that a limit breaks.
 type LimitError struct {
-	// Field is the field at fault: "rate", "per", "burst" or "buckets".
+	// Field is the field at fault: "rate", "per", "burst", "buckets" or
+	// "max".
 	Field string
 	// Problem says what is wrong, such as "must be > 0".
 	Problem string
@@ -161,6 +179,8 @@ func (es LimitErrors) Unwrap() []error {
 //     (their capacity is Rate).
 //   - SlidingLog has Rate <= MaxSlidingLogRate.
 //   - SlidingWindow has 0 <= Buckets <= MaxBuckets; the others Buckets == 0.
+//   - Concurrency has 1 <= Max <= MaxConcurrency, Rate == 0 and Per > 0
+//     (the slot's time to live), and no Calendar; the others Max == 0.
 //   - Rate×P and Burst×P are at most 2^53, so that the scaled integers of
 //     the algorithms are exact in IEEE doubles too.
 //
@@ -171,8 +191,14 @@ func (l Limit) Validate(alg Algorithm) error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &LimitError{Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
+	if alg == Concurrency {
+		return l.validateSlots()
+	}
 	if l.Calendar.Set() {
 		return l.validateCalendar(alg)
+	}
+	if l.Max != 0 {
+		add("max", "applies to concurrency only, not %s; remove it", alg)
 	}
 	if l.Rate <= 0 {
 		add("rate", "must be > 0")

@@ -188,6 +188,9 @@ func (l Limit) validateCalendar(alg Algorithm) error {
 	if l.Buckets != 0 {
 		add("buckets", "applies to sliding_window only; remove it")
 	}
+	if l.Max != 0 {
+		add("max", "applies to concurrency only; remove it")
+	}
 	if l.Rate <= 0 {
 		add("rate", "must be > 0")
 	} else if l.Rate > maxExact {

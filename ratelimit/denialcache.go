@@ -37,6 +37,10 @@ type DenialCacheOptions struct {
 // their RetryAfter and ResetAfter shortened by the time elapsed (Remaining
 // is the remembered one, which may since have grown), without a store call.
 //
+// Concurrency items never make a denial remembered (a slot frees whenever
+// its request ends): a batch is remembered only for its other denied items,
+// under their keys, until the earliest of their RetryAfter.
+//
 // It never admits: it only repeats denials, so it never over-admits. A local
 // denial is exact unless units went back to a denied key after the denial:
 // a refund or settlement, a lease block returned on its TTL, or a limit that
@@ -164,7 +168,9 @@ func (c *DenialCache) remember(items []Item, d Decision) {
 	var soonest time.Duration
 	var denied []string
 	for i := range items {
-		if items[i].Shadow || d.Results[i].Allowed {
+		if items[i].Shadow || d.Results[i].Allowed || items[i].Algorithm == Concurrency {
+			// A concurrency slot can be released at any moment, on any
+			// instance: its denial says nothing about the next request.
 			continue
 		}
 		r := d.Results[i].RetryAfter

@@ -82,7 +82,7 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 			d.Allowed, d.Unavailable, d.RetryAfter = false, true, f.retry
 		case it.OnError == OnErrorLocal:
 			share := LocalShare(it.Limit, it.Algorithm, f.fleet, it.Cost)
-			local = append(local, Item{Key: it.Key, Algorithm: it.Algorithm, Limit: share, Cost: it.Cost, Shadow: it.Shadow})
+			local = append(local, Item{Key: it.Key, Algorithm: it.Algorithm, Limit: share, Cost: it.Cost, Shadow: it.Shadow, Holder: it.Holder})
 			at = append(at, i)
 		}
 	}
@@ -106,11 +106,11 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 }
 
 // LocalShare is one instance's part of limit l of algorithm alg shared by
-// fleet instances: the rate and burst divided by fleet, rounded up so that a
-// share is never zero, and a capacity never below cost (a request the full
-// limit could admit stays admissible). Rounding up means a fleet that falls
-// back all at once admits at most fleet-1 units more than the limit per
-// period. fleet must be >= 1.
+// fleet instances: the rate, burst and max divided by fleet, rounded up so
+// that a share is never zero, and a capacity never below cost (a request the
+// full limit could admit stays admissible). Rounding up means a fleet that
+// falls back all at once admits at most fleet-1 units more than the limit per
+// period (for Concurrency: fleet-1 more slots at once). fleet must be >= 1.
 func LocalShare(l Limit, alg Algorithm, fleet, cost int64) Limit {
 	div := func(v int64) int64 {
 		if v == 0 {
@@ -118,10 +118,13 @@ func LocalShare(l Limit, alg Algorithm, fleet, cost int64) Limit {
 		}
 		return (v + fleet - 1) / fleet
 	}
-	s := Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst), Calendar: l.Calendar}
-	if alg == TokenBucket {
+	s := Limit{Rate: div(l.Rate), Per: l.Per, Burst: div(l.Burst), Max: div(l.Max), Calendar: l.Calendar}
+	switch alg {
+	case TokenBucket:
 		s.Burst = max(s.Burst, cost)
-	} else {
+	case Concurrency:
+		s.Max = max(s.Max, cost)
+	default:
 		s.Rate = max(s.Rate, cost)
 	}
 	return s

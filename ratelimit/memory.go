@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,7 @@ type MemoryStore struct {
 	closed atomic.Bool
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ SlotStore = (*MemoryStore)(nil)
 
 type memShard struct {
 	mu   sync.Mutex
@@ -195,7 +196,14 @@ func (s *MemoryStore) Decide(ctx context.Context, items []Item) (Decision, error
 // step applies one item to its slot, taking its cost when it fits, and
 // returns the item's result.
 func (s *MemoryStore) step(sl *memSlot, it *Item, now int64) Result {
-	next, r, ttl := Apply(it.Algorithm, sl.state(it.Algorithm), now, it.Cost, it.Limit, true)
+	var next State
+	var r Result
+	var ttl time.Duration
+	if it.Algorithm == Concurrency {
+		next, r, ttl = applySlots(sl.state(it.Algorithm), now, it.Holder, it.Cost, it.Limit, true)
+	} else {
+		next, r, ttl = Apply(it.Algorithm, sl.state(it.Algorithm), now, it.Cost, it.Limit, true)
+	}
 	if r.Allowed && it.Cost > 0 {
 		sl.st, sl.has, sl.alg, sl.dirty, sl.ttl = next, true, it.Algorithm, true, ttl
 	}
@@ -255,6 +263,60 @@ func (sh *memShard) sweep(now int64) {
 		}
 	}
 	sh.sweepAt = max(2*len(sh.keys), memMinSweep)
+}
+
+// Release frees the slots of items (see SlotStore). It fails only for
+// invalid items, a done ctx or a closed store.
+func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
+	return s.eachSlot(ctx, items, func(e *memEntry, it *Item, _ int64) {
+		e.st = releaseSlot(&e.st, it.Holder)
+	})
+}
+
+// Renew extends the slots of items still held to Limit.Per from now (see
+// SlotStore). It fails only as Release does.
+func (s *MemoryStore) Renew(ctx context.Context, items []Item) error {
+	return s.eachSlot(ctx, items, func(e *memEntry, it *Item, now int64) {
+		i := slices.IndexFunc(e.st.Holds, func(h Hold) bool { return h.Holder == it.Holder && h.Expires > now })
+		if i < 0 {
+			return
+		}
+		e.st.Holds = slices.Clone(e.st.Holds)
+		e.st.Holds[i].Expires = now + it.Limit.Per.Microseconds()
+	})
+}
+
+// eachSlot applies f to the live concurrency entry of each item's key,
+// under its shard's lock, and then sets the entry's expiry from its holds
+// (removing it when none is left).
+func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, f func(e *memEntry, it *Item, now int64)) error {
+	if err := CheckSlotItems(items); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("%w: memory store closed", ErrUnavailable)
+	}
+	for i := range items {
+		it := &items[i]
+		sh := &s.shards[maphash.String(s.seed, it.Key)&s.mask]
+		sh.mu.Lock()
+		now := s.now().UnixMicro()
+		if e, ok := sh.keys[it.Key]; ok && e.alg == Concurrency && e.expires > now {
+			f(&e, it, now)
+			live := liveHolds(&e.st, now)
+			if _, last := holdSpan(live); len(live) > 0 {
+				e.st.Holds, e.expires = live, now+ttlMillis(last-now).Microseconds()
+				sh.keys[it.Key] = e
+			} else {
+				delete(sh.keys, it.Key)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
 }
 
 // Len returns the number of live (unexpired) keys, removing the expired

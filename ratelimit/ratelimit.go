@@ -47,6 +47,11 @@ const (
 	// Limit.Per, exactly, by remembering each admission. Its Rate is bounded
 	// by MaxSlidingLogRate because state grows with it.
 	SlidingLog
+	// Concurrency admits at most Limit.Max requests in flight at once: a
+	// request that fits takes one slot, named by its Item.Holder, until it
+	// is released or until Limit.Per passes without a renewal (see
+	// SlotStore). Its cost is 1 to take a slot or 0 to ask without taking.
+	Concurrency
 )
 
 // MaxSlidingLogRate is the largest Limit.Rate a SlidingLog limit may have:
@@ -59,6 +64,7 @@ var algorithmNames = [...]string{
 	FixedWindow:   "fixed_window",
 	SlidingWindow: "sliding_window",
 	SlidingLog:    "sliding_log",
+	Concurrency:   "concurrency",
 }
 
 // String returns the configuration name of a, such as "token_bucket".
@@ -78,7 +84,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 	if i := slices.Index(algorithmNames[1:], name); i >= 0 {
 		return Algorithm(i + 1), nil
 	}
-	return 0, fmt.Errorf("must be token_bucket, fixed_window, sliding_window or sliding_log, got %q", name)
+	return 0, fmt.Errorf("must be token_bucket, fixed_window, sliding_window, sliding_log or concurrency, got %q", name)
 }
 
 // MarshalText returns the configuration name of a; an invalid a is an error.
@@ -158,10 +164,12 @@ func (m *OnError) UnmarshalText(b []byte) error {
 
 // Limit is a quota.
 type Limit struct {
-	// Rate is the number of units granted per Per. Must be > 0.
+	// Rate is the number of units granted per Per. Must be > 0, and 0 for
+	// Concurrency.
 	Rate int64
-	// Per is the refill period (token bucket) or window length (window
-	// algorithms). Must be > 0; it is used at microsecond precision.
+	// Per is the refill period (token bucket), the window length (window
+	// algorithms) or the time a concurrency slot is held without a renewal
+	// (Concurrency). Must be > 0; it is used at microsecond precision.
 	Per time.Duration
 	// Burst is the token bucket's capacity in units. Must be > 0 for
 	// TokenBucket and 0 for the window algorithms, whose capacity is Rate.
@@ -171,6 +179,9 @@ type Limit struct {
 	// other algorithms. More buckets admit closer to Rate under steady load
 	// (at least Rate×N/(N+1) per Per) and keep more state (N+1 counters).
 	Buckets int
+	// Max is the most slots held at once (Concurrency only; 0 for the
+	// others). Must be in [1, MaxConcurrency].
+	Max int64
 	// Calendar, when set, aligns a FixedWindow's windows to local days,
 	// weeks or months in place of Per (which must then be 0): see Calendar.
 	Calendar Calendar
@@ -193,6 +204,11 @@ type Item struct {
 	// it cannot decide (OnErrorLocal decides it on LocalShare of its
 	// limit). Stores other than Fallback ignore it.
 	OnError OnError
+	// Holder identifies, for a Concurrency item, the request that takes
+	// the slot: it names the slot to release and renew (see SlotStore), so
+	// it must be unique among the holders of the key, and not empty when
+	// Cost is 1. Other algorithms ignore it.
+	Holder string
 	// Lease lets a LeaseStore admit this item from a block of units that
 	// its instance reserved ahead from the key's token bucket. Stores other
 	// than LeaseStore ignore it; so does LeaseStore for shadow items and
@@ -316,6 +332,27 @@ type Store interface {
 	Decide(ctx context.Context, items []Item) (Decision, error)
 	// Close releases the store's resources. Decide must not be called after.
 	Close() error
+}
+
+// SlotStore is a Store that also releases and renews the concurrency slots
+// its Decide took (items of algorithm Concurrency, each naming its Holder).
+// MemoryStore and redisstore.RedisStore are SlotStores.
+//
+// A slot lives until it is released or until Limit.Per has passed on the
+// store's clock since it was taken or last renewed; a holder that stops
+// renewing (a crashed instance) thus loses its slots after Limit.Per.
+type SlotStore interface {
+	Store
+	// Release frees the slot that each item's Holder holds in its key; a
+	// slot no longer held (released, or expired) is nothing to free. Items
+	// must be valid Concurrency items with a Holder (ErrInvalid otherwise).
+	// A failure wraps ErrUnavailable; the slot then frees itself after
+	// Limit.Per.
+	Release(ctx context.Context, items []Item) error
+	// Renew extends each slot still held by an item's Holder to Limit.Per
+	// from the store's current time. A slot that has already expired is not
+	// taken again: its request runs on without it. Items as for Release.
+	Renew(ctx context.Context, items []Item) error
 }
 
 var (

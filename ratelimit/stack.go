@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -23,6 +24,10 @@ type StackOptions struct {
 	// again without the backend (see DenialCache); 0 means
 	// DefaultDenialCacheSize, and a negative value keeps no DenialCache.
 	DenialCacheSize int
+	// Slots releases and renews the concurrency slots that the backend
+	// takes (see SlotStore); nil means the backend itself when it is a
+	// SlotStore. A backend that is neither keeps slots that only expire.
+	Slots SlotStore
 }
 
 // Stack is a complete decision store: a backend (a MemoryStore, or a
@@ -37,6 +42,7 @@ type Stack struct {
 	denials *DenialCache // nil without one
 	breaker *Breaker
 	ping    func(ctx context.Context) error
+	slots   SlotStore // nil when the backend keeps no slots
 }
 
 // Health is what a Stack reports about its backend.
@@ -55,11 +61,14 @@ func NewStack(backend Store, o StackOptions) *Stack {
 	if backend == nil {
 		backend = NewMemoryStore(MemoryOptions{Now: o.Now})
 	}
+	if o.Slots == nil {
+		o.Slots, _ = backend.(SlotStore)
+	}
 	fo := FallbackOptions{Now: o.Now, FleetSize: o.FleetSize}
 	if o.Breaker != nil {
 		fo.RetryAfter = o.Breaker.cooldown
 	}
-	s := &Stack{breaker: o.Breaker, ping: o.Ping}
+	s := &Stack{breaker: o.Breaker, ping: o.Ping, slots: o.Slots}
 	if o.DenialCacheSize >= 0 {
 		s.denials = NewDenialCache(backend, DenialCacheOptions{Now: o.Now, Size: o.DenialCacheSize})
 		backend = s.denials
@@ -89,6 +98,33 @@ func (s *Stack) LocalDenials() uint64 {
 // (see Fallback).
 func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
 	return s.top.Decide(ctx, items)
+}
+
+// Release frees the concurrency slots of items, taken by an earlier
+// Decide (see SlotStore), in the backend and in the local shares (a slot
+// taken while the backend was down lives there). The backend is skipped
+// while its breaker is open: its slots then free themselves after their
+// Limit.Per. It returns the failures joined; a slot whose release failed
+// frees itself the same way.
+func (s *Stack) Release(ctx context.Context, items []Item) error {
+	return s.eachSlots(ctx, items, SlotStore.Release)
+}
+
+// Renew extends the concurrency slots of items still held (see
+// SlotStore), in the backend and in the local shares, as Release.
+func (s *Stack) Renew(ctx context.Context, items []Item) error {
+	return s.eachSlots(ctx, items, SlotStore.Renew)
+}
+
+func (s *Stack) eachSlots(ctx context.Context, items []Item, op func(SlotStore, context.Context, []Item) error) error {
+	if len(items) == 0 {
+		return nil
+	}
+	var err error
+	if s.slots != nil && (s.breaker == nil || !s.breaker.AllOpen()) {
+		err = op(s.slots, ctx, items)
+	}
+	return errors.Join(err, op(s.top.local, ctx, items))
 }
 
 // Health reports the state of the backend's breaker. It does not contact

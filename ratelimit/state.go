@@ -18,6 +18,7 @@ import (
 //   - FixedWindow: Window and Count.
 //   - SlidingWindow: Buckets, Window (the newest bucket) and Slots.
 //   - SlidingLog: Entries.
+//   - Concurrency: Holds.
 //
 // Per is meaningful for all of them.
 type State struct {
@@ -52,6 +53,19 @@ type State struct {
 	// oldest first. Apply never modifies the Entries of the State it is given;
 	// the State it returns may share their backing array.
 	Entries []LogEntry
+	// Holds are a concurrency key's slots, in the order they were taken.
+	// Apply never modifies the Holds of the State it is given, and drops
+	// the expired ones from the State it returns.
+	Holds []Hold
+}
+
+// Hold is one concurrency slot recorded by a Concurrency state.
+type Hold struct {
+	// Holder is the Item.Holder that took the slot.
+	Holder string
+	// Expires is the Unix time in µs from which the slot is free, unless
+	// it is renewed before.
+	Expires int64
 }
 
 // LogEntry is one admission recorded by a SlidingLog state.

@@ -375,9 +375,12 @@ func (p *parser) rateLimit(n *yaml.Node, path, rulePath string) *Rule {
 	}
 	if v := f["algorithm"]; v != nil {
 		a, err := ratelimit.ParseAlgorithm(p.str(v, path+".algorithm"))
-		if err != nil {
+		switch {
+		case err != nil:
 			p.add(v, path+".algorithm", "must be token_bucket, fixed_window, sliding_window or sliding_log, got "+kindName(v))
-		} else {
+		case a == ratelimit.Concurrency:
+			p.add(v, path+".algorithm", "concurrency is not available in the decision service: it never learns when a request ends")
+		default:
 			r.Algorithm = a
 		}
 	}

@@ -65,6 +65,7 @@ func Open(c Config) *ratelimit.Stack {
 	breaker := ratelimit.NewBreaker(leased, bo)
 	return ratelimit.NewStack(breaker, ratelimit.StackOptions{
 		Breaker:   breaker,
+		Slots:     store,
 		Ping:      func(ctx context.Context) error { return PingRedis(ctx, client) },
 		Now:       c.Now,
 		FleetSize: c.FleetSize,

@@ -33,8 +33,10 @@ type RedisOptions struct {
 // RedisStore is a Store that keeps state in Redis (standalone, Sentinel or
 // Cluster), shared by every instance that uses the same Redis.
 //
-// Each key is one Redis hash, written only by the store's Lua script, with
-// an expiry after which it is exactly a key at full capacity. Times come
+// Each key is one Redis hash (a sorted set of slots for Concurrency),
+// written only by the store's Lua script, with an expiry after which it is
+// exactly a key at full capacity. A key must keep one algorithm: a hash
+// algorithm fails (ErrUnavailable) on a key that holds slots. Times come
 // from the Redis server clock, so instances need not agree on time.
 //
 // The client must send decisions to primaries: with a cluster client keep
@@ -61,8 +63,8 @@ type RedisStore struct {
 }
 
 var (
-	_ ratelimit.Store    = (*RedisStore)(nil)
-	_ ratelimit.Reserver = (*RedisStore)(nil)
+	_ ratelimit.SlotStore = (*RedisStore)(nil)
+	_ ratelimit.Reserver  = (*RedisStore)(nil)
 )
 
 // NewRedisStore returns a store that decides with client, which it owns
@@ -330,29 +332,70 @@ func (s *RedisStore) Refund(ctx context.Context, items []ratelimit.Item) error {
 			idx = append(idx, i)
 		}
 	}
-	if len(idx) == 0 {
-		return nil
-	}
-	nowUS, useNow := s.now()
-	b := newBound(ctx, s.opts.Timeout)
 	sub := make([]ratelimit.Item, len(idx))
 	for k, i := range idx {
 		sub[k] = items[i]
 	}
-	var calls []*scriptCall
-	gidx := make([]int, len(sub))
-	for _, gr := range groupItems(sub, make([]group, len(sub)), gidx) {
-		c := getCall(b)
-		c.build(modeRefund, nowUS, useNow, sub, gidx[gr.lo:gr.hi], nil)
-		calls = append(calls, c)
-	}
-	_, errs := s.exchange(calls)
-	for _, err := range errs {
-		if err != nil {
-			return ratelimit.Unavailable("refund", withDeadline(b, err))
-		}
+	_, err := s.perGroup(ctx, modeRefund, sub)
+	if err != nil {
+		return ratelimit.Unavailable("refund", err)
 	}
 	return nil
+}
+
+// Release frees the concurrency slots of items (see ratelimit.SlotStore):
+// one refund call per hash tag, sent together. A failure wraps
+// ErrUnavailable; the slots it concerns then expire on their own.
+func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error {
+	if err := ratelimit.CheckSlotItems(items); err != nil {
+		return err
+	}
+	one := make([]ratelimit.Item, len(items))
+	for i, it := range items {
+		it.Cost = 1
+		one[i] = it
+	}
+	if _, err := s.perGroup(ctx, modeRefund, one); err != nil {
+		return ratelimit.Unavailable("release", err)
+	}
+	return nil
+}
+
+// Renew extends the concurrency slots of items still held to their
+// Limit.Per from now, on the store's clock (see ratelimit.SlotStore): one
+// call per hash tag, sent together. A failure wraps ErrUnavailable.
+func (s *RedisStore) Renew(ctx context.Context, items []ratelimit.Item) error {
+	if err := ratelimit.CheckSlotItems(items); err != nil {
+		return err
+	}
+	if _, err := s.perGroup(ctx, modeRenew, items); err != nil {
+		return ratelimit.Unavailable("renew", err)
+	}
+	return nil
+}
+
+// perGroup sends one script call in mode per hash tag of items, together,
+// under one Timeout, and returns their replies, or the first failure.
+func (s *RedisStore) perGroup(ctx context.Context, mode string, items []ratelimit.Item) ([]any, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	nowUS, useNow := s.now()
+	b := newBound(ctx, s.opts.Timeout)
+	var calls []*scriptCall
+	gidx := make([]int, len(items))
+	for _, gr := range groupItems(items, make([]group, len(items)), gidx) {
+		c := getCall(b)
+		c.build(mode, nowUS, useNow, items, gidx[gr.lo:gr.hi], nil)
+		calls = append(calls, c)
+	}
+	vals, errs := s.exchange(calls)
+	for _, err := range errs {
+		if err != nil {
+			return nil, withDeadline(b, err)
+		}
+	}
+	return vals, nil
 }
 
 // now returns the injected time, if any.

@@ -168,10 +168,11 @@ func TestScriptCallReuse(t *testing.T) {
 			}
 		}
 	}
-	// The layout the script reads: name, digest, numkeys, keys, mode, now, items.
+	// The layout the script reads: name, digest, numkeys, keys, mode, now, items
+	// (the last value of an item is its holder, "" but for concurrency).
 	c := &scriptCall{}
 	c.build(modeDecide, 0, false, []ratelimit.Item{a}, []int{0}, nil)
-	want := []any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", int(ratelimit.TokenBucket), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(1), 0, int64(0), int64(0), int64(0), int64(0)}
+	want := []any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", int(ratelimit.TokenBucket), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(1), 0, int64(0), int64(0), int64(0), int64(0), ""}
 	if len(c.args) != len(want) {
 		t.Fatalf("args %#v, want %#v", c.args, want)
 	}

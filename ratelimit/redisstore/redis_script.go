@@ -27,6 +27,7 @@ var luaOrder = []string{
 	"lua/fixedwindow.lua",
 	"lua/slidingwindow.lua",
 	"lua/slidinglog.lua",
+	"lua/concurrency.lua",
 	"lua/dispatch.lua",
 }
 
@@ -56,10 +57,11 @@ const (
 	modeDecide = "d"
 	modeRefund = "r"
 	modeEval   = "e" // evaluate without consuming anything
+	modeRenew  = "w" // renew concurrency slots
 )
 
 // argsPerItem is the number of ARGV values that describe one item.
-const argsPerItem = 10
+const argsPerItem = 11
 
 // valuesPerResult is the number of integers the script returns per item:
 // allowed, remaining, retry (µs), reset (µs), remaining and reset as they
@@ -111,7 +113,7 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		}
 		p := 5 + n + argsPerItem*i
 		c.setInt(p, int(it.Algorithm))
-		c.setInt64(p+1, it.Limit.Rate)
+		c.setInt64(p+1, rateArg(it))
 		c.setInt64(p+2, it.Limit.Per.Microseconds())
 		c.setInt64(p+3, burstArg(it))
 		c.setInt64(p+4, it.Cost)
@@ -127,7 +129,17 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		c.setInt64(p+7, cs)
 		c.setInt64(p+8, ce)
 		c.setInt64(p+9, cn)
+		c.setString(p+10, it.Holder)
 	}
+}
+
+// rateArg is the script's rate argument of it: the rate, or for
+// concurrency the most slots held at once.
+func rateArg(it ratelimit.Item) int64 {
+	if it.Algorithm == ratelimit.Concurrency {
+		return it.Limit.Max
+	}
+	return it.Limit.Rate
 }
 
 // burstArg is the script's burst argument of it: the burst, or for a

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite that every ratelimit.Store
 // passes: step tables of each algorithm, batch atomicity, shadow items,
-// clock jumps, exact retry times, idle keys and concurrency.
+// clock jumps, exact retry times, idle keys and concurrency, and the
+// concurrency slots of a ratelimit.SlotStore.
 //
 // The suite never assumes an empty store: every subtest works under its own
 // random key prefix, so it can run against a shared or persistent store.
@@ -183,6 +184,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("sliding_window_bound", func(t *testing.T) { testSlidingWindowBound(newEnv(t, newStore)) })
 	t.Run("retry_after_is_longest_denial", func(t *testing.T) { testRetryAfterMax(newEnv(t, newStore)) })
 	t.Run("done_context", func(t *testing.T) { testDoneContext(newEnv(t, newStore)) })
+	t.Run("concurrency_slots", func(t *testing.T) { testSlots(t, newStore) })
 	t.Run("concurrent", func(t *testing.T) {
 		for _, s := range specs(100, time.Minute) {
 			t.Run(s.alg.String(), func(t *testing.T) { testConcurrent(newEnv(t, newStore), s) })

@@ -2,12 +2,14 @@
 -- that share a hash slot, atomically.
 --
 -- KEYS[i]: the key of item i (a key may appear more than once).
--- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund.
+-- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund,
+--          'w' to renew concurrency slots.
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
--- ARGV[3..]: per item, 10 values: algorithm, rate, per (µs), burst, cost,
---            shadow (1 or 0), want, and for a calendar fixed window the
---            start and end of the current window by the caller's clock and
---            the end of the next one (µs; all 0 otherwise).
+-- ARGV[3..]: per item, 11 values: algorithm, rate (for concurrency: max),
+--            per (µs), burst, cost, shadow (1 or 0), want, for a calendar
+--            fixed window the start and end of the current window by the
+--            caller's clock and the end of the next one (µs; all 0
+--            otherwise), and the holder of a concurrency slot ('' otherwise).
 --
 -- Items are evaluated in order; an item that fits tentatively takes its
 -- cost, so a later item of the same key sees it. Decide consumes (writes)
@@ -27,7 +29,11 @@
 -- was admitted and the item fitted.
 --
 -- Refund gives each item's cost back and keeps each key's expiry (a refund
--- never makes a key live longer). Reply: {1}.
+-- never makes a key live longer); for a concurrency item it releases the
+-- holder's slot. Reply: {1}.
+--
+-- Renew extends each concurrency item's slot, when its holder still holds
+-- it, to now + per. Reply: {number of slots renewed}.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -43,13 +49,14 @@ local mode = ARGV[1]
 local n = #KEYS
 local items = {}
 for i = 1, n do
-  local b = 2 + (i - 1) * 10
+  local b = 2 + (i - 1) * 11
   local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
   if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
   items[i] = {
     alg = alg,
     lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
-           cs = tonumber(ARGV[b + 8]), ce = tonumber(ARGV[b + 9]), cn = tonumber(ARGV[b + 10])},
+           cs = tonumber(ARGV[b + 8]), ce = tonumber(ARGV[b + 9]), cn = tonumber(ARGV[b + 10]),
+           holder = ARGV[b + 11]},
     cost = tonumber(ARGV[b + 5]),
     shadow = ARGV[b + 6] == '1',
     want = tonumber(ARGV[b + 7]) or 0,
@@ -75,6 +82,15 @@ local function state_for(key, it)
   if not w then order[#order + 1] = key end
   work[key] = fresh
   return fresh
+end
+
+if mode == 'w' then
+  local renewed = 0
+  for i = 1, n do
+    local it = items[i]
+    if it.alg.renew then renewed = renewed + it.alg.renew(KEYS[i], it.lim, now) end
+  end
+  return {renewed}
 end
 
 if mode == 'r' then

@@ -1,0 +1,92 @@
+-- Concurrency. The key is a sorted set: one member per slot held, named by
+-- its holder, scored by the time (µs) from which it is free unless renewed.
+-- lim.rate is the most slots held at once (Limit.Max), lim.per the time a
+-- slot lives without a renewal, lim.holder the item's holder.
+--
+-- Expired members are ignored when counting and removed whenever the key is
+-- written. A key of another type (another algorithm's hash) reads as empty
+-- and is replaced when a slot is taken.
+
+-- The exclusive lower score bound "(now", written exactly (tostring would
+-- round a 16-digit number).
+local function after(now)
+  return '(' .. string.format('%.0f', now)
+end
+
+local function zset_type(key)
+  local t = redis.call('TYPE', key)
+  if type(t) == 'table' then t = t.ok end
+  return t
+end
+
+ALGORITHMS[5] = {
+  load = function(key, lim, now)
+    local s = {now = now, n = 0, add = {}, rem = {}}
+    if not key then return s end
+    local t = zset_type(key)
+    if t == 'none' then return s end
+    if t ~= 'zset' then
+      s.stale = true
+      return s
+    end
+    s.n = redis.call('ZCOUNT', key, after(now), '+inf')
+    if s.n > 0 then
+      local f = redis.call('ZRANGEBYSCORE', key, after(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(now), 'WITHSCORES', 'LIMIT', 0, 1)
+      s.first, s.last = tonumber(f[2]), tonumber(l[2])
+    end
+    return s
+  end,
+
+  fits = function(s, lim, cost)
+    return s.n + cost <= lim.rate
+  end,
+
+  take = function(s, lim, cost)
+    local e = s.now + lim.per
+    s.add[#s.add + 1] = {lim.holder, e}
+    s.n = s.n + cost
+    if not s.first or e < s.first then s.first = e end
+    if not s.last or e > s.last then s.last = e end
+  end,
+
+  report = function(s, lim, cost, allowed)
+    local remaining = lim.rate - s.n
+    if remaining < 0 then remaining = 0 end
+    local retry = 0
+    if not allowed then
+      retry = (s.first or s.now) - s.now
+      if retry < 1 then retry = 1 end
+    end
+    local reset = 0
+    if s.last then reset = s.last - s.now end
+    return remaining, retry, reset
+  end,
+
+  save = function(key, s, lim, keep_ttl)
+    if s.stale then redis.call('DEL', key) end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', s.now))
+    for _, h in ipairs(s.rem) do redis.call('ZREM', key, h) end
+    for _, a in ipairs(s.add) do redis.call('ZADD', key, a[2], a[1]) end
+    if not keep_ttl and s.last then expire_us(key, s.last - s.now) end
+  end,
+
+  -- Refunding a slot is releasing it: its holder's member goes.
+  give = function(s, lim, cost)
+    if s.stale then return false end
+    s.rem[#s.rem + 1] = lim.holder
+    return true
+  end,
+
+  -- Renews the holder's slot to now + per when it is still live, and makes
+  -- the key live at least as long. Returns 1 when renewed, 0 otherwise.
+  renew = function(key, lim, now)
+    if zset_type(key) ~= 'zset' then return 0 end
+    local sc = redis.call('ZSCORE', key, lim.holder)
+    if not sc or tonumber(sc) <= now then return 0 end
+    redis.call('ZADD', key, 'XX', now + lim.per, lim.holder)
+    local ms = cdiv(lim.per, 1000)
+    if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+    return 1
+  end,
+}

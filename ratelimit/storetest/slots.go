@@ -1,0 +1,207 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// slotLimit is the suite's concurrency limit: 2 slots, each held 10 s
+// without a renewal.
+var slotLimit = ratelimit.Limit{Max: 2, Per: 10 * time.Second}
+
+// slot returns a concurrency item of key name for holder (cost 1), or a
+// peek at the key (cost 0) when holder is "".
+func (e *env) slot(name, holder string) ratelimit.Item {
+	it := ratelimit.Item{Key: e.key(name), Algorithm: ratelimit.Concurrency, Limit: slotLimit, Holder: holder}
+	if holder != "" {
+		it.Cost = 1
+	}
+	return it
+}
+
+// slots returns the store as a SlotStore, failing the test if it is not.
+func (e *env) slots() ratelimit.SlotStore {
+	e.t.Helper()
+	s, ok := e.store.(ratelimit.SlotStore)
+	if !ok {
+		e.t.Fatalf("%T is not a ratelimit.SlotStore", e.store)
+	}
+	return s
+}
+
+func (e *env) release(items ...ratelimit.Item) {
+	e.t.Helper()
+	if err := e.slots().Release(context.Background(), items); err != nil {
+		e.t.Fatalf("Release: %v", err)
+	}
+}
+
+func (e *env) renew(items ...ratelimit.Item) {
+	e.t.Helper()
+	if err := e.slots().Renew(context.Background(), items); err != nil {
+		e.t.Fatalf("Renew: %v", err)
+	}
+}
+
+// wantSlot decides it alone and compares the whole Result.
+func (e *env) wantSlot(what string, it ratelimit.Item, want ratelimit.Result) {
+	e.t.Helper()
+	want.Limit = slotLimit.Max
+	if r := e.one(it); r != want {
+		e.t.Errorf("%s:\n got %+v\nwant %+v", what, r, want)
+	}
+}
+
+const sec = time.Second
+
+// testSlots is the conformance of Concurrency items and SlotStore.
+func testSlots(t *testing.T, newStore NewStore) {
+	t.Run("acquire_up_to_max", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		e.wantSlot("first", e.slot("s", "h1"), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
+		e.set(20)
+		e.wantSlot("second", e.slot("s", "h2"), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
+		// Denied until the earliest slot (h1's, at t0+10s) expires.
+		e.wantSlot("third", e.slot("s", "h3"), ratelimit.Result{Remaining: 0, RetryAfter: 8 * sec, ResetAfter: 10 * sec})
+		e.wantSlot("peek", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
+		e.set(50)
+		e.wantSlot("third later", e.slot("s", "h3"), ratelimit.Result{Remaining: 0, RetryAfter: 5 * sec, ResetAfter: 7 * sec})
+	})
+	t.Run("release_frees", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
+		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
+		e.wantAllowed("h3 while full", e.one(e.slot("s", "h3")), false)
+		e.release(e.slot("s", "h1"))
+		e.release(e.slot("s", "h1"))      // twice: nothing more to free
+		e.release(e.slot("s", "unknown")) // never held
+		e.release(e.slot("other", "h9"))  // a key that does not exist
+		e.wantSlot("after release", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
+		e.wantAllowed("h3 after release", e.one(e.slot("s", "h3")), true)
+		e.wantAllowed("h4 full again", e.one(e.slot("s", "h4")), false)
+		e.release(e.slot("s", "h2"), e.slot("s", "h3"))
+		e.wantSlot("all released", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
+	})
+	t.Run("expiry_frees", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
+		e.set(50)
+		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
+		e.set(99)
+		e.wantAllowed("h3 just before h1 expires", e.one(e.slot("s", "h3")), false)
+		e.set(100) // h1 expires exactly now
+		e.wantSlot("h3 as h1 expires", e.slot("s", "h3"), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
+		e.wantSlot("h4", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 5 * sec, ResetAfter: 10 * sec})
+		e.set(300)
+		e.wantSlot("all expired", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
+	})
+	t.Run("renew_keeps", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
+		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
+		e.set(90)
+		e.renew(e.slot("s", "h1")) // h1 now expires at t0+19s
+		e.set(100)
+		e.wantSlot("h2 expired, h1 renewed", e.slot("s", "h3"), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
+		e.wantSlot("full", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 9 * sec, ResetAfter: 10 * sec})
+		// An expired slot is not taken again by a late renewal.
+		e.renew(e.slot("s", "h2"), e.slot("s", "gone"))
+		e.release(e.slot("s", "h3"))
+		e.wantSlot("h2 stays expired", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 9 * sec})
+		e.set(190)
+		e.wantSlot("h1 expires at last", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
+		e.renew(e.slot("s", "h1"))
+		e.wantSlot("h1 not revived", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
+	})
+	t.Run("all_or_nothing", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		rate := spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 1, Per: time.Hour}}
+		e.set(0)
+		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
+		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
+		// Slots full: the rate item is not consumed.
+		d := e.decide(e.item("rate", rate, 1), e.slot("s", "h3"))
+		if d.Allowed || !d.Results[0].Allowed || d.Results[1].Allowed {
+			e.t.Errorf("rate with room, slots full: %+v", d)
+		}
+		e.wantRemaining("rate item of a batch the slots denied", "rate", rate, 1)
+		// A slot free, the rate spent: no slot is taken.
+		e.release(e.slot("s", "h1"), e.slot("s", "h2"))
+		e.wantAllowed("spend the rate", e.one(e.item("rate", rate, 1)), true)
+		d = e.decide(e.item("rate", rate, 1), e.slot("s", "h3"))
+		if d.Allowed || d.Results[0].Allowed || !d.Results[1].Allowed {
+			e.t.Errorf("rate spent, slots free: %+v", d)
+		}
+		e.wantSlot("slot of a batch the rate denied", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
+		// Both fit: both are taken.
+		d = e.decide(e.item("rate2", rate, 1), e.slot("s", "h3"))
+		if !d.Allowed {
+			e.t.Errorf("both fit: %+v", d)
+		}
+		e.wantRemaining("rate item admitted with a slot", "rate2", rate, 0)
+		e.wantSlot("slot admitted with a rate item", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
+	})
+	t.Run("invalid", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		bad := []struct {
+			name string
+			it   ratelimit.Item
+		}{
+			{"cost 2", ratelimit.Item{Key: e.key("s"), Algorithm: ratelimit.Concurrency, Limit: slotLimit, Cost: 2, Holder: "h"}},
+			{"no holder", ratelimit.Item{Key: e.key("s"), Algorithm: ratelimit.Concurrency, Limit: slotLimit, Cost: 1}},
+			{"zero max", ratelimit.Item{Key: e.key("s"), Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Per: sec}, Cost: 1, Holder: "h"}},
+			{"no ttl", ratelimit.Item{Key: e.key("s"), Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 2}, Cost: 1, Holder: "h"}},
+			{"rate set", ratelimit.Item{Key: e.key("s"), Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 2, Per: sec, Rate: 1}, Cost: 1, Holder: "h"}},
+			{"max on a window", ratelimit.Item{Key: e.key("s"), Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 2, Per: sec, Max: 2}, Cost: 1}},
+		}
+		for _, c := range bad {
+			if _, err := e.store.Decide(context.Background(), []ratelimit.Item{c.it}); !errors.Is(err, ratelimit.ErrInvalid) {
+				e.t.Errorf("Decide %s: err = %v, want one wrapping ErrInvalid", c.name, err)
+			}
+		}
+		window := ratelimit.Item{Key: e.key("w"), Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 2, Per: sec}, Cost: 1}
+		for _, items := range [][]ratelimit.Item{{window}, {e.slot("s", "")}, {bad[3].it}} {
+			if err := e.slots().Release(context.Background(), items); !errors.Is(err, ratelimit.ErrInvalid) {
+				e.t.Errorf("Release %+v: err = %v, want one wrapping ErrInvalid", items, err)
+			}
+			if err := e.slots().Renew(context.Background(), items); !errors.Is(err, ratelimit.ErrInvalid) {
+				e.t.Errorf("Renew %+v: err = %v, want one wrapping ErrInvalid", items, err)
+			}
+		}
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		lim := ratelimit.Limit{Max: 10, Per: time.Minute}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 40 {
+			wg.Go(func() {
+				it := ratelimit.Item{Key: e.key("c"), Algorithm: ratelimit.Concurrency, Limit: lim, Cost: 1, Holder: fmt.Sprintf("h%d", g)}
+				d, err := e.store.Decide(context.Background(), []ratelimit.Item{it})
+				if err != nil {
+					e.t.Errorf("Decide: %v", err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != lim.Max {
+			e.t.Errorf("%d of 40 concurrent requests took a slot, want exactly %d", n, lim.Max)
+		}
+	})
+}
