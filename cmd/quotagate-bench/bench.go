@@ -61,7 +61,7 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 	e.upstream = "http://" + upAddr
 	if needRedis {
 		fmt.Fprintln(progress, "starting redis-server")
-		if e.redis, err = startRedis(ctx, ps, dir); err != nil {
+		if e.redis, err = startRedis(ctx, ps, dir, false); err != nil {
 			return nil, err
 		}
 		defer e.redis.client.Close()

@@ -18,6 +18,14 @@
 //
 //	go run ./cmd/quotagate-bench [-c 64] [-d 10s] [-rounds 2] [-keys all] [-contenders ...] [-traefik BIN] [-json FILE]
 //
+// With -mode fleet it simulates a fleet instead (see fleet.go): N
+// in-process gateways, each with its own store client and caches, on a
+// standalone Redis and a 3-primary Cluster, under a million Zipf-
+// distributed free callers, an enterprise tenant and an abusive caller,
+// reported per class of caller:
+//
+//	go run ./cmd/quotagate-bench -mode fleet [-n 3,10,50] [-topology standalone,cluster] [-d 10s] [-c 64] [-lease off|static] [-redis ADDR] [-cluster ADDRS]
+//
 // Every process it starts is stopped when it exits, also on Ctrl-C.
 package main
 
@@ -80,7 +88,17 @@ type options struct {
 	rate       int
 	timeout    time.Duration
 	jsonPath   string
+	// mode is modeContenders (the default) or modeFleet; fleet holds the
+	// settings only the fleet mode reads.
+	mode  string
+	fleet fleetOptions
 }
+
+// Modes of the bench.
+const (
+	modeContenders = "contenders" // quotagate beside the alternatives, as processes
+	modeFleet      = "fleet"      // N in-process quotagate instances on Redis, by key class
+)
 
 // parseFlags parses args; every error names the flag.
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -98,8 +116,23 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.rate, "rate", 100000, "limit per API key, requests per second (also the burst), for every limiter")
 	fs.DurationVar(&o.timeout, "redis-timeout", time.Second, "quotagate store.redis.timeout; the default is the largest allowed, so that on a loaded machine decisions reach Redis instead of failing open")
 	fs.StringVar(&o.jsonPath, "json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)
+	fs.StringVar(&o.mode, "mode", modeContenders, "contenders: quotagate beside the alternatives; fleet: N in-process instances on Redis, reported by key class")
+	sizes := fs.String("n", "3,10,50", "fleet: instance counts, one run each")
+	topologies := fs.String("topology", "standalone,cluster", "fleet: Redis topologies (standalone, cluster: 3 primaries)")
+	fs.IntVar(&o.fleet.mix.callers, "callers", 1000000, "fleet: free callers, Zipf-distributed")
+	fs.Float64Var(&o.fleet.mix.enterpriseShare, "enterprise-share", 0.10, "fleet: share of requests from the enterprise tenant")
+	fs.Float64Var(&o.fleet.mix.abusiveShare, "abusive-share", 0.05, "fleet: share of requests from the abusive caller")
+	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N)")
+	fs.StringVar(&o.fleet.redisAddr, "redis", "", "fleet: a standalone Redis to use (flushed before each run) instead of starting one")
+	cluster := fs.String("cluster", "", "fleet: comma-separated seed addresses of a Redis Cluster to use (flushed before each run) instead of starting one")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.mode == modeFleet {
+		return o, parseFleetFlags(o, *sizes, *topologies, *cluster)
+	}
+	if o.mode != modeContenders {
+		return nil, fmt.Errorf("-mode: unknown mode %q (want %s or %s)", o.mode, modeContenders, modeFleet)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -151,18 +184,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.mode == modeFleet {
+		rep, err := fleetBench(ctx, o, "quotagate-bench "+strings.Join(args, " "), stderr)
+		if err != nil {
+			return err
+		}
+		return writeReport(stdout, o.jsonPath, rep, func(w io.Writer) error { return writeFleetTable(w, rep) })
+	}
 	rep, err := bench(ctx, o, "quotagate-bench "+strings.Join(args, " "), stderr)
 	if err != nil {
 		return err
 	}
-	if o.jsonPath == "-" {
+	return writeReport(stdout, o.jsonPath, rep, func(w io.Writer) error { return writeTable(w, rep) })
+}
+
+// writeReport writes rep as JSON to stdout when jsonPath is "-"; else the
+// table to stdout and, with a jsonPath, the JSON to that file.
+func writeReport(stdout io.Writer, jsonPath string, rep any, table func(io.Writer) error) error {
+	if jsonPath == "-" {
 		return writeJSON(stdout, rep)
 	}
-	if err := writeTable(stdout, rep); err != nil {
+	if err := table(stdout); err != nil {
 		return err
 	}
-	if o.jsonPath != "" {
-		f, err := os.Create(o.jsonPath)
+	if jsonPath != "" {
+		f, err := os.Create(jsonPath)
 		if err != nil {
 			return err
 		}

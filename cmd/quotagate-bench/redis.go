@@ -17,14 +17,16 @@ import (
 // redisServer is the bench's own redis-server, shared by the contenders
 // that use Redis.
 type redisServer struct {
-	addr   string
-	proc   *proc
-	client *redis.Client // for INFO and FLUSHALL between runs
+	addr    string
+	busPort int // cluster bus port; 0 for a standalone server
+	proc    *proc
+	client  *redis.Client // for INFO and FLUSHALL between runs
 }
 
 // startRedis starts redis-server from PATH on a free port with nothing
-// persisted, files in dir.
-func startRedis(ctx context.Context, ps *procs, dir string) (*redisServer, error) {
+// persisted, files in dir; with cluster set, cluster-enabled on a free bus
+// port and not yet part of any cluster (see startCluster).
+func startRedis(ctx context.Context, ps *procs, dir string, cluster bool) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redis-server is not on PATH; install Redis 7 (apt-get install redis-server) or leave the Redis contenders (evalsha, quotagate-redis) out of -contenders")
@@ -35,10 +37,19 @@ func startRedis(ctx context.Context, ps *procs, dir string) (*redisServer, error
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(bin,
+		args := []string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
 			"--dir", dir, "--save", "", "--appendonly", "no",
-			"--logfile", filepath.Join(dir, "redis.log"))
+			"--logfile", filepath.Join(dir, "redis.log")}
+		busPort := 0
+		if cluster {
+			if busPort, err = freePort(); err != nil {
+				return nil, err
+			}
+			args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(busPort),
+				"--cluster-config-file", filepath.Join(dir, "nodes.conf"))
+		}
+		cmd := exec.Command(bin, args...)
 		p, err := ps.start("redis-server", cmd, syscall.SIGKILL, nil)
 		if err != nil {
 			return nil, err
@@ -49,7 +60,7 @@ func startRedis(ctx context.Context, ps *procs, dir string) (*redisServer, error
 			return client.Ping(ctx).Err()
 		})
 		if lastErr == nil {
-			return &redisServer{addr: addr, proc: p, client: client}, nil
+			return &redisServer{addr: addr, busPort: busPort, proc: p, client: client}, nil
 		}
 		_ = client.Close()
 		p.stop(time.Second)

@@ -200,7 +200,7 @@ func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
 func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
 
 // writeJSON writes rep as indented JSON.
-func writeJSON(w io.Writer, rep *Report) error {
+func writeJSON(w io.Writer, rep any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)

@@ -35,6 +35,9 @@ type Config struct {
 	// FleetSize is the number of instances sharing Redis; it sizes the
 	// local shares (see ratelimit.FallbackOptions). 0 or less means 1.
 	FleetSize int
+	// Hook, when not nil, is added to the client and sees every command
+	// and pipeline the store sends (a benchmark counts calls with it).
+	Hook redis.Hook
 }
 
 // Open builds the fleet-wide decision stack on Redis: a RedisStore (script
@@ -49,6 +52,9 @@ func Open(c Config) *ratelimit.Stack {
 		PoolSize: c.PoolSize, DialTimeout: max(c.Timeout, 250*time.Millisecond),
 		ReadTimeout: c.Timeout, WriteTimeout: c.Timeout, TLS: c.TLS,
 	})
+	if c.Hook != nil {
+		client.AddHook(c.Hook)
+	}
 	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout})
 	// Items with a lease admit from blocks this instance reserved; the
 	// others pass through to Redis on every decision.

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/quotagate/quotagate/config"
+)
+
+// fleetOptions are the settings of -mode fleet.
+type fleetOptions struct {
+	sizes      []int    // instances per run (-n)
+	topologies []string // standalone, cluster (-topology)
+	mix        fleetMix
+	lease      string
+	// redisAddr and clusterAddrs, when set, are a Redis the caller runs
+	// instead of one the bench starts. It is flushed before each run.
+	redisAddr    string
+	clusterAddrs []string
+}
+
+// FleetClass is one class of callers in one fleet run.
+type FleetClass struct {
+	Class    string `json:"class"`
+	Keys     uint64 `json:"keys"` // callers of the class that sent a request
+	Requests uint64 `json:"requests"`
+	Admitted uint64 `json:"admitted"`
+	Limited  uint64 `json:"status_429"`
+	// Errors is answers other than 200 and 429 (503 when the store failed:
+	// the policy fails closed).
+	Errors uint64 `json:"errors"`
+	// Bound is the most the limit lets the class's callers admit in the
+	// run: per caller burst + rate × elapsed, summed.
+	Bound uint64 `json:"bound"`
+	// Admissible is, per caller, the smaller of its requests and its
+	// bound, summed: what an exact limiter admits.
+	Admissible uint64 `json:"admissible"`
+	// Over is, per caller, admissions beyond its bound, summed; 0 for a
+	// strict limiter.
+	Over uint64 `json:"over_admitted"`
+	// Utilisation is Admitted / Admissible.
+	Utilisation float64 `json:"utilisation"`
+	// StoreCalls is script calls sent to Redis for this class's keys per
+	// request of the class (counted in each instance's client).
+	StoreCalls float64 `json:"store_calls_per_req"`
+}
+
+// FleetRun is one fleet size on one topology.
+type FleetRun struct {
+	Topology  string  `json:"topology"`
+	Instances int     `json:"instances"`
+	Seconds   float64 `json:"seconds"`
+	Requests  uint64  `json:"requests"`
+	RPS       float64 `json:"rps"`
+	// From INFO deltas, summed over the Redis nodes, per request: every
+	// command (those scripts run included) and top-level script calls.
+	RedisCmds    float64 `json:"redis_cmds_per_req"`
+	RedisScripts float64 `json:"redis_scripts_per_req"`
+	// RedisCPUus is used_cpu_sys + used_cpu_user per request, µs.
+	RedisCPUus float64 `json:"redis_cpu_us_per_req"`
+	// RedisBytesPerKey is the mean MEMORY USAGE of live keys sampled at
+	// the end of the measured part (see redisNodes.bytesPerKey);
+	// RedisMBPer1M is that for 1,000,000 live callers (one key each).
+	RedisBytesPerKey float64 `json:"redis_bytes_per_key"`
+	RedisMBPer1M     float64 `json:"redis_mb_per_1m_callers"`
+	// GatewayMiB is the live heap (after GC) the instances added, divided
+	// by their number.
+	GatewayMiB float64 `json:"gateway_heap_mib_per_instance"`
+	// ProcessCPUus is this process's CPU per request: the instances and
+	// the load generator together.
+	ProcessCPUus float64 `json:"process_cpu_us_per_req"`
+	// OtherCalls is commands the instances sent that touch no caller's
+	// keys (PING, CLUSTER SLOTS), in the whole run.
+	OtherCalls uint64       `json:"other_store_calls"`
+	Classes    []FleetClass `json:"classes"`
+}
+
+// FleetReport is the output of -mode fleet.
+type FleetReport struct {
+	Command  string            `json:"command"`
+	Machine  map[string]string `json:"machine"`
+	Settings map[string]string `json:"settings"`
+	Notes    []string          `json:"notes"`
+	Runs     []FleetRun        `json:"runs"`
+}
+
+// fleetBench runs every topology at every size and returns the report.
+func fleetBench(ctx context.Context, o *options, command string, progress io.Writer) (*FleetReport, error) {
+	dir, err := os.MkdirTemp("", "quotagate-bench-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ps := &procs{}
+	defer ps.stopAll()
+	f := &o.fleet
+	rep := &FleetReport{
+		Command: command,
+		Machine: map[string]string{
+			"cores": strconv.Itoa(runtime.NumCPU()), "os": runtime.GOOS + "/" + runtime.GOARCH,
+			"go": runtime.Version(), "load": "loadavg at start " + loadAvg(),
+		},
+		Settings: map[string]string{
+			"workers": strconv.Itoa(o.conns), "duration": o.duration.String(),
+			"callers": strconv.Itoa(f.mix.callers), "lease": f.lease,
+			"mix": fmt.Sprintf("enterprise %.0f%%, abusive %.0f%%, the rest Zipf(1.1) over the free callers",
+				100*f.mix.enterpriseShare, 100*f.mix.abusiveShare),
+			"limits": fmt.Sprintf("free %d/s burst %d (abusive too), enterprise %d/s burst %d; token bucket, on_store_error closed",
+				freeRate, freeBurst, enterpriseRate, enterpriseBurst),
+		},
+	}
+	keys := newPerKey(f.mix.callers)
+	for _, topo := range f.topologies {
+		var nodes *redisNodes
+		switch {
+		case topo == topoStandalone && f.redisAddr != "":
+			nodes, err = connectNodes(ctx, topo, []string{f.redisAddr})
+		case topo == topoCluster && len(f.clusterAddrs) > 0:
+			nodes, err = connectNodes(ctx, topo, f.clusterAddrs)
+		default:
+			fmt.Fprintf(progress, "starting redis (%s)\n", topo)
+			nodes, err = startNodes(ctx, ps, dir, topo)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", topo, err)
+		}
+		rep.Machine["redis"] = nodes.version
+		for _, n := range f.sizes {
+			fmt.Fprintf(progress, "%s: %d instances for %v\n", topo, n, o.duration)
+			run, err := fleetRun(ctx, o, nodes, n, keys)
+			if err != nil {
+				nodes.close()
+				return nil, fmt.Errorf("%s, %d instances: %w", topo, n, err)
+			}
+			for _, c := range run.Classes {
+				fmt.Fprintf(progress, "  %-10s requests %d admitted %d (bound %d, over %d) util %.3f store calls/req %.3f\n",
+					c.Class, c.Requests, c.Admitted, c.Bound, c.Over, c.Utilisation, c.StoreCalls)
+			}
+			rep.Runs = append(rep.Runs, *run)
+		}
+		nodes.close()
+	}
+	rep.Machine["load"] += ", at end " + loadAvg()
+	rep.Notes = fleetNotes(runtime.NumCPU())
+	return rep, nil
+}
+
+// fleetRun starts n instances on nodes, drives them for o.duration and
+// measures.
+func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *perKey) (*FleetRun, error) {
+	f := &o.fleet
+	if err := nodes.flush(ctx); err != nil {
+		return nil, err
+	}
+	keys.reset()
+	cfg, err := config.Parse([]byte(fleetConfig(nodes.addrs, n, f.lease)), fleetGetenv)
+	if err != nil {
+		return nil, fmt.Errorf("fleet config: %w", err)
+	}
+	heapBefore := liveHeap()
+	tags := classTags()
+	instances := make([]*instance, 0, n)
+	defer func() {
+		for _, in := range instances {
+			in.close()
+		}
+	}()
+	handlers := make([]http.Handler, n)
+	for i := range n {
+		in, err := startInstance(ctx, cfg, i, tags)
+		if err != nil {
+			return nil, fmt.Errorf("instance %d: %w", i, err)
+		}
+		instances = append(instances, in)
+		handlers[i] = in.gw
+	}
+	// Each instance connects, loads the script and (Cluster) learns the
+	// slots with a caller of its own, outside the measured part.
+	tokens := newTokenMaker()
+	for i, h := range handlers {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://fleet.bench"+requestURI, nil)
+		req.Header.Set("Authorization", tokens.bearer("warmup-"+strconv.Itoa(i), "free"))
+		rw := &discardWriter{h: http.Header{}}
+		h.ServeHTTP(rw, req)
+		if rw.code != http.StatusOK {
+			return nil, fmt.Errorf("instance %d: warm-up request answered %d", i, rw.code)
+		}
+	}
+	var before [numClasses + 1]uint64
+	for _, in := range instances {
+		for c := range before {
+			before[c] += in.calls.calls[c].Load()
+		}
+	}
+	rBefore, err := nodes.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cpuBefore, err := selfTicks()
+	if err != nil {
+		return nil, err
+	}
+	load := driveFleet(ctx, handlers, f.mix, o.conns, o.duration, keys)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cpuAfter, err := selfTicks()
+	if err != nil {
+		return nil, err
+	}
+	rAfter, err := nodes.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// At once: the keys of callers who stopped expire within seconds.
+	bpk, err := nodes.bytesPerKey(ctx, 200)
+	if err != nil {
+		return nil, err
+	}
+	var calls [numClasses + 1]uint64
+	for _, in := range instances {
+		for c := range calls {
+			calls[c] += in.calls.calls[c].Load()
+		}
+	}
+	for c := range calls {
+		calls[c] -= before[c]
+	}
+	heapAfter := liveHeap()
+
+	run := &FleetRun{Topology: nodes.topology, Instances: n, Seconds: round2(load.elapsed.Seconds()), OtherCalls: calls[classOther]}
+	for _, c := range load.classes {
+		run.Requests += c.requests
+	}
+	if run.Requests == 0 {
+		return nil, fmt.Errorf("no request completed")
+	}
+	perReq := func(v float64) float64 { return v / float64(run.Requests) }
+	run.RPS = round1(float64(run.Requests) / load.elapsed.Seconds())
+	all, scripts := rAfter.cmds.delta(rBefore.cmds)
+	run.RedisCmds, run.RedisScripts = round2(perReq(float64(all))), round2(perReq(float64(scripts)))
+	run.RedisCPUus = round2(perReq(1e6 * (rAfter.cpuSeconds - rBefore.cpuSeconds)))
+	if bpk > 0 {
+		run.RedisBytesPerKey = round1(bpk)
+		run.RedisMBPer1M = round1(bpk * 1e6 / (1 << 20))
+	}
+	run.GatewayMiB = round2(float64(heapAfter-heapBefore) / float64(n) / (1 << 20))
+	run.ProcessCPUus = round2(perReq(ticksToMicros(cpuAfter - cpuBefore)))
+	run.Classes = classRows(load, keys, calls)
+	return run, nil
+}
+
+// classRows turns the counts of a run into one row per class, with each
+// caller's bound computed from the policy and the elapsed time.
+func classRows(load *fleetLoad, keys *perKey, calls [numClasses + 1]uint64) []FleetClass {
+	secs := load.elapsed.Seconds()
+	bound := func(rate, burst int) uint64 { return uint64(burst) + uint64(float64(rate)*secs) }
+	rows := make([]FleetClass, numClasses)
+	for c := range numClasses {
+		cc := load.classes[c]
+		r := &rows[c]
+		r.Class = classNames[c]
+		r.Requests, r.Admitted, r.Limited, r.Errors = cc.requests, cc.ok, cc.limited, cc.other
+		one := func(b uint64) { // a class of one caller
+			if cc.requests == 0 {
+				return
+			}
+			r.Keys, r.Bound, r.Admissible = 1, b, min(cc.requests, b)
+			if cc.ok > b {
+				r.Over = cc.ok - b
+			}
+		}
+		switch keyClass(c) {
+		case classEnterprise:
+			one(bound(enterpriseRate, enterpriseBurst))
+		case classAbusive:
+			one(bound(freeRate, freeBurst))
+		case classFree:
+			b := bound(freeRate, freeBurst)
+			for i, req := range keys.requests {
+				if req == 0 {
+					continue
+				}
+				ok := uint64(keys.ok[i])
+				r.Keys++
+				r.Bound += b
+				r.Admissible += min(uint64(req), b)
+				if ok > b {
+					r.Over += ok - b
+				}
+			}
+		}
+		if r.Admissible > 0 {
+			r.Utilisation = float64(int64(float64(r.Admitted)/float64(r.Admissible)*1000+0.5)) / 1000
+		}
+		if r.Requests > 0 {
+			r.StoreCalls = float64(int64(float64(calls[c])/float64(r.Requests)*1000+0.5)) / 1000
+		}
+	}
+	return rows
+}
+
+// liveHeap is the heap in use after a full collection, in bytes.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// fleetNotes explains how to read the fleet table.
+func fleetNotes(cores int) []string {
+	return []string{
+		fmt.Sprintf("the machine has %d cores, shared by every instance, the load generator (this process) and redis-server; "+
+			"req/s is bounded by that contention", cores),
+		"instances are in-process gateways, each with its own Redis client, lease store, denial cache, breaker, stage 1 and telemetry; " +
+			"workers call a uniformly chosen instance's handler directly (no sockets between caller and gateway), closed loop; the upstream is the built-in echo",
+		"bound: per caller, burst + rate × elapsed (the bucket starts full), summed; admissible: per caller min(requests, bound), summed; " +
+			"over: per caller admissions beyond its bound, summed (0 = never over-admitted); util: admitted / admissible",
+		"store calls/req: script calls each instance's client sent for the class's keys, per request of the class; " +
+			"redis cmd/req and scripts/req: INFO commandstats deltas over all nodes per request (cmd counts commands run inside scripts too)",
+		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live keys per node sampled at the end, × 1,000,000 callers with one key each (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
+			"gw MiB/inst: live heap after GC with the instances running minus before they were built, / instances; proc µs/req: this process (instances + load generator)",
+	}
+}
+
+// writeFleetTable writes rep as an aligned table, one line per class of
+// each run, with the run's own columns repeated on each line.
+func writeFleetTable(w io.Writer, rep *FleetReport) error {
+	fmt.Fprintf(w, "command: %s\n", rep.Command)
+	for _, k := range []string{"cores", "os", "go", "redis", "load"} {
+		if v, ok := rep.Machine[k]; ok {
+			fmt.Fprintf(w, "%s: %s\n", k, v)
+		}
+	}
+	var settings []string
+	for _, k := range []string{"workers", "duration", "callers", "mix", "limits", "lease"} {
+		settings = append(settings, k+"="+rep.Settings[k])
+	}
+	fmt.Fprintf(w, "settings: %s\n\n", strings.Join(settings, "; "))
+	fmt.Fprintln(w, "| "+strings.Join(fleetColumns, " | ")+" |")
+	fmt.Fprintln(w, "|"+strings.Repeat("---|", len(fleetColumns)))
+	for _, r := range rep.Runs {
+		for _, c := range r.Classes {
+			cells := []string{
+				r.Topology, strconv.Itoa(r.Instances), c.Class, strconv.FormatUint(c.Keys, 10),
+				strconv.FormatUint(c.Requests, 10), strconv.FormatUint(c.Admitted, 10), strconv.FormatUint(c.Bound, 10),
+				strconv.FormatUint(c.Admissible, 10), strconv.FormatUint(c.Over, 10), fmt.Sprintf("%.3f", c.Utilisation),
+				strconv.FormatUint(c.Errors, 10), fmt.Sprintf("%.3f", c.StoreCalls),
+				fmt.Sprintf("%.0f", r.RPS), fmt.Sprintf("%.2f", r.RedisCmds), fmt.Sprintf("%.2f", r.RedisCPUus),
+				fmt.Sprintf("%.1f", r.RedisMBPer1M), fmt.Sprintf("%.2f", r.GatewayMiB), fmt.Sprintf("%.1f", r.ProcessCPUus),
+			}
+			fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+		}
+	}
+	fmt.Fprintln(w)
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	return nil
+}
+
+// fleetColumns are the fleet table's columns, in order.
+var fleetColumns = []string{
+	"redis", "N", "class", "callers", "requests", "admitted", "bound", "admissible", "over", "util", "errors",
+	"store calls/req", "req/s", "redis cmd/req", "redis µs/req", "redis MB/1M callers", "gw MiB/inst", "proc µs/req",
+}
+
+// parseSizes parses -n: a comma-separated list of instance counts.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("%q is not an instance count in [1, 1000]", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no instance count given")
+	}
+	return out, nil
+}
+
+// parseFleetFlags checks the flags -mode fleet reads and fills o.fleet;
+// every error names its flag.
+func parseFleetFlags(o *options, sizes, topologies, cluster string) error {
+	f := &o.fleet
+	var err error
+	if f.sizes, err = parseSizes(sizes); err != nil {
+		return fmt.Errorf("-n: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, t := range strings.Split(topologies, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" || seen[t] {
+			continue
+		}
+		if t != topoStandalone && t != topoCluster {
+			return fmt.Errorf("-topology: unknown topology %q (want %s or %s)", t, topoStandalone, topoCluster)
+		}
+		seen[t] = true
+		f.topologies = append(f.topologies, t)
+	}
+	for _, a := range strings.Split(cluster, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			f.clusterAddrs = append(f.clusterAddrs, a)
+		}
+	}
+	m := f.mix
+	switch {
+	case len(f.topologies) == 0:
+		return fmt.Errorf("-topology: none given")
+	case o.conns < 1:
+		return fmt.Errorf("-c: must be at least 1, got %d", o.conns)
+	case o.duration <= 0:
+		return fmt.Errorf("-d: must be > 0, got %v", o.duration)
+	case m.callers < 2 || m.callers > 100_000_000:
+		return fmt.Errorf("-callers: must be in [2, 100000000], got %d", m.callers)
+	case m.enterpriseShare < 0 || m.enterpriseShare > 1:
+		return fmt.Errorf("-enterprise-share: must be in [0, 1], got %v", m.enterpriseShare)
+	case m.abusiveShare < 0 || m.abusiveShare > 1:
+		return fmt.Errorf("-abusive-share: must be in [0, 1], got %v", m.abusiveShare)
+	case m.enterpriseShare+m.abusiveShare > 1:
+		return fmt.Errorf("-abusive-share: with -enterprise-share above 1 (%v + %v)", m.enterpriseShare, m.abusiveShare)
+	case f.lease != leaseOff && f.lease != leaseStatic:
+		return fmt.Errorf("-lease: unknown lease mode %q (want %s or %s)", f.lease, leaseOff, leaseStatic)
+	}
+	return nil
+}

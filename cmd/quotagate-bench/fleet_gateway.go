@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/gateway"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/telemetry"
+)
+
+// The fleet's callers and limits. Every caller presents an HS256 JWT; the
+// free users and the abusive caller are tier free, the enterprise tenant
+// tier enterprise. One token-bucket policy of scope tenant limits them all
+// in the store, and fails closed, so that no store error can admit.
+const (
+	fleetSecretEnv  = "QUOTAGATE_BENCH_FLEET_JWT"
+	fleetSecret     = "quotagate-bench-fleet-secret-of-32+bytes"
+	enterpriseID    = "acme"
+	abusiveID       = "abuser"
+	freeRate        = 10 // per second, per free caller (the abusive one too)
+	freeBurst       = 20
+	enterpriseRate  = 1000 // per second, for the enterprise tenant
+	enterpriseBurst = 1000
+	// localFactor puts each tier's stage 1 (per instance, per caller) this
+	// many times above its global limit, so that stage 2 decides.
+	localFactor = 100
+)
+
+// Lease modes of the fleet's policy.
+const (
+	leaseOff    = "off"    // every decision goes to the store
+	leaseStatic = "static" // blocks of at most 50 for 1 s, shared by the N instances
+)
+
+// fleetConfig is the configuration of every instance of a fleet of n on
+// Redis at addrs.
+func fleetConfig(addrs []string, n int, lease string) string {
+	var b strings.Builder
+	b.WriteString("# Written by quotagate-bench -mode fleet.\n")
+	b.WriteString("server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}\n")
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	// The largest deadline: on a loaded machine a decision reaches Redis
+	// instead of failing (closed).
+	fmt.Fprintf(&b, "store: {kind: redis, fleet_size: %d, redis: {addrs: [%s], timeout: 1s, pool_size: 64}}\n",
+		n, strings.Join(quoted, ", "))
+	b.WriteString("log: {level: info}\n")
+	fmt.Fprintf(&b, "identity:\n  jwt: {secret_env: %s}\n", fleetSecretEnv)
+	b.WriteString("tiers:\n")
+	fmt.Fprintf(&b, "  free: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*freeRate, localFactor*freeBurst)
+	fmt.Fprintf(&b, "  enterprise: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*enterpriseRate, localFactor*enterpriseBurst)
+	b.WriteString("policies:\n  user:\n    scope: tenant\n    algorithm: token_bucket\n    on_store_error: closed\n")
+	if lease == leaseStatic {
+		fmt.Fprintf(&b, "    lease: {max_block: 50, ttl: 1s, instances: %d}\n", n)
+	}
+	b.WriteString("    limits:\n")
+	fmt.Fprintf(&b, "      free: {rate: %d, per: 1s, burst: %d}\n", freeRate, freeBurst)
+	fmt.Fprintf(&b, "      enterprise: {rate: %d, per: 1s, burst: %d}\n", enterpriseRate, enterpriseBurst)
+	b.WriteString("upstreams:\n  echo: {url: \"echo:\", timeout: 10s}\n")
+	b.WriteString("routes:\n  - {name: items.get, method: GET, path: \"/{rest...}\", upstream: echo, policies: [user]}\n")
+	return b.String()
+}
+
+// fleetGetenv is the environment the instances see: the JWT secret only.
+func fleetGetenv(name string) (string, bool) {
+	if name == fleetSecretEnv {
+		return fleetSecret, true
+	}
+	return "", false
+}
+
+// instance is one gateway of the fleet, built as cmd/quotagate builds one:
+// its own telemetry, access log (to nowhere), Redis client, lease store,
+// denial cache, breaker and stage 1, sharing nothing with the others.
+type instance struct {
+	gw     *gateway.Gateway
+	calls  *callCounter
+	tel    *telemetry.Providers
+	logOut *telemetry.AsyncWriter
+}
+
+// startInstance builds instance i of a fleet on cfg.
+func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[string]keyClass) (*instance, error) {
+	in := &instance{calls: &callCounter{tags: tags}}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceVersion: "bench", InstanceID: fmt.Sprintf("fleet-%d", i),
+		Getenv: func(string) string { return "" }})
+	if err != nil {
+		return nil, err
+	}
+	in.tel = tel
+	metrics, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		in.close()
+		return nil, err
+	}
+	tel.ExportPrimed(metrics)
+	in.logOut = telemetry.NewAsyncWriter(io.Discard, telemetry.DefaultLogQueue)
+	in.gw, err = gateway.New(cfg, gateway.Options{
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+			r := c.Redis
+			return redisstore.Open(redisstore.Config{
+				Addrs: r.Addrs, PoolSize: r.PoolSize, Timeout: r.Timeout,
+				BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
+				Hook: in.calls,
+			}), nil
+		},
+		Logger:         telemetry.NewLogger(in.logOut, slog.LevelInfo),
+		AccessLog:      telemetry.NewAccessLog(in.logOut, slog.LevelInfo),
+		Metrics:        metrics,
+		TracerProvider: tel.TracerProvider,
+		Propagator:     tel.Propagator,
+		Getenv:         fleetGetenv,
+	})
+	if err != nil {
+		in.close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// close stops the instance and its store client.
+func (in *instance) close() {
+	if in.gw != nil {
+		_ = in.gw.Close()
+	}
+	if in.tel != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = in.tel.Shutdown(sctx)
+		cancel()
+	}
+	if in.logOut != nil {
+		_ = in.logOut.Close()
+	}
+}
+
+// keyClass is a class of callers the fleet report is broken down by.
+type keyClass int
+
+const (
+	classFree       keyClass = iota // the Zipf-distributed free users
+	classEnterprise                 // the one enterprise tenant
+	classAbusive                    // the one caller far over its limit
+	numClasses
+	classOther = numClasses // store calls for no caller (PING, CLUSTER SLOTS)
+)
+
+var classNames = [numClasses]string{"zipf-free", "enterprise", "abusive"}
+
+// classTags maps the hash tag of the enterprise tenant's and the abusive
+// caller's store keys to their class; every other tenant tag is a free
+// user's.
+func classTags() map[string]keyClass {
+	return map[string]keyClass{
+		"t:" + routes.HashID("jwt:"+enterpriseID): classEnterprise,
+		"t:" + routes.HashID("jwt:"+abusiveID):    classAbusive,
+	}
+}
+
+// callCounter is a go-redis hook that counts the script calls an
+// instance's store sends, by the class of the caller whose keys they
+// touch (the hash tag of the first key), and every other command as
+// classOther. Commands a script runs inside Redis are not seen here.
+type callCounter struct {
+	tags  map[string]keyClass // read-only
+	calls [numClasses + 1]atomic.Uint64
+}
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *callCounter) count(cmd redis.Cmder) {
+	c.calls[c.classify(cmd)].Add(1)
+}
+
+// classify returns the class of a script call's first key.
+func (c *callCounter) classify(cmd redis.Cmder) keyClass {
+	args := cmd.Args()
+	if len(args) < 4 || !isScript(strings.ToLower(cmd.Name())) {
+		return classOther
+	}
+	key, ok := args[3].(string)
+	if !ok {
+		return classOther
+	}
+	open, close := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
+	if open < 0 || close < open {
+		return classOther
+	}
+	tag := key[open+1 : close]
+	if cl, ok := c.tags[tag]; ok {
+		return cl
+	}
+	if strings.HasPrefix(tag, "t:") {
+		return classFree
+	}
+	return classOther
+}

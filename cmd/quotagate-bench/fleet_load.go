@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"hash"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// fleetMix is who sends the fleet's requests: the enterprise tenant a
+// share of them, the abusive caller another, and the rest free users
+// 0..callers-1 drawn from a Zipf distribution (s = 1.1, as the zipf key mix).
+type fleetMix struct {
+	callers         int
+	enterpriseShare float64
+	abusiveShare    float64
+}
+
+// fleetPicker draws callers for one worker; not safe for concurrent use.
+type fleetPicker struct {
+	mix  fleetMix
+	rng  *rand.Rand
+	zipf *rand.Zipf
+}
+
+func newFleetPicker(mix fleetMix, seed uint64) *fleetPicker {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	return &fleetPicker{mix: mix, rng: r, zipf: rand.NewZipf(r, 1.1, 1, uint64(mix.callers-1))}
+}
+
+// pick returns the next caller's class and, for a free user, its number.
+func (p *fleetPicker) pick() (keyClass, int) {
+	u := p.rng.Float64()
+	switch {
+	case u < p.mix.enterpriseShare:
+		return classEnterprise, 0
+	case u < p.mix.enterpriseShare+p.mix.abusiveShare:
+		return classAbusive, 0
+	}
+	return classFree, int(p.zipf.Uint64())
+}
+
+// tokenMaker signs the HS256 JWTs the callers present; not safe for
+// concurrent use. A token costs one HMAC-SHA256 of about 100 bytes.
+type tokenMaker struct {
+	mac    hash.Hash
+	header string // base64url of the JOSE header, with the dot
+	exp    string
+	buf    []byte
+}
+
+func newTokenMaker() *tokenMaker {
+	return &tokenMaker{
+		mac:    hmac.New(sha256.New, []byte(fleetSecret)),
+		header: base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + ".",
+		exp:    strconv.FormatInt(time.Now().Add(24*time.Hour).Unix(), 10),
+	}
+}
+
+// bearer returns "Bearer <JWT>" for tenant sub of tier.
+func (t *tokenMaker) bearer(sub, tier string) string {
+	claims := `{"sub":"` + sub + `","tier":"` + tier + `","exp":` + t.exp + `}`
+	b := append(t.buf[:0], "Bearer "...)
+	b = append(b, t.header...)
+	b = base64.RawURLEncoding.AppendEncode(b, []byte(claims))
+	t.mac.Reset()
+	t.mac.Write(b[len("Bearer "):])
+	b = append(b, '.')
+	b = base64.RawURLEncoding.AppendEncode(b, t.mac.Sum(nil))
+	t.buf = b
+	return string(b)
+}
+
+// classCounts is what one class of callers got.
+type classCounts struct {
+	requests, ok, limited, other uint64
+}
+
+// perKey counts requests and admissions of each free user; updated
+// atomically by every worker.
+type perKey struct {
+	requests, ok []uint32
+}
+
+func newPerKey(callers int) *perKey {
+	return &perKey{requests: make([]uint32, callers), ok: make([]uint32, callers)}
+}
+
+func (p *perKey) reset() {
+	clear(p.requests)
+	clear(p.ok)
+}
+
+// fleetLoad is the result of driving a fleet.
+type fleetLoad struct {
+	elapsed time.Duration
+	classes [numClasses]classCounts
+}
+
+// discardWriter is a ResponseWriter that keeps only the status, so that the
+// load generator costs the gateway nothing but the call.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (d *discardWriter) Header() http.Header { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) {
+	if d.code == 0 {
+		d.code = http.StatusOK
+	}
+	return len(p), nil
+}
+func (d *discardWriter) WriteHeader(c int) {
+	if d.code == 0 {
+		d.code = c
+	}
+}
+
+// driveFleet sends requests from workers closed-loop goroutines, each
+// calling a uniformly chosen instance's handler in-process with its next
+// request as soon as the previous one is answered, for d. Free users'
+// per-key counts go to keys. A request in flight at the deadline is
+// completed and counted; elapsed runs to the last completion.
+func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, workers int, d time.Duration, keys *perKey) *fleetLoad {
+	res := &fleetLoad{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine [numClasses]classCounts
+			pick := newFleetPicker(mix, uint64(w)+1)
+			tokens := newTokenMaker()
+			freeSub := make([]byte, 0, 16)
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				class, id := pick.pick()
+				var auth string
+				switch class {
+				case classEnterprise:
+					auth = tokens.bearer(enterpriseID, "enterprise")
+				case classAbusive:
+					auth = tokens.bearer(abusiveID, "free")
+				default:
+					freeSub = strconv.AppendInt(append(freeSub[:0], 'u'), int64(id), 10)
+					auth = tokens.bearer(string(freeSub), "free")
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://fleet.bench"+requestURI, nil)
+				if err != nil {
+					panic(err) // a constant URL
+				}
+				req.RequestURI = requestURI
+				req.RemoteAddr = "10.0.0.1:40000"
+				req.Header["Authorization"] = []string{auth}
+				rw := &discardWriter{h: http.Header{}}
+				handlers[pick.rng.IntN(len(handlers))].ServeHTTP(rw, req)
+				c := &mine[class]
+				c.requests++
+				switch rw.code {
+				case http.StatusOK:
+					c.ok++
+				case http.StatusTooManyRequests:
+					c.limited++
+				default:
+					c.other++
+				}
+				if class == classFree {
+					atomic.AddUint32(&keys.requests[id], 1)
+					if rw.code == http.StatusOK {
+						atomic.AddUint32(&keys.ok[id], 1)
+					}
+				}
+			}
+			mu.Lock()
+			for i := range mine {
+				res.classes[i].requests += mine[i].requests
+				res.classes[i].ok += mine[i].ok
+				res.classes[i].limited += mine[i].limited
+				res.classes[i].other += mine[i].other
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+)
+
+// TestFleetMode runs three in-process instances briefly on a real
+// standalone Redis and a real 3-primary Cluster, and checks that no caller
+// was admitted beyond its bound and that the report has every column.
+func TestFleetMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis servers")
+	}
+	standalone := redistest.StartStandalone(t)
+	cluster := redistest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	jsonPath := filepath.Join(t.TempDir(), "fleet.json")
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-mode", "fleet", "-n", "3", "-topology", "standalone,cluster",
+		"-redis", standalone.Addr, "-cluster", strings.Join(cluster.Addrs(), ","),
+		"-d", "1s", "-c", "8", "-callers", "1000", "-abusive-share", "0.4", "-json", jsonPath}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep FleetReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("report JSON: %v\n%s", err, b)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].Topology != topoStandalone || rep.Runs[1].Topology != topoCluster {
+		t.Fatalf("runs: want standalone then cluster, got:\n%s", b)
+	}
+	for _, r := range rep.Runs {
+		if r.Instances != 3 || r.Requests == 0 || r.RPS <= 0 {
+			t.Errorf("%s: instances %d, requests %d, rps %v", r.Topology, r.Instances, r.Requests, r.RPS)
+		}
+		if r.RedisCmds <= 0 || r.RedisCPUus <= 0 || r.RedisMBPer1M <= 0 || r.GatewayMiB <= 0 || r.ProcessCPUus <= 0 {
+			t.Errorf("%s: a measurement is missing: cmd/req %v, redis µs/req %v, MB/1M %v, gw MiB %v, proc µs/req %v",
+				r.Topology, r.RedisCmds, r.RedisCPUus, r.RedisMBPer1M, r.GatewayMiB, r.ProcessCPUus)
+		}
+		if len(r.Classes) != int(numClasses) {
+			t.Fatalf("%s: %d classes, want %d", r.Topology, len(r.Classes), numClasses)
+		}
+		var calls float64
+		for i, c := range r.Classes {
+			if c.Class != classNames[i] {
+				t.Errorf("%s: class %d is %q, want %q", r.Topology, i, c.Class, classNames[i])
+			}
+			// The one property that must hold on any machine.
+			if c.Over != 0 || c.Admitted > c.Admissible {
+				t.Errorf("%s %s: over-admitted: admitted %d, admissible %d, over %d", r.Topology, c.Class, c.Admitted, c.Admissible, c.Over)
+			}
+			if c.Requests == 0 || c.Admitted+c.Limited+c.Errors != c.Requests {
+				t.Errorf("%s %s: requests %d != admitted %d + 429 %d + errors %d", r.Topology, c.Class, c.Requests, c.Admitted, c.Limited, c.Errors)
+			}
+			if c.Errors > 0 { // the store missed its 1 s deadline: a slow machine, not a wrong answer
+				t.Logf("%s %s: %d requests failed closed", r.Topology, c.Class, c.Errors)
+			}
+			calls += c.StoreCalls * float64(c.Requests)
+		}
+		if ab := r.Classes[classAbusive]; ab.Requests > ab.Bound && ab.Limited == 0 {
+			t.Errorf("%s abusive: %d requests, bound %d, none limited", r.Topology, ab.Requests, ab.Bound)
+		}
+		// What the clients counted is what Redis counted.
+		if got := calls / float64(r.Requests); math.Abs(got-r.RedisScripts) > 0.05 {
+			t.Errorf("%s: clients sent %.3f script calls per request, Redis counted %.3f", r.Topology, got, r.RedisScripts)
+		}
+	}
+	table := stdout.String()
+	header := "| " + strings.Join(fleetColumns, " | ") + " |"
+	if !strings.Contains(table, header) {
+		t.Errorf("table lacks the header %q:\n%s", header, table)
+	}
+	rows := 0
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "| standalone |") && !strings.HasPrefix(line, "| cluster |") {
+			continue
+		}
+		rows++
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != len(fleetColumns) {
+			t.Errorf("row has %d cells, want %d: %s", len(cells), len(fleetColumns), line)
+		}
+		for i, c := range cells {
+			if strings.TrimSpace(c) == "" {
+				t.Errorf("row has no %s: %s", fleetColumns[i], line)
+			}
+		}
+	}
+	if rows != 2*int(numClasses) {
+		t.Errorf("table has %d rows, want %d:\n%s", rows, 2*numClasses, table)
+	}
+}
+
+func TestFleetFlagsRejectBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-mode", "swarm"}, "-mode"},
+		{[]string{"-mode", "fleet", "-n", "0"}, "-n"},
+		{[]string{"-mode", "fleet", "-n", "3,x"}, "-n"},
+		{[]string{"-mode", "fleet", "-n", ","}, "-n"},
+		{[]string{"-mode", "fleet", "-topology", "sentinel"}, "-topology"},
+		{[]string{"-mode", "fleet", "-topology", ""}, "-topology"},
+		{[]string{"-mode", "fleet", "-callers", "1"}, "-callers"},
+		{[]string{"-mode", "fleet", "-enterprise-share", "1.5"}, "-enterprise-share"},
+		{[]string{"-mode", "fleet", "-abusive-share", "-0.1"}, "-abusive-share"},
+		{[]string{"-mode", "fleet", "-enterprise-share", "0.6", "-abusive-share", "0.6"}, "-abusive-share"},
+		{[]string{"-mode", "fleet", "-lease", "sometimes"}, "-lease"},
+		{[]string{"-mode", "fleet", "-c", "0"}, "-c"},
+		{[]string{"-mode", "fleet", "-d", "0s"}, "-d"},
+	} {
+		_, err := parseFlags(tc.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+	o, err := parseFlags([]string{"-mode", "fleet", "-n", "3, 10,50", "-topology", "cluster,standalone,cluster", "-lease", "static"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := o.fleet; len(f.sizes) != 3 || f.sizes[2] != 50 || strings.Join(f.topologies, ",") != "cluster,standalone" || f.lease != leaseStatic {
+		t.Errorf("fleet options %+v", f)
+	}
+}
