@@ -10,9 +10,24 @@ import (
 
 // errorFunnel is the one place where a failed exchange becomes a status.
 type errorFunnel struct {
-	upstream string
-	log      *slog.Logger
-	write    func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	upstream  string
+	log       *slog.Logger
+	write     func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	onFailure func(r *http.Request, status int) // Options.OnFailure, may be nil
+}
+
+// fail answers a request the proxy could not forward or got no response
+// for: it tells onFailure when the upstream did not serve it, then writes
+// the error. Every such answer passes here, the breaker's and the
+// shedder's refusals included.
+func (f *errorFunnel) fail(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	if f.onFailure != nil {
+		switch status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			f.onFailure(r, status)
+		}
+	}
+	f.write(w, r, status, code, message)
 }
 
 // handle is the ReverseProxy's ErrorHandler. r is the outbound request.
@@ -34,7 +49,7 @@ func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) 
 		slog.String("request_id", r.Header.Get("X-Request-Id")),
 		slog.String("error", err.Error()),
 	)
-	f.write(w, r, status, code, message)
+	f.fail(w, r, status, code, message)
 }
 
 // classify maps the error of an exchange to a status, a code and a message

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -152,7 +153,10 @@ func TestClientGoneIs499(t *testing.T) {
 		close(upCanceled)
 	}))
 	defer up.Close()
-	f := newFixture(t, up.URL, time.Minute, nil)
+	var failures atomic.Int64
+	f := newFixture(t, up.URL, time.Minute, nil, func(o *Options) {
+		o.OnFailure = func(*http.Request, int) { failures.Add(1) }
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", f.front.URL+"/x", nil)
 	errc := make(chan error, 1)
@@ -179,6 +183,9 @@ func TestClientGoneIs499(t *testing.T) {
 		t.Fatal("the upstream request was not canceled")
 	}
 	wantOneError(t, f, StatusClientClosedRequest, CodeClientClosed)
+	if n := failures.Load(); n != 0 {
+		t.Errorf("OnFailure called %d times for a client that left; the upstream may have served it", n)
+	}
 	if logs := f.logs.String(); !strings.Contains(logs, "level=INFO") {
 		t.Errorf("499 not logged at Info: %q", logs)
 	}

@@ -24,8 +24,12 @@
 //   - streams bodies in both directions, never buffering a whole body; a
 //     response of unknown length or of type text/event-stream is flushed to
 //     the client after every write;
+//   - shows every response it forwards but a 101 to
+//     Options.ObserveResponse before writing it, so that the gateway can
+//     read the usage it reports as the body passes (package usage);
 //   - sends every failure before the response headers through one error
-//     funnel (see Options.WriteError).
+//     funnel (see Options.WriteError), which also tells Options.OnFailure
+//     when the upstream did not serve the request.
 //
 // A failure after the response headers (the upstream drops the connection
 // mid-body, the client stops reading) cannot become an error status. The
@@ -121,6 +125,26 @@ type Options struct {
 	// OnShed, when not nil, is called once for each request the Shedder
 	// refuses, before WriteError.
 	OnShed func(in *http.Request, tier string)
+	// ObserveResponse, when not nil, is called once with every upstream
+	// response the handler is about to forward, before its headers are
+	// written, except a 101 Switching Protocols (an upgraded connection
+	// carries no usage). It may replace resp.Body with a reader that
+	// passes the same bytes (usage.Watch does), and change resp.Header.
+	// resp.Request is the outbound request: its context is the inbound
+	// request's, with its values. It is not called when the exchange
+	// fails before a response (see OnFailure), nor for a 101 the proxy
+	// refuses.
+	ObserveResponse func(resp *http.Response)
+	// OnFailure, when not nil, is called once, before WriteError, when
+	// the proxy answers itself because the upstream did not serve the
+	// request: status is 502 (unavailable, or a refused 101), 504 (timed
+	// out before the response headers), or 503 (the Breaker is open or the
+	// Shedder refused). Nothing of an upstream response has then reached
+	// the client. It is not called for 499 or 413, where the caller broke
+	// the exchange off and the upstream may have received the request. r
+	// is the outbound request for 502 and 504 and the inbound one for
+	// 503; either carries the inbound request's context.
+	OnFailure func(r *http.Request, status int)
 }
 
 // Error codes passed to Options.WriteError.
@@ -182,7 +206,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if pool == nil {
 		pool = defaultBufferPool
 	}
-	funnel := &errorFunnel{upstream: up.Name, log: logger, write: o.WriteError}
+	funnel := &errorFunnel{upstream: up.Name, log: logger, write: o.WriteError, onFailure: o.OnFailure}
 	if funnel.write == nil {
 		funnel.write = writePlainError
 	}
@@ -204,19 +228,34 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 				setHeaders(pr.Out)
 			}
 		},
-		ModifyResponse: refuseUnaskedSwitch,
+		ModifyResponse: modifyResponse(o.ObserveResponse),
 		Transport:      transport,
 		BufferPool:     pool,
 		ErrorLog:       slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
 		ErrorHandler:   funnel.handle,
 	}
 	if o.Shedder != nil {
-		h = &shedHandler{s: o.Shedder, next: h, tier: o.Tier, onShed: o.OnShed, write: funnel.write}
+		h = &shedHandler{s: o.Shedder, next: h, tier: o.Tier, onShed: o.OnShed, write: funnel.fail}
 	}
 	if o.Breaker != nil {
-		h = &breakerHandler{b: o.Breaker, next: h, write: funnel.write}
+		h = &breakerHandler{b: o.Breaker, next: h, write: funnel.fail}
 	}
 	return h, nil
+}
+
+// modifyResponse is the reverse proxy's ModifyResponse: it refuses an
+// unasked switch of protocols, then shows every other response but a 101
+// to observe (when not nil).
+func modifyResponse(observe func(*http.Response)) func(*http.Response) error {
+	return func(res *http.Response) error {
+		if err := refuseUnaskedSwitch(res); err != nil {
+			return err
+		}
+		if observe != nil && res.StatusCode != http.StatusSwitchingProtocols {
+			observe(res)
+		}
+		return nil
+	}
 }
 
 func validate(up Upstream) error {
