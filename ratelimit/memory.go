@@ -52,9 +52,18 @@ type MemoryStore struct {
 	shards []memShard
 	mask   uint64
 	closed atomic.Bool
+
+	// settled holds the ids of recent settlements (see Settle) and when
+	// each is forgotten (µs); markMu is taken after the shards' locks.
+	markMu  sync.Mutex
+	settled map[string]int64
+	markAt  int // the size at which settled is next swept
 }
 
-var _ SlotStore = (*MemoryStore)(nil)
+var (
+	_ SlotStore = (*MemoryStore)(nil)
+	_ Settler   = (*MemoryStore)(nil)
+)
 
 type memShard struct {
 	mu   sync.Mutex
@@ -91,6 +100,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.settled, s.markAt = make(map[string]int64), memMinSweep
 	for i := range s.shards {
 		s.shards[i].keys = make(map[string]memEntry)
 		s.shards[i].sweepAt = memMinSweep
@@ -136,35 +146,9 @@ func (s *MemoryStore) Decide(ctx context.Context, items []Item) (Decision, error
 
 	var slotBuf [4]memSlot
 	var ofBuf, lockBuf [8]int
-	slots := slotBuf[:0]
-	slotOf := ofBuf[:0] // item index -> slot index
-	locks := lockBuf[:0]
-	var index map[string]int // key -> slot index, for large batches only
-	if len(items) > 16 {
-		index = make(map[string]int, len(items))
-	}
-	for i := range items {
-		j := findMemSlot(slots, index, items[i].Key)
-		if j < 0 {
-			j = len(slots)
-			sh := int(maphash.String(s.seed, items[i].Key) & s.mask)
-			slots = append(slots, memSlot{key: items[i].Key, shard: sh})
-			if index != nil {
-				index[items[i].Key] = j
-			}
-			locks = insertShard(locks, sh)
-		}
-		slotOf = append(slotOf, j)
-	}
-
-	for _, sh := range locks {
-		s.shards[sh].mu.Lock()
-	}
-	defer func() {
-		for k := len(locks) - 1; k >= 0; k-- {
-			s.shards[locks[k]].mu.Unlock()
-		}
-	}()
+	slots, slotOf, locks := s.slots(len(items), func(i int) string { return items[i].Key }, slotBuf[:0], ofBuf[:0], lockBuf[:0])
+	s.lock(locks)
+	defer s.unlock(locks)
 
 	now := s.now().UnixMicro()
 	s.load(slots, now)
@@ -191,6 +175,111 @@ func (s *MemoryStore) Decide(ctx context.Context, items []Item) (Decision, error
 	}
 	s.commit(slots, now)
 	return d, nil
+}
+
+// slots returns the distinct keys of n items (key(i) is item i's) as
+// slots, the slot of each item, and the ascending shards to lock; the
+// slices given are reused.
+func (s *MemoryStore) slots(n int, key func(int) string, slots []memSlot, slotOf, locks []int) ([]memSlot, []int, []int) {
+	var index map[string]int // key -> slot index, for large batches only
+	if n > 16 {
+		index = make(map[string]int, n)
+	}
+	for i := range n {
+		k := key(i)
+		j := findMemSlot(slots, index, k)
+		if j < 0 {
+			j = len(slots)
+			sh := int(maphash.String(s.seed, k) & s.mask)
+			slots = append(slots, memSlot{key: k, shard: sh})
+			if index != nil {
+				index[k] = j
+			}
+			locks = insertShard(locks, sh)
+		}
+		slotOf = append(slotOf, j)
+	}
+	return slots, slotOf, locks
+}
+
+// lock and unlock take and release the shards' locks, in ascending order.
+func (s *MemoryStore) lock(locks []int) {
+	for _, sh := range locks {
+		s.shards[sh].mu.Lock()
+	}
+}
+
+func (s *MemoryStore) unlock(locks []int) {
+	for k := len(locks) - 1; k >= 0; k-- {
+		s.shards[locks[k]].mu.Unlock()
+	}
+}
+
+// Settle applies the settlements as one atomic step at the store's current
+// time (see Settler), unless id was settled within SettleWindow. Like
+// Decide, it fails with ErrInvalid for a malformed call and ErrUnavailable
+// when ctx is done or the store is closed, and otherwise never blocks.
+func (s *MemoryStore) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if s.closed.Load() {
+		return false, fmt.Errorf("%w: memory store closed", ErrUnavailable)
+	}
+	if err := validateSettle(id, items); err != nil {
+		return false, err
+	}
+	var slotBuf [4]memSlot
+	var ofBuf, lockBuf [8]int
+	slots, slotOf, locks := s.slots(len(items), func(i int) string { return items[i].Item.Key }, slotBuf[:0], ofBuf[:0], lockBuf[:0])
+	s.lock(locks)
+	defer s.unlock(locks)
+
+	if !slices.ContainsFunc(items, func(st Settlement) bool { return st.Delta != 0 }) {
+		return false, nil // nothing to apply, and the id stays free
+	}
+	now := s.now().UnixMicro()
+	if !s.mark(id, now) {
+		return false, nil
+	}
+	s.load(slots, now)
+	for i := range items {
+		st := &items[i]
+		if st.Delta == 0 {
+			continue
+		}
+		sl := &slots[slotOf[i]]
+		alg := st.Item.Algorithm
+		next, ttl, changed := Settle(alg, sl.state(alg), now, st.Delta, st.Item.Limit)
+		if !changed {
+			continue
+		}
+		sl.dirty, sl.ttl, sl.alg = true, ttl, alg
+		sl.st, sl.has = next, ttl > 0
+	}
+	s.commit(slots, now)
+	return true, nil
+}
+
+// mark records id as settled at now and reports whether it was new (not
+// settled within SettleWindow). It sweeps forgotten ids whenever the set
+// has doubled since its last sweep.
+func (s *MemoryStore) mark(id string, now int64) bool {
+	s.markMu.Lock()
+	defer s.markMu.Unlock()
+	if until, ok := s.settled[id]; ok && until > now {
+		return false
+	}
+	s.settled[id] = now + SettleWindow.Microseconds()
+	if len(s.settled) >= s.markAt {
+		for k, until := range s.settled {
+			if until <= now {
+				delete(s.settled, k)
+			}
+		}
+		s.markAt = max(2*len(s.settled), memMinSweep)
+	}
+	return true
 }
 
 // step applies one item to its slot, taking its cost when it fits, and
@@ -339,6 +428,9 @@ func (s *MemoryStore) Len() int {
 // Close always returns nil.
 func (s *MemoryStore) Close() error {
 	s.closed.Store(true)
+	s.markMu.Lock()
+	clear(s.settled)
+	s.markMu.Unlock()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

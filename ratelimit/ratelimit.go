@@ -326,7 +326,7 @@ func (d *Decision) fold(r Result, shadow bool) {
 // Implementations are safe for concurrent use. A Decide that fails returns an
 // error wrapping ErrUnavailable (store unreachable, timed out, or its reply
 // malformed; whether anything was consumed is then unknown, and the call must
-// not be retried) or ErrInvalid (the items themselves are wrong). Decide
+// not be retried: only a Settler's Settle, which is idempotent, may be) or ErrInvalid (the items themselves are wrong). Decide
 // honours ctx's deadline.
 type Store interface {
 	Decide(ctx context.Context, items []Item) (Decision, error)

@@ -30,7 +30,9 @@ type State struct {
 	// absent key.
 	Per int64
 	// Level is the token bucket's content in units × Per (a scaled integer,
-	// so that fractions of a unit are kept exactly), in [0, Burst×Per].
+	// so that fractions of a unit are kept exactly), in [0, Burst×Per], or
+	// below 0 when a settlement charged more than the bucket held (debt,
+	// see Settle), but never below Burst×Per − 2^53.
 	Level int64
 	// Stamp is the Unix time in microseconds up to which Level has been
 	// refilled.

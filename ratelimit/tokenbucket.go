@@ -59,13 +59,14 @@ func refundTokenBucket(st *State, now, cost int64, l Limit) State {
 }
 
 // tokenStart returns the level and stamp of st, converted to the scale of p
-// when st was written with another Per. An absent key is a full bucket
-// stamped now.
+// when st was written with another Per (which forgives a debt). An absent
+// key is a full bucket stamped now. A level in debt (below zero, see
+// Settle) is kept, down to capacity − 2^53.
 func tokenStart(st *State, p, capacity, now int64) (level, stamp int64) {
 	if absent(st) {
 		return capacity, now
 	}
-	level = st.Level
+	level = max(st.Level, capacity-maxExact)
 	if st.Per != p {
 		level = clamp(mulDivFloor(max(level, 0), p, st.Per), 0, capacity)
 	}

@@ -65,6 +65,7 @@ type RedisStore struct {
 var (
 	_ ratelimit.SlotStore = (*RedisStore)(nil)
 	_ ratelimit.Reserver  = (*RedisStore)(nil)
+	_ ratelimit.Settler   = (*RedisStore)(nil)
 )
 
 // NewRedisStore returns a store that decides with client, which it owns

@@ -89,6 +89,26 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 				k := rapid.IntRange(0, len(keys)-1).Draw(rt, "switched key")
 				spec[k] = rapid.IntRange(0, len(diffSpecs)-1).Draw(rt, "new spec")
 			}
+			if rapid.IntRange(0, 3).Draw(rt, "settle") == 0 {
+				// A settlement of signed deltas, up to twice a capacity
+				// either way (into debt, and refunds past full).
+				ss := make([]ratelimit.Settlement, rapid.IntRange(1, 3).Draw(rt, "settlements"))
+				for i := range ss {
+					k := rapid.IntRange(0, len(keys)-1).Draw(rt, "key")
+					sp := diffSpecs[spec[k]]
+					c := ratelimit.Capacity(sp.alg, sp.lim)
+					ss[i] = ratelimit.Settlement{Item: ratelimit.Item{Key: prefix + keys[k], Algorithm: sp.alg, Limit: sp.lim},
+						Delta: rapid.Int64Range(-2*c, 2*c).Draw(rt, "delta")}
+				}
+				id := fmt.Sprintf("%ss%d", prefix, step)
+				am, errM := mem.Settle(context.Background(), id, ss)
+				ar, errR := red.Settle(context.Background(), id, ss)
+				if errM != nil || errR != nil || am != ar {
+					rt.Fatalf("step %d: settle %+v: memory %v, %v; redis %v, %v", step, ss, am, errM, ar, errR)
+				}
+				rt.Logf("step %d at %v: settle %+v", step, clock.Now().Sub(diffEpoch), ss)
+				continue
+			}
 			n := rapid.IntRange(1, 4).Draw(rt, "items")
 			items := make([]ratelimit.Item, n)
 			for i := range items {

@@ -58,6 +58,7 @@ const (
 	modeRefund = "r"
 	modeEval   = "e" // evaluate without consuming anything
 	modeRenew  = "w" // renew concurrency slots
+	modeSettle = "s"
 )
 
 // argsPerItem is the number of ARGV values that describe one item.
@@ -140,6 +141,21 @@ func rateArg(it ratelimit.Item) int64 {
 		return it.Limit.Max
 	}
 	return it.Limit.Rate
+}
+
+// buildSettle sets the call's arguments to settle the items idx, whose
+// Cost holds the signed delta, under the marker key with a time to live of
+// ttl: the arguments of build with the marker as the last key and the
+// marker's time to live (ms) as the last argument.
+func (c *scriptCall) buildSettle(nowUS int64, useNow bool, items []ratelimit.Item, idx []int, marker string, ttl time.Duration) {
+	c.build(modeSettle, nowUS, useNow, items, idx, nil)
+	n := len(idx)
+	c.args = append(c.args, nil, nil)
+	copy(c.args[4+n:], c.args[3+n:len(c.args)-2])
+	c.args[3+n] = marker
+	c.keys = append(c.keys, marker)
+	c.args[2] = n + 1
+	c.args[len(c.args)-1] = ttl.Milliseconds()
 }
 
 // burstArg is the script's burst argument of it: the burst, or for a

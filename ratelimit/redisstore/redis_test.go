@@ -53,3 +53,17 @@ func TestRedisStoreExpiry(t *testing.T) {
 		return newRedisStore(t, []string{srv.Addr}, nil, 0)
 	})
 }
+
+// TestRedisStackSettles runs the settlement suite through the layers Open
+// assembles (Stack, DenialCache, Breaker, LeaseStore) over a RedisStore on
+// the suite's clock: each passes Settle on.
+func TestRedisStackSettles(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	storetest.RunSettle(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		leased := ratelimit.NewLeaseStore(newRedisStore(t, []string{srv.Addr}, now, 0), ratelimit.LeaseOptions{Now: now, SweepEvery: -1})
+		br := ratelimit.NewBreaker(leased, ratelimit.BreakerOptions{Now: now})
+		s := ratelimit.NewStack(br, ratelimit.StackOptions{Breaker: br, Now: now})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

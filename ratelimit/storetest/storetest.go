@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite that every ratelimit.Store
 // passes: step tables of each algorithm, batch atomicity, shadow items,
-// clock jumps, exact retry times, idle keys and concurrency, and the
-// concurrency slots of a ratelimit.SlotStore.
+// clock jumps, exact retry times, idle keys and concurrency, the
+// concurrency slots of a ratelimit.SlotStore, and the settlements of a
+// ratelimit.Settler (refunds, debt, idempotence).
 //
 // The suite never assumes an empty store: every subtest works under its own
 // random key prefix, so it can run against a shared or persistent store.
@@ -180,6 +181,7 @@ func Run(t *testing.T, newStore NewStore) {
 		})
 	}
 	t.Run("calendar", func(t *testing.T) { testCalendar(t, newStore) })
+	t.Run("settle", func(t *testing.T) { RunSettle(t, newStore) })
 	t.Run("invalid", func(t *testing.T) { testInvalid(newEnv(t, newStore)) })
 	t.Run("sliding_window_bound", func(t *testing.T) { testSlidingWindowBound(newEnv(t, newStore)) })
 	t.Run("retry_after_is_longest_denial", func(t *testing.T) { testRetryAfterMax(newEnv(t, newStore)) })

@@ -1,9 +1,10 @@
--- Entry point. One call decides, evaluates or refunds one group of keys
--- that share a hash slot, atomically.
+-- Entry point. One call decides, evaluates, refunds or settles one group
+-- of keys that share a hash slot, atomically.
 --
--- KEYS[i]: the key of item i (a key may appear more than once).
+-- KEYS[i]: the key of item i (a key may appear more than once). To settle,
+--          the last key is the settlement's marker, not an item.
 -- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund,
---          'w' to renew concurrency slots.
+--          'w' to renew concurrency slots, 's' to settle.
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
 -- ARGV[3..]: per item, 11 values: algorithm, rate (for concurrency: max),
 --            per (µs), burst, cost, shadow (1 or 0), want, for a calendar
@@ -34,6 +35,13 @@
 --
 -- Renew extends each concurrency item's slot, when its holder still holds
 -- it, to now + per. Reply: {number of slots renewed}.
+--
+-- Settle applies each item's cost as a signed delta (see the algorithms'
+-- settle) and sets each changed key's expiry from its new state, unless
+-- the marker key exists: then it changes nothing. It creates the marker
+-- with a time to live of ARGV[3 + 11 * items] ms. Reply: {1} when applied,
+-- {0} when the marker existed (already settled). Concurrency items are
+-- never settled.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -47,6 +55,7 @@ end
 local mode = ARGV[1]
 
 local n = #KEYS
+if mode == 's' then n = n - 1 end
 local items = {}
 for i = 1, n do
   local b = 2 + (i - 1) * 11
@@ -93,20 +102,34 @@ if mode == 'w' then
   return {renewed}
 end
 
-if mode == 'r' then
+-- Refund ('r') and settle ('s') apply change(it, s) to each item's state
+-- (true when it changed the state) and save the changed keys, keeping
+-- their expiry for a refund and setting it afresh for a settlement.
+local function adjust(change, keep_ttl)
   for i = 1, n do
     local it = items[i]
     local w = state_for(KEYS[i], it)
-    if it.cost > 0 and it.alg.give(w.s, it.lim, it.cost) then
+    if it.cost ~= 0 and change(it, w.s) then
       w.dirty, w.lim = true, it.lim
       work[KEYS[i]] = w
     end
   end
   for _, key in ipairs(order) do
     local w = work[key]
-    if w.dirty then w.alg.save(key, w.s, w.lim, true) end
+    if w.dirty then w.alg.save(key, w.s, w.lim, keep_ttl) end
   end
   return {1}
+end
+
+if mode == 'r' then
+  return adjust(function(it, s) return it.cost > 0 and it.alg.give(s, it.lim, it.cost) end, true)
+end
+
+if mode == 's' then
+  local ttl = tonumber(ARGV[3 + n * 11])
+  if not ttl or ttl < 1 then return redis.error_reply('ERR bad settlement marker ttl') end
+  if not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', ttl) then return {0} end
+  return adjust(function(it, s) return it.alg.settle(s, it.lim, it.cost) end, false)
 end
 
 local admitted = 1

@@ -91,4 +91,14 @@ ALGORITHMS[2] = {
     if s.count < 0 then s.count = 0 end
     return true
   end,
+
+  -- A charge counts in the current window even past rate (debt until
+  -- the window ends); a refund only comes off the window still current.
+  settle = function(s, lim, delta)
+    if delta < 0 then return ALGORITHMS[2].give(s, lim, -delta) end
+    local c = s.count + delta
+    if c > MAX_EXACT then c = MAX_EXACT end
+    s.count, s.kept = c, true -- the window now holds a count to refund from
+    return true
+  end,
 }

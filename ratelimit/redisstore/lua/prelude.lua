@@ -98,6 +98,10 @@ end
 --   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us
 --   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
 --   give(s, lim, cost) -> bool   refund cost; true when s changed
+--   settle(s, lim, delta) -> bool  apply a signed settlement (see
+--                                ratelimit.Settle): a refund never above
+--                                capacity, a charge even past it (debt);
+--                                true when s changed
 -- lim has fields rate, per (µs), burst; s carries the time it was
 -- normalised to as s.now.
 local ALGORITHMS = {}

@@ -110,4 +110,15 @@ ALGORITHMS[3] = {
     end
     return true
   end,
+
+  -- A charge lands in the current bucket even past rate.
+  settle = function(s, lim, delta)
+    if delta < 0 then return ALGORITHMS[3].give(s, lim, -delta) end
+    local sum = ALGORITHMS[3].sum(s)
+    if sum + delta > MAX_EXACT then delta = MAX_EXACT - sum end
+    if delta <= 0 then return false end
+    s.c[#s.c] = s.c[#s.c] + delta
+    s.stored = true -- there are counts to refund from
+    return true
+  end,
 }

@@ -11,11 +11,15 @@ ALGORITHMS[1] = {
       return s -- absent (or written by another algorithm): full
     end
     local level, stamp, per = v[2], v[3], v[4]
+    -- A level below 0 is a debt (a settlement charged past the bucket),
+    -- kept down to cap - 2^53 so that every sum below stays exact. A
+    -- change of per forgives it.
+    if level < cap - MAX_EXACT then level = cap - MAX_EXACT end
     if per ~= lim.per then
+      if level < 0 then level = 0 end
       level = muldiv(level, lim.per, per) or cap
       if level > cap then level = cap end
     end
-    if level < 0 then level = 0 end
     local elapsed = now - stamp
     if elapsed < 0 then
       elapsed = 0 -- the clock went back: no capacity, and keep the stamp
@@ -41,6 +45,7 @@ ALGORITHMS[1] = {
 
   -- Whole units available now.
   avail = function(s, lim)
+    if s.level <= 0 then return 0 end
     return fdiv(s.level, lim.per)
   end,
 
@@ -49,7 +54,7 @@ ALGORITHMS[1] = {
     if not allowed then retry = cdiv(cost * lim.per - s.level, lim.rate) end
     local reset = 0
     if s.level < s.cap then reset = cdiv(s.cap - s.level, lim.rate) end
-    return fdiv(s.level, lim.per), retry, reset
+    return ALGORITHMS[1].avail(s, lim), retry, reset
   end,
 
   save = function(key, s, lim, keep_ttl)
@@ -74,6 +79,14 @@ ALGORITHMS[1] = {
     else
       s.level = s.level + need
     end
+    return true
+  end,
+
+  settle = function(s, lim, delta)
+    if delta < 0 then return ALGORITHMS[1].give(s, lim, -delta) end
+    local level = s.level - delta * lim.per
+    if level < s.cap - MAX_EXACT then level = s.cap - MAX_EXACT end
+    s.level = level
     return true
   end,
 }

@@ -1,0 +1,296 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Settlement is one key's adjustment in a Settler.Settle call: the
+// difference between what a request reserved and what it turned out to use.
+type Settlement struct {
+	// Item names the key and its limit: Key, Algorithm and Limit are used;
+	// Cost, Shadow, OnError and Lease are ignored.
+	Item Item
+	// Delta is the signed number of units to apply: negative gives units
+	// back (a refund), positive takes more (a charge), 0 changes nothing.
+	// |Delta| must be at most MaxSettleDelta(Item.Algorithm, Item.Limit).
+	Delta int64
+}
+
+// SettleWindow is how long a Settler remembers a settlement id: a Settle
+// repeated with the same id within it (a retry after a timeout) changes
+// nothing.
+const SettleWindow = 5 * time.Minute
+
+// Settler is a Store that can also settle: apply signed per-key deltas
+// after the fact, atomically and at most once per id.
+//
+// What a settlement does per algorithm (see Settle for the arithmetic):
+//
+//   - token_bucket: a refund puts units back, never above Burst; a charge
+//     takes them even below zero. A bucket below zero is in debt: it
+//     denies every cost until it has refilled past it, with the exact
+//     RetryAfter.
+//   - fixed_window (calendar windows too): a refund takes units off the
+//     current window's count, never below zero, and only while the window
+//     the key holds is the current one (a window that has ended is gone,
+//     and with it the reservation); a charge adds them to the current
+//     window's count even above Rate, which then denies until the window
+//     ends. Debt does not carry into the next window.
+//   - sliding_window: a refund takes units off the buckets newest first,
+//     never below zero; a charge adds them to the current bucket even
+//     past Rate, which denies until enough buckets have left the window.
+//   - sliding_log: a refund takes units off the entries newest first,
+//     removing those that reach zero; a charge adds an entry of that cost
+//     at now, which denies until it leaves the window.
+//
+// A refund that comes off newer units than the reservation's (sliding
+// algorithms), or off a window that began after it (fixed window), frees
+// them earlier than exact accounting would: by at most the refunded units,
+// for at most the time between reservation and settlement.
+//
+// Settle applies every settlement of an atomic group (as Decide defines
+// groups) in one step, or none. It is idempotent per id: within
+// SettleWindow a Settle with an id already applied to a group changes
+// nothing in that group, so a Settle that failed with an unknown outcome
+// (a timeout) may be retried with the same id; it is the one store call that
+// may be. applied reports whether anything was applied by this call (false
+// when every group had been settled under id before). An id must be unique
+// per request and chosen by the caller (never by a client, who could
+// replay it to skip charges).
+//
+// Errors are as for Decide: ErrInvalid (a malformed settlement or empty
+// id, before anything is applied) or ErrUnavailable.
+type Settler interface {
+	Store
+	Settle(ctx context.Context, id string, items []Settlement) (applied bool, err error)
+}
+
+// ErrNoSettle is returned by a layer whose store below cannot settle.
+var ErrNoSettle = errors.New("ratelimit: store cannot settle")
+
+// settleVia settles on s when it is a Settler.
+func settleVia(ctx context.Context, s Store, id string, items []Settlement) (bool, error) {
+	st, ok := s.(Settler)
+	if !ok {
+		return false, ErrNoSettle
+	}
+	return st.Settle(ctx, id, items)
+}
+
+// MaxSettleDelta returns the largest |Delta| a settlement of alg under l
+// may have: 2^53 units for the window algorithms, 2^53/Per(µs) for a token
+// bucket (whose level is kept as units × Per), so that every stored value
+// stays exact in an IEEE double.
+func MaxSettleDelta(alg Algorithm, l Limit) int64 {
+	if alg == TokenBucket {
+		if p := l.Per.Microseconds(); p > 0 {
+			return maxExact / p
+		}
+	}
+	return maxExact
+}
+
+// ValidateSettlement reports whether s can be settled: its Item with cost 0
+// passes ValidateItem, it is not a Concurrency item (a slot is released,
+// not settled), and |Delta| <= MaxSettleDelta. The error wraps ErrInvalid.
+func ValidateSettlement(s Settlement) error {
+	it := s.Item
+	it.Cost = 0
+	if err := ValidateItem(it); err != nil {
+		return err
+	}
+	if it.Algorithm == Concurrency {
+		return fmt.Errorf("%w: concurrency slots are released, not settled", ErrInvalid)
+	}
+	if m := MaxSettleDelta(it.Algorithm, it.Limit); s.Delta > m || s.Delta < -m {
+		return fmt.Errorf("%w: settlement of %d units: at most %d either way", ErrInvalid, s.Delta, m)
+	}
+	return nil
+}
+
+// validateSettle checks a Settle call's id and settlements.
+func validateSettle(id string, items []Settlement) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty settlement id", ErrInvalid)
+	}
+	for i := range items {
+		if err := ValidateSettlement(items[i]); err != nil {
+			return fmt.Errorf("settlement %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Settle applies delta units of limit l under alg to st at nowUS (see
+// Settler for what that means per algorithm) and returns the state to
+// store and how long to keep it; ttl 0 means the result is an absent key
+// (remove it). changed is false when there was nothing to apply (a delta
+// of 0, or a refund to a key that holds nothing): the store then leaves
+// the key as it is. It reads no clock and never modifies *st; a nil st is
+// an absent key. The settlement must be valid (see ValidateSettlement);
+// otherwise Settle returns st unchanged, ttl 0 and changed false.
+//
+// Debt is bounded where exactness ends: a token bucket's scaled level
+// stays at or above Burst×Per − 2^53, and a window's count (the sum of a
+// sliding window's buckets, of a sliding log's entries) at or below 2^53.
+func Settle(alg Algorithm, st *State, nowUS, delta int64, l Limit) (next State, ttl time.Duration, changed bool) {
+	if delta == 0 || ValidateSettlement(Settlement{Item: Item{Key: "-", Algorithm: alg, Limit: l}, Delta: delta}) != nil {
+		if st != nil {
+			next = *st
+		}
+		return next, 0, false
+	}
+	// The state as it stands at nowUS (refilled, old windows dropped).
+	cur, r, _ := Apply(alg, st, nowUS, 0, l, false)
+	if delta < 0 {
+		if r.Remaining == r.Limit {
+			// Nothing held (Remaining is whole units, so a token bucket
+			// short of a fraction is not full): nothing to give back.
+			if st != nil {
+				next = *st
+			}
+			return next, 0, false
+		}
+		cur = settleGive(alg, cur, nowUS, -delta, l)
+	} else {
+		cur = settleTake(alg, cur, nowUS, delta, l)
+	}
+	next, _, ttl = Apply(alg, &cur, nowUS, 0, l, false)
+	if alg == TokenBucket && next.Level >= l.Burst*next.Per {
+		// A full bucket is an absent key; kept, it would read as full
+		// of the old Per's units after a change of limit.
+		return State{}, 0, true
+	}
+	return next, ttl, true
+}
+
+// settleGive returns u units to st, a state normalised to now by Apply.
+func settleGive(alg Algorithm, st State, now, u int64, l Limit) State {
+	switch alg {
+	case TokenBucket:
+		capacity := l.Burst * st.Per
+		st.Level = min(capacity, st.Level+u*st.Per)
+	case FixedWindow:
+		st.Count = max(0, st.Count-u)
+	case SlidingWindow:
+		if st.Per > 0 {
+			st = refundSlidingWindow(&st, now, u, l)
+		}
+	case SlidingLog:
+		es := make([]LogEntry, len(st.Entries))
+		copy(es, st.Entries)
+		for i := len(es) - 1; i >= 0 && u > 0; i-- {
+			t := min(es[i].Cost, u)
+			es[i].Cost -= t
+			u -= t
+		}
+		kept := es[:0]
+		for _, e := range es {
+			if e.Cost > 0 {
+				kept = append(kept, e)
+			}
+		}
+		st.Entries = kept
+	}
+	return st
+}
+
+// settleTake charges u units to st, a state normalised to now by Apply,
+// even past the limit.
+func settleTake(alg Algorithm, st State, now, u int64, l Limit) State {
+	switch alg {
+	case TokenBucket:
+		capacity := l.Burst * st.Per
+		st.Level = max(st.Level-u*st.Per, capacity-maxExact)
+	case FixedWindow:
+		st.Count = min(st.Count+u, maxExact)
+	case SlidingWindow:
+		p, n := l.Per.Microseconds(), l.SlidingBuckets()
+		c, k := slidingBuckets(&st, now, p, n)
+		var sum int64
+		for _, v := range c {
+			sum += v
+		}
+		c[n] += min(u, maxExact-sum)
+		st = slidingState(p, n, k, c)
+	case SlidingLog:
+		var used int64
+		at := now
+		for _, e := range st.Entries {
+			used += e.Cost
+			at = max(at, e.At)
+		}
+		if u = min(u, maxExact-used); u > 0 {
+			es := make([]LogEntry, len(st.Entries), len(st.Entries)+1)
+			copy(es, st.Entries)
+			st.Entries = append(es, LogEntry{At: at, Cost: u})
+			st.Per = l.Per.Microseconds()
+		}
+	}
+	return st
+}
+
+// Settle passes the settlements to the store below (see Settler). A
+// settlement that gives units back (Delta < 0) forgets the key's
+// remembered denials first, so that the next decision asks the store.
+func (c *DenialCache) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	for i := range items {
+		if items[i].Delta < 0 {
+			c.Invalidate(items[i].Item.Key)
+		}
+	}
+	return settleVia(ctx, c.inner, id, items)
+}
+
+// Settle passes the settlements to the store below. Unlike Decide it has no
+// failure mode to fall back to: an error of the store is returned, and the
+// caller may retry with the same id (see Settler).
+func (f *Fallback) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	return settleVia(ctx, f.inner, id, items)
+}
+
+// Settle passes the settlements to the store below unless the breaker of
+// their failure domain is open (then it fails with ErrBreakerOpen, wrapped
+// in ErrUnavailable), and counts the outcome like a decision's.
+func (b *Breaker) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	its := make([]Item, len(items))
+	for i := range items {
+		its[i] = items[i].Item
+	}
+	c := b.cell(ctx, its)
+	ok, probe := b.admit(c)
+	if !ok {
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
+	}
+	applied, err := settleVia(ctx, b.store, id, items)
+	b.record(c, err, probe) // ErrNoSettle and ErrInvalid are neutral
+	return applied, err
+}
+
+// Settle settles on the store below, on the key itself: the units of this
+// instance's block (which were taken from the key when it was reserved)
+// are left as they are, so a refund adds to the key what the request did
+// not use, and a charge takes what it used beyond its reservation, whether
+// the reservation came from a block or from the key.
+func (s *LeaseStore) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	return settleVia(ctx, s.inner, id, items)
+}
+
+// Settle settles on the backend (see Settler): a refund also forgets the
+// key's remembered denials. Settlements apply to the backend only: units
+// reserved on a Fallback's local share (the backend was down) are not
+// settled.
+func (s *Stack) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	return s.top.Settle(ctx, id, items)
+}
+
+var (
+	_ Settler = (*DenialCache)(nil)
+	_ Settler = (*Fallback)(nil)
+	_ Settler = (*Breaker)(nil)
+	_ Settler = (*LeaseStore)(nil)
+	_ Settler = (*Stack)(nil)
+)

@@ -1,0 +1,227 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// RunSettle checks ratelimit.Settler (Run includes it): refunds capped at
+// capacity, charges into debt with exact retry times, idempotence per id,
+// and atomicity of a settlement's items. A store that is not a Settler
+// skips it.
+func RunSettle(t *testing.T, newStore NewStore) {
+	for _, s := range specs(5, 10*time.Second) {
+		t.Run(s.alg.String(), func(t *testing.T) {
+			t.Run("refund_capped", func(t *testing.T) { testSettleRefundCapped(newEnv(t, newStore), s) })
+			t.Run("idempotent", func(t *testing.T) { testSettleIdempotent(newEnv(t, newStore), s) })
+		})
+	}
+	t.Run("debt", func(t *testing.T) { testSettleDebt(t, newStore) })
+	t.Run("atomic", func(t *testing.T) { testSettleAtomic(newEnv(t, newStore)) })
+	t.Run("invalid", func(t *testing.T) { testSettleInvalid(newEnv(t, newStore)) })
+}
+
+// settler returns the env's store as a Settler, skipping the test when it
+// is not one.
+func (e *env) settler() ratelimit.Settler {
+	e.t.Helper()
+	s, ok := e.store.(ratelimit.Settler)
+	if !ok {
+		e.t.Skipf("%T is not a ratelimit.Settler", e.store)
+	}
+	return s
+}
+
+// settle settles deltas on items (in order) under id and returns whether
+// the call applied, failing the test on error.
+func (e *env) settle(id string, deltas []int64, items ...ratelimit.Item) bool {
+	e.t.Helper()
+	ss := make([]ratelimit.Settlement, len(items))
+	for i := range items {
+		ss[i] = ratelimit.Settlement{Item: items[i], Delta: deltas[i]}
+	}
+	applied, err := e.settler().Settle(context.Background(), e.prefix+id, ss)
+	if err != nil {
+		e.t.Fatalf("Settle(%s): %v", id, err)
+	}
+	return applied
+}
+
+// testSettleRefundCapped: a refund larger than what was taken fills the
+// key, never beyond its capacity (the next full cost fits, one more does
+// not).
+func testSettleRefundCapped(e *env, s spec) {
+	e.set(0)
+	e.wantAllowed("reserve 3", e.one(e.item("k", s, 3)), true)
+	if !e.settle("r1", []int64{-1}, e.item("k", s, 0)) {
+		e.t.Fatal("first settlement not applied")
+	}
+	e.wantRemaining("after refunding 1 of 3", "k", s, 3)
+	e.settle("r2", []int64{-100}, e.item("k", s, 0))
+	e.wantRemaining("after refunding 100", "k", s, 5)
+	e.wantAllowed("the full capacity", e.one(e.item("k", s, 5)), true)
+	e.wantAllowed("one more", e.one(e.item("k", s, 1)), false)
+
+	// A refund to a key that holds nothing changes nothing.
+	e.settle("r3", []int64{-2}, e.item("fresh", s, 0))
+	e.wantRemaining("refund to an absent key", "fresh", s, 5)
+	e.wantAllowed("fresh key, full capacity", e.one(e.item("fresh", s, 5)), true)
+	e.wantAllowed("fresh key, one more", e.one(e.item("fresh", s, 1)), false)
+}
+
+// testSettleIdempotent: a settlement repeated with the same id (a retry)
+// is applied once; another id applies again.
+func testSettleIdempotent(e *env, s spec) {
+	e.set(0)
+	e.wantAllowed("reserve 5", e.one(e.item("k", s, 5)), true)
+	if !e.settle("same", []int64{-2}, e.item("k", s, 0)) {
+		e.t.Fatal("first settlement not applied")
+	}
+	if e.settle("same", []int64{-2}, e.item("k", s, 0)) {
+		e.t.Error("retried settlement reported as applied")
+	}
+	e.wantRemaining("refund 2, retried", "k", s, 2)
+	if !e.settle("other", []int64{-1}, e.item("k", s, 0)) {
+		e.t.Fatal("settlement with another id not applied")
+	}
+	e.wantRemaining("then refund 1 under another id", "k", s, 3)
+	// A retried charge is not charged twice either.
+	e.settle("charge", []int64{3}, e.item("k", s, 0))
+	e.settle("charge", []int64{3}, e.item("k", s, 0))
+	e.wantRemaining("charge 3, retried", "k", s, 0)
+	if r := e.one(e.item("k", s, 0)); !r.Allowed {
+		e.t.Errorf("a cost of 0 must be allowed even at 0 remaining: %+v", r)
+	}
+}
+
+// debtCase is one algorithm driven into debt: at at(take) cost take
+// units, at at(chargeAt) charge charge more; at at(probe) a cost of 1 must
+// be denied with exactly retry, and at at(probe)+retry allowed.
+type debtCase struct {
+	name     string
+	s        spec
+	take     int64
+	chargeAt int
+	charge   int64
+	probe    int
+	retry    time.Duration
+}
+
+// testSettleDebt: a charge beyond what the key holds is applied, the key
+// denies every cost while in debt, with the exact time to repayment, and
+// reports nothing remaining.
+func testSettleDebt(t *testing.T, newStore NewStore) {
+	cases := []debtCase{
+		// 5 tokens, one every 100 ms: at 0 the bucket is 5-5-3 = -3; a
+		// cost of 1 needs 4 tokens, 400 ms; at 300 ms, 100 ms.
+		{"token_bucket", spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: 10 * time.Second, Burst: 5}}, 5, 0, 3, 0, 400 * ms},
+		{"token_bucket_later", spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: 10 * time.Second, Burst: 5}}, 5, 0, 3, 3, 100 * ms},
+		// 8 counted of 5 in the window [0, 10 s): denied until it ends.
+		{"fixed_window", spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 5, Per: 10 * time.Second}}, 2, 10, 6, 50, 5 * time.Second},
+		// Buckets of 2 s: 2+6 units in bucket 0, which leaves at 12 s.
+		{"sliding_window", spec{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 5, Per: 10 * time.Second, Buckets: 5}}, 2, 10, 6, 50, 7 * time.Second},
+		// Entries (0 s, 2) and (1 s, 6): 8 used; a cost of 1 needs 4 to
+		// leave, which the entry at 1 s does at 11 s.
+		{"sliding_log", spec{ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Per: 10 * time.Second}}, 2, 10, 6, 50, 6 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, newStore)
+			e.set(0)
+			e.wantAllowed("reserve", e.one(e.item("k", c.s, c.take)), true)
+			e.set(c.chargeAt)
+			if !e.settle("charge", []int64{c.charge}, e.item("k", c.s, 0)) {
+				t.Fatal("charge not applied")
+			}
+			e.set(c.probe)
+			r := e.one(e.item("k", c.s, 1))
+			if r.Allowed || r.RetryAfter != c.retry || r.Remaining != 0 {
+				t.Errorf("in debt, cost 1: got allowed=%v remaining=%d retry=%v, want denied, 0 remaining, retry %v", r.Allowed, r.Remaining, r.RetryAfter, c.retry)
+			}
+			e.clock.Set(at(c.probe).Add(c.retry - time.Microsecond))
+			if r := e.one(e.item("k", c.s, 1)); r.Allowed {
+				t.Errorf("1 µs before the debt is repaid: allowed, want denied (retry %v)", r.RetryAfter)
+			}
+			e.clock.Set(at(c.probe).Add(c.retry))
+			e.wantAllowed("once the debt is repaid", e.one(e.item("k", c.s, 1)), true)
+		})
+	}
+	t.Run("calendar_month", func(t *testing.T) {
+		// A monthly quota charged past its limit waits for the next month.
+		e := newEnv(t, newStore)
+		lim := ratelimit.Limit{Rate: 1000, Calendar: ratelimit.Calendar{Unit: ratelimit.Month}}
+		s := spec{ratelimit.FixedWindow, lim}
+		e.set(0)
+		e.wantAllowed("reserve", e.one(e.item("m", s, 500)), true)
+		e.settle("charge", []int64{700}, e.item("m", s, 0))
+		end := time.Date(2023, 12, 1, 0, 0, 0, 0, time.UTC)
+		r := e.one(e.item("m", s, 1))
+		if r.Allowed || r.RetryAfter != end.Sub(at(0)) {
+			t.Errorf("month in debt: got %+v, want denied until %v (%v)", r, end, end.Sub(at(0)))
+		}
+		e.clock.Set(end)
+		e.wantAllowed("next month", e.one(e.item("m", s, 1000)), true)
+	})
+}
+
+// testSettleAtomic: the settlements of one call are applied together or
+// not at all, and a retry applies none of them again.
+func testSettleAtomic(e *env) {
+	tb := spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}}
+	fw := spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 10, Per: time.Hour}}
+	sl := spec{ratelimit.SlidingLog, ratelimit.Limit{Rate: 10, Per: time.Hour}}
+	e.set(0)
+	e.decide(e.item("a", tb, 8), e.item("b", fw, 8), e.item("c", sl, 8))
+	if !e.settle("x", []int64{-5, 4, -8}, e.item("a", tb, 0), e.item("b", fw, 0), e.item("c", sl, 0)) {
+		e.t.Fatal("settlement not applied")
+	}
+	e.wantRemaining("token bucket refunded 5", "a", tb, 7)
+	e.wantRemaining("fixed window charged into debt", "b", fw, 0)
+	e.wantRemaining("sliding log refunded all", "c", sl, 10)
+	if e.settle("x", []int64{-5, -12, 3}, e.item("a", tb, 0), e.item("b", fw, 0), e.item("c", sl, 0)) {
+		e.t.Error("retry applied")
+	}
+	e.wantRemaining("token bucket after the retry", "a", tb, 7)
+	e.wantRemaining("fixed window after the retry", "b", fw, 0)
+	e.wantRemaining("sliding log after the retry", "c", sl, 10)
+
+	// One invalid settlement: nothing of the call is applied, and the id
+	// stays free.
+	bad := e.item("a", tb, 0)
+	bad.Limit.Burst = 0
+	_, err := e.settler().Settle(context.Background(), e.prefix+"y", []ratelimit.Settlement{{Item: e.item("c", sl, 0), Delta: 3}, {Item: bad, Delta: -1}})
+	if !errors.Is(err, ratelimit.ErrInvalid) {
+		e.t.Fatalf("invalid settlement: err = %v, want ErrInvalid", err)
+	}
+	e.wantRemaining("sliding log after an invalid settlement", "c", sl, 10)
+	if !e.settle("y", []int64{3}, e.item("c", sl, 0)) {
+		e.t.Error("an id whose settlement was invalid was used up")
+	}
+	e.wantRemaining("sliding log charged 3", "c", sl, 7)
+}
+
+func testSettleInvalid(e *env) {
+	s := e.settler()
+	tb := ratelimit.Limit{Rate: 5, Per: time.Second, Burst: 5}
+	k := e.key("inv")
+	cases := []struct {
+		name  string
+		id    string
+		items []ratelimit.Settlement
+	}{
+		{"empty id", "", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.TokenBucket, Limit: tb}, Delta: 1}}},
+		{"empty key", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Algorithm: ratelimit.TokenBucket, Limit: tb}, Delta: 1}}},
+		{"unknown algorithm", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: 99, Limit: tb}, Delta: 1}}},
+		{"delta beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.TokenBucket, Limit: tb}, Delta: 1 << 40}}},
+		{"negative delta beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}, Delta: -(1 << 54)}}},
+	}
+	for _, c := range cases {
+		if _, err := s.Settle(context.Background(), c.id, c.items); !errors.Is(err, ratelimit.ErrInvalid) {
+			e.t.Errorf("%s: err = %v, want one wrapping ErrInvalid", c.name, err)
+		}
+	}
+}
