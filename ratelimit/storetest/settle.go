@@ -217,6 +217,7 @@ func testSettleInvalid(e *env) {
 		{"empty key", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Algorithm: ratelimit.TokenBucket, Limit: tb}, Delta: 1}}},
 		{"unknown algorithm", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: 99, Limit: tb}, Delta: 1}}},
 		{"delta beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.TokenBucket, Limit: tb}, Delta: 1 << 40}}},
+		{"concurrency", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 2, Per: time.Second}}, Delta: 1}}},
 		{"negative delta beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}, Delta: -(1 << 54)}}},
 	}
 	for _, c := range cases {
