@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -40,7 +41,12 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 			"redis_timeout": o.timeout.String(),
 		},
 	}
-	e := &env{ps: ps, dir: dir, self: self, rate: o.rate, timeout: o.timeout}
+	e := &env{ps: ps, dir: dir, self: self, rate: o.rate, timeout: o.timeout, profileDir: o.profileDir}
+	if e.profileDir != "" {
+		if err := os.MkdirAll(e.profileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("-profile: %w", err)
+		}
+	}
 
 	contenders := runnable(o, e, rep)
 	needRedis, needQG := false, false
@@ -96,19 +102,18 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 			// first (after the machine idled) or last.
 			for i := range contenders {
 				c := running[contenders[(i+round)%len(contenders)]]
-				s, err := measure(ctx, e, c, upProc, loadSpec{
+				s, err := measure(ctx, e, c, upProc, round+1, loadSpec{
 					URL: c.base + requestURI, Conns: o.conns, Duration: o.duration,
 					Warmup: o.warmup, Mix: mix, Auth: auth,
 				})
 				if err != nil {
 					return nil, fmt.Errorf("round %d, keys %s, %s: %w", round+1, mix, c.name, err)
 				}
-				s.Round = round + 1
 				samples = append(samples, *s)
 				l := s.Load
-				fmt.Fprintf(progress, "round %d/%d keys=%-7s %-16s %8.0f req/s  p99 %-8s 200:%d 429:%d other:%d\n",
+				fmt.Fprintf(progress, "round %d/%d keys=%-7s %-16s %8.0f req/s  p99 %-8s 200:%d 429:%d other:%d  load %s\n",
 					round+1, o.rounds, mix, c.name, float64(l.Requests)/l.Elapsed.Seconds(),
-					fmtUS(float64(l.Latency.Quantile(0.99))/1e3), l.OK, l.Limited, l.Other+l.Errors)
+					fmtUS(float64(l.Latency.Quantile(0.99))/1e3), l.OK, l.Limited, l.Other+l.Errors, s.LoadAvg)
 			}
 		}
 	}
@@ -119,10 +124,11 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 	return rep, nil
 }
 
-// measure runs one load against c and reads the CPU and Redis counters
-// around its measured part.
-func measure(ctx context.Context, e *env, c *contender, up *proc, spec loadSpec) (*sample, error) {
-	s := &sample{Mix: spec.Mix, Contender: c.name}
+// measure runs one load against c in round and reads the CPU and Redis
+// counters around its measured part (and, with e.profileDir, a CPU profile
+// of a quotagate contender).
+func measure(ctx context.Context, e *env, c *contender, up *proc, round int, spec loadSpec) (*sample, error) {
+	s := &sample{Round: round, Mix: spec.Mix, Contender: c.name, LoadAvg: loadAvg1()}
 	usesRedis := contenderInfo[c.name].usesRedis
 	if e.redis != nil {
 		// Every run starts from empty buckets.
@@ -161,9 +167,22 @@ func measure(ctx context.Context, e *env, c *contender, up *proc, spec loadSpec)
 		}
 		return nil
 	}
+	var profErr chan error
 	res, err := runLoad(ctx, spec,
-		func() { errStart = snapshot(&before, &selfBefore, &cmdBefore, &fbBefore) },
+		func() {
+			errStart = snapshot(&before, &selfBefore, &cmdBefore, &fbBefore)
+			if e.profileDir != "" && c.admin != "" {
+				profErr = make(chan error, 1)
+				path := filepath.Join(e.profileDir, fmt.Sprintf("%s-%s-r%d.pprof", c.name, spec.Mix, round))
+				go func() { profErr <- cpuProfile(ctx, c.admin, max(1, int(spec.Duration.Seconds())), path) }()
+			}
+		},
 		func() { errEnd = snapshot(&after, &selfAfter, &cmdAfter, &fbAfter) })
+	if profErr != nil {
+		if err := <-profErr; err != nil {
+			return nil, fmt.Errorf("CPU profile: %w", err)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +239,12 @@ func notes(cores int) []string {
 		"rps/evalsha, rps/nginx: throughput ratio; cpu/evalsha, cpu/nginx: ratio of CPU per request of contender + redis-server",
 		"latency: log-linear histogram (buckets within 0.8%), from sending the request to reading the whole answer, closed loop",
 	}
+}
+
+// loadAvg1 returns the 1-minute load average, or "?".
+func loadAvg1() string {
+	l, _, _ := strings.Cut(loadAvg(), " ")
+	return l
 }
 
 // loadAvg returns the 1, 5 and 15 minute load averages from /proc/loadavg,

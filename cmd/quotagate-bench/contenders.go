@@ -64,6 +64,9 @@ type env struct {
 	// traefikBin is the Traefik binary (-traefik); "" skips its row.
 	traefikBin string
 	timeout    time.Duration // quotagate store.redis.timeout
+	// profileDir, when set, makes quotagate serve /debug/pprof and
+	// receives its CPU profiles.
+	profileDir string
 }
 
 // startSelf runs a hidden subcommand of this binary and returns it with

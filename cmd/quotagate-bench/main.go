@@ -92,6 +92,9 @@ type options struct {
 	// settings only the fleet mode reads.
 	mode  string
 	fleet fleetOptions
+	// profileDir, when set, receives a CPU profile of every quotagate
+	// contender's measured part of every run.
+	profileDir string
 }
 
 // Modes of the bench.
@@ -125,6 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N)")
 	fs.StringVar(&o.fleet.redisAddr, "redis", "", "fleet: a standalone Redis to use (flushed before each run) instead of starting one")
 	cluster := fs.String("cluster", "", "fleet: comma-separated seed addresses of a Redis Cluster to use (flushed before each run) instead of starting one")
+	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each quotagate run's measured part to this directory (CONTENDER-KEYS-rROUND.pprof; serves /debug/pprof on quotagate's loopback admin listener)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -110,8 +110,8 @@ quotagate_store_fallback_totalx{a="b"} 100
 func TestQuotagateConfigLoads(t *testing.T) {
 	// Loading 10 000 keys is slow under -race: load the Redis variant, and
 	// check that the memory variant differs only in its store line.
-	redisCfg := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", 25*time.Millisecond, false)
-	memCfg := quotagateConfig("http://127.0.0.1:9", 5000, "", 25*time.Millisecond, false)
+	redisCfg := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", 25*time.Millisecond, false, true)
+	memCfg := quotagateConfig("http://127.0.0.1:9", 5000, "", 25*time.Millisecond, false, true)
 	rl, ml := strings.Split(redisCfg, "\n"), strings.Split(memCfg, "\n")
 	if len(rl) != len(ml) {
 		t.Fatalf("variants have %d and %d lines", len(rl), len(ml))
@@ -138,11 +138,14 @@ func TestQuotagateConfigLoads(t *testing.T) {
 	if cfg.Store.Kind != "redis" || len(cfg.Store.Redis.Addrs) != 1 || cfg.Store.Redis.Addrs[0] != "127.0.0.1:6390" {
 		t.Errorf("store %+v", cfg.Store)
 	}
+	if !cfg.Server.Pprof {
+		t.Error("server.pprof is off in a config written for -profile")
+	}
 }
 
 func TestQuotagateLeaseConfigDiffersOnlyInLease(t *testing.T) {
-	plain := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", time.Second, false)
-	leased := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", time.Second, true)
+	plain := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", time.Second, false, false)
+	leased := quotagateConfig("http://127.0.0.1:9", 5000, "127.0.0.1:6390", time.Second, true, false)
 	if got := strings.Replace(leased, qgLease, "", 1); got != plain {
 		t.Fatalf("leased config is not the plain one plus %q", qgLease)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,10 +51,10 @@ const qgLease = "    lease: {max_block: 50, ttl: 1s, instances: 1}\n"
 // numKeys keys its own tenant, stage 1 far above that, listeners on free
 // ports, and the store given (redisAddr is used unless store is
 // qgMemory; lease adds qgLease to the policy).
-func quotagateConfig(upstream string, rate int, redisAddr string, timeout time.Duration, lease bool) string {
+func quotagateConfig(upstream string, rate int, redisAddr string, timeout time.Duration, lease, pprof bool) string {
 	var b strings.Builder
 	b.WriteString("# Written by quotagate-bench.\n")
-	b.WriteString("server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}\n")
+	fmt.Fprintf(&b, "server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, pprof: %t}\n", pprof)
 	if redisAddr == "" {
 		b.WriteString("store: {kind: memory}\n")
 	} else {
@@ -91,7 +92,7 @@ func startQuotagate(ctx context.Context, e *env, c *contender, store qgStore) er
 		redisAddr = e.redis.addr
 	}
 	path := filepath.Join(e.dir, c.name+".yaml")
-	cfg := quotagateConfig(e.upstream, e.rate, redisAddr, e.timeout, store == qgRedisLease)
+	cfg := quotagateConfig(e.upstream, e.rate, redisAddr, e.timeout, store == qgRedisLease, e.profileDir != "")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -160,4 +161,31 @@ func sumCounter(sc *bufio.Scanner, name string) (uint64, error) {
 		sum += v
 	}
 	return uint64(sum), sc.Err()
+}
+
+// cpuProfile fetches a CPU profile of seconds from quotagate's admin
+// listener into path.
+func cpuProfile(ctx context.Context, admin string, seconds int, path string) error {
+	url := "http://" + admin + "/debug/pprof/profile?seconds=" + strconv.Itoa(seconds)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -15,7 +15,9 @@ type sample struct {
 	Round     int
 	Mix       string
 	Contender string
-	Load      *loadResult
+	// LoadAvg is the machine's 1-minute load average when the run began.
+	LoadAvg string
+	Load    *loadResult
 	// CPU time used during the measured part, in clock ticks.
 	ContenderTicks, RedisTicks, UpstreamTicks, LoadgenTicks uint64
 	// Redis command calls during the measured part (nil: no Redis).
@@ -34,6 +36,9 @@ type Row struct {
 	// RPS is Requests / Seconds; RPSRounds is each round's.
 	RPS       float64   `json:"rps"`
 	RPSRounds []float64 `json:"rps_rounds"`
+	// LoadRounds is the machine's 1-minute load average as each round's
+	// run began, in the order of RPSRounds.
+	LoadRounds []string `json:"loadavg_rounds"`
 	// Latency quantiles in microseconds (log-linear histogram, bucket
 	// lower bounds: at most 0.8% low).
 	P50us  float64 `json:"p50_us"`
@@ -120,6 +125,7 @@ func aggregateOne(samples []sample, mix, c string) (Row, bool) {
 		elapsed += l.Elapsed
 		if l.Elapsed > 0 {
 			r.RPSRounds = append(r.RPSRounds, round1(float64(l.Requests)/l.Elapsed.Seconds()))
+			r.LoadRounds = append(r.LoadRounds, s.LoadAvg)
 		}
 		h.Merge(&l.Latency)
 		cTicks += s.ContenderTicks
@@ -233,6 +239,15 @@ func writeTable(w io.Writer, rep *Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "per round: req/s (1-minute load average when the run began)")
+	for _, r := range rep.Rows {
+		var parts []string
+		for i, v := range r.RPSRounds {
+			parts = append(parts, fmt.Sprintf("%.0f (%s)", v, r.LoadRounds[i]))
+		}
+		fmt.Fprintf(w, "  %-8s %-16s %s\n", r.Keys, r.Contender, strings.Join(parts, "  "))
 	}
 	fmt.Fprintln(w)
 	for _, n := range rep.Notes {
