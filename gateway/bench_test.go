@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // benchConfig limits generously so the benchmark measures the admitted
@@ -70,7 +72,18 @@ func (d *discardWriter) WriteHeader(c int)           { d.code = c }
 // BenchmarkPipelineTracing is the same path with tracing off (no provider),
 // with an SDK provider whose sampler drops every span, and with one that
 // records every span (exported to nothing): what tracing costs per request.
+// The telemetry_* cases use the provider quotagate serve runs with
+// (telemetry.TracerProvider): the default sampler with nothing exported
+// (ids made, nothing recorded), always_off, and the default sampler
+// recording into an exporter-less SDK.
 func BenchmarkPipelineTracing(b *testing.B) {
+	tp := func(b *testing.B, env map[string]string, recorded bool) trace.TracerProvider {
+		p, err := telemetry.NewTracerProvider(func(k string) string { return env[k] }, recorded)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
 	cases := map[string]func(*Options){
 		"none": func(*Options) {},
 		"never": func(o *Options) {
@@ -79,8 +92,13 @@ func BenchmarkPipelineTracing(b *testing.B) {
 		"always_on": func(o *Options) {
 			o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		},
+		"telemetry_default": func(o *Options) { o.TracerProvider = tp(b, nil, false) },
+		"telemetry_always_off": func(o *Options) {
+			o.TracerProvider = tp(b, map[string]string{"OTEL_TRACES_SAMPLER": "always_off"}, false)
+		},
+		"telemetry_recorded": func(o *Options) { o.TracerProvider = tp(b, nil, true) },
 	}
-	for _, name := range []string{"none", "never", "always_on"} {
+	for _, name := range []string{"none", "never", "always_on", "telemetry_default", "telemetry_always_off", "telemetry_recorded"} {
 		b.Run("tracer="+name, func(b *testing.B) {
 			benchAdmitted(b, benchGateway(b, 1, cases[name]))
 		})

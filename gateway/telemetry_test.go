@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
@@ -37,8 +38,17 @@ func newObservedFixture(t *testing.T) *observed {
 // becomes dead's URL when dead is not nil.
 func newObservedFixtureWith(t *testing.T, base string, dead *httptest.Server) *observed {
 	t.Helper()
+	return newTracedFixture(t, base, dead, func(exp sdktrace.SpanExporter) trace.TracerProvider {
+		return sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	})
+}
+
+// newTracedFixture is newObservedFixtureWith with the tracer provider that
+// newTP builds around the fixture's span exporter.
+func newTracedFixture(t *testing.T, base string, dead *httptest.Server, newTP func(sdktrace.SpanExporter) trace.TracerProvider) *observed {
+	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tp := newTP(exp)
 	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +149,53 @@ func TestDeniedRequestIsTracedPerStage(t *testing.T) {
 	}
 	if c := a["quotagate.caller"].String(); len(c) != 16 {
 		t.Errorf("quotagate.caller = %q, want a 16-hex hash", c)
+	}
+}
+
+// With the provider quotagate serve runs with, a caller's unsampled trace
+// builds no span at all (none reaches the exporter), yet the upstream gets
+// the caller's traceparent unchanged; a sampled one is recorded in full.
+func TestUnsampledRequestRecordsNoSpanButPropagates(t *testing.T) {
+	o := newTracedFixture(t, baseConfig, nil, func(exp sdktrace.SpanExporter) trace.TracerProvider {
+		tp, err := telemetry.NewTracerProvider(func(string) string { return "" }, true, sdktrace.WithSyncer(exp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		return tp
+	})
+	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	unsampled := "00-" + callerTrace + "-00f067aa0ba902b7-00"
+	if w := o.do("GET", "/v1/transfers/1", map[string]string{"Authorization": "Bearer " + freeKey, "traceparent": unsampled}, nil); w.Code != 200 {
+		t.Fatalf("unsampled: %d", w.Code)
+	}
+	up, _ := o.upstream.Last()
+	if got := up.Header.Get("traceparent"); got != unsampled {
+		t.Errorf("upstream traceparent %q, want the caller's %q", got, unsampled)
+	}
+	if spans := o.spans.GetSpans(); len(spans) != 0 {
+		t.Fatalf("%d spans recorded for an unsampled request: %v", len(spans), spans)
+	}
+
+	sampled := "00-" + callerTrace + "-00f067aa0ba902b7-01"
+	if w := o.do("GET", "/v1/transfers/1", map[string]string{"Authorization": "Bearer " + freeKey, "traceparent": sampled}, nil); w.Code != 200 {
+		t.Fatalf("sampled: %d", w.Code)
+	}
+	names := map[string]string{}
+	for _, s := range o.spans.GetSpans() {
+		names[s.Name] = s.SpanContext.SpanID().String()
+		if s.SpanContext.TraceID().String() != callerTrace {
+			t.Errorf("span %s in trace %s, not the caller's", s.Name, s.SpanContext.TraceID())
+		}
+	}
+	for _, n := range []string{"quotagate.request", "quotagate.stage.global", "quotagate.upstream"} {
+		if names[n] == "" {
+			t.Errorf("sampled request: no %s span (got %v)", n, names)
+		}
+	}
+	up, _ = o.upstream.Last()
+	if got, want := up.Header.Get("traceparent"), "00-"+callerTrace+"-"+names["quotagate.upstream"]+"-01"; got != want {
+		t.Errorf("upstream traceparent %q, want %q (the upstream span as parent)", got, want)
 	}
 }
 

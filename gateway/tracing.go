@@ -14,6 +14,12 @@ import (
 // Unlike generic HTTP instrumentation it records only bounded values: the
 // route name, the method, the upstream's host and the status — never the URL,
 // whose path and query may hold identifiers.
+//
+// When the request span records nothing (not sampled, or sampled with
+// nothing exporting spans), neither would the client span: no span is
+// started and no attribute built, and the request's trace context, when it
+// has one, is what the upstream receives (an unsampled caller's own
+// traceparent, unchanged).
 type tracingTransport struct {
 	next       http.RoundTripper
 	tracer     trace.Tracer
@@ -21,6 +27,12 @@ type tracingTransport struct {
 }
 
 func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !trace.SpanFromContext(r.Context()).IsRecording() {
+		if trace.SpanContextFromContext(r.Context()).IsValid() {
+			t.propagator.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+		}
+		return t.next.RoundTrip(r)
+	}
 	routeName := ""
 	if st := stateFrom(r.Context()); st != nil && st.route != nil {
 		routeName = st.route.name

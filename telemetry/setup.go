@@ -52,9 +52,11 @@ type Options struct {
 
 // Providers holds what Setup built. None of it is installed globally.
 type Providers struct {
-	// TracerProvider is an SDK tracer provider. Spans are created and sampled
-	// (parentbased_always_on unless OTEL_TRACES_SAMPLER says otherwise) even
-	// when nothing is exported, so trace ids reach logs and upstreams.
+	// TracerProvider is a *TracerProvider: it samples by
+	// OTEL_TRACES_SAMPLER (parentbased_always_on when unset) before it builds
+	// a span, creates nothing for a span that is not sampled, and records
+	// sampled spans only when traces are exported. A sampled span has its
+	// ids either way, so trace ids reach logs and upstreams.
 	TracerProvider trace.TracerProvider
 	// MeterProvider feeds the Prometheus handler and, when configured, an
 	// OTLP (or other OTEL_METRICS_EXPORTER) periodic reader.
@@ -115,8 +117,7 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	sampler, err := samplerFromEnv(getenv)
-	if err != nil {
+	if _, _, err := samplerFromEnv(getenv); err != nil {
 		return nil, err
 	}
 	res := newResource(o, getenv)
@@ -130,7 +131,7 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	}
 
 	p := &Providers{}
-	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if exportWanted(getenv, envTracesExporter, envTracesEndpoint) {
 		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
@@ -175,7 +176,10 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 		}
 	}
 
-	tp := sdktrace.NewTracerProvider(tpOpts...)
+	tp, err := NewTracerProvider(getenv, p.tracesExported, tpOpts...)
+	if err != nil {
+		return fail(err)
+	}
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	p.TracerProvider = tp
 	p.MeterProvider = mp

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	collmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	colltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -119,8 +118,10 @@ func spanAttr(attrs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
 func emit(t *testing.T, p *Providers) {
 	t.Helper()
 	_, span := p.TracerProvider.Tracer(InstrumentationName).Start(context.Background(), "ratelimit.global")
-	if !span.SpanContext().IsValid() || !span.IsRecording() {
-		t.Fatalf("span not sampled: valid=%v recording=%v", span.SpanContext().IsValid(), span.IsRecording())
+	// Sampled either way; recorded only when something exports it.
+	if !span.SpanContext().IsValid() || !span.SpanContext().IsSampled() || span.IsRecording() != p.tracesExported {
+		t.Fatalf("span: valid=%v sampled=%v recording=%v, exported=%v", span.SpanContext().IsValid(),
+			span.SpanContext().IsSampled(), span.IsRecording(), p.tracesExported)
 	}
 	span.SetAttributes(AttrPolicy.String("transfers"), AttrRemaining.Int64(7))
 	span.End()
@@ -161,7 +162,7 @@ func TestSetupProcessEnvDefault(t *testing.T) {
 	if p.tracesExported || p.metricsExported {
 		t.Fatalf("exporters attached: traces=%v metrics=%v", p.tracesExported, p.metricsExported)
 	}
-	tp := p.TracerProvider.(*sdktrace.TracerProvider)
+	tp := p.TracerProvider.(*TracerProvider)
 	_, span := tp.Tracer("t").Start(context.Background(), "x")
 	defer span.End()
 	if !span.SpanContext().IsSampled() {
@@ -343,7 +344,7 @@ func TestSamplerFromEnv(t *testing.T) {
 		{"parentbased_traceidratio", "0.5", "ParentBased{root:TraceIDRatioBased{0.5}"},
 	}
 	for _, tc := range tests {
-		s, err := samplerFromEnv(mapEnv(map[string]string{envSampler: tc.sampler, envSamplerArg: tc.arg}))
+		s, _, err := samplerFromEnv(mapEnv(map[string]string{envSampler: tc.sampler, envSamplerArg: tc.arg}))
 		if err != nil {
 			t.Errorf("%q %q: %v", tc.sampler, tc.arg, err)
 			continue
@@ -353,7 +354,7 @@ func TestSamplerFromEnv(t *testing.T) {
 		}
 	}
 	for _, arg := range []string{"-0.1", "x", "2"} {
-		if _, err := samplerFromEnv(mapEnv(map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: arg})); err == nil {
+		if _, _, err := samplerFromEnv(mapEnv(map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: arg})); err == nil {
 			t.Errorf("arg %q accepted", arg)
 		}
 	}
