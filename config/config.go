@@ -343,14 +343,69 @@ type Route struct {
 	Path     string `mapstructure:"path"`
 	Upstream string `mapstructure:"upstream"`
 	// Cost is the units a request takes from stage 1 and from every policy
-	// of the route (default 1).
+	// of the route (default 1). It is written as a number, or as a block
+	// (see CostBlock): then Cost is the block's reserve and Settle the
+	// block.
 	Cost int64 `mapstructure:"cost"`
+	// Settle is the cost block of a route whose cost is reserved before
+	// forwarding and settled from the response; nil for a fixed cost.
+	Settle *CostBlock `mapstructure:"-"`
 	// Policies are applied in addition to stage 1; empty means stage 1 only.
 	Policies []string `mapstructure:"policies"`
 	// WebSocket lets a GET of this route upgrade to a WebSocket (default
 	// false). No other upgrade is ever forwarded, on any route.
 	WebSocket bool `mapstructure:"websocket"`
 }
+
+// CostBlock is a route cost written as a block: reserved before
+// forwarding, then settled with the usage the response reports.
+type CostBlock struct {
+	// Reserve is the units taken before forwarding when the request does
+	// not say (required, >= 1, <= Max).
+	Reserve int64 `mapstructure:"reserve"`
+	// ReserveFrom is where a request may state its own reservation (the
+	// first present wins: json, then header); nil means none.
+	ReserveFrom *ReserveFrom `mapstructure:"reserve_from"`
+	// Max is the largest reservation; a request asking more is refused
+	// with 400 (default Reserve). Every policy of the route and every
+	// tier's stage 1 must be able to hold it.
+	Max int64 `mapstructure:"max"`
+	// SettleFrom is where the response reports the units used; nil means
+	// the reservation is never settled.
+	SettleFrom *SettleFrom `mapstructure:"settle_from"`
+	// SettlePolicies are the route's policies that are settled; the others
+	// keep the reservation. Empty means every policy of the route
+	// (concurrency policies, which hold a slot rather than units, never are).
+	SettlePolicies []string `mapstructure:"settle_policies"`
+	// MaxBody is the most bytes of a JSON body, or of one server-sent
+	// event, parsed for a usage (and of a request body for reserve_from
+	// json); past it none is found (default 1 MiB, at most 64 MiB).
+	MaxBody int64 `mapstructure:"max_body"`
+}
+
+// ReserveFrom names where a request states its reservation.
+type ReserveFrom struct {
+	// JSON is a dotted path into the JSON request body, such as max_tokens.
+	JSON string `mapstructure:"json"`
+	// Header is a request header.
+	Header string `mapstructure:"header"`
+}
+
+// SettleFrom names where a response reports its usage; the first present
+// wins: header (or trailer), then json or sse (by the response's type).
+type SettleFrom struct {
+	// Header is a response header or trailer.
+	Header string `mapstructure:"header"`
+	// JSON is a dotted path into a JSON response body, such as
+	// usage.total_tokens.
+	JSON string `mapstructure:"json"`
+	// SSE is a dotted path into the JSON data of the events of a
+	// text/event-stream response; the last event that holds it wins.
+	SSE string `mapstructure:"sse"`
+}
+
+// MaxCostBody is the largest CostBlock.MaxBody.
+const MaxCostBody = 64 << 20
 
 // Default returns the configuration an empty file decodes to, before
 // validation: every default filled, no tiers, policies, upstreams or routes.

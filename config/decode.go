@@ -92,7 +92,14 @@ func (d *decoder) structure(path string, in any, out reflect.Value) {
 		return
 	}
 	fields := fieldsOf(out.Type())
+	var kd keyDecoder
+	if out.CanAddr() {
+		kd, _ = out.Addr().Interface().(keyDecoder)
+	}
 	for _, key := range sortedKeys(m) {
+		if kd != nil && kd.decodeKey(d, join(path, key), key, m[key]) {
+			continue
+		}
 		i, ok := fields[key]
 		if !ok {
 			d.fail(join(path, key), unknownKey(key, fields))
@@ -100,6 +107,14 @@ func (d *decoder) structure(path string, in any, out reflect.Value) {
 		}
 		d.decode(join(path, key), m[key], out.Field(i))
 	}
+}
+
+// keyDecoder is a config type one of whose keys may be written in a shape
+// its field does not have (such as a route's cost, a number or a block).
+// decodeKey decodes in, the value of key at path, and reports whether it
+// did; otherwise the key is decoded into its field as usual.
+type keyDecoder interface {
+	decodeKey(d *decoder, path, key string, in any) bool
 }
 
 // fieldsOf maps the tag names of t's decodable fields to field indexes.

@@ -69,7 +69,7 @@ func (c *Config) Redacted() map[string]any {
 			"method":   r.Method,
 			"path":     r.Path,
 			"upstream": r.Upstream,
-			"cost":     r.Cost,
+			"cost":     showCost(r),
 			"policies": copyList(r.Policies),
 		}
 	}
@@ -169,4 +169,23 @@ func showURL(raw string) string {
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// showCost is a route's cost as written: a number, or its block.
+func showCost(r Route) any {
+	b := r.Settle
+	if b == nil {
+		return r.Cost
+	}
+	m := map[string]any{"reserve": b.Reserve, "max": b.Max, "max_body": b.MaxBody}
+	if f := b.ReserveFrom; f != nil {
+		m["reserve_from"] = map[string]any{"json": f.JSON, "header": f.Header}
+	}
+	if f := b.SettleFrom; f != nil {
+		m["settle_from"] = map[string]any{"header": f.Header, "json": f.JSON, "sse": f.SSE}
+	}
+	if len(b.SettlePolicies) > 0 {
+		m["settle_policies"] = copyList(b.SettlePolicies)
+	}
+	return m
 }

@@ -161,7 +161,7 @@ func (c *Config) validateRoutes(errs *Errors) {
 // validateRoutePolicies checks a route's policy references and its cost
 // against every limit that could apply to it.
 func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
-	if r.Cost < 1 {
+	if r.Cost < 1 && r.Settle == nil { // a block reports its reserve
 		errs.add(p+".cost", "must be >= 1")
 	}
 	seen := make(map[string]bool, len(r.Policies))
@@ -182,12 +182,18 @@ func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 		}
 		seen[name] = true
 	}
+	c.validateCostBlock(errs, p, r)
 	if r.Cost < 1 {
 		return
 	}
+	c.checkLocalCost(errs, p+".cost", r.Cost)
+}
+
+// checkLocalCost reports a cost that a tier's stage 1 could never admit.
+func (c *Config) checkLocalCost(errs *Errors, path string, cost int64) {
 	for _, tier := range sortedTierNames(c.Tiers) {
-		if l := c.Tiers[tier].Local; l != nil && l.Burst > 0 && r.Cost > l.Burst {
-			errs.addf(p+".cost", "%d exceeds the stage 1 burst %d of tier %q: its callers could never be admitted", r.Cost, l.Burst, tier)
+		if l := c.Tiers[tier].Local; l != nil && l.Burst > 0 && cost > l.Burst {
+			errs.addf(path, "%d exceeds the stage 1 burst %d of tier %q: its callers could never be admitted", cost, l.Burst, tier)
 		}
 	}
 }

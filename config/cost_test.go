@@ -1,0 +1,57 @@
+package config
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestCostBlock: a cost written as a block decodes with its defaults (max
+// = reserve, max_body 1 MiB, every policy settled), lowercases
+// settle_policies, and leaves Cost as the reserve; a number stays a fixed
+// cost without a block.
+func TestCostBlock(t *testing.T) {
+	c := mustParse(t, `
+identity: {anonymous: {tier: free}}
+tiers: {free: {}}
+upstreams: {llm: {url: "http://127.0.0.1:9001"}}
+policies:
+  llm-tokens: {limits: {free: {rate: 100000, per: 1m, burst: 40000}}}
+  tenant: {limits: {free: {rate: 10, per: 1s, burst: 40000}}}
+routes:
+  - name: chat.create
+    method: POST
+    path: /v1/chat/completions
+    upstream: llm
+    policies: [llm-tokens, tenant]
+    cost:
+      reserve: 1000
+      reserve_from: {json: max_tokens, header: X-Max-Tokens}
+      max: 32000
+      settle_from: {header: X-Usage-Total-Tokens, json: usage.total_tokens, sse: usage.total_tokens}
+      settle_policies: [LLM-Tokens]
+  - {name: plain, method: GET, path: /p, upstream: llm, policies: [tenant], cost: {reserve: 5}}
+  - {name: fixed, method: GET, path: /f, upstream: llm, policies: [tenant], cost: 7}
+`, noEnv)
+	r := c.Routes[0]
+	b := r.Settle
+	if r.Cost != 1000 || b == nil || b.Reserve != 1000 || b.Max != 32000 || b.MaxBody != 1<<20 {
+		t.Fatalf("chat.create: cost %d, block %+v", r.Cost, b)
+	}
+	if *b.ReserveFrom != (ReserveFrom{JSON: "max_tokens", Header: "X-Max-Tokens"}) ||
+		*b.SettleFrom != (SettleFrom{Header: "X-Usage-Total-Tokens", JSON: "usage.total_tokens", SSE: "usage.total_tokens"}) {
+		t.Errorf("sources: %+v %+v", b.ReserveFrom, b.SettleFrom)
+	}
+	if !slices.Equal(b.SettlePolicies, []string{"llm-tokens"}) {
+		t.Errorf("settle_policies = %v, want [llm-tokens]", b.SettlePolicies)
+	}
+	if p := c.Routes[1]; p.Cost != 5 || p.Settle == nil || p.Settle.Max != 5 || p.Settle.SettleFrom != nil || p.Settle.ReserveFrom != nil {
+		t.Errorf("plain: cost %d, block %+v; want 5 with max 5 and no sources", p.Cost, p.Settle)
+	}
+	if f := c.Routes[2]; f.Cost != 7 || f.Settle != nil {
+		t.Errorf("fixed: cost %d, block %+v; want 7 and no block", f.Cost, f.Settle)
+	}
+	red := c.Redacted()["routes"].([]any)[0].(map[string]any)["cost"].(map[string]any)
+	if red["reserve"] != int64(1000) || red["max"] != int64(32000) {
+		t.Errorf("redacted cost = %v", red)
+	}
+}
