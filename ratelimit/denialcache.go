@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,9 +19,10 @@ type DenialCacheOptions struct {
 	// means time.Now. Only elapsed time matters, so it need not agree with
 	// the store's clock.
 	Now func() time.Time
-	// Size is the most keys remembered at once (0: DefaultDenialCacheSize).
-	// When full, expired denials are dropped first, then arbitrary ones; a
-	// dropped denial only costs a store call.
+	// Size is the most keys remembered at once (0: DefaultDenialCacheSize),
+	// split evenly over the shards. When a key's shard is full, its expired
+	// denials are dropped first, then arbitrary ones; a dropped denial only
+	// costs a store call.
 	Size int
 }
 
@@ -51,20 +53,31 @@ type DenialCacheOptions struct {
 // that the refunded units would have admitted (never more than the units
 // refunded, and only on this instance).
 //
-// A DenialCache is safe for concurrent use. Close closes the store below.
+// A DenialCache is safe for concurrent use. Its keys are spread over up to
+// 64 shards by a hash of the key, each with its own lock and its share of
+// Size, so that lookups of different keys do not wait for one another.
+// Close closes the store below.
 type DenialCache struct {
 	inner Store
 	now   func() time.Time
-	size  int
-
-	mu   sync.Mutex
-	keys map[string]*denial // by the key of each denied non-shadow item
-	// held is len(keys), written under mu, so that a Decide with nothing
+	seed  maphash.Seed
+	// shards hold the keys; a batch denied under several keys is kept in
+	// each key's shard. len(shards) is a power of two.
+	shards []denialShard
+	// held counts the keys of all shards, so that a Decide with nothing
 	// remembered (the common case) takes no lock. A lookup that reads a
 	// stale 0 only asks the store, which is always correct.
 	held atomic.Int64
 
 	local atomic.Uint64
+}
+
+// denialShard is one lock's share of a DenialCache.
+type denialShard struct {
+	mu   sync.Mutex
+	size int                // the most keys it holds
+	keys map[string]*denial // by the key of each denied non-shadow item
+	_    [40]byte           // keep shards on separate cache lines
 }
 
 // denial is one denied batch, remembered.
@@ -75,6 +88,10 @@ type denial struct {
 	d     Decision
 }
 
+// denialShardKeys is the fewest keys per shard: a small cache keeps one
+// shard (and so evicts exactly at Size); 10,000 keys make 32 shards.
+const denialShardKeys = 256
+
 // NewDenialCache puts a DenialCache on inner, which it owns.
 func NewDenialCache(inner Store, o DenialCacheOptions) *DenialCache {
 	if o.Now == nil {
@@ -83,7 +100,25 @@ func NewDenialCache(inner Store, o DenialCacheOptions) *DenialCache {
 	if o.Size <= 0 {
 		o.Size = DefaultDenialCacheSize
 	}
-	return &DenialCache{inner: inner, now: o.Now, size: o.Size, keys: make(map[string]*denial)}
+	n := 1
+	for n < 64 && 2*n*denialShardKeys <= o.Size {
+		n *= 2
+	}
+	c := &DenialCache{inner: inner, now: o.Now, seed: maphash.MakeSeed(), shards: make([]denialShard, n)}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.size = o.Size / n
+		if i < o.Size%n {
+			sh.size++
+		}
+		sh.keys = make(map[string]*denial)
+	}
+	return c
+}
+
+// shard returns the shard of key.
+func (c *DenialCache) shard(key string) *denialShard {
+	return &c.shards[maphash.String(c.seed, key)&uint64(len(c.shards)-1)]
 }
 
 // Decide answers items from a remembered denial when one covers them (see
@@ -105,29 +140,37 @@ func (c *DenialCache) lookup(items []Item) (Decision, bool) {
 	if c.held.Load() == 0 {
 		return Decision{}, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := c.now()
 	for i := range items {
 		if items[i].Shadow || items[i].Cost <= 0 {
 			continue
 		}
-		e := c.keys[items[i].Key]
-		if e == nil {
-			continue
+		if d, ok := c.lookupKey(items[i].Key, items, now); ok {
+			return d, true
 		}
-		if !now.Before(e.until) || now.Before(e.at) {
-			// Run out, or the clock went back: the elapsed time is unknown.
-			c.forget(e)
-			continue
-		}
-		if !e.covers(items) {
-			continue
-		}
-		c.local.Add(1)
-		return e.decisionAt(now.Sub(e.at)), true
 	}
 	return Decision{}, false
+}
+
+// lookupKey returns the denial remembered under key if it covers items at
+// now. A denial that ran out is dropped under key; under its other keys
+// it is dropped when they are looked up (it has run out there too).
+func (c *DenialCache) lookupKey(key string, items []Item, now time.Time) (Decision, bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e := sh.keys[key]
+	if e != nil && (!now.Before(e.until) || now.Before(e.at)) {
+		// Run out, or the clock went back: the elapsed time is unknown.
+		c.drop(sh, key)
+		e = nil
+	}
+	sh.mu.Unlock()
+	// A denial never changes once remembered: it is read without the lock.
+	if e == nil || !e.covers(items) {
+		return Decision{}, false
+	}
+	c.local.Add(1)
+	return e.decisionAt(now.Sub(e.at)), true
 }
 
 // covers reports whether items are e's batch with each cost the same or
@@ -193,67 +236,79 @@ func (c *DenialCache) remember(items []Item, d Decision) {
 	for i := range e.items {
 		e.items[i].Lease, e.items[i].OnError = Lease{}, 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.keys)+len(denied) > c.size {
-		c.evict(now, len(denied))
-	}
 	for _, k := range denied {
-		if old := c.keys[k]; old != nil {
-			c.forget(old)
+		sh := c.shard(k)
+		sh.mu.Lock()
+		if _, ok := sh.keys[k]; !ok && len(sh.keys) >= sh.size {
+			c.evict(sh, now)
 		}
-		c.keys[k] = e
+		if _, ok := sh.keys[k]; !ok {
+			c.held.Add(1)
+		}
+		// A denial k was kept under before stays under its other keys: it
+		// is still true there until it runs out.
+		sh.keys[k] = e
+		sh.mu.Unlock()
 	}
-	c.held.Store(int64(len(c.keys)))
 }
 
-// evict makes room for n keys: expired denials go first, then any. It
-// frees an eighth of the size beyond n, so that a caller denied under many
-// distinct keys pays the full scan of the map (under c.mu) once per
-// size/8 denials remembered, not on every one. c.mu is held.
-func (c *DenialCache) evict(now time.Time, n int) {
-	target := max(c.size-c.size/8-n, 0)
-	for _, e := range c.keys {
+// evict makes room in sh (locked) for one more key: expired denials go
+// first, then any. It frees an eighth of the shard beyond that, so that a
+// caller denied under many distinct keys pays the full scan of the shard
+// once per size/8 denials remembered, not on every one.
+func (c *DenialCache) evict(sh *denialShard, now time.Time) {
+	target := max(sh.size-sh.size/8-1, 0)
+	for k, e := range sh.keys {
 		if !now.Before(e.until) {
-			c.forget(e)
+			c.drop(sh, k)
 		}
 	}
-	for _, e := range c.keys {
-		if len(c.keys) <= target {
+	for k := range sh.keys {
+		if len(sh.keys) <= target {
 			return
 		}
-		c.forget(e)
+		c.drop(sh, k)
 	}
 }
 
-// forget drops e under every key it is kept by. c.mu is held.
-func (c *DenialCache) forget(e *denial) {
-	for i := range e.items {
-		if c.keys[e.items[i].Key] == e {
-			delete(c.keys, e.items[i].Key)
-		}
-	}
-	c.held.Store(int64(len(c.keys)))
+// drop forgets key in sh (locked).
+func (c *DenialCache) drop(sh *denialShard, key string) {
+	delete(sh.keys, key)
+	c.held.Add(-1)
 }
 
-// Invalidate forgets every remembered denial of key, so that the next
-// decision of it asks the store below. Call it when units go back to key on
+// Invalidate forgets every remembered denial of key, under each key it is
+// kept by, so that the next decision of key (alone or in the batch that
+// was denied) asks the store below. Call it when units go back to key on
 // this instance (a refund, a settlement, a released concurrency slot).
 func (c *DenialCache) Invalidate(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.keys[key]; e != nil {
-		c.forget(e)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e := sh.keys[key]
+	if e != nil {
+		c.drop(sh, key)
+	}
+	sh.mu.Unlock()
+	if e == nil {
+		return
+	}
+	for i := range e.items {
+		k := e.items[i].Key
+		if k == key {
+			continue
+		}
+		sh := c.shard(k)
+		sh.mu.Lock()
+		if sh.keys[k] == e {
+			c.drop(sh, k)
+		}
+		sh.mu.Unlock()
 	}
 }
 
 // Len returns the number of keys with a remembered denial (expired ones
 // included until they are dropped).
-func (c *DenialCache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.keys)
-}
+func (c *DenialCache) Len() int { return int(c.held.Load()) }
 
 // LocalDenials returns how many batches the DenialCache has answered
 // without the store below since it was created.

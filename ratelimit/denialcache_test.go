@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +143,71 @@ func TestDenialCacheEvictsWithHeadroom(t *testing.T) {
 	}
 }
 
+// TestDenialCacheShards: with the default size the keys are spread over
+// shards. A batch denied under 64 keys (spread over them) is answered
+// locally by any of them, and Invalidate of one forgets it under all; a
+// flood of distinct denied keys from many goroutines never holds more than
+// the size, keeps most of it, and still remembers the next denial.
+func TestDenialCacheShards(t *testing.T) {
+	c, inner, _ := newDenialCache(0)
+	defer c.Close()
+	lim := ratelimit.Limit{Rate: 1, Per: time.Minute}
+	batch := make([]ratelimit.Item, 64)
+	for i := range batch {
+		batch[i] = ratelimit.Item{Key: fmt.Sprint("{acme}:p", i), Algorithm: ratelimit.FixedWindow, Limit: lim, Cost: 1}
+	}
+	decide(t, c, batch...)
+	decide(t, c, batch...) // denied by the store: remembered under 64 keys
+	if c.Len() != 64 {
+		t.Fatalf("Len %d, want 64", c.Len())
+	}
+	calls := inner.Calls()
+	if d := decide(t, c, batch...); d.Allowed || inner.Calls() != calls {
+		t.Fatalf("repeat: %+v after %d store calls, want a local denial", d, inner.Calls()-calls)
+	}
+	c.Invalidate(batch[40].Key)
+	if c.Len() != 0 {
+		t.Fatalf("Len %d after Invalidate of one key of the batch, want 0 (forgotten under all 64)", c.Len())
+	}
+	decide(t, c, batch...)
+	if inner.Calls() != calls+1 {
+		t.Fatalf("after Invalidate: %d store calls, want 1", inner.Calls()-calls)
+	}
+
+	const workers, perWorker = 8, 4000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker {
+				it := ratelimit.Item{Key: fmt.Sprintf("{t%d-%d}:x", w, i), Algorithm: ratelimit.FixedWindow, Limit: lim, Cost: 1}
+				if _, err := c.Decide(context.Background(), []ratelimit.Item{it}); err != nil {
+					t.Error(err)
+				}
+				if _, err := c.Decide(context.Background(), []ratelimit.Item{it}); err != nil {
+					t.Error(err)
+				}
+				if n := c.Len(); n > ratelimit.DefaultDenialCacheSize {
+					t.Errorf("Len %d, above the size %d", n, ratelimit.DefaultDenialCacheSize)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := c.Len(); n < ratelimit.DefaultDenialCacheSize*3/4 {
+		t.Errorf("Len %d after %d denied keys, want most of the size %d kept", n, workers*perWorker, ratelimit.DefaultDenialCacheSize)
+	}
+	it := ratelimit.Item{Key: "{late}:x", Algorithm: ratelimit.FixedWindow, Limit: lim, Cost: 1}
+	decide(t, c, it)
+	decide(t, c, it)
+	calls = inner.Calls()
+	if d := decide(t, c, it); d.Allowed || inner.Calls() != calls {
+		t.Errorf("a key denied after the flood: %+v after %d store calls, want a local denial", d, inner.Calls()-calls)
+	}
+}
+
 // TestDenialCacheMatchesStore decides the same random batches, with the
 // clock moving both ways, on a store and on a DenialCache over an identical
 // store: every verdict must be the same (the cache never admits and never
@@ -208,5 +275,41 @@ func BenchmarkDenialCacheHit(b *testing.B) {
 	b.StopTimer()
 	if c.LocalDenials() < uint64(b.N) {
 		b.Fatalf("%d local denials for %d requests", c.LocalDenials(), b.N)
+	}
+}
+
+// BenchmarkDenialCacheHitParallel measures denials answered locally from
+// many goroutines at once: over 1,024 denied keys (callers over their
+// limits), and over one hot key that every goroutine asks for.
+func BenchmarkDenialCacheHitParallel(b *testing.B) {
+	for _, keys := range []int{1024, 1} {
+		b.Run(fmt.Sprint("keys=", keys), func(b *testing.B) {
+			clock := &storetest.Clock{}
+			clock.Set(dcT0)
+			c := ratelimit.NewDenialCache(ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now}), ratelimit.DenialCacheOptions{Now: clock.Now})
+			defer c.Close()
+			batches := make([][]ratelimit.Item, keys)
+			for i := range batches {
+				batches[i] = []ratelimit.Item{{Key: fmt.Sprintf("{t%d}:hot", i), Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Hour}, Cost: 1}}
+				for range 2 {
+					if _, err := c.Decide(context.Background(), batches[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(7919))
+				for pb.Next() {
+					i++
+					if d, _ := c.Decide(context.Background(), batches[i%keys]); d.Allowed {
+						b.Error("admitted over the limit")
+						return
+					}
+				}
+			})
+		})
 	}
 }
