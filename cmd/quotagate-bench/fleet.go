@@ -19,6 +19,9 @@ type fleetOptions struct {
 	topologies []string // standalone, cluster (-topology)
 	mix        fleetMix
 	lease      string
+	// enterpriseRate is the enterprise tenant's limit per second (and
+	// its burst).
+	enterpriseRate int
 	// redisAddr and clusterAddrs, when set, are a Redis the caller runs
 	// instead of one the bench starts. It is flushed before each run.
 	redisAddr    string
@@ -73,8 +76,10 @@ type FleetRun struct {
 	// by their number.
 	GatewayMiB float64 `json:"gateway_heap_mib_per_instance"`
 	// ProcessCPUus is this process's CPU per request: the instances and
-	// the load generator together.
+	// the load generator together; GenCPUus is the load generator's part,
+	// measured alone before the run (see generatorCost).
 	ProcessCPUus float64 `json:"process_cpu_us_per_req"`
+	GenCPUus     float64 `json:"loadgen_cpu_us_per_req"`
 	// OtherCalls is commands the instances sent that touch no caller's
 	// keys (PING, CLUSTER SLOTS), in the whole run.
 	OtherCalls uint64       `json:"other_store_calls"`
@@ -112,7 +117,7 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 			"mix": fmt.Sprintf("enterprise %.0f%%, abusive %.0f%%, the rest Zipf(1.1) over the free callers",
 				100*f.mix.enterpriseShare, 100*f.mix.abusiveShare),
 			"limits": fmt.Sprintf("free %d/s burst %d (abusive too), enterprise %d/s burst %d; token bucket, on_store_error closed",
-				freeRate, freeBurst, enterpriseRate, enterpriseBurst),
+				freeRate, freeBurst, f.enterpriseRate, f.enterpriseRate),
 		},
 	}
 	keys := newPerKey(f.mix.callers)
@@ -158,8 +163,12 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
 	}
+	gen, err := generatorCost(ctx, f.mix, o.conns, keys)
+	if err != nil {
+		return nil, err
+	}
 	keys.reset()
-	cfg, err := config.Parse([]byte(fleetConfig(nodes.addrs, n, f.lease)), fleetGetenv)
+	cfg, err := config.Parse([]byte(fleetConfig(nodes.addrs, n, f.lease, f.enterpriseRate)), fleetGetenv)
 	if err != nil {
 		return nil, fmt.Errorf("fleet config: %w", err)
 	}
@@ -252,13 +261,14 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	}
 	run.GatewayMiB = round2(float64(heapAfter-heapBefore) / float64(n) / (1 << 20))
 	run.ProcessCPUus = round2(perReq(ticksToMicros(cpuAfter - cpuBefore)))
-	run.Classes = classRows(load, keys, calls)
+	run.GenCPUus = round2(gen)
+	run.Classes = classRows(load, keys, calls, f.enterpriseRate)
 	return run, nil
 }
 
 // classRows turns the counts of a run into one row per class, with each
 // caller's bound computed from the policy and the elapsed time.
-func classRows(load *fleetLoad, keys *perKey, calls [numClasses + 1]uint64) []FleetClass {
+func classRows(load *fleetLoad, keys *perKey, calls [numClasses + 1]uint64, entRate int) []FleetClass {
 	secs := load.elapsed.Seconds()
 	bound := func(rate, burst int) uint64 { return uint64(burst) + uint64(float64(rate)*secs) }
 	rows := make([]FleetClass, numClasses)
@@ -278,7 +288,7 @@ func classRows(load *fleetLoad, keys *perKey, calls [numClasses + 1]uint64) []Fl
 		}
 		switch keyClass(c) {
 		case classEnterprise:
-			one(bound(enterpriseRate, enterpriseBurst))
+			one(bound(entRate, entRate))
 		case classAbusive:
 			one(bound(freeRate, freeBurst))
 		case classFree:
@@ -326,7 +336,8 @@ func fleetNotes(cores int) []string {
 		"store calls/req: script calls each instance's client sent for the class's keys, per request of the class; " +
 			"redis cmd/req and scripts/req: INFO commandstats deltas over all nodes per request (cmd counts commands run inside scripts too)",
 		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live keys per node sampled at the end, × 1,000,000 callers with one key each (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
-			"gw MiB/inst: live heap after GC with the instances running minus before they were built, / instances; proc µs/req: this process (instances + load generator)",
+			"gw MiB/inst: live heap after GC with the instances running minus before they were built, / instances; proc µs/req: this process (instances + load generator); " +
+			"gen µs/req: the load generator's part (drawing the caller, signing its JWT, building the request), measured alone for 300 ms before each run",
 	}
 }
 
@@ -355,6 +366,7 @@ func writeFleetTable(w io.Writer, rep *FleetReport) error {
 				strconv.FormatUint(c.Errors, 10), fmt.Sprintf("%.3f", c.StoreCalls),
 				fmt.Sprintf("%.0f", r.RPS), fmt.Sprintf("%.2f", r.RedisCmds), fmt.Sprintf("%.2f", r.RedisCPUus),
 				fmt.Sprintf("%.1f", r.RedisMBPer1M), fmt.Sprintf("%.2f", r.GatewayMiB), fmt.Sprintf("%.1f", r.ProcessCPUus),
+				fmt.Sprintf("%.1f", r.GenCPUus),
 			}
 			fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
 		}
@@ -369,7 +381,7 @@ func writeFleetTable(w io.Writer, rep *FleetReport) error {
 // fleetColumns are the fleet table's columns, in order.
 var fleetColumns = []string{
 	"redis", "N", "class", "callers", "requests", "admitted", "bound", "admissible", "over", "util", "errors",
-	"store calls/req", "req/s", "redis cmd/req", "redis µs/req", "redis MB/1M callers", "gw MiB/inst", "proc µs/req",
+	"store calls/req", "req/s", "redis cmd/req", "redis µs/req", "redis MB/1M callers", "gw MiB/inst", "proc µs/req", "gen µs/req",
 }
 
 // parseSizes parses -n: a comma-separated list of instance counts.
@@ -433,6 +445,8 @@ func parseFleetFlags(o *options, sizes, topologies, cluster string) error {
 		return fmt.Errorf("-abusive-share: must be in [0, 1], got %v", m.abusiveShare)
 	case m.enterpriseShare+m.abusiveShare > 1:
 		return fmt.Errorf("-abusive-share: with -enterprise-share above 1 (%v + %v)", m.enterpriseShare, m.abusiveShare)
+	case f.enterpriseRate < 1:
+		return fmt.Errorf("-enterprise-rate: must be at least 1, got %d", f.enterpriseRate)
 	case f.lease != leaseOff && f.lease != leaseStatic:
 		return fmt.Errorf("-lease: unknown lease mode %q (want %s or %s)", f.lease, leaseOff, leaseStatic)
 	}

@@ -24,14 +24,12 @@ import (
 // tier enterprise. One token-bucket policy of scope tenant limits them all
 // in the store, and fails closed, so that no store error can admit.
 const (
-	fleetSecretEnv  = "QUOTAGATE_BENCH_FLEET_JWT"
-	fleetSecret     = "quotagate-bench-fleet-secret-of-32+bytes"
-	enterpriseID    = "acme"
-	abusiveID       = "abuser"
-	freeRate        = 10 // per second, per free caller (the abusive one too)
-	freeBurst       = 20
-	enterpriseRate  = 1000 // per second, for the enterprise tenant
-	enterpriseBurst = 1000
+	fleetSecretEnv = "QUOTAGATE_BENCH_FLEET_JWT"
+	fleetSecret    = "quotagate-bench-fleet-secret-of-32+bytes"
+	enterpriseID   = "acme"
+	abusiveID      = "abuser"
+	freeRate       = 10 // per second, per free caller (the abusive one too)
+	freeBurst      = 20
 	// localFactor puts each tier's stage 1 (per instance, per caller) this
 	// many times above its global limit, so that stage 2 decides.
 	localFactor = 100
@@ -44,8 +42,9 @@ const (
 )
 
 // fleetConfig is the configuration of every instance of a fleet of n on
-// Redis at addrs.
-func fleetConfig(addrs []string, n int, lease string) string {
+// Redis at addrs, the enterprise tenant limited to entRate per second
+// (burst the same).
+func fleetConfig(addrs []string, n int, lease string, entRate int) string {
 	var b strings.Builder
 	b.WriteString("# Written by quotagate-bench -mode fleet.\n")
 	b.WriteString("server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}\n")
@@ -61,14 +60,14 @@ func fleetConfig(addrs []string, n int, lease string) string {
 	fmt.Fprintf(&b, "identity:\n  jwt: {secret_env: %s}\n", fleetSecretEnv)
 	b.WriteString("tiers:\n")
 	fmt.Fprintf(&b, "  free: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*freeRate, localFactor*freeBurst)
-	fmt.Fprintf(&b, "  enterprise: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*enterpriseRate, localFactor*enterpriseBurst)
+	fmt.Fprintf(&b, "  enterprise: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*entRate, localFactor*entRate)
 	b.WriteString("policies:\n  user:\n    scope: tenant\n    algorithm: token_bucket\n    on_store_error: closed\n")
 	if lease == leaseStatic {
 		fmt.Fprintf(&b, "    lease: {max_block: 50, ttl: 1s, instances: %d}\n", n)
 	}
 	b.WriteString("    limits:\n")
 	fmt.Fprintf(&b, "      free: {rate: %d, per: 1s, burst: %d}\n", freeRate, freeBurst)
-	fmt.Fprintf(&b, "      enterprise: {rate: %d, per: 1s, burst: %d}\n", enterpriseRate, enterpriseBurst)
+	fmt.Fprintf(&b, "      enterprise: {rate: %d, per: 1s, burst: %d}\n", entRate, entRate)
 	b.WriteString("upstreams:\n  echo: {url: \"echo:\", timeout: 10s}\n")
 	b.WriteString("routes:\n  - {name: items.get, method: GET, path: \"/{rest...}\", upstream: echo, policies: [user]}\n")
 	return b.String()

@@ -195,3 +195,27 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 	res.elapsed = time.Since(start)
 	return res
 }
+
+// generatorCost is the load generator's CPU per request, in µs: the
+// workers run for 300 ms against handlers that answer 200 at once, and
+// this process's CPU time is divided by the requests. keys is written to.
+func generatorCost(ctx context.Context, mix fleetMix, workers int, keys *perKey) (float64, error) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	before, err := selfTicks()
+	if err != nil {
+		return 0, err
+	}
+	load := driveFleet(ctx, []http.Handler{ok}, mix, workers, 300*time.Millisecond, keys)
+	after, err := selfTicks()
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range load.classes {
+		n += c.requests
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return ticksToMicros(after-before) / float64(n), nil
+}

@@ -48,9 +48,9 @@ func TestFleetMode(t *testing.T) {
 		if r.Instances != 3 || r.Requests == 0 || r.RPS <= 0 {
 			t.Errorf("%s: instances %d, requests %d, rps %v", r.Topology, r.Instances, r.Requests, r.RPS)
 		}
-		if r.RedisCmds <= 0 || r.RedisCPUus <= 0 || r.RedisMBPer1M <= 0 || r.GatewayMiB <= 0 || r.ProcessCPUus <= 0 {
-			t.Errorf("%s: a measurement is missing: cmd/req %v, redis µs/req %v, MB/1M %v, gw MiB %v, proc µs/req %v",
-				r.Topology, r.RedisCmds, r.RedisCPUus, r.RedisMBPer1M, r.GatewayMiB, r.ProcessCPUus)
+		if r.RedisCmds <= 0 || r.RedisCPUus <= 0 || r.RedisMBPer1M <= 0 || r.GatewayMiB <= 0 || r.ProcessCPUus <= 0 || r.GenCPUus <= 0 {
+			t.Errorf("%s: a measurement is missing: cmd/req %v, redis µs/req %v, MB/1M %v, gw MiB %v, proc µs/req %v, gen µs/req %v",
+				r.Topology, r.RedisCmds, r.RedisCPUus, r.RedisMBPer1M, r.GatewayMiB, r.ProcessCPUus, r.GenCPUus)
 		}
 		if len(r.Classes) != int(numClasses) {
 			t.Fatalf("%s: %d classes, want %d", r.Topology, len(r.Classes), numClasses)
@@ -122,6 +122,7 @@ func TestFleetFlagsRejectBadValues(t *testing.T) {
 		{[]string{"-mode", "fleet", "-abusive-share", "-0.1"}, "-abusive-share"},
 		{[]string{"-mode", "fleet", "-enterprise-share", "0.6", "-abusive-share", "0.6"}, "-abusive-share"},
 		{[]string{"-mode", "fleet", "-lease", "sometimes"}, "-lease"},
+		{[]string{"-mode", "fleet", "-enterprise-rate", "0"}, "-enterprise-rate"},
 		{[]string{"-mode", "fleet", "-c", "0"}, "-c"},
 		{[]string{"-mode", "fleet", "-d", "0s"}, "-d"},
 	} {

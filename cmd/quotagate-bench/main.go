@@ -125,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.fleet.mix.callers, "callers", 1000000, "fleet: free callers, Zipf-distributed")
 	fs.Float64Var(&o.fleet.mix.enterpriseShare, "enterprise-share", 0.10, "fleet: share of requests from the enterprise tenant")
 	fs.Float64Var(&o.fleet.mix.abusiveShare, "abusive-share", 0.05, "fleet: share of requests from the abusive caller")
+	fs.IntVar(&o.fleet.enterpriseRate, "enterprise-rate", 1000, "fleet: the enterprise tenant's limit per second (and burst)")
 	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N)")
 	fs.StringVar(&o.fleet.redisAddr, "redis", "", "fleet: a standalone Redis to use (flushed before each run) instead of starting one")
 	cluster := fs.String("cluster", "", "fleet: comma-separated seed addresses of a Redis Cluster to use (flushed before each run) instead of starting one")
