@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -127,16 +125,11 @@ func TestBinaryFreshMetricsHaveEveryReadmeFamily(t *testing.T) {
 	}
 	proc := startBinary(t, "../../config.yaml",
 		"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0")
-	resp, err := http.Get(proc.AdminURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := proc.Metrics()
 	for _, f := range families {
 		name := f[1]
 		re := regexp.MustCompile("(?m)^" + name + `(_bucket|_count|_sum)?(\{[^}]*\})? (\S+)$`)
-		samples := re.FindAllStringSubmatch(string(body), -1)
+		samples := re.FindAllStringSubmatch(body, -1)
 		if len(samples) == 0 {
 			t.Errorf("%s: no series on a fresh gateway", name)
 		}

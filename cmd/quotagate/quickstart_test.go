@@ -53,14 +53,8 @@ func TestQuickStart(t *testing.T) {
 		t.Fatalf("demo-free-key: %d %s", resp.StatusCode, b)
 	}
 
-	resp, err = http.Get(proc.AdminURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(b), `quotagate_decisions_total{policy="tenant",result="denied",stage="global"}`) {
-		t.Fatalf("/metrics lacks the denial counter:\n%s", b)
+	if m := proc.Metrics(); !strings.Contains(m, `quotagate_decisions_total{policy="tenant",result="denied",stage="global"}`) {
+		t.Fatalf("/metrics lacks the denial counter:\n%s", m)
 	}
 	if code, out, errs := runCmd(t, "healthcheck", "-url", proc.AdminURL()+"/readyz"); code != 0 {
 		t.Fatalf("healthcheck: exit %d %s %s", code, out, errs)

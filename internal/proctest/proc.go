@@ -209,6 +209,23 @@ func (p *Proc) URL() string { return "http://" + p.Listen }
 // AdminURL is "http://" and the admin listener's address.
 func (p *Proc) AdminURL() string { return "http://" + p.AdminListen }
 
+// Metrics returns the Prometheus text of the admin listener's /metrics. A
+// failed request, or an answer other than 200 (within 5 s), fails tb.
+func (p *Proc) Metrics() string {
+	p.tb.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(p.AdminURL() + "/metrics")
+	if err != nil {
+		p.tb.Fatalf("%s: GET /metrics: %v", p.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		p.tb.Fatalf("%s: GET /metrics: %s %v", p.Name, resp.Status, err)
+	}
+	return string(body)
+}
+
 // WaitReady polls /readyz on the admin listener until it answers 200. A
 // process that exits first fails tb; one that is not ready within timeout
 // (0 is StartTimeout) fails tb as an overrun, naming the last answer.
