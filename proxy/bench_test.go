@@ -5,8 +5,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/benchloop"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // BenchmarkProxySmall forwards a small GET to a local upstream over real
@@ -84,4 +90,59 @@ func BenchmarkGuards(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkObserveSSE: what reading the usage of a 1,000-event stream
+// (about 100 KiB) as it passes adds to forwarding it over loopback.
+func BenchmarkObserveSSE(b *testing.B) {
+	var s strings.Builder
+	for i := range 1000 {
+		s.WriteString(`data: {"id":"c1","choices":[{"delta":{"content":"token ` + strconv.Itoa(i) + `"}}],"usage":null}` + "\n\n")
+	}
+	s.WriteString(`data: {"choices":[],"usage":{"total_tokens":1010}}` + "\n\ndata: [DONE]\n\n")
+	stream := s.String()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, stream)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	transport := NewTransport(TransportOptions{})
+	defer transport.CloseIdleConnections()
+	var found atomic.Int64
+	watch := func(resp *http.Response) {
+		usage.Watch(resp, usage.Source{SSE: "usage.total_tokens"}, 0, func(r usage.Result) {
+			if r.Found && r.Units == 1010 {
+				found.Add(1)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name    string
+		observe func(*http.Response)
+	}{{"plain", nil}, {"watch", watch}} {
+		h, err := New(Upstream{Name: "bench", URL: u}, Options{Transport: transport, ObserveResponse: c.observe})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			found.Store(0)
+			b.SetBytes(int64(len(stream)))
+			b.ReportAllocs()
+			cpu0, ok0 := benchloop.ProcessCPU()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/chat", nil))
+				if rec.Code != http.StatusOK || rec.Body.Len() != len(stream) {
+					b.Fatalf("status %d, %d bytes", rec.Code, rec.Body.Len())
+				}
+			}
+			if cpu1, ok := benchloop.ProcessCPU(); ok && ok0 {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			}
+			if c.observe != nil && found.Load() != int64(b.N) {
+				b.Fatalf("usage found %d times in %d requests", found.Load(), b.N)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +121,26 @@ func TestObserveTrailer(t *testing.T) {
 	}
 	if r := wt.result(t); r != (usage.Result{Units: 250, Found: true, From: "trailer", Complete: true}) {
 		t.Errorf("result %+v, want 250 from the trailer", r)
+	}
+}
+
+// TestObserveJSON: a JSON body with a Content-Length is read to its end
+// and its usage found.
+func TestObserveJSON(t *testing.T) {
+	const body = `{"id":"x","usage":{"prompt_tokens":4,"total_tokens":9}}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		io.WriteString(w, body)
+	}))
+	defer up.Close()
+	wt, opt := newWatcher(usage.Source{Header: "X-Usage", JSON: "usage.total_tokens"})
+	f := newFixture(t, up.URL, time.Minute, nil, opt)
+	if status, got := getStatus(t, f, "/v1/completions"); status != http.StatusOK || got != body {
+		t.Fatalf("got %d %q", status, got)
+	}
+	if r := wt.result(t); r != (usage.Result{Units: 9, Found: true, From: "json", Complete: true}) {
+		t.Errorf("result %+v, want 9 from the body", r)
 	}
 }
 

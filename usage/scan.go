@@ -26,6 +26,7 @@ type scanner struct {
 	// (keyCand); keyOK and keyPos track the comparison so far.
 	inKey, keyCand, keyOK bool
 	keyPos                int
+	keySeg                string // the path's key at this depth, when keyCand
 
 	uniN int  // hex digits of a \u escape read so far
 	uni  rune // its value so far
@@ -244,6 +245,9 @@ func (s *scanner) structural(c byte) {
 		s.inKey = true
 		s.keyCand = s.on == d && d <= s.path.n
 		s.keyOK, s.keyPos = true, 0
+		if s.keyCand {
+			s.keySeg = s.path.seg(d - 1)
+		}
 		s.state = sString
 	case sColon:
 		if c != ':' {
@@ -359,7 +363,7 @@ func (s *scanner) endString() {
 	s.inKey = false
 	s.state = sColon
 	d := len(s.stack)
-	if !s.keyCand || !s.keyOK || s.keyPos != len(s.path.seg(d-1)) {
+	if !s.keyCand || !s.keyOK || s.keyPos != len(s.keySeg) {
 		return
 	}
 	// A later occurrence of a key on the path replaces what an earlier
@@ -377,8 +381,7 @@ func (s *scanner) keyByte(c byte) {
 	if !s.inKey || !s.keyCand || !s.keyOK {
 		return
 	}
-	seg := s.path.seg(len(s.stack) - 1)
-	if s.keyPos < len(seg) && seg[s.keyPos] == c {
+	if s.keyPos < len(s.keySeg) && s.keySeg[s.keyPos] == c {
 		s.keyPos++
 		return
 	}

@@ -84,6 +84,9 @@ func Watch(resp *http.Response, src Source, maxPrefix int64, done func(Result)) 
 	if maxPrefix <= 0 {
 		maxPrefix = DefaultMaxPrefix
 	}
+	if done == nil {
+		done = func(Result) {}
+	}
 	w := &watched{resp: resp, done: done, trailer: src.Header}
 	if resp.Body == nil {
 		resp.Body = http.NoBody

@@ -329,3 +329,40 @@ func TestSourceValidate(t *testing.T) {
 		t.Errorf("RequestSource: %v, want both fields named", err)
 	}
 }
+
+// TestWatchCloseWhileReading: a client that goes away closes the body
+// while another goroutine reads it (run with -race); done is still called
+// once.
+func TestWatchCloseWhileReading(t *testing.T) {
+	for range 20 {
+		pr, pw := io.Pipe()
+		resp := &http.Response{Header: sseHeader.Clone(), Body: pr}
+		calls := make(chan Result, 2)
+		Watch(resp, Source{SSE: "n"}, 0, func(r Result) { calls <- r })
+		go func() {
+			for {
+				if _, err := pw.Write([]byte("data: {\"n\":1}\n\n")); err != nil {
+					return
+				}
+			}
+		}()
+		readDone := make(chan struct{})
+		go func() {
+			defer close(readDone)
+			buf := make([]byte, 7)
+			for {
+				if _, err := resp.Body.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		resp.Body.Close()
+		<-readDone
+		if len(calls) != 1 {
+			t.Fatalf("done called %d times", len(calls))
+		}
+		if r := <-calls; r.Complete {
+			t.Errorf("result %+v after Close, want Complete false", r)
+		}
+	}
+}
