@@ -95,10 +95,28 @@ type Store struct {
 	// "redis" (shared by the fleet).
 	Kind  string `mapstructure:"kind"`
 	Redis Redis  `mapstructure:"redis"`
-	// FleetSize is the number of instances sharing the store (default 1).
-	// A policy with on_store_error: local falls back to this instance's
-	// share of each limit, rate / FleetSize.
+	// FleetSize is the least number of instances assumed to share the
+	// store (default 1). The fleet's size is the larger of it and the
+	// number of instances registered live in Redis (see Fleet); with
+	// Fleet.Static, or the memory store, it is FleetSize exactly. A policy
+	// with on_store_error: local falls back to this instance's share of
+	// each limit, rate / fleet size; lease blocks are sized by it too.
 	FleetSize int `mapstructure:"fleet_size"`
+	// Fleet configures how the instances of a Redis fleet count each
+	// other.
+	Fleet Fleet `mapstructure:"fleet"`
+}
+
+// Fleet configures fleet membership: each instance of a Redis store
+// registers in Redis with a heartbeat, and the live registrations are the
+// fleet's size (see ratelimit.Fleet).
+type Fleet struct {
+	// TTL is how long a registration lasts without a heartbeat; an
+	// instance sends one every TTL/3 (default 15s, at least 300ms).
+	TTL time.Duration `mapstructure:"ttl"`
+	// Static turns registration off: the fleet's size is
+	// store.fleet_size, exactly, as before registration existed.
+	Static bool `mapstructure:"static"`
 }
 
 // Redis configures the Redis store. Its values are checked whatever the
@@ -277,7 +295,8 @@ type Lease struct {
 	// TTL is how long a reserved block may be used; its unused units then
 	// go back to the bucket (default 1s).
 	TTL time.Duration `mapstructure:"ttl"`
-	// Instances is the number of instances expected to share a hot key.
+	// Instances is the least number of instances expected to share a hot
+	// key; blocks are sized for the larger of it and the live fleet size.
 	// Absent or 0 means store.fleet_size; Validate fills it in.
 	Instances int `mapstructure:"instances"`
 }
@@ -444,6 +463,7 @@ func (s *Server) setDefaults() {
 func (s *Store) setDefaults() {
 	setZero(&s.Kind, "memory")
 	setZero(&s.FleetSize, 1)
+	setZero(&s.Fleet.TTL, 15*time.Second)
 	s.Redis.setDefaults()
 }
 

@@ -158,6 +158,7 @@ var invalidCases = map[string][]string{
 		`store.kind: must be "memory" or "redis", got "etcd"`,
 	},
 	"redis_settings.yaml": {
+		`store.fleet.ttl: must be >= 300ms (a heartbeat every ttl/3), got 100ms`,
 		`store.fleet_size: must be >= 1`,
 		`store.redis.addrs: must list at least one host:port when store.kind is "redis"`,
 		`store.redis.breaker_cooldown: must be > 0`,

@@ -91,7 +91,7 @@ func TestDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c.Server, want) {
 		t.Errorf("Server = %+v\nwant %+v", c.Server, want)
 	}
-	wantStore := Store{Kind: "memory", FleetSize: 1, Redis: Redis{
+	wantStore := Store{Kind: "memory", FleetSize: 1, Fleet: Fleet{TTL: 15 * time.Second}, Redis: Redis{
 		Timeout: 25 * time.Millisecond, PoolSize: 64, KeyPrefix: "qg",
 		BreakerFailures: 5, BreakerCooldown: time.Second,
 	}}

@@ -93,6 +93,7 @@ func (c *Config) Redacted() map[string]any {
 		"store": map[string]any{
 			"kind":       st.Kind,
 			"fleet_size": st.FleetSize,
+			"fleet":      map[string]any{"ttl": dur(st.Fleet.TTL), "static": st.Fleet.Static},
 			"redis": map[string]any{
 				"addrs":            copyList(rd.Addrs),
 				"master_name":      rd.MasterName,

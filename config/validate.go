@@ -154,6 +154,9 @@ func (c *Config) validateStore(errs *Errors) {
 	if s.FleetSize < 1 {
 		errs.add("store.fleet_size", "must be >= 1")
 	}
+	if s.Fleet.TTL < 300*time.Millisecond {
+		errs.addf("store.fleet.ttl", "must be >= 300ms (a heartbeat every ttl/3), got %v", s.Fleet.TTL)
+	}
 	r := &s.Redis
 	if s.Kind == "redis" && len(r.Addrs) == 0 {
 		errs.add("store.redis.addrs", `must list at least one host:port when store.kind is "redis"`)

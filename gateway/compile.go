@@ -52,6 +52,9 @@ type boundPolicy struct {
 	// seconds; shareQuota and shareWindow the same for share.
 	quota, window           int64
 	shareQuota, shareWindow int64
+	// shareFleet and shareCost are the fleet size and route cost share was
+	// computed for (see shareView).
+	shareFleet, shareCost int64
 }
 
 // compileRoutes binds every route of cfg, which must have passed Validate,
@@ -145,7 +148,7 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, rc.Cost),
+		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, rc.Cost), shareFleet: fleet, shareCost: rc.Cost,
 	}
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}

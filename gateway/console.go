@@ -53,7 +53,7 @@ type consoleState struct {
 	// redacted configuration: it changes when a reload changes anything.
 	ConfigVersion string          `json:"config_version"`
 	StoreKind     string          `json:"store_kind"`
-	FleetSize     int             `json:"fleet_size"`
+	FleetSize     int64           `json:"fleet_size"`
 	Policies      []consolePolicy `json:"policies"`
 	// LastReload is nil until a reload was attempted.
 	LastReload *consoleReload `json:"last_reload"`
@@ -102,7 +102,7 @@ func (g *Gateway) consoleStateHandler(w http.ResponseWriter, _ *http.Request) {
 	st := consoleState{
 		ConfigVersion: hex.EncodeToString(sum[:6]),
 		StoreKind:     cfg.Store.Kind,
-		FleetSize:     cfg.Store.FleetSize,
+		FleetSize:     p.store.FleetSize(),
 		ConfigSince:   g.configSince.Load().UTC().Format(time.RFC3339),
 		BreakerState:  telemetry.BreakerClosed,
 		HotKeys:       g.hot.Top(consoleHotKeys),

@@ -86,7 +86,10 @@ type Gateway struct {
 	retiring map[*ratelimit.Stack]*time.Timer
 	closed   bool
 	timers   sync.WaitGroup // retire callbacks not yet finished
-	denials  atomic.Uint64
+	// retiredDenials is the local denials of the stacks closed so far, so
+	// that quotagate_local_denials_total survives a store reload.
+	retiredDenials uint64
+	denials        atomic.Uint64
 }
 
 // New builds a gateway for cfg, which must have passed Validate.
@@ -137,6 +140,10 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		err = o.Metrics.ObserveUpstreamBreakers(func(yield func(string, int64)) {
 			g.live.Load().breakerStates(yield)
 		})
+		if err != nil {
+			return nil, err
+		}
+		err = o.Metrics.ObserveFleet(func() int64 { return g.live.Load().store.FleetSize() }, g.localDenials)
 		if err != nil {
 			return nil, err
 		}
@@ -285,11 +292,26 @@ func (g *Gateway) retire(s *ratelimit.Stack, grace time.Duration) {
 		g.mu.Lock()
 		_, ok := g.retiring[s]
 		delete(g.retiring, s)
+		if ok {
+			g.retiredDenials += s.LocalDenials()
+		}
 		g.mu.Unlock()
 		if ok {
 			_ = s.Close()
 		}
 	})
+}
+
+// localDenials is the requests denied from a remembered store denial
+// since the gateway started, over every stack it used.
+func (g *Gateway) localDenials() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.retiredDenials
+	for s := range g.retiring {
+		n += s.LocalDenials()
+	}
+	return n + g.live.Load().store.LocalDenials()
 }
 
 // RejectReload records a reload that failed before a configuration could be

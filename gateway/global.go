@@ -150,7 +150,7 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		res, bp := d.Results[decided], &ps[decided]
 		view = rateLimitView{policy: bp.name, quota: bp.quota, window: bp.window, remaining: res.Remaining, retry: res.RetryAfter, reset: res.ResetAfter}
 		if res.Fallback == ratelimit.OnErrorLocal { // advertise the share that is enforced
-			view.quota, view.window = bp.shareQuota, bp.shareWindow
+			view.quota, view.window = g.shareView(bp)
 		}
 		if cal := bp.limit.Calendar; cal.Set() {
 			view.window = calendarWindow(cal, res, g.opts.Now())

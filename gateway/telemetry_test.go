@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,6 +26,19 @@ type observed struct {
 	*fixture
 	spans   *tracetest.InMemoryExporter
 	metrics http.Handler
+}
+
+// scrape reads the gateway's /metrics, by family name.
+func (o *observed) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	w := httptest.NewRecorder()
+	o.metrics.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(w.Body.String()))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return families
 }
 
 // newObservedFixture is newFixture with a recording tracer and the real
@@ -207,13 +221,7 @@ func TestMetricsCountDecisionsWithoutSensitiveLabels(t *testing.T) {
 		o.do("GET", "/v1/audit", bearer(enterpriseKey), nil)
 	}
 
-	w := httptest.NewRecorder()
-	o.metrics.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(w.Body.String()))
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	families := o.scrape(t)
 	count := func(name string, labels map[string]string) float64 {
 		var sum float64
 		for _, m := range families[name].GetMetric() {
@@ -260,5 +268,29 @@ func TestMetricsCountDecisionsWithoutSensitiveLabels(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMetricsFleetSizeAndLocalDenials: quotagate_fleet_size reports the
+// store's fleet size, and a denial answered again from the denial cache
+// counts in quotagate_local_denials_total, a denial from the store not.
+func TestMetricsFleetSizeAndLocalDenials(t *testing.T) {
+	o := newObservedFixture(t)
+	for range 3 { // admitted, denied by the store, denied again locally
+		o.do("POST", "/v1/transfers/secret-1", bearer(freeKey), nil)
+	}
+	families := o.scrape(t)
+	value := func(name string) float64 {
+		ms := families[name].GetMetric()
+		if len(ms) != 1 {
+			t.Fatalf("%s: %d series, want 1", name, len(ms))
+		}
+		return ms[0].GetCounter().GetValue() + ms[0].GetGauge().GetValue()
+	}
+	if got := value("quotagate_local_denials_total"); got != 1 {
+		t.Errorf("quotagate_local_denials_total = %v, want 1", got)
+	}
+	if got, want := value("quotagate_fleet_size"), float64(o.gw.Config().Store.FleetSize); got != want {
+		t.Errorf("quotagate_fleet_size = %v, want %v", got, want)
 	}
 }

@@ -16,8 +16,12 @@ type FallbackOptions struct {
 	Now func() time.Time
 	// FleetSize is the number of instances sharing the store below: an
 	// OnErrorLocal item is decided on LocalShare of its limit for this
-	// many instances. 0 or less means 1.
+	// many instances. 0 or less means 1. Fleet, when set, replaces it.
 	FleetSize int
+	// Fleet, when set, returns the number of instances at each fallback
+	// decision (see Fleet.Size), so that the shares follow the live fleet;
+	// a value below 1 counts as 1.
+	Fleet func() int64
 }
 
 // Fallback is the top layer of a store stack: it passes every batch to the
@@ -41,7 +45,7 @@ type Fallback struct {
 	inner Store
 	local *MemoryStore
 	retry time.Duration
-	fleet int64
+	fleet func() int64
 }
 
 // NewFallback puts a Fallback on inner, which it owns: Close closes it.
@@ -49,8 +53,12 @@ func NewFallback(inner Store, o FallbackOptions) *Fallback {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
 	}
-	return &Fallback{inner: inner, local: NewMemoryStore(MemoryOptions{Now: o.Now}), retry: o.RetryAfter,
-		fleet: int64(max(o.FleetSize, 1))}
+	fleet := o.Fleet
+	if fleet == nil {
+		n := int64(max(o.FleetSize, 1))
+		fleet = func() int64 { return n }
+	}
+	return &Fallback{inner: inner, local: NewMemoryStore(MemoryOptions{Now: o.Now}), retry: o.RetryAfter, fleet: fleet}
 }
 
 // Decide decides items on the store below, or by their OnError when it
@@ -74,6 +82,7 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 	d := Decision{Allowed: true, Results: make([]Result, len(items)), Failure: err}
 	var local []Item
 	var at []int // local[k] is items[at[k]]
+	fleet := max(f.fleet(), 1)
 	for i := range items {
 		it := &items[i]
 		d.Results[i] = Result{Allowed: true, Fallback: it.OnError}
@@ -81,7 +90,7 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 		case it.OnError == OnErrorClosed && !it.Shadow:
 			d.Allowed, d.Unavailable, d.RetryAfter = false, true, f.retry
 		case it.OnError == OnErrorLocal:
-			share := LocalShare(it.Limit, it.Algorithm, f.fleet, it.Cost)
+			share := LocalShare(it.Limit, it.Algorithm, fleet, it.Cost)
 			local = append(local, Item{Key: it.Key, Algorithm: it.Algorithm, Limit: share, Cost: it.Cost, Shadow: it.Shadow, Holder: it.Holder})
 			at = append(at, i)
 		}

@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +111,29 @@ func TestStackHealth(t *testing.T) {
 	d, err = mem.Decide(context.Background(), []ratelimit.Item{fbItem("m", ratelimit.OnErrorClosed, false)})
 	if err != nil || !d.Allowed || d.Failure != nil {
 		t.Errorf("memory stack: %+v, %v", d, err)
+	}
+}
+
+// TestFallbackShareFollowsFleet: with a Fleet function, each fallback
+// decision divides the limit by the fleet's size at that moment, so the
+// shares follow the fleet as it grows and shrinks.
+func TestFallbackShareFollowsFleet(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	inner := &flakyStore{}
+	inner.set(errDown)
+	var size atomic.Int64
+	fb := ratelimit.NewFallback(inner, ratelimit.FallbackOptions{Now: clock.Now, FleetSize: 50, Fleet: size.Load})
+	defer fb.Close()
+	for _, tc := range []struct {
+		fleet, share int64
+	}{{1, 100}, {4, 25}, {3, 34}, {0, 100}} { // 0 counts as 1
+		size.Store(tc.fleet)
+		d, err := fb.Decide(context.Background(), []ratelimit.Item{fbItem(fmt.Sprint("k", tc.fleet), ratelimit.OnErrorLocal, false)})
+		if err != nil || !d.Allowed {
+			t.Fatalf("fleet %d: %+v, %v", tc.fleet, d, err)
+		}
+		if r := d.Results[0]; r.Limit != tc.share || r.Fallback != ratelimit.OnErrorLocal {
+			t.Errorf("fleet %d: local share %+v, want a burst of %d", tc.fleet, r, tc.share)
+		}
 	}
 }

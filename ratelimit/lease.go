@@ -32,6 +32,10 @@ type LeaseOptions struct {
 	SweepEvery time.Duration
 	// ReturnTimeout bounds each sweep's refund calls; 0 means 1s.
 	ReturnTimeout time.Duration
+	// Fleet, when set, returns the number of instances sharing the store
+	// (see Fleet.Size); a block is then sized for the larger of it and the
+	// item's Lease.Instances. nil counts Lease.Instances alone.
+	Fleet func() int64
 }
 
 // LeaseStats counts what a LeaseStore did since it was created.
@@ -69,7 +73,8 @@ type LeaseStats struct {
 // back to those blocks.
 //
 // Block size. A block holds at most blockCap = min(MaxBlock,
-// Burst/(2×Instances)), never less than the cost. Within that, it is the
+// Burst/(2×n)), never less than the cost, where n is the larger of the
+// item's Lease.Instances and the live fleet size (LeaseOptions.Fleet). Within that, it is the
 // units this instance is expected to admit in one TTL at the key's
 // observed rate here (an average over the last reservations), so a cold
 // key reserves only its cost and a hot one reserves full blocks. While one
@@ -95,6 +100,9 @@ type LeaseStats struct {
 // over any interval the fleet admits at most what the bucket gave out in
 // that interval and the TTL before it, that is at most Burst + held
 // blocks (instances × blockCap) more than a single bucket would at once.
+// Both bounds hold with instances the fleet size as this instance last
+// knew it; while the fleet grows, an instance that has not yet seen the
+// new size holds blocks sized for the old one (at most one heartbeat).
 //
 // Results of leased items. Remaining is the key's remaining units as the
 // store last reported them to this instance plus this instance's block
@@ -106,6 +114,7 @@ type LeaseStore struct {
 	inner   Reserver
 	now     func() time.Time
 	timeout time.Duration
+	fleet   func() int64 // nil: Lease.Instances alone
 
 	mu     sync.Mutex
 	blocks map[string]*block
@@ -127,6 +136,7 @@ func NewLeaseStore(inner Reserver, opts LeaseOptions) *LeaseStore {
 		inner:   inner,
 		now:     opts.Now,
 		timeout: opts.ReturnTimeout,
+		fleet:   opts.Fleet,
 		blocks:  make(map[string]*block),
 		quit:    make(chan struct{}),
 	}
@@ -347,7 +357,7 @@ func (s *LeaseStore) register(items []Item, idx []int, plans []plan) {
 		if p.b.reserving == 0 {
 			p.first = true
 			p.b.sample(now)
-			p.want = max(p.need, p.b.target(it)-p.from)
+			p.want = max(p.need, p.b.target(it, s.instances(it))-p.from)
 			p.b.wake = make(chan struct{})
 		}
 		p.b.reserving++
@@ -355,6 +365,16 @@ func (s *LeaseStore) register(items []Item, idx []int, plans []plan) {
 		p.b.mu.Unlock()
 		s.stats.reserve.Add(1)
 	}
+}
+
+// instances is the number of instances a block of it is sized for: its
+// Lease.Instances, or the live fleet size when that is larger; at least 1.
+func (s *LeaseStore) instances(it Item) int64 {
+	n := int64(max(it.Lease.Instances, 1))
+	if s.fleet != nil {
+		n = max(n, s.fleet())
+	}
+	return n
 }
 
 // settle applies the outcome to the blocks. admitted: local units are

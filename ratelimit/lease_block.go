@@ -55,11 +55,11 @@ func (b *block) expire(now time.Time) {
 	}
 }
 
-// blockCap is the most units a block of it may hold: MaxBlock, and at most
-// Burst/(2×Instances) so that the instances together hold at most half the
-// bucket, but never less than the item's cost.
-func blockCap(it Item) int64 {
-	n := int64(max(it.Lease.Instances, 1))
+// blockCap is the most units a block of it may hold among n >= 1
+// instances: MaxBlock, and at most Burst/(2×n) so that the instances
+// together hold at most half the bucket, but never less than the item's
+// cost.
+func blockCap(it Item, n int64) int64 {
 	return max(min(it.Lease.MaxBlock, it.Limit.Burst/(2*n)), it.Cost)
 }
 
@@ -92,9 +92,10 @@ func (b *block) sample(now time.Time) {
 
 // target is the size of the next block for an item of cost: the units
 // this instance is expected to admit in one TTL at its estimated rate,
-// within [cost, blockCap]. The first block of a key is its cost alone.
-func (b *block) target(it Item) int64 {
-	hi := blockCap(it)
+// within [cost, blockCap] for n instances. The first block of a key is its
+// cost alone.
+func (b *block) target(it Item, n int64) int64 {
+	hi := blockCap(it, n)
 	want := b.rate * it.Lease.TTL.Seconds()
 	if math.IsInf(want, 1) || want >= float64(hi) {
 		return hi

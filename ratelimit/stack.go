@@ -19,7 +19,13 @@ type StackOptions struct {
 	Now func() time.Time
 	// FleetSize is the number of instances sharing the backend, which
 	// sizes the local shares (see FallbackOptions); 0 or less means 1.
+	// With a Fleet it is unused: the Fleet's size sizes them.
 	FleetSize int
+	// Fleet, when not nil, counts the instances sharing the backend (the
+	// local shares follow its Size); the Stack owns it and closes it
+	// first in Close. nil means a Fleet of this instance alone with floor
+	// FleetSize, that is a size of exactly FleetSize.
+	Fleet *Fleet
 	// DenialCacheSize is the most keys whose denials the Stack answers
 	// again without the backend (see DenialCache); 0 means
 	// DefaultDenialCacheSize, and a negative value keeps no DenialCache.
@@ -34,12 +40,14 @@ type StackOptions struct {
 // Redis store with leases behind a circuit breaker, see package redisstore)
 // under a DenialCache (denials repeated locally until they run out) under a
 // Fallback layer that applies each item's OnError when the backend
-// cannot decide. Its Decide therefore returns an error only for items
+// cannot decide, and the fleet membership (see Fleet) that sizes the
+// Fallback's local shares. Its Decide therefore returns an error only for items
 // without a valid OnError; a failure of the backend is in
 // Decision.Failure. A Stack is safe for concurrent use.
 type Stack struct {
 	top     *Fallback
 	denials *DenialCache // nil without one
+	fleet   *Fleet
 	breaker *Breaker
 	ping    func(ctx context.Context) error
 	slots   SlotStore // nil when the backend keeps no slots
@@ -64,11 +72,15 @@ func NewStack(backend Store, o StackOptions) *Stack {
 	if o.Slots == nil {
 		o.Slots, _ = backend.(SlotStore)
 	}
-	fo := FallbackOptions{Now: o.Now, FleetSize: o.FleetSize}
+	fleet := o.Fleet
+	if fleet == nil {
+		fleet = NewFleet(FleetOptions{Floor: o.FleetSize})
+	}
+	fo := FallbackOptions{Now: o.Now, Fleet: fleet.Size}
 	if o.Breaker != nil {
 		fo.RetryAfter = o.Breaker.cooldown
 	}
-	s := &Stack{breaker: o.Breaker, ping: o.Ping, slots: o.Slots}
+	s := &Stack{breaker: o.Breaker, ping: o.Ping, slots: o.Slots, fleet: fleet}
 	if o.DenialCacheSize >= 0 {
 		s.denials = NewDenialCache(backend, DenialCacheOptions{Now: o.Now, Size: o.DenialCacheSize})
 		backend = s.denials
@@ -93,6 +105,13 @@ func (s *Stack) LocalDenials() uint64 {
 	}
 	return s.denials.LocalDenials()
 }
+
+// FleetSize returns the number of instances sharing the backend, as the
+// local shares use it now (see Fleet.Size).
+func (s *Stack) FleetSize() int64 { return s.fleet.Size() }
+
+// Fleet returns the Stack's fleet membership.
+func (s *Stack) Fleet() *Fleet { return s.fleet }
 
 // Decide decides items on the backend, or by their OnError when it fails
 // (see Fallback).
@@ -154,6 +173,10 @@ func (s *Stack) Ping(ctx context.Context) error {
 	return s.ping(ctx)
 }
 
-// Close closes the backend and the local shares. Decide must not be called
-// after.
-func (s *Stack) Close() error { return s.top.Close() }
+// Close leaves the fleet, then closes the backend and the local shares.
+// Decide must not be called after. A failure to leave is not reported:
+// the registration expires on its own after its TTL.
+func (s *Stack) Close() error {
+	_ = s.fleet.Close()
+	return s.top.Close()
+}

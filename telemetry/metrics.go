@@ -103,6 +103,9 @@ type Metrics struct {
 	hot metric.Registration // hot-key callback, nil until ObserveHotKeys
 	// logDrops is the dropped-lines callback, nil until ObserveLogDrops.
 	logDrops metric.Registration
+	// fleet is the fleet size and local denials callback, nil until
+	// ObserveFleet.
+	fleet metric.Registration
 
 	up upstreamInstruments
 }

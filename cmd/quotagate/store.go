@@ -43,6 +43,7 @@ func openStore(c config.Store) (*ratelimit.Stack, error) {
 			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password, TLS: tlsConf,
 			PoolSize: r.PoolSize, Timeout: r.Timeout,
 			BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
+			FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, KeyPrefix: r.KeyPrefix,
 		}), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)

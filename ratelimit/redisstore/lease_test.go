@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -368,6 +369,44 @@ func TestLeaseInvalid(t *testing.T) {
 	for _, it := range bad {
 		if _, err := f.inst[0].Decide(context.Background(), []ratelimit.Item{it}); !errors.Is(err, ratelimit.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", it.Key, err)
+		}
+	}
+}
+
+// TestLeaseBlockFollowsFleet: a block is sized for the larger of the
+// lease's instances and the live fleet size, read at each reservation, so
+// the instances together still hold at most half the bucket as the fleet
+// grows.
+func TestLeaseBlockFollowsFleet(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := &storetest.Clock{}
+	clock.Set(time.Unix(1_700_000_000, 0))
+	var size atomic.Int64
+	r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
+		redisstore.RedisOptions{Now: clock.Now, Timeout: 2 * time.Second})
+	l := ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{Now: clock.Now, SweepEvery: -1, Fleet: size.Load})
+	t.Cleanup(func() { _ = l.Close() })
+	for _, tc := range []struct {
+		fleet     int64
+		instances int
+		held      int64
+	}{
+		{1, 1, 49}, // min(max_block 50, 100/2) - the cost just admitted
+		{5, 1, 9},  // 100/(2×5) - 1
+		{2, 4, 11}, // instances 4 is larger: 100/8 - 1
+		{0, 0, 49}, // neither set: one instance
+	} {
+		size.Store(tc.fleet)
+		it := leased(fmt.Sprintf("%s{f%d-%d}:tenant", redistest.KeyPrefix(t), tc.fleet, tc.instances), 1, 100, time.Hour, 1, 50, time.Second, tc.instances)
+		// The first reservation takes the cost alone; the second, with no
+		// time passed, sees an unbounded rate and takes a whole block.
+		for range 2 {
+			if !mustDecide(t, l, it).Allowed {
+				t.Fatalf("fleet %d: denied", tc.fleet)
+			}
+		}
+		if got := l.Held(it.Key); got != tc.held {
+			t.Errorf("fleet %d, instances %d: holds %d, want %d", tc.fleet, tc.instances, got, tc.held)
 		}
 	}
 }

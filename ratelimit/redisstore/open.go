@@ -32,12 +32,24 @@ type Config struct {
 	// Now is the clock of the stack's local shares (on_store_error local);
 	// nil = time.Now. Redis decides on its own clock.
 	Now func() time.Time
-	// FleetSize is the number of instances sharing Redis; it sizes the
-	// local shares (see ratelimit.FallbackOptions). 0 or less means 1.
+	// FleetSize is the least number of instances assumed to share Redis
+	// (0 or less means 1): the fleet's size is the larger of it and the
+	// live count of the roster, and sizes the local shares (see
+	// ratelimit.FallbackOptions) and lease blocks. With FleetStatic it is
+	// the size, exactly.
 	FleetSize int
 	// Hook, when not nil, is added to the client and sees every command
 	// and pipeline the store sends (a benchmark counts calls with it).
 	Hook redis.Hook
+	// FleetStatic turns registration off: the instance joins no roster
+	// and the fleet's size is FleetSize.
+	FleetStatic bool
+	// FleetTTL is how long an instance's registration in the roster lasts
+	// without a heartbeat (one every FleetTTL/3); 0 means
+	// ratelimit.DefaultFleetTTL.
+	FleetTTL time.Duration
+	// KeyPrefix starts the roster's key (see RosterKey); "" means "qg".
+	KeyPrefix string
 }
 
 // Open builds the fleet-wide decision stack on Redis: a RedisStore (script
@@ -45,7 +57,10 @@ type Config struct {
 // c.Timeout per decision, with token leases for the items that ask for
 // them, behind a circuit breaker with one failure domain per Cluster
 // primary (the primary owning a batch's last key, the tenant's slot), under
-// a ratelimit.Fallback. It does not connect until the first decision.
+// a ratelimit.Fallback. Unless c.FleetStatic is set, the instance
+// registers in the fleet roster (see RedisRoster and ratelimit.Fleet) and
+// the local shares and lease blocks follow the live count; closing the
+// stack leaves the roster. Decisions do not connect until the first one.
 func Open(c Config) *ratelimit.Stack {
 	client := NewRedisClient(RedisClientOptions{
 		Addrs: c.Addrs, MasterName: c.MasterName, Username: c.Username, Password: c.Password,
@@ -56,9 +71,18 @@ func Open(c Config) *ratelimit.Stack {
 		client.AddHook(c.Hook)
 	}
 	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout})
+	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL}
+	if !c.FleetStatic {
+		prefix := c.KeyPrefix
+		if prefix == "" {
+			prefix = "qg"
+		}
+		fo.Roster = NewRedisRoster(client, RosterOptions{Key: RosterKey(prefix)})
+	}
+	fleet := ratelimit.NewFleet(fo)
 	// Items with a lease admit from blocks this instance reserved; the
 	// others pass through to Redis on every decision.
-	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{})
+	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Fleet: fleet.Size})
 	bo := ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		bo.Partition = func(ctx context.Context, items []ratelimit.Item) string {
@@ -70,10 +94,10 @@ func Open(c Config) *ratelimit.Stack {
 	}
 	breaker := ratelimit.NewBreaker(leased, bo)
 	return ratelimit.NewStack(breaker, ratelimit.StackOptions{
-		Breaker:   breaker,
-		Slots:     store,
-		Ping:      func(ctx context.Context) error { return PingRedis(ctx, client) },
-		Now:       c.Now,
-		FleetSize: c.FleetSize,
+		Breaker: breaker,
+		Slots:   store,
+		Ping:    func(ctx context.Context) error { return PingRedis(ctx, client) },
+		Now:     c.Now,
+		Fleet:   fleet,
 	})
 }
