@@ -59,7 +59,8 @@ const DefaultFleetTTL = 15 * time.Second
 // Size is max(Floor, live), where live is the count the last successful
 // heartbeat returned. Before the first one succeeds, live is 1 (this
 // instance), so Size is the floor; while the roster cannot be reached
-// (a store outage), live stays the last count known. An instance that
+// (a store outage), live stays the last count known. The first heartbeat
+// goes out one Every after NewFleet. An instance that
 // stops heartbeating (it crashed, or lost the store) drops out of the
 // others' counts at their first heartbeat after its registration's TTL;
 // an instance that closes its Fleet leaves at once, and drops out of the
@@ -83,8 +84,8 @@ type Fleet struct {
 }
 
 // NewFleet returns a Fleet. With a Roster and Every not negative it
-// starts a goroutine that sends a heartbeat at once and then every Every;
-// Close stops it.
+// starts a goroutine that sends a heartbeat every Every, the first one
+// Every after the start; Close stops it.
 func NewFleet(o FleetOptions) *Fleet {
 	if o.TTL <= 0 {
 		o.TTL = DefaultFleetTTL
@@ -154,20 +155,23 @@ func (f *Fleet) Beat(ctx context.Context) error {
 	return nil
 }
 
-// heartbeat calls Beat at once and then every period until Close.
+// heartbeat calls Beat every period until Close, the first time one
+// period after the start: an instance's first moments belong to its
+// startup checks and first decisions, and a fleet that starts at once
+// does not register at once.
 func (f *Fleet) heartbeat(every time.Duration) {
 	defer f.stopped.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-		_ = f.Beat(ctx) // a failure keeps the last count; the next tick retries
-		cancel()
 		select {
 		case <-f.quit:
 			return
 		case <-t.C:
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+		_ = f.Beat(ctx) // a failure keeps the last count; the next tick retries
+		cancel()
 	}
 }
 
