@@ -127,27 +127,27 @@ func (s *scanner) feed(p []byte) {
 		case sError:
 			return
 		case sString:
-			if !s.inKey || !s.keyCand {
-				// fast path: nothing to compare
-				for i < len(p) && !strStop[p[i]] {
-					i++
-				}
-				if i == len(p) {
-					return
-				}
-				c = p[i]
+			// the run of plain bytes up to a quote, backslash or control
+			j := i
+			for j < len(p) && !strStop[p[j]] {
+				j++
 			}
-			switch {
+			if s.inKey && s.keyCand && s.keyOK {
+				s.keyRun(p[i:j])
+			}
+			if j == len(p) {
+				return
+			}
+			switch c = p[j]; {
 			case c == '"':
 				s.endString()
 			case c == '\\':
 				s.state = sEscape
-			case c < 0x20:
-				s.state = sError
 			default:
-				s.keyByte(c)
+				s.state = sError
+				return
 			}
-			i++
+			i = j + 1
 		case sEscape:
 			var d byte
 			switch c {
@@ -383,6 +383,16 @@ func (s *scanner) keyByte(c byte) {
 	}
 	if s.keyPos < len(s.keySeg) && s.keySeg[s.keyPos] == c {
 		s.keyPos++
+		return
+	}
+	s.keyOK = false
+}
+
+// keyRun compares the next plain bytes of a key with the path.
+func (s *scanner) keyRun(run []byte) {
+	end := s.keyPos + len(run)
+	if end <= len(s.keySeg) && string(run) == s.keySeg[s.keyPos:end] {
+		s.keyPos = end
 		return
 	}
 	s.keyOK = false
