@@ -9,7 +9,12 @@
 //
 // The fault tests record their measured outcomes; set QUOTAGATE_E2E_FAULTS
 // to a file path to have the table written there as Markdown (the table in
-// e2e/FAULTS.md is made that way).
+// e2e/FAULTS.md is made that way). The rows of the fault tests that ran
+// replace theirs in that file; the rows of the others are kept, and those
+// of tests that no longer exist dropped, so a run of one fault test
+// (-run TestFaultRedisPaused) updates its rows only. TestTableOfFaultsIsCurrent
+// fails when e2e/FAULTS.md lacks a fault test, keeps a removed one, or has
+// another preamble than faultPreamble.
 package e2e
 
 import (
@@ -30,7 +35,7 @@ func TestMain(m *testing.M) {
 	if table := faultTable(); table != "" {
 		fmt.Print(table)
 		if path := os.Getenv("QUOTAGATE_E2E_FAULTS"); path != "" {
-			if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+			if err := updateFaultFile(path); err != nil {
 				fmt.Fprintln(os.Stderr, "e2e: writing fault table:", err)
 			}
 		}
@@ -81,8 +86,7 @@ func faultTable() string {
 	sort.Strings(names)
 	var b strings.Builder
 	b.WriteString(faultPreamble)
-	b.WriteString("| test | fault | expectation (asserted) | status mix | worst latency | unanswered | over-admission |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString(faultHeader)
 	for _, n := range names {
 		r := faults.recs[n]
 		test, _, _ := strings.Cut(n, "/")
@@ -91,6 +95,9 @@ func faultTable() string {
 	}
 	return b.String()
 }
+
+// faultHeader is the header of the Markdown fault table.
+const faultHeader = "| test | fault | expectation (asserted) | status mix | worst latency | unanswered | over-admission |\n|---|---|---|---|---|---|---|\n"
 
 // faultPreamble heads the Markdown fault table.
 const faultPreamble = `# Fault behaviour, measured
