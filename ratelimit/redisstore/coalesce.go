@@ -190,7 +190,9 @@ func (c *coalescer) close() { c.stop.Do(func() { close(c.quit) }) }
 
 // enqueue adds call to the queue. It fails when the call's ctx or
 // deadline ends first or the store is closed; the call was then never
-// sent (and the caller may release it).
+// sent (and the caller may release it). It is for callers that queue
+// several calls before waiting for any (exchange); a lone call goes
+// through do.
 func (c *coalescer) enqueue(call *scriptCall) error {
 	select {
 	case <-c.quit:
@@ -214,20 +216,54 @@ func (c *coalescer) enqueue(call *scriptCall) error {
 	}
 }
 
-// wait returns the reply of an enqueued call, writing pipelines itself
-// whenever its call is still queued and a writer slot is free. If the
-// call's ctx or deadline ends first it returns that error
-// (context.DeadlineExceeded at the deadline): a call not yet sent is then
-// never sent, and one already sent is left to finish unobserved (whether
-// it consumed is unknown; it is never sent again). The caller must not
-// touch call after wait.
+// do sends call, which nobody else has seen, and returns its reply: wait
+// for a call that was never queued. A caller that finds a writer slot free
+// sends its own call at once, with whatever else is queued, without
+// putting it through the queue.
+func (c *coalescer) do(call *scriptCall) (any, error) {
+	return c.await(call, false)
+}
+
+// wait returns the reply of an enqueued call; see await.
 func (c *coalescer) wait(call *scriptCall) (any, error) {
-	for call.state.Load() == callQueued {
-		// A free slot or a reply needs no timer: at low load the caller
-		// writes its own call and returns without ever arming one.
+	return c.await(call, true)
+}
+
+// await returns the reply of call, queued or not yet (queued false: it is
+// queued only when no writer slot is free). While the call is unsent the
+// caller writes pipelines itself whenever a writer slot is free, its own
+// call first. If the call's ctx or deadline ends first, or the store is
+// closed while the call is unsent, it returns that error
+// (context.DeadlineExceeded at the deadline, errStoreClosed): a call not
+// yet sent is then never sent, and one already sent is left to finish
+// unobserved (whether it consumed is unknown; it is never sent again). The
+// caller must not touch call after await.
+//
+// One loop serves every state: the cases that cannot apply are nil
+// channels. The first pass of each turn does not block, so at low load,
+// or when the reply is already there, no timer is armed.
+func (c *coalescer) await(call *scriptCall, queued bool) (any, error) {
+	quit := c.quit
+	if !queued {
 		select {
-		case c.slots <- struct{}{}:
-			c.write(call)
+		case <-quit:
+			putCall(call)
+			return nil, errStoreClosed
+		default:
+		}
+	}
+	for {
+		var slots chan struct{}
+		var queue chan *scriptCall
+		if call.state.Load() == callQueued {
+			slots = c.slots
+			if !queued {
+				queue = c.queue
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+			c.write(call, !queued)
 			<-c.slots
 			continue
 		case <-call.done:
@@ -235,39 +271,54 @@ func (c *coalescer) wait(call *scriptCall) (any, error) {
 		default:
 		}
 		select {
-		case c.slots <- struct{}{}:
-			c.write(call)
+		case queue <- call:
+			queued = true
+			continue
+		default:
+		}
+		select {
+		case slots <- struct{}{}:
+			c.write(call, !queued)
 			<-c.slots
+		case queue <- call:
+			queued = true
 		case <-call.done:
 			return call.finish()
 		case <-call.b.ctx.Done():
-			call.abandon()
-			return nil, call.b.ctx.Err()
+			return nil, c.leave(call, queued, call.b.ctx.Err())
 		case <-call.deadline():
-			call.abandon()
-			return nil, context.DeadlineExceeded
-		case <-c.quit:
-			if call.abandon() {
+			return nil, c.leave(call, queued, context.DeadlineExceeded)
+		case <-quit:
+			if slots != nil && call.abandon() {
+				if !queued {
+					putCall(call)
+				}
 				return nil, errStoreClosed
 			}
+			// Sent: its reply (or its deadline) comes.
+			quit = nil
 		}
-	}
-	select {
-	case <-call.done:
-		return call.finish()
-	case <-call.b.ctx.Done():
-		call.abandon()
-		return nil, call.b.ctx.Err()
-	case <-call.deadline():
-		call.abandon()
-		return nil, context.DeadlineExceeded
 	}
 }
 
-// write sends what is queued now (up to maxBatch calls) as one pipeline,
-// bounded by the deadline of owner, the writer's own call.
-func (c *coalescer) write(owner *scriptCall) {
+// leave gives up on call with err. An unsent call is marked abandoned so
+// that no writer sends it; one never queued is then released, one queued
+// is left to the writer that may still hold it (as is a sent one).
+func (c *coalescer) leave(call *scriptCall, queued bool, err error) error {
+	if call.abandon() && !queued {
+		putCall(call)
+	}
+	return err
+}
+
+// write sends what is queued now (up to maxBatch calls), after owner when
+// withOwner (owner is not in the queue), as one pipeline bounded by the
+// deadline of owner, the writer's own call.
+func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 	batch := make([]*scriptCall, 0, 8)
+	if withOwner {
+		batch = append(batch, owner)
+	}
 	for len(batch) < c.maxBatch {
 		select {
 		case call := <-c.queue:

@@ -170,12 +170,7 @@ func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items 
 		<-c.done
 		return c.finish()
 	}
-	co := s.coalescerFor(c.b.ctx, c.keys[0])
-	if err := co.enqueue(c); err != nil {
-		putCall(c)
-		return nil, err
-	}
-	return co.wait(c)
+	return s.coalescerFor(c.b.ctx, c.keys[0]).do(c)
 }
 
 // group is the items of one hash tag, decided by one script call.
