@@ -41,13 +41,15 @@ type FleetClass struct {
 	// Bound is the most the limit lets the class's callers admit in the
 	// run: per caller burst + rate × elapsed, summed.
 	Bound uint64 `json:"bound"`
-	// Admissible is, per caller, the smaller of its requests and its
-	// bound, summed: what an exact limiter admits.
-	Admissible uint64 `json:"admissible"`
+	// Exact is what an exact token bucket per caller admits of the same
+	// requests at the instants they were sent, summed.
+	Exact uint64 `json:"exact"`
 	// Over is, per caller, admissions beyond its bound, summed; 0 for a
 	// strict limiter.
 	Over uint64 `json:"over_admitted"`
-	// Utilisation is Admitted / Admissible.
+	// Utilisation is Admitted / Exact: below 1, the fleet admitted less
+	// than an exact limiter would have (decisions are made a little after
+	// sending, so it can also exceed 1 slightly without over-admitting).
 	Utilisation float64 `json:"utilisation"`
 	// StoreCalls is script calls sent to Redis for this class's keys per
 	// request of the class (counted in each instance's client).
@@ -120,7 +122,7 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 				freeRate, freeBurst, f.enterpriseRate, f.enterpriseRate),
 		},
 	}
-	keys := newPerKey(f.mix.callers)
+	keys := newPerKey(f.mix.callers, f.enterpriseRate)
 	for _, topo := range f.topologies {
 		var nodes *redisNodes
 		switch {
@@ -144,8 +146,8 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 				return nil, fmt.Errorf("%s, %d instances: %w", topo, n, err)
 			}
 			for _, c := range run.Classes {
-				fmt.Fprintf(progress, "  %-10s requests %d admitted %d (bound %d, over %d) util %.3f store calls/req %.3f\n",
-					c.Class, c.Requests, c.Admitted, c.Bound, c.Over, c.Utilisation, c.StoreCalls)
+				fmt.Fprintf(progress, "  %-10s requests %d admitted %d (exact %d, bound %d, over %d) util %.3f store calls/req %.3f\n",
+					c.Class, c.Requests, c.Admitted, c.Exact, c.Bound, c.Over, c.Utilisation, c.StoreCalls)
 			}
 			rep.Runs = append(rep.Runs, *run)
 		}
@@ -262,52 +264,42 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	run.GatewayMiB = round2(float64(heapAfter-heapBefore) / float64(n) / (1 << 20))
 	run.ProcessCPUus = round2(perReq(ticksToMicros(cpuAfter - cpuBefore)))
 	run.GenCPUus = round2(gen)
-	run.Classes = classRows(load, keys, calls, f.enterpriseRate)
+	run.Classes = classRows(load, keys, calls)
 	return run, nil
 }
 
 // classRows turns the counts of a run into one row per class, with each
 // caller's bound computed from the policy and the elapsed time.
-func classRows(load *fleetLoad, keys *perKey, calls [numClasses + 1]uint64, entRate int) []FleetClass {
+func classRows(load *fleetLoad, keys *perKey, calls [numClasses + 1]uint64) []FleetClass {
 	secs := load.elapsed.Seconds()
-	bound := func(rate, burst int) uint64 { return uint64(burst) + uint64(float64(rate)*secs) }
 	rows := make([]FleetClass, numClasses)
 	for c := range numClasses {
 		cc := load.classes[c]
 		r := &rows[c]
 		r.Class = classNames[c]
 		r.Requests, r.Admitted, r.Limited, r.Errors = cc.requests, cc.ok, cc.limited, cc.other
-		one := func(b uint64) { // a class of one caller
-			if cc.requests == 0 {
-				return
-			}
-			r.Keys, r.Bound, r.Admissible = 1, b, min(cc.requests, b)
-			if cc.ok > b {
-				r.Over = cc.ok - b
-			}
-		}
+		lo, hi := 0, keys.callers
 		switch keyClass(c) {
 		case classEnterprise:
-			one(bound(entRate, entRate))
+			lo, hi = keys.enterprise, keys.enterprise+1
 		case classAbusive:
-			one(bound(freeRate, freeBurst))
-		case classFree:
-			b := bound(freeRate, freeBurst)
-			for i, req := range keys.requests {
-				if req == 0 {
-					continue
-				}
-				ok := uint64(keys.ok[i])
-				r.Keys++
-				r.Bound += b
-				r.Admissible += min(uint64(req), b)
-				if ok > b {
-					r.Over += ok - b
-				}
+			lo, hi = keys.abu, keys.abu+1
+		}
+		for id := lo; id < hi; id++ {
+			if keys.requests[id] == 0 {
+				continue
+			}
+			rate, burst := keys.limit(id)
+			b, ok := uint64(burst+rate*secs), uint64(keys.ok[id])
+			r.Keys++
+			r.Bound += b
+			r.Exact += uint64(keys.exact[id])
+			if ok > b {
+				r.Over += ok - b
 			}
 		}
-		if r.Admissible > 0 {
-			r.Utilisation = float64(int64(float64(r.Admitted)/float64(r.Admissible)*1000+0.5)) / 1000
+		if r.Exact > 0 {
+			r.Utilisation = float64(int64(float64(r.Admitted)/float64(r.Exact)*1000+0.5)) / 1000
 		}
 		if r.Requests > 0 {
 			r.StoreCalls = float64(int64(float64(calls[c])/float64(r.Requests)*1000+0.5)) / 1000
@@ -331,8 +323,9 @@ func fleetNotes(cores int) []string {
 			"req/s is bounded by that contention", cores),
 		"instances are in-process gateways, each with its own Redis client, lease store, denial cache, breaker, stage 1 and telemetry; " +
 			"workers call a uniformly chosen instance's handler directly (no sockets between caller and gateway), closed loop; the upstream is the built-in echo",
-		"bound: per caller, burst + rate × elapsed (the bucket starts full), summed; admissible: per caller min(requests, bound), summed; " +
-			"over: per caller admissions beyond its bound, summed (0 = never over-admitted); util: admitted / admissible",
+		"bound: per caller, burst + rate × elapsed (the bucket starts full), summed; over: per caller admissions beyond its bound, summed (0 = never over-admitted); " +
+			"exact: what an exact token bucket per caller admits of the same requests at the instants they were sent, summed; util: admitted / exact " +
+			"(the fleet decides a little after sending, so util can pass 1 slightly without over-admitting)",
 		"store calls/req: script calls each instance's client sent for the class's keys, per request of the class; " +
 			"redis cmd/req and scripts/req: INFO commandstats deltas over all nodes per request (cmd counts commands run inside scripts too)",
 		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live keys per node sampled at the end, × 1,000,000 callers with one key each (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
@@ -362,7 +355,7 @@ func writeFleetTable(w io.Writer, rep *FleetReport) error {
 			cells := []string{
 				r.Topology, strconv.Itoa(r.Instances), c.Class, strconv.FormatUint(c.Keys, 10),
 				strconv.FormatUint(c.Requests, 10), strconv.FormatUint(c.Admitted, 10), strconv.FormatUint(c.Bound, 10),
-				strconv.FormatUint(c.Admissible, 10), strconv.FormatUint(c.Over, 10), fmt.Sprintf("%.3f", c.Utilisation),
+				strconv.FormatUint(c.Exact, 10), strconv.FormatUint(c.Over, 10), fmt.Sprintf("%.3f", c.Utilisation),
 				strconv.FormatUint(c.Errors, 10), fmt.Sprintf("%.3f", c.StoreCalls),
 				fmt.Sprintf("%.0f", r.RPS), fmt.Sprintf("%.2f", r.RedisCmds), fmt.Sprintf("%.2f", r.RedisCPUus),
 				fmt.Sprintf("%.1f", r.RedisMBPer1M), fmt.Sprintf("%.2f", r.GatewayMiB), fmt.Sprintf("%.1f", r.ProcessCPUus),
@@ -380,7 +373,7 @@ func writeFleetTable(w io.Writer, rep *FleetReport) error {
 
 // fleetColumns are the fleet table's columns, in order.
 var fleetColumns = []string{
-	"redis", "N", "class", "callers", "requests", "admitted", "bound", "admissible", "over", "util", "errors",
+	"redis", "N", "class", "callers", "requests", "admitted", "bound", "exact", "over", "util", "errors",
 	"store calls/req", "req/s", "redis cmd/req", "redis µs/req", "redis MB/1M callers", "gw MiB/inst", "proc µs/req", "gen µs/req",
 }
 

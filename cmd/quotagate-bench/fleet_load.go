@@ -83,20 +83,68 @@ type classCounts struct {
 	requests, ok, limited, other uint64
 }
 
-// perKey counts requests and admissions of each free user; updated
-// atomically by every worker.
+// perKey counts, for every caller, its requests and admissions, and what
+// an exact token bucket of the caller's limit admits of the same requests
+// at the instants they were sent. Callers 0..callers-1 are the free
+// users, then the enterprise tenant, then the abusive caller. Safe for
+// concurrent use.
 type perKey struct {
-	requests, ok []uint32
+	callers         int
+	entRate         float64
+	requests, ok    []uint32
+	exact           []uint32
+	tokens          []float64       // the exact bucket's level, from the first request on
+	last            []time.Duration // when the exact bucket was last updated
+	locks           [256]sync.Mutex // by caller number
+	enterprise, abu int             // the numbers of the enterprise tenant and the abusive caller
 }
 
-func newPerKey(callers int) *perKey {
-	return &perKey{requests: make([]uint32, callers), ok: make([]uint32, callers)}
+func newPerKey(callers, entRate int) *perKey {
+	n := callers + 2
+	return &perKey{
+		callers: callers, entRate: float64(entRate), enterprise: callers, abu: callers + 1,
+		requests: make([]uint32, n), ok: make([]uint32, n), exact: make([]uint32, n),
+		tokens: make([]float64, n), last: make([]time.Duration, n),
+	}
 }
 
 func (p *perKey) reset() {
 	clear(p.requests)
 	clear(p.ok)
+	clear(p.exact)
 }
+
+// limit returns the rate per second and burst of caller id.
+func (p *perKey) limit(id int) (rate, burst float64) {
+	if id == p.enterprise {
+		return p.entRate, p.entRate
+	}
+	return freeRate, freeBurst
+}
+
+// sent counts a request of caller id sent at at (since the run began) and
+// runs the exact bucket: full at the caller's first request, refilled at
+// its rate, one unit per request.
+func (p *perKey) sent(id int, at time.Duration) {
+	rate, burst := p.limit(id)
+	m := &p.locks[id%len(p.locks)]
+	m.Lock()
+	if p.requests[id] == 0 {
+		p.tokens[id] = burst
+	} else {
+		p.tokens[id] = min(burst, p.tokens[id]+rate*(at-p.last[id]).Seconds())
+	}
+	p.last[id] = at
+	p.requests[id]++
+	if p.tokens[id] >= 1 {
+		p.tokens[id]--
+		p.exact[id]++
+	}
+	m.Unlock()
+}
+
+// admitted counts an admission of caller id.
+func (p *perKey) admitted(id int) { atomic.AddUint32(&p.ok[id], 1) }
 
 // fleetLoad is the result of driving a fleet.
 type fleetLoad struct {
@@ -126,8 +174,8 @@ func (d *discardWriter) WriteHeader(c int) {
 
 // driveFleet sends requests from workers closed-loop goroutines, each
 // calling a uniformly chosen instance's handler in-process with its next
-// request as soon as the previous one is answered, for d. Free users'
-// per-key counts go to keys. A request in flight at the deadline is
+// request as soon as the previous one is answered, for d. Per-caller
+// counts go to keys. A request in flight at the deadline is
 // completed and counted; elapsed runs to the last completion.
 func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, workers int, d time.Duration, keys *perKey) *fleetLoad {
 	res := &fleetLoad{}
@@ -148,9 +196,9 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 				var auth string
 				switch class {
 				case classEnterprise:
-					auth = tokens.bearer(enterpriseID, "enterprise")
+					auth, id = tokens.bearer(enterpriseID, "enterprise"), keys.enterprise
 				case classAbusive:
-					auth = tokens.bearer(abusiveID, "free")
+					auth, id = tokens.bearer(abusiveID, "free"), keys.abu
 				default:
 					freeSub = strconv.AppendInt(append(freeSub[:0], 'u'), int64(id), 10)
 					auth = tokens.bearer(string(freeSub), "free")
@@ -163,6 +211,7 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 				req.RemoteAddr = "10.0.0.1:40000"
 				req.Header["Authorization"] = []string{auth}
 				rw := &discardWriter{h: http.Header{}}
+				keys.sent(id, time.Since(start))
 				handlers[pick.rng.IntN(len(handlers))].ServeHTTP(rw, req)
 				c := &mine[class]
 				c.requests++
@@ -174,11 +223,8 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 				default:
 					c.other++
 				}
-				if class == classFree {
-					atomic.AddUint32(&keys.requests[id], 1)
-					if rw.code == http.StatusOK {
-						atomic.AddUint32(&keys.ok[id], 1)
-					}
+				if rw.code == http.StatusOK {
+					keys.admitted(id)
 				}
 			}
 			mu.Lock()

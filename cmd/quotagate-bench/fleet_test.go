@@ -61,8 +61,11 @@ func TestFleetMode(t *testing.T) {
 				t.Errorf("%s: class %d is %q, want %q", r.Topology, i, c.Class, classNames[i])
 			}
 			// The one property that must hold on any machine.
-			if c.Over != 0 || c.Admitted > c.Admissible {
-				t.Errorf("%s %s: over-admitted: admitted %d, admissible %d, over %d", r.Topology, c.Class, c.Admitted, c.Admissible, c.Over)
+			if c.Over != 0 || c.Admitted > c.Bound {
+				t.Errorf("%s %s: over-admitted: admitted %d, bound %d, over %d", r.Topology, c.Class, c.Admitted, c.Bound, c.Over)
+			}
+			if c.Exact == 0 || c.Exact > c.Requests || c.Keys == 0 {
+				t.Errorf("%s %s: exact %d of %d requests from %d callers", r.Topology, c.Class, c.Exact, c.Requests, c.Keys)
 			}
 			if c.Requests == 0 || c.Admitted+c.Limited+c.Errors != c.Requests {
 				t.Errorf("%s %s: requests %d != admitted %d + 429 %d + errors %d", r.Topology, c.Class, c.Requests, c.Admitted, c.Limited, c.Errors)
