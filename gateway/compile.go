@@ -20,6 +20,8 @@ type route struct {
 	anyTier []boundPolicy            // for tiers not in byTier: policies with a "*" limit
 	// websocket lets a request of this route upgrade to a WebSocket.
 	websocket bool
+	// block is the route's cost block; nil for a fixed cost.
+	block *costBlock
 }
 
 // policyFor returns the stage-2 policies of r that apply to tier, ordered
@@ -84,7 +86,7 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 		if !ok {
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
-		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket,
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, block: compileCost(rc),
 			byTier: make(map[string][]boundPolicy, len(tierNames))}
 		var err error
 		for _, tier := range tierNames {
@@ -133,7 +135,7 @@ func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64)
 
 // bindPolicy compiles policy pc with limit lim for route rc, checking that
 // the store would accept its items (and those of its local share) at the
-// route's cost.
+// route's largest cost (see maxCost).
 func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit.Limit, rc config.Route, fleet int64) (boundPolicy, error) {
 	alg := pc.Algorithm
 	switch {
@@ -148,12 +150,12 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, rc.Cost), shareFleet: fleet, shareCost: rc.Cost,
+		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, maxCost(rc)), shareFleet: fleet, shareCost: maxCost(rc),
 	}
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
 	}
-	probe := ratelimit.Item{Key: "compile", Algorithm: alg, Limit: bp.limit, Cost: rc.Cost}
+	probe := ratelimit.Item{Key: "compile", Algorithm: alg, Limit: bp.limit, Cost: maxCost(rc)}
 	if err := ratelimit.ValidateItem(probe); err != nil {
 		return boundPolicy{}, err
 	}

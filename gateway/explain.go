@@ -49,7 +49,7 @@ type PolicyExplained struct {
 func Explain(cfg *config.Config, method, path, credential string, getenv func(string) (string, bool)) (*Explanation, error) {
 	o := &Options{Getenv: getenv}
 	o.fill()
-	p, err := buildPipeline(cfg, nil, nil, o)
+	p, err := buildPipeline(cfg, nil, nil, o, proxyHooks{})
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,7 @@ type Gateway struct {
 	// that quotagate_local_denials_total survives a store reload.
 	retiredDenials uint64
 	denials        atomic.Uint64
+	settling       sync.WaitGroup // settlement calls not yet finished
 }
 
 // New builds a gateway for cfg, which must have passed Validate.
@@ -212,16 +213,18 @@ func breakerGauge(s ratelimit.BreakerState) int64 {
 
 // build compiles cfg into a pipeline with its handler chain.
 func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *ratelimit.Stack) (*pipeline, error) {
-	p, err := buildPipeline(cfg, prev, store, &g.opts)
+	p, err := buildPipeline(cfg, prev, store, &g.opts, proxyHooks{observe: g.observeResponse, failure: g.onUpstreamFailure})
 	if err != nil {
 		return nil, err
 	}
 	primeShed(g.opts.Metrics, cfg)
+	g.opts.Metrics.PrimeSettlements(settledPolicies(cfg))
 	p.handler = chi.Chain(
 		g.begin(p),
 		g.authenticate(p),
 		g.quotaEndpoint(p),
 		g.matchRoute(p),
+		g.costStage(),
 		g.localStage(p),
 		g.globalStage(p),
 	).Handler(g.forward())
@@ -345,6 +348,7 @@ func (g *Gateway) Close() error {
 	g.retiring = nil
 	g.mu.Unlock()
 
+	g.settling.Wait() // they use the stores
 	errs := []error{g.live.Load().store.Close()}
 	for s, t := range retiring {
 		if t.Stop() {

@@ -42,7 +42,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 						Message: "caller has no identity", RequestID: st.requestID})
 					return
 				}
-				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.route.cost, Shadow: bp.shadow,
+				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.cost, Shadow: bp.shadow,
 					OnError: bp.onError, Lease: bp.lease}
 			}
 
@@ -95,7 +95,9 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			setRateLimitHeaders(w.Header(), view)
+			g.reserveForSettle(p, st, ps, items, d)
 			next.ServeHTTP(w, r)
+			g.endSettle(r.Context(), st)
 		})
 	}
 }

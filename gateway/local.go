@@ -29,7 +29,7 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			ctx, span := g.startStage(r.Context(), "quotagate.stage.local")
 			now := g.opts.Now()
-			ok, remaining, retry := set.Allow(st.caller.Subject, now, int(st.route.cost))
+			ok, remaining, retry := set.Allow(st.caller.Subject, now, int(st.cost))
 			lim, burst := set.Limit()
 			quota := int64(burst)
 			window := ceilSeconds(time.Duration(float64(burst) / float64(lim) * float64(time.Second)))

@@ -35,10 +35,17 @@ type pipeline struct {
 	quotaReads *ratelimit.LocalSet
 }
 
+// proxyHooks are what the proxies tell the gateway about responses and
+// failures (see proxy.Options); nil functions are not called.
+type proxyHooks struct {
+	observe func(resp *http.Response)
+	failure func(r *http.Request, status int)
+}
+
 // buildPipeline compiles cfg. prev, when not nil, is the pipeline being
 // replaced: stage-1 limiter sets of tiers whose local limit did not change
 // are carried over so callers keep their state across a reload.
-func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options) (*pipeline, error) {
+func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options, hooks proxyHooks) (*pipeline, error) {
 	p := &pipeline{cfg: cfg, store: store, maxBody: cfg.Server.MaxBodyBytes}
 	if prev != nil && prev.quotaReads != nil {
 		p.quotaReads = prev.quotaReads
@@ -107,6 +114,8 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 			OnShed: func(in *http.Request, tier string) {
 				o.Metrics.Shed(in.Context(), name, tier, 1)
 			},
+			ObserveResponse: hooks.observe,
+			OnFailure:       hooks.failure,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upstreams.%s: %w", name, err)

@@ -20,7 +20,7 @@ var storeErrorKinds = []string{"timeout", "unavailable", "breaker_open", "invali
 // falls back to its local share) and fallback mode, stage 1's decisions when
 // a tier has one, every store error kind, every route's requests at 200 and
 // 429 and its upstream latency, and the latency of both stages and of the
-// store call.
+// store's decide call (and settle call, when a route settles).
 func metricSeries(cfg *config.Config) telemetry.Series {
 	s := telemetry.Series{
 		StoreErrors: storeErrorKinds,
@@ -49,6 +49,9 @@ func metricSeries(cfg *config.Config) telemetry.Series {
 	}
 	for _, r := range cfg.Routes {
 		s.Routes = append(s.Routes, r.Name)
+		if r.Settle != nil && r.Settle.SettleFrom != nil && !slices.Contains(s.Ops, "settle") {
+			s.Ops = append(s.Ops, "settle")
+		}
 	}
 	return s
 }

@@ -21,6 +21,12 @@ type requestState struct {
 	route     *route // nil until the route stage matched
 	policies  []boundPolicy
 	limit     rateLimitView // what the RateLimit headers describe
+	// cost is the units the request takes: the route's fixed cost, or the
+	// reservation of its cost block (see costStage).
+	cost int64
+	// settle is the request's reservation waiting to be settled from the
+	// response; nil when nothing is to be settled.
+	settle *pendingSettle
 	// bodyTooLarge is set when the request body ran past server.max_body_bytes
 	// while it was being forwarded, so the proxy's failure is answered 413.
 	bodyTooLarge bool

@@ -107,7 +107,8 @@ type Metrics struct {
 	// ObserveFleet.
 	fleet metric.Registration
 
-	up upstreamInstruments
+	up     upstreamInstruments
+	settle settleInstruments
 }
 
 type routeCode struct {
@@ -164,6 +165,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Per-key limiters held by the local stage."))
 	check(err)
 	check(m.initUpstream())
+	check(m.initSettle())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}

@@ -1,0 +1,289 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
+	"github.com/quotagate/quotagate/usage"
+)
+
+// costBlock is a route's cost block (config.CostBlock), compiled.
+type costBlock struct {
+	reserve, max int64
+	// reserveFrom is where a request states its reservation; asks reports
+	// whether there is such a source.
+	reserveFrom usage.RequestSource
+	asks        bool
+	// settleFrom is where a response reports its usage; settles reports
+	// whether there is such a source (otherwise nothing is settled).
+	settleFrom usage.Source
+	settles    bool
+	// policies are the names of the settled policies.
+	policies []string
+	maxBody  int64
+}
+
+// compileCost returns the compiled cost block of rc, nil for a fixed cost.
+func compileCost(rc config.Route) *costBlock {
+	b := rc.Settle
+	if b == nil {
+		return nil
+	}
+	cb := &costBlock{reserve: b.Reserve, max: b.Max, maxBody: b.MaxBody}
+	if f := b.ReserveFrom; f != nil {
+		cb.reserveFrom, cb.asks = usage.RequestSource{JSON: f.JSON, Header: f.Header}, true
+	}
+	if f := b.SettleFrom; f != nil {
+		cb.settleFrom, cb.settles = usage.Source{Header: f.Header, JSON: f.JSON, SSE: f.SSE}, true
+	}
+	cb.policies = b.SettlePolicies
+	if len(cb.policies) == 0 {
+		cb.policies = rc.Policies
+	}
+	return cb
+}
+
+// maxCost is the most units a request of rc may take: its cost block's
+// max, or its fixed cost.
+func maxCost(rc config.Route) int64 {
+	if rc.Settle != nil {
+		return max(rc.Settle.Max, rc.Cost)
+	}
+	return rc.Cost
+}
+
+// costStage sets the request's cost: the route's fixed cost, or the
+// reservation its cost block allows (what the request asks for in
+// reserve_from, when it says, else reserve). A request that asks for more
+// than max, or whose stated reservation is not a whole number of units,
+// is answered 400; one whose body cannot be read 400 or 413.
+func (g *Gateway) costStage() func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st := stateFrom(r.Context())
+			st.cost = st.route.cost
+			cb := st.route.block
+			if cb == nil || !cb.asks {
+				next.ServeHTTP(w, r)
+				return
+			}
+			units, found, err := usage.FromRequest(r, cb.reserveFrom, cb.maxBody)
+			switch {
+			case err != nil && st.bodyTooLarge:
+				writeProblem(w, problem{Status: http.StatusRequestEntityTooLarge, Error: codePayloadTooLarge,
+					Message: "request body too large", RequestID: st.requestID})
+				return
+			case errors.Is(err, usage.ErrMalformed):
+				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
+					Message: "the reservation the request states is not a whole number of units: " + err.Error(), RequestID: st.requestID})
+				return
+			case err != nil:
+				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
+					Message: "the request body could not be read", RequestID: st.requestID})
+				return
+			case found && units > uint64(cb.max):
+				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
+					Message: "the request asks to reserve " + strconv.FormatUint(units, 10) + " units; route " + st.route.name +
+						" reserves at most " + strconv.FormatInt(cb.max, 10), RequestID: st.requestID})
+				return
+			case found:
+				st.cost = max(int64(units), 1) // a reservation of 0 would ask without taking
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// pendingSettle is a reservation waiting for its response: the items of
+// the settled policies as they were reserved. Exactly one of the usage
+// read from the response, an upstream failure, or the end of the request
+// settles it (claim).
+type pendingSettle struct {
+	store    *ratelimit.Stack
+	items    []ratelimit.Item
+	names    []string
+	reserved int64
+	claimed  atomic.Bool
+}
+
+// claim reports whether the caller is the one to settle p.
+func (p *pendingSettle) claim() bool { return p.claimed.CompareAndSwap(false, true) }
+
+// reserveForSettle remembers, after an admitted decision d of the items of
+// ps, what the route's cost block settles: the items of its settled
+// policies that took the reservation (non-shadow, or shadow and allowed).
+// Nothing is settled when the store did not decide (d.Failure): the
+// reservation was then not taken from it.
+func (g *Gateway) reserveForSettle(p *pipeline, st *requestState, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision) {
+	cb := st.route.block
+	if cb == nil || !cb.settles || d.Failure != nil || !d.Allowed {
+		return
+	}
+	ps2 := &pendingSettle{store: p.store, reserved: st.cost}
+	for i := range ps {
+		if !slices.Contains(cb.policies, ps[i].name) || ps[i].algorithm == ratelimit.Concurrency ||
+			(ps[i].shadow && !d.Results[i].Allowed) {
+			continue
+		}
+		ps2.items = append(ps2.items, items[i])
+		ps2.names = append(ps2.names, ps[i].name)
+	}
+	if len(ps2.items) > 0 {
+		st.settle = ps2
+	}
+}
+
+// observeResponse is the proxy's ObserveResponse: it watches the usage of
+// a response whose request holds a reservation, and settles it when the
+// body has passed.
+func (g *Gateway) observeResponse(resp *http.Response) {
+	if resp.Request == nil {
+		return
+	}
+	st := stateFrom(resp.Request.Context())
+	if st == nil || st.settle == nil {
+		return
+	}
+	ps, cb, ctx := st.settle, st.route.block, resp.Request.Context()
+	usage.Watch(resp, cb.settleFrom, cb.maxBody, func(res usage.Result) {
+		if !ps.claim() {
+			return
+		}
+		if !res.Found {
+			g.settleMissing(ctx, ps)
+			return
+		}
+		g.settle(ctx, ps, int64(min(res.Units, usage.MaxUnits)))
+	})
+}
+
+// onUpstreamFailure is the proxy's OnFailure: the upstream did not serve
+// the request (502, 503 or 504 from the gateway, before any byte of a
+// response), so the whole reservation goes back.
+func (g *Gateway) onUpstreamFailure(r *http.Request, _ int) {
+	st := stateFrom(r.Context())
+	if st == nil || st.settle == nil || !st.settle.claim() {
+		return
+	}
+	g.settle(r.Context(), st.settle, 0)
+}
+
+// endSettle settles as missing a reservation that neither a response nor
+// a failure settled (the client went away, the body could not be sent, a
+// protocol switch): the reservation stands.
+func (g *Gateway) endSettle(ctx context.Context, st *requestState) {
+	if st.settle != nil && st.settle.claim() {
+		g.settleMissing(ctx, st.settle)
+	}
+}
+
+// settleMissing counts a reservation that stands for want of a usage.
+func (g *Gateway) settleMissing(ctx context.Context, ps *pendingSettle) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.String("quotagate.settlement", telemetry.SettleMissing))
+	}
+	for _, name := range ps.names {
+		g.opts.Metrics.Settlement(ctx, name, telemetry.SettleMissing, 0)
+	}
+}
+
+// settle applies used - reserved to the settled policies' keys, in one
+// store call made after the response (on its own goroutine, which Close
+// waits for), retried once with the same id if it timed out. A settlement
+// that gives units back forgets their keys' cached denials.
+func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
+	delta := used - ps.reserved
+	result := telemetry.SettleExact
+	switch {
+	case delta < 0:
+		result = telemetry.SettleRefund
+	case delta > 0:
+		result = telemetry.SettleCharge
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.Int64("quotagate.settled_units", used),
+			attribute.String("quotagate.settlement", result))
+	}
+	if delta == 0 {
+		for _, name := range ps.names {
+			g.opts.Metrics.Settlement(ctx, name, result, 0)
+		}
+		return
+	}
+	ss := make([]ratelimit.Settlement, len(ps.items))
+	for i, it := range ps.items {
+		m := ratelimit.MaxSettleDelta(it.Algorithm, it.Limit) // a token bucket's debt is bounded
+		ss[i] = ratelimit.Settlement{Item: it, Delta: max(-m, min(delta, m))}
+	}
+	id := newSettleID()
+	ctx = context.WithoutCancel(ctx)
+	g.settling.Add(1)
+	go func() {
+		defer g.settling.Done()
+		err := g.settleOnce(ctx, ps.store, id, ss)
+		if err != nil && ratelimit.FailureKind(err) == "timeout" {
+			err = g.settleOnce(ctx, ps.store, id, ss) // idempotent: at most once in all
+		}
+		if err != nil {
+			g.opts.Metrics.StoreError(ctx, ratelimit.FailureKind(err))
+			if ok, suppressed := g.logLimit.Allow("settle"); ok {
+				g.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "settlement failed; the reservation stands",
+					slog.String("error", err.Error()), slog.Int64("delta", delta), slog.Int("suppressed", suppressed))
+			}
+			result, delta = telemetry.SettleMissing, 0
+		}
+		for _, name := range ps.names {
+			g.opts.Metrics.Settlement(ctx, name, result, delta)
+		}
+	}()
+}
+
+// settleTimeout bounds one settlement call (the store applies its own,
+// shorter, timeout too).
+const settleTimeout = 2 * time.Second
+
+// settleOnce makes one settlement call and records its latency.
+func (g *Gateway) settleOnce(ctx context.Context, store *ratelimit.Stack, id string, ss []ratelimit.Settlement) error {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := store.Settle(ctx, id, ss)
+	g.opts.Metrics.StoreCall(ctx, "settle", time.Since(start))
+	return err
+}
+
+// newSettleID returns a settlement id of 128 random bits. It is the
+// gateway's own, never a caller's request id, which a caller could repeat
+// to make its charges no-ops.
+func newSettleID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// settledPolicies lists the policies a settlement of cfg can count, for
+// priming their series: every policy that holds units.
+func settledPolicies(cfg *config.Config) []string {
+	var out []string
+	for name, p := range cfg.Policies {
+		if p.Algorithm != ratelimit.Concurrency {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

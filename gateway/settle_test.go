@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+)
+
+// settleConfig reserves tokens on POST /v1/chat/{mode} (100 by default,
+// max_tokens or X-Max-Tokens up to 500) and settles the tokens policy
+// from the response; requests keeps its reservation. /dead reaches no
+// upstream. Each key KEYn is its own tenant tn.
+const settleConfig = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+store: {kind: redis, redis: {addrs: [REDIS], timeout: 100ms}}
+identity:
+  api_keys:
+KEYS
+tiers: {t: {}}
+policies:
+  tokens:   {limits: {"*": {rate: 1000, per: 1000s, burst: 1000}}}
+  requests: {limits: {"*": {rate: 1000, per: 1s, burst: 10000}}}
+upstreams:
+  llm:  {url: UPSTREAM}
+  dead: {url: DEAD}
+routes:
+  - name: chat
+    method: POST
+    path: /v1/chat/{mode}
+    upstream: llm
+    policies: [tokens, requests]
+    cost:
+      reserve: 100
+      reserve_from: {json: max_tokens, header: X-Max-Tokens}
+      max: 500
+      settle_from: {header: X-Usage, json: usage.total_tokens, sse: usage.total_tokens}
+      settle_policies: [tokens]
+  - name: dead
+    method: POST
+    path: /dead
+    upstream: dead
+    policies: [tokens, requests]
+    cost: {reserve: 100, settle_from: {header: X-Usage}}
+`
+
+// settleFixture is a gateway on a real Redis (on the fixture's clock),
+// served on a real listener, in front of an upstream that reports usage.
+type settleFixture struct {
+	*fixture
+	srv     *redistest.Server
+	front   *httptest.Server
+	release chan struct{} // lets /v1/chat/sse-gated finish its stream
+}
+
+func newSettleFixture(t *testing.T) *settleFixture {
+	t.Helper()
+	sf := &settleFixture{srv: redistest.StartStandalone(t), release: make(chan struct{})}
+	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
+	t.Cleanup(up.Close)
+	var keys strings.Builder
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&keys, "    - {key_sha256: %s, tenant: t%d, tier: t}\n", sha256Hex("KEY"+strconv.Itoa(i)), i)
+	}
+	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String()).Replace(settleConfig)
+	f := &fixture{clock: newTestClock(), path: writeConfig(t, text), upstream: newUpstream(t)} // the recorder only answers quota checks
+	cfg, err := config.Load(f.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Redis.KeyPrefix = "st" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	gw, err := New(cfg, Options{Now: f.clock.Now, OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+		r := c.Redis
+		client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: r.Addrs, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
+		store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: r.Timeout, Now: f.clock.Now})
+		br := ratelimit.NewBreaker(ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Now: f.clock.Now}), ratelimit.BreakerOptions{})
+		return ratelimit.NewStack(br, ratelimit.StackOptions{Breaker: br, Now: f.clock.Now}), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	f.gw = gw
+	sf.fixture = f
+	sf.front = httptest.NewServer(gw)
+	t.Cleanup(sf.front.Close)
+	return sf
+}
+
+// upstream answers /v1/chat/{mode} with the usage ?u= in the place mode
+// names: header (header-pause freezes Redis first), json, sse, sse-gated
+// (the usage event only once release is closed), or missing (a JSON body
+// without it).
+func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	u := r.URL.Query().Get("u")
+	switch strings.TrimPrefix(r.URL.Path, "/v1/chat/") {
+	case "header-pause": // Redis freezes before the settlement
+		sf.srv.Pause()
+		fallthrough
+	case "header":
+		w.Header().Set("X-Usage", u)
+		_, _ = io.WriteString(w, "ok")
+	case "json":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","choices":[{"text":"hi"}],"usage":{"prompt_tokens":1,"total_tokens":%s}}`, u)
+	case "sse", "sse-gated":
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":\"hel\"}]}\n\n")
+		w.(http.Flusher).Flush()
+		if strings.HasSuffix(r.URL.Path, "gated") {
+			<-sf.release
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":%s}}\n\ndata: [DONE]\n\n", u)
+	case "missing":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","error":"model overloaded"}`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// post sends a chat request of tenant n with body (JSON) through the
+// listener and returns the response with its body read, after every
+// settlement it started has been applied.
+func (sf *settleFixture) post(t *testing.T, n int, path, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", sf.front.URL+path, strings.NewReader(body))
+	req.Header.Set("X-API-Key", "KEY"+strconv.Itoa(n))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sf.gw.settling.Wait()
+	return resp, string(b)
+}
+
+// remaining reads tenant n's remaining units per policy from the quota
+// endpoint.
+func (sf *settleFixture) remaining(t *testing.T, n int) map[string]int64 {
+	t.Helper()
+	_, byName := sf.quota(t, map[string]string{"X-API-Key": "KEY" + strconv.Itoa(n)})
+	out := map[string]int64{}
+	for _, q := range byName {
+		out[q.Name] = q.Remaining
+	}
+	return out
+}
+
+// rateLimitRemaining returns the r= of the RateLimit header.
+func rateLimitRemaining(t *testing.T, h http.Header) int64 {
+	t.Helper()
+	v := h.Get("RateLimit")
+	i := strings.Index(v, ";r=")
+	if i < 0 {
+		t.Fatalf("RateLimit = %q, want a remaining", v)
+	}
+	rest := v[i+3:]
+	if j := strings.IndexByte(rest, ';'); j >= 0 {
+		rest = rest[:j]
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil {
+		t.Fatalf("RateLimit = %q: %v", v, err)
+	}
+	return n
+}
+
+// TestSettleFromResponses drives a real Redis through the gateway: a
+// response that reports less usage than reserved refunds exactly the
+// difference (from a header, a JSON body, an SSE stream), one that
+// reports more charges it into debt and the next request waits exactly
+// until it is repaid, a response without usage leaves the reservation,
+// and an upstream that never answers gives it all back.
+func TestSettleFromResponses(t *testing.T) {
+	sf := newSettleFixture(t)
+	for i, mode := range []string{"header", "json", "sse"} {
+		t.Run("refund_from_"+mode, func(t *testing.T) {
+			n := i + 1
+			resp, body := sf.post(t, n, "/v1/chat/"+mode+"?u=120", `{"model":"m","max_tokens":300}`, nil)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			// The headers describe the state after the reservation of 300.
+			if got := rateLimitRemaining(t, resp.Header); got != 700 {
+				t.Errorf("RateLimit remaining = %d, want 700 (1000 - 300 reserved)", got)
+			}
+			got := sf.remaining(t, n)
+			if got["tokens"] != 880 || got["requests"] != 9700 {
+				t.Errorf("after using 120 of 300: remaining %v, want tokens 880 (refunded 180), requests 9700 (not settled)", got)
+			}
+		})
+	}
+
+	t.Run("charge_into_debt", func(t *testing.T) {
+		resp, body := sf.post(t, 4, "/v1/chat/header?u=1500", `{}`, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		if got := sf.remaining(t, 4)["tokens"]; got != 0 {
+			t.Errorf("in debt: remaining %d, want 0", got)
+		}
+		// 1000 - 100 reserved - 1400 charged = -500; the next 100 need 600
+		// tokens at one a second (Retry-After adds a jitter to that).
+		resp, body = sf.post(t, 4, "/v1/chat/header?u=1", `{}`, nil)
+		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != http.StatusTooManyRequests || ra < 600 || !strings.Contains(body, `"retry_after_ms":600000,`) {
+			t.Fatalf("next request: %d, Retry-After %q, body %s; want 429 after exactly 600 s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+		sf.clock.Add(600*time.Second - time.Millisecond)
+		if resp, _ := sf.post(t, 4, "/v1/chat/header?u=100", `{}`, nil); resp.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("1 ms before the debt is repaid: %d, want 429", resp.StatusCode)
+		}
+		sf.clock.Add(time.Millisecond)
+		if resp, body := sf.post(t, 4, "/v1/chat/header?u=100", `{}`, nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("once repaid: %d %s, want 200", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("missing_usage_keeps_reservation", func(t *testing.T) {
+		sf.post(t, 5, "/v1/chat/missing", `{"max_tokens":250}`, nil)
+		if got := sf.remaining(t, 5)["tokens"]; got != 750 {
+			t.Errorf("no usage reported: remaining %d, want 750 (the reservation stands)", got)
+		}
+	})
+
+	t.Run("upstream_failure_refunds", func(t *testing.T) {
+		resp, _ := sf.post(t, 6, "/dead", `{}`, nil)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("dead upstream: %d, want 502", resp.StatusCode)
+		}
+		if got := sf.remaining(t, 6); got["tokens"] != 1000 || got["requests"] != 10000 {
+			t.Errorf("after a 502: remaining %v, want everything back", got)
+		}
+	})
+
+	t.Run("reservation_bounds", func(t *testing.T) {
+		resp, body := sf.post(t, 7, "/v1/chat/header?u=1", `{"max_tokens":501}`, nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "at most 500") {
+			t.Errorf("above max: %d %s, want 400 naming the max", resp.StatusCode, body)
+		}
+		resp, body = sf.post(t, 7, "/v1/chat/header?u=1", `{}`, map[string]string{"X-Max-Tokens": "-3"})
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_request") {
+			t.Errorf("malformed: %d %s, want 400", resp.StatusCode, body)
+		}
+		if got := sf.remaining(t, 7)["tokens"]; got != 1000 {
+			t.Errorf("refused requests took %d tokens", 1000-got)
+		}
+	})
+}
+
+// TestSettleStreamsBeforeSettling: the first event of an SSE stream
+// reaches the client while the upstream is still streaming, and the usage
+// of its last event is settled once it ends.
+func TestSettleStreamsBeforeSettling(t *testing.T) {
+	sf := newSettleFixture(t)
+	req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/sse-gated?u=40", strings.NewReader(`{"max_tokens":200}`))
+	req.Header.Set("X-API-Key", "KEY1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(line, "hel") {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	close(sf.release) // only now may the upstream finish
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sf.gw.settling.Wait()
+	if got := sf.remaining(t, 1)["tokens"]; got != 960 {
+		t.Errorf("after a stream that used 40 of 200: remaining %d, want 960", got)
+	}
+}
+
+// TestSettleRetriedOnceApplied: a settlement whose call times out (Redis
+// frozen) is retried with the same id; when Redis comes back both calls
+// run, and the refund is applied exactly once.
+func TestSettleRetriedOnceApplied(t *testing.T) {
+	sf := newSettleFixture(t)
+	if resp, _ := sf.post(t, 1, "/v1/chat/header?u=500", `{}`, nil); resp.StatusCode != http.StatusOK { // warm the pool
+		t.Fatalf("warm-up: %d", resp.StatusCode)
+	}
+	calls := func() int64 {
+		info, _ := sf.srv.MustDo(t, "INFO", "commandstats").(string)
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	// tenant 2: 1000 - 300 reserved; the response reports 100. Both
+	// settlement calls time out (100ms each) while Redis is frozen.
+	before := calls()
+	resp, _ := sf.post(t, 2, "/v1/chat/header-pause?u=100", `{"max_tokens":300}`, nil)
+	sf.srv.Resume()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for calls() < before+2 { // both attempts have reached the script
+		if time.Now().After(deadline) {
+			t.Fatalf("missed deadline: Redis ran %d settlement calls in 10 s, want 2", calls()-before)
+		}
+		time.Sleep(10 * time.Millisecond) // Redis works on real time
+	}
+	if got := sf.remaining(t, 2)["tokens"]; got != 900 {
+		t.Errorf("refund of 200, retried: remaining %d, want 900 (applied once)", got)
+	}
+}
