@@ -412,16 +412,42 @@ func (p *plan) zero(items []ratelimit.Item) {
 }
 
 // overrideRule is the rule of a client's limit override: a fixed window of
-// the given size, keyed like the descriptor's own.
+// the given size, keyed like the descriptor's own (see exactOverride for
+// one the store cannot apply exactly).
 func overrideRule(dom *Domain, o *Override) *Rule {
 	r := &Rule{Path: dom.Name + ".override", Unit: o.Unit, RequestsPerUnit: o.RequestsPerUnit, Algorithm: ratelimit.FixedWindow, code: "fo"}
 	if o.RequestsPerUnit > 0 {
-		r.Limit = ratelimit.Limit{Rate: int64(o.RequestsPerUnit), Per: o.Unit.Duration() * time.Duration(max(o.Multiplier, 1))}
+		r.Limit = exactOverride(int64(o.RequestsPerUnit), o.Unit.Duration()*time.Duration(max(o.Multiplier, 1)))
 		if r.Limit.Validate(r.Algorithm) != nil {
-			r.Unlimited = true // beyond what the store applies exactly: treat as no limit
+			r.Unlimited = true // not reached: exactOverride always fits
 		}
 	}
 	return r
+}
+
+// maxExactMicros bounds requests × window (in µs) of a fixed window that
+// the store applies exactly (2^53, as ratelimit.Limit.Validate checks).
+const maxExactMicros = 1 << 53
+
+// exactOverride returns a fixed window of rate per per (per a whole number
+// of seconds, at most 292 years: checkRequest refuses longer) that the store
+// applies exactly. When rate × per is beyond 2^53 µs, both are divided by
+// the smallest k that brings it within (rate/k per per/k, rounded down: the
+// same long-run rate, a burst k times smaller), or, for a rate below k,
+// the window is shortened to the longest exact one (1 per 300 years becomes
+// 1 per 285 years). Either way the override still limits; it never becomes
+// no limit at all.
+func exactOverride(rate int64, per time.Duration) ratelimit.Limit {
+	us := per.Microseconds()
+	fit := maxExactMicros / rate // the longest exact window for rate, in µs
+	if us <= fit {
+		return ratelimit.Limit{Rate: rate, Per: per}
+	}
+	k := (us + fit - 1) / fit
+	if rate < k {
+		return ratelimit.Limit{Rate: rate, Per: time.Duration(fit) * time.Microsecond}
+	}
+	return ratelimit.Limit{Rate: rate / k, Per: time.Duration(us/k) * time.Microsecond}
 }
 
 // finish fills the statuses from a decision and counts it.

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -173,5 +174,50 @@ func TestOverrideWindowOverflow(t *testing.T) {
 	d := Descriptor{Entries: entries("remote_address", "198.51.100.9"), Override: &o}
 	if _, err := e.Decide(context.Background(), &Request{Domain: "edge", Descriptors: []Descriptor{d}}); err != nil {
 		t.Errorf("override %+v: %v", o, err)
+	}
+}
+
+// TestOverrideBeyondExactStillLimits: an override the store cannot apply
+// exactly (requests × window over 2^53 µs) used to be answered as no limit
+// at all; it limits now, at the same long-run rate with a smaller burst,
+// or, for a single request per centuries, at the longest exact window.
+func TestOverrideBeyondExactStillLimits(t *testing.T) {
+	e, _ := newTestEngine(t, Options{})
+	check := func(o Override, hits uint64, want Code) {
+		t.Helper()
+		d := Descriptor{Entries: entries("remote_address", fmt.Sprint("198.51.100.", o.RequestsPerUnit)), Override: &o, Hits: &hits}
+		if r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{d}}); r.Overall != want {
+			t.Errorf("override %+v, hits %d: %s, want %s", o, hits, r.Overall, want)
+		}
+	}
+	once := Override{RequestsPerUnit: 1, Unit: Year, Multiplier: 286} // 286 years
+	check(once, 1, OK)
+	check(once, 1, OverLimit)
+	// 1000 a year: 1000 × 3.15e13 µs is over 2^53, so 250 per 91.25 days.
+	yearly := Override{RequestsPerUnit: 1000, Unit: Year}
+	check(yearly, 251, OverLimit)
+	check(yearly, 250, OK)
+	check(yearly, 1, OverLimit)
+
+	for _, c := range []struct {
+		rate int64
+		per  time.Duration
+		want ratelimit.Limit
+	}{
+		{10, time.Hour, ratelimit.Limit{Rate: 10, Per: time.Hour}},
+		{1000, 365 * 24 * time.Hour, ratelimit.Limit{Rate: 250, Per: 365 * 24 * time.Hour / 4}},
+		{1, 286 * 365 * 24 * time.Hour, ratelimit.Limit{Rate: 1, Per: maxExactMicros * time.Microsecond}},
+		{math.MaxUint32, math.MaxUint32 * time.Second, ratelimit.Limit{}}, // only checked to fit
+	} {
+		got := exactOverride(c.rate, c.per)
+		if c.want != (ratelimit.Limit{}) && got != c.want {
+			t.Errorf("exactOverride(%d, %v) = %+v, want %+v", c.rate, c.per, got, c.want)
+		}
+		if err := got.Validate(ratelimit.FixedWindow); err != nil {
+			t.Errorf("exactOverride(%d, %v) = %+v: %v", c.rate, c.per, got, err)
+		}
+		if got.Per > c.per || got.Rate > c.rate {
+			t.Errorf("exactOverride(%d, %v) = %+v: longer or larger than asked", c.rate, c.per, got)
+		}
 	}
 }
