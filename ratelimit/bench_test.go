@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -132,5 +133,33 @@ func BenchmarkApply(b *testing.B) {
 				ratelimit.Apply(alg, &st, now, 1, l, false)
 			}
 		})
+	}
+}
+
+// BenchmarkMemorySettle: a settlement of a reserved request on its
+// tenant's token bucket and a sliding window (a refund of 700 units each,
+// a fresh id per call, so the set of remembered ids grows and is swept
+// as it would under load), after the reservation's Decide.
+func BenchmarkMemorySettle(b *testing.B) {
+	s := benchStore(b)
+	items := []ratelimit.Item{
+		{Key: "{acme}:tokens", Algorithm: ratelimit.TokenBucket, Limit: benchLimits[ratelimit.TokenBucket], Cost: 1000},
+		{Key: "{acme}:window", Algorithm: ratelimit.SlidingWindow, Limit: benchLimits[ratelimit.SlidingWindow], Cost: 1000},
+	}
+	ss := []ratelimit.Settlement{{Item: items[0], Delta: -700}, {Item: items[1], Delta: -700}}
+	ids := make([]string, 1<<16)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("req-%d", i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := s.Decide(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := s.Settle(ctx, ids[i%len(ids)]+strconv.Itoa(i/len(ids)), ss); err != nil || !ok {
+			b.Fatalf("settle: %v %v", ok, err)
+		}
 	}
 }

@@ -172,3 +172,47 @@ func BenchmarkRedisMemoryPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisSettle measures a settlement on Redis after each
+// reservation: the reservation's Decide (two token buckets of the
+// tenant's tag) and then Settle of a refund on both, reporting the
+// commands and script calls the settlement adds per request and its
+// client allocations.
+func BenchmarkRedisSettle(b *testing.B) {
+	srv := redistest.StartStandalone(b)
+	s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
+	prefix := redistest.KeyPrefix(b)
+	storetest.WarmUp(b, s, benchItems(prefix, 0))
+	settle := func(items []ratelimit.Item, id string) {
+		ss := []ratelimit.Settlement{{Item: items[0], Delta: -1}, {Item: items[1], Delta: -1}}
+		if ok, err := s.Settle(context.Background(), id, ss); err != nil || !ok {
+			b.Fatalf("settle: %v %v", ok, err)
+		}
+	}
+	var seq atomic.Int64 // ids stay unique across the runs of a sub-benchmark
+	for _, withSettle := range []bool{false, true} {
+		name := "decide_only"
+		if withSettle {
+			name = "decide_and_settle"
+		}
+		b.Run(name, func(b *testing.B) {
+			total0, scripts0, us0 := commandCalls(b, srv)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				items := benchItems(prefix, i%benchTenants)
+				if _, err := s.Decide(context.Background(), items); err != nil {
+					b.Fatal(err)
+				}
+				if withSettle {
+					settle(items, prefix+strconv.FormatInt(seq.Add(1), 10))
+				}
+			}
+			b.StopTimer()
+			total1, scripts1, us1 := commandCalls(b, srv)
+			b.ReportMetric(float64(total1-total0)/float64(b.N), "cmds/request")
+			b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/request")
+			b.ReportMetric(float64(us1-us0)/float64(b.N), "server-µs/request")
+		})
+	}
+}
