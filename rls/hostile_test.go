@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
@@ -219,5 +221,50 @@ func TestOverrideBeyondExactStillLimits(t *testing.T) {
 		if got.Per > c.per || got.Rate > c.rate {
 			t.Errorf("exactOverride(%d, %v) = %+v: longer or larger than asked", c.rate, c.per, got)
 		}
+	}
+}
+
+// TestHugeHitsOverTheWire: costs at and beyond 2^32 through both front
+// doors. gRPC: the request-wide hits_addend is a uint32, a descriptor's a
+// uint64; both over the capacity are OVER_LIMIT. HTTP: hits up to 2^64-1 is
+// OVER_LIMIT, beyond (or negative, or fractional) is 400.
+func TestHugeHitsOverTheWire(t *testing.T) {
+	client, _, base := startServer(t, false)
+	ctx := context.Background()
+	in := &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: math.MaxUint32, Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.77")}}
+	if resp, err := client.ShouldRateLimit(ctx, in); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("gRPC hits_addend 2^32-1: %v, %v, want OVER_LIMIT", resp, err)
+	}
+	in.HitsAddend = 0
+	for _, h := range []uint64{1 << 32, math.MaxUint64} {
+		in.Descriptors[0].HitsAddend = wrapperspb.UInt64(h)
+		if resp, err := client.ShouldRateLimit(ctx, in); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("gRPC descriptor hits_addend %d: %v, %v, want OVER_LIMIT", h, resp, err)
+		}
+	}
+	post := func(hits string) (int, string) {
+		body := `{"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "192.0.2.77"}]], "hits": ` + hits + `}`
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, h := range []string{"4294967296", "18446744073709551615"} {
+		if code, b := post(h); code != http.StatusOK || !strings.Contains(b, `"overall":"OVER_LIMIT"`) {
+			t.Errorf("HTTP hits %s: %d %s, want 200 OVER_LIMIT", h, code, b)
+		}
+	}
+	for _, h := range []string{"18446744073709551616", "-1", "1.5", "1e30"} {
+		if code, b := post(h); code != http.StatusBadRequest {
+			t.Errorf("HTTP hits %s: %d %s, want 400", h, code, b)
+		}
+	}
+	// Nothing was charged by any of them.
+	resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.77")}})
+	if err != nil || resp.Statuses[0].LimitRemaining != 9 {
+		t.Errorf("after the impossible costs: %v, %v, want 9 of 10 left", resp, err)
 	}
 }
