@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -84,8 +86,12 @@ type FleetRun struct {
 	GenCPUus     float64 `json:"loadgen_cpu_us_per_req"`
 	// OtherCalls is commands the instances sent that touch no caller's
 	// keys (PING, CLUSTER SLOTS), in the whole run.
-	OtherCalls uint64       `json:"other_store_calls"`
-	Classes    []FleetClass `json:"classes"`
+	OtherCalls uint64 `json:"other_store_calls"`
+	// Errors counts the answers other than 200 and 429 by status and
+	// problem type ("503 limiter_unavailable": the store missed its
+	// deadline or its breaker was open, and the policy failed closed).
+	Errors  map[string]uint64 `json:"errors,omitempty"`
+	Classes []FleetClass      `json:"classes"`
 }
 
 // FleetReport is the output of -mode fleet.
@@ -155,6 +161,11 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 	}
 	rep.Machine["load"] += ", at end " + loadAvg()
 	rep.Notes = fleetNotes(runtime.NumCPU())
+	for _, r := range rep.Runs {
+		if len(r.Errors) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("errors, %s with %d instances: %s", r.Topology, r.Instances, formatCounts(r.Errors)))
+		}
+	}
 	return rep, nil
 }
 
@@ -245,7 +256,8 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	}
 	heapAfter := liveHeap()
 
-	run := &FleetRun{Topology: nodes.topology, Instances: n, Seconds: round2(load.elapsed.Seconds()), OtherCalls: calls[classOther]}
+	run := &FleetRun{Topology: nodes.topology, Instances: n, Seconds: round2(load.elapsed.Seconds()),
+		OtherCalls: calls[classOther], Errors: load.errors}
 	for _, c := range load.classes {
 		run.Requests += c.requests
 	}
@@ -444,4 +456,14 @@ func parseFleetFlags(o *options, sizes, topologies, cluster string) error {
 		return fmt.Errorf("-lease: unknown lease mode %q (want %s or %s)", f.lease, leaseOff, leaseStatic)
 	}
 	return nil
+}
+
+// formatCounts writes m as "key × n" pairs in key order.
+func formatCounts(m map[string]uint64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s × %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }

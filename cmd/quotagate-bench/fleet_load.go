@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"hash"
 	"math/rand/v2"
 	"net/http"
@@ -150,6 +151,7 @@ func (p *perKey) admitted(id int) { atomic.AddUint32(&p.ok[id], 1) }
 type fleetLoad struct {
 	elapsed time.Duration
 	classes [numClasses]classCounts
+	errors  map[string]uint64 // answers other than 200 and 429, by errorKind
 }
 
 // discardWriter is a ResponseWriter that keeps only the status, so that the
@@ -157,6 +159,7 @@ type fleetLoad struct {
 type discardWriter struct {
 	h    http.Header
 	code int
+	body []byte // of an answer other than 200 and 429
 }
 
 func (d *discardWriter) Header() http.Header { return d.h }
@@ -164,7 +167,22 @@ func (d *discardWriter) Write(p []byte) (int, error) {
 	if d.code == 0 {
 		d.code = http.StatusOK
 	}
+	if d.code != http.StatusOK && d.code != http.StatusTooManyRequests && len(d.body) < 4096 {
+		d.body = append(d.body, p...) // a problem+json error: kept to name it
+	}
 	return len(p), nil
+}
+
+// errorKind names an answer other than 200 and 429: its status and the
+// "error" member of its problem+json body ("503 limiter_unavailable").
+func (d *discardWriter) errorKind() string {
+	var problem struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(d.body, &problem) != nil || problem.Error == "" {
+		problem.Error = "(no problem body)"
+	}
+	return strconv.Itoa(d.code) + " " + problem.Error
 }
 func (d *discardWriter) WriteHeader(c int) {
 	if d.code == 0 {
@@ -188,6 +206,7 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 		go func() {
 			defer wg.Done()
 			var mine [numClasses]classCounts
+			var errs map[string]uint64
 			pick := newFleetPicker(mix, uint64(w)+1)
 			tokens := newTokenMaker()
 			freeSub := make([]byte, 0, 16)
@@ -222,6 +241,10 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 					c.limited++
 				default:
 					c.other++
+					if errs == nil {
+						errs = map[string]uint64{}
+					}
+					errs[rw.errorKind()]++
 				}
 				if rw.code == http.StatusOK {
 					keys.admitted(id)
@@ -233,6 +256,12 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 				res.classes[i].ok += mine[i].ok
 				res.classes[i].limited += mine[i].limited
 				res.classes[i].other += mine[i].other
+			}
+			for k, n := range errs {
+				if res.errors == nil {
+					res.errors = map[string]uint64{}
+				}
+				res.errors[k] += n
 			}
 			mu.Unlock()
 		}()

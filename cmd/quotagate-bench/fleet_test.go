@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,5 +141,28 @@ func TestFleetFlagsRejectBadValues(t *testing.T) {
 	}
 	if f := o.fleet; len(f.sizes) != 3 || f.sizes[2] != 50 || strings.Join(f.topologies, ",") != "cluster,standalone" || f.lease != leaseStatic {
 		t.Errorf("fleet options %+v", f)
+	}
+}
+
+func TestDiscardWriterNamesErrors(t *testing.T) {
+	w := &discardWriter{h: http.Header{}}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write([]byte(`{"type":"about:blank","error":"limiter_unavailable",`))
+	_, _ = w.Write([]byte(`"status":503}`))
+	if got := w.errorKind(); got != "503 limiter_unavailable" {
+		t.Errorf("errorKind = %q", got)
+	}
+	w = &discardWriter{h: http.Header{}}
+	w.WriteHeader(http.StatusBadGateway)
+	if got := w.errorKind(); got != "502 (no problem body)" {
+		t.Errorf("errorKind without a body = %q", got)
+	}
+	w = &discardWriter{h: http.Header{}}
+	_, _ = w.Write([]byte("hello"))
+	if w.code != http.StatusOK || len(w.body) != 0 {
+		t.Errorf("a 200 answer: code %d, kept %q", w.code, w.body)
+	}
+	if got := formatCounts(map[string]uint64{"503 b": 2, "502 a": 1}); got != "502 a × 1, 503 b × 2" {
+		t.Errorf("formatCounts = %q", got)
 	}
 }
