@@ -73,7 +73,8 @@ type FleetRun struct {
 	RedisCPUus float64 `json:"redis_cpu_us_per_req"`
 	// RedisBytesPerKey is the mean MEMORY USAGE of live keys sampled at
 	// the end of the measured part (see redisNodes.bytesPerKey);
-	// RedisMBPer1M is that for 1,000,000 live callers (one key each).
+	// RedisMBPer1M is that for 1,000,000 live callers (one key each), in
+	// MB of 10^6 bytes: the same number as RedisBytesPerKey.
 	RedisBytesPerKey float64 `json:"redis_bytes_per_key"`
 	RedisMBPer1M     float64 `json:"redis_mb_per_1m_callers"`
 	// GatewayMiB is the live heap (after GC) the instances added, divided
@@ -271,7 +272,7 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	run.RedisCPUus = round2(perReq(1e6 * (rAfter.cpuSeconds - rBefore.cpuSeconds)))
 	if bpk > 0 {
 		run.RedisBytesPerKey = round1(bpk)
-		run.RedisMBPer1M = round1(bpk * 1e6 / (1 << 20))
+		run.RedisMBPer1M = round1(bpk * 1e6 / 1e6)
 	}
 	run.GatewayMiB = round2(float64(heapAfter-heapBefore) / float64(n) / (1 << 20))
 	run.ProcessCPUus = round2(perReq(ticksToMicros(cpuAfter - cpuBefore)))
@@ -340,7 +341,7 @@ func fleetNotes(cores int) []string {
 			"(the fleet decides a little after sending, so util can pass 1 slightly without over-admitting)",
 		"store calls/req: script calls each instance's client sent for the class's keys, per request of the class; " +
 			"redis cmd/req and scripts/req: INFO commandstats deltas over all nodes per request (cmd counts commands run inside scripts too)",
-		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live keys per node sampled at the end, × 1,000,000 callers with one key each (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
+		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live keys per node sampled at the end, × 1,000,000 callers with one key each, in MB of 10^6 bytes (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
 			"gw MiB/inst: live heap after GC with the instances running minus before they were built, / instances; proc µs/req: this process (instances + load generator); " +
 			"gen µs/req: the load generator's part (drawing the caller, signing its JWT, building the request), measured alone for 300 ms before each run",
 	}
