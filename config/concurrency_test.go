@@ -30,16 +30,20 @@ routes: [{name: r, method: GET, path: /, upstream: app, cost: 5, policies: [infl
 	if in.SlotTTL != 30*time.Second || in.Queue != nil {
 		t.Errorf("inflight: slot_ttl %v, queue %+v; want 30s and none", in.SlotTTL, in.Queue)
 	}
-	if l := in.Limits["pro"]; l.Max != 20 || l.Per != 30*time.Second {
-		t.Errorf("inflight.limits.pro = %+v, want max 20 per 30s", l)
+	if l, ok := in.StoreLimit("pro"); !ok || l.Max != 20 || l.Per != 30*time.Second {
+		t.Errorf("inflight's store limit for pro = %+v, want max 20 per 30s", l)
+	}
+	if l := in.Limits["pro"]; l.Per != 0 {
+		t.Errorf("inflight.limits.pro = %+v: Per was filled in the config", l)
 	}
 	q := c.Policies["queued"]
 	if q.SlotTTL != 2*time.Second || q.Queue == nil || q.Queue.Max != 10 || q.Queue.Timeout != time.Second {
 		t.Errorf("queued: slot_ttl %v, queue %+v; want 2s and {10 1s}", q.SlotTTL, q.Queue)
 	}
 	for name, p := range c.Policies {
-		for tier, l := range p.Limits {
-			if err := ratelimit.Limit(l).Validate(ratelimit.Concurrency); err != nil {
+		for tier := range p.Limits {
+			l, _ := p.StoreLimit(tier)
+			if err := l.Validate(ratelimit.Concurrency); err != nil {
 				t.Errorf("%s.%s: %v", name, tier, err)
 			}
 		}

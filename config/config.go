@@ -228,8 +228,8 @@ type Limit struct {
 	Burst int64         `mapstructure:"burst"`
 	// Buckets is the number of buckets of a sliding_window (0: the default).
 	Buckets int `mapstructure:"buckets"`
-	// Max is the most requests in flight at once of a concurrency policy
-	// (which sets no other field: Validate sets Per to its slot_ttl).
+	// Max is the most requests in flight at once of a concurrency policy,
+	// which sets no other field (see Policy.StoreLimit).
 	Max int64 `mapstructure:"max"`
 	// Calendar aligns a fixed_window's windows to local days, weeks or
 	// months in place of Per: {unit: day|week|month, time_zone: "Europe/Berlin"}
@@ -269,6 +269,22 @@ type Policy struct {
 	// Queue, for a concurrency policy, lets a request wait for a slot on
 	// this instance instead of an immediate 429; nil means no waiting.
 	Queue *Queue `mapstructure:"queue"`
+}
+
+// StoreLimit returns the store's limit for the tier key of p.Limits (a
+// tier name or "*"): the limit as written, and for a concurrency policy with
+// Per set to its SlotTTL, the time a slot lives without a renewal. ok is
+// false when p has no such key.
+func (p Policy) StoreLimit(key string) (l ratelimit.Limit, ok bool) {
+	lc, ok := p.Limits[key]
+	if !ok {
+		return ratelimit.Limit{}, false
+	}
+	l = ratelimit.Limit(lc)
+	if p.Algorithm == ratelimit.Concurrency {
+		l.Per = p.SlotTTL
+	}
+	return l, true
 }
 
 // Queue bounds the requests that wait for a concurrency slot, per instance

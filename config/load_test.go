@@ -63,7 +63,7 @@ func TestShippedConfig(t *testing.T) {
 	if want := []string{"transfers.create", "transfers.get", "other.get"}; !slices.Equal(names, want) {
 		t.Errorf("routes = %v, want %v", names, want)
 	}
-	if r := c.Routes[0]; r.Cost != 5 || !slices.Equal(r.Policies, []string{"tenant", "transfers"}) || r.Path != "/v1/transfers/{id}" {
+	if r := c.Routes[0]; r.Cost != 5 || !slices.Equal(r.Policies, []string{"tenant", "transfers", "inflight"}) || r.Path != "/v1/transfers/{id}" {
 		t.Errorf("transfers.create = %+v", r)
 	}
 	want := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}

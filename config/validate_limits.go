@@ -60,9 +60,9 @@ func (c *Config) validatePolicies(errs *Errors) {
 				if l.Per != 0 {
 					errs.add(lp+".per", "does not apply to concurrency (slot_ttl is how long a slot lives); remove it")
 				}
-				// The store keeps a slot for Per without a renewal.
+				// The store keeps a slot for Per without a renewal (see
+				// Policy.StoreLimit).
 				l.Per = pol.SlotTTL
-				pol.Limits[tier] = l
 				if l.Per <= 0 {
 					l.Per = minSlotTTL // slot_ttl is reported; check the rest
 				}

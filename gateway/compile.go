@@ -42,6 +42,9 @@ type boundPolicy struct {
 	onError   ratelimit.OnError
 	shadow    bool
 	lease     ratelimit.Lease // zero = not leased
+	// queue, for a concurrency policy with a queue, is how requests wait
+	// for a slot; nil = a denial is answered at once.
+	queue *slotQueueSpec
 	// pattern builds the policy's store key for a subject, everything but
 	// the subject's hash prepared once per configuration.
 	pattern routes.KeyPattern
@@ -113,14 +116,14 @@ func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64)
 			return nil, fmt.Errorf("unknown policy %q", name)
 		}
 		limitKey := tier
-		lc, ok := pc.Limits[tier]
+		lim, ok := pc.StoreLimit(tier)
 		if !ok {
 			limitKey = "*"
-			if lc, ok = pc.Limits["*"]; !ok {
+			if lim, ok = pc.StoreLimit("*"); !ok {
 				continue // this tier is not limited by this policy
 			}
 		}
-		bp, err := bindPolicy(cfg, name, pc, ratelimit.Limit(lc), rc, fleet)
+		bp, err := bindPolicy(cfg, name, pc, lim, rc, fleet)
 		if err != nil {
 			return nil, fmt.Errorf("policies.%s.limits.%s: %w", name, limitKey, err)
 		}
@@ -145,17 +148,22 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 		return boundPolicy{}, fmt.Errorf("invalid scope %s", pc.Scope)
 	case !pc.OnStoreError.Valid():
 		return boundPolicy{}, fmt.Errorf("invalid on_store_error %s", pc.OnStoreError)
-	case alg == ratelimit.Concurrency:
-		return boundPolicy{}, fmt.Errorf("concurrency policies are not served by the gateway yet")
+	}
+	cost := maxCost(rc)
+	if alg == ratelimit.Concurrency {
+		cost = 1 // a request holds one slot, whatever its cost
 	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, maxCost(rc)), shareFleet: fleet, shareCost: maxCost(rc),
+		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, cost), shareFleet: fleet, shareCost: cost,
 	}
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
 	}
-	probe := ratelimit.Item{Key: "compile", Algorithm: alg, Limit: bp.limit, Cost: maxCost(rc)}
+	if q := pc.Queue; q != nil && alg == ratelimit.Concurrency {
+		bp.queue = &slotQueueSpec{max: q.Max, timeout: q.Timeout}
+	}
+	probe := ratelimit.Item{Key: "compile", Algorithm: alg, Limit: bp.limit, Cost: cost, Holder: "compile"}
 	if err := ratelimit.ValidateItem(probe); err != nil {
 		return boundPolicy{}, err
 	}
@@ -174,8 +182,12 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 
 // advertised returns the quota and window (whole seconds, at least 1) that
 // RateLimit-Policy shows: for a token bucket the burst and the time to refill
-// it from empty; for windows the rate and the window length.
+// it from empty; for windows the rate and the window length; for concurrency
+// the most requests in flight and no window (0).
 func advertised(l ratelimit.Limit, alg ratelimit.Algorithm) (quota, window int64) {
+	if alg == ratelimit.Concurrency {
+		return l.Max, 0
+	}
 	if alg == ratelimit.TokenBucket {
 		refill := time.Duration(float64(l.Per) * float64(l.Burst) / float64(l.Rate))
 		return l.Burst, ceilSeconds(refill)

@@ -14,7 +14,7 @@ import (
 type rateLimitView struct {
 	policy    string
 	quota     int64         // q: units of the quota
-	window    int64         // w: seconds of the quota's window
+	window    int64         // w: seconds of the quota's window; 0 for a concurrency policy, which has none
 	remaining int64         // r: units left
 	reset     time.Duration // t: until the quota is back in full (allowed) or usable again (denied)
 	retry     time.Duration // exact wait before the request's cost fits; 0 when allowed
@@ -30,6 +30,11 @@ func setRateLimitHeaders(h http.Header, v rateLimitView) {
 		return
 	}
 	name := sfString(v.policy)
+	if v.window == 0 { // requests in flight: no window, no reset
+		h.Set("Ratelimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10))
+		h.Set("Ratelimit", name+";r="+strconv.FormatInt(max(v.remaining, 0), 10))
+		return
+	}
 	h.Set("Ratelimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10)+";w="+strconv.FormatInt(v.window, 10))
 	t := int64(0)
 	if v.reset > 0 {

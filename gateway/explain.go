@@ -36,6 +36,9 @@ type PolicyExplained struct {
 	Rate         int64         `json:"rate"`
 	Per          time.Duration `json:"per"`
 	Burst        int64         `json:"burst,omitempty"`
+	// Max is a concurrency policy's most requests in flight (Per is then
+	// its slot_ttl and Rate 0); 0 otherwise.
+	Max int64 `json:"max,omitempty"`
 	// Calendar is "month in Europe/Berlin" for a calendar window (Per is
 	// then 0), empty otherwise.
 	Calendar string `json:"calendar,omitempty"`
@@ -86,7 +89,7 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 		}
 		ex.Policies = append(ex.Policies, PolicyExplained{
 			Name: bp.name, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
-			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Calendar: bp.limit.Calendar.String(), Key: key,
+			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Max: bp.limit.Max, Calendar: bp.limit.Calendar.String(), Key: key,
 		})
 	}
 	return ex, nil

@@ -38,10 +38,13 @@ type Options struct {
 	// OpenStore builds stage 2; nil = an in-process memory stack
 	// (ratelimit.NewStack) on Now.
 	OpenStore OpenStore
-	// Now is the clock of the local stage and JWT checks (and of the
-	// default memory stack); nil = time.Now. The clock of a stack that
+	// Now is the clock of the local stage, JWT checks and concurrency
+	// queues (and of the default memory stack); nil = time.Now. The clock of a stack that
 	// OpenStore builds, its fallback shares included, is OpenStore's choice.
 	Now func() time.Time
+	// After is the timer of the concurrency queues' waits, on Now's clock;
+	// nil = time.After.
+	After func(time.Duration) <-chan time.Time
 	// Logger receives request and operational logs; nil = discard.
 	Logger *slog.Logger
 	// AccessLog, when set, receives the access lines ("request") instead
@@ -72,6 +75,7 @@ type Gateway struct {
 	logLimit *telemetry.LogLimiter
 	tracing  bool // a TracerProvider was given
 	hot      *ratelimit.HotKeys
+	slots    *slotState
 
 	admin         atomic.Pointer[adminAccess] // the protected admin endpoints' guard, per configuration
 	adminLoopback atomic.Bool                 // the admin listener Serve runs on is loopback-only
@@ -104,18 +108,22 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
 		retiring: map[*ratelimit.Stack]*time.Timer{},
 		logLimit: telemetry.NewLogLimiter(5, 10*time.Second, o.Now),
+		slots:    newSlotState(o.Logger),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)
 	if err != nil {
+		g.slots.close()
 		return nil, err
 	}
 	g.admin.Store(admin)
 	store, err := o.OpenStore(cfg.Store)
 	if err != nil {
+		g.slots.close()
 		return nil, err
 	}
 	p, err := g.build(cfg, nil, store)
 	if err != nil {
+		g.slots.close()
 		_ = store.Close()
 		return nil, err
 	}
@@ -148,6 +156,16 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
+		err = o.Metrics.ObserveInflight(func(yield func(string, int64)) {
+			for name, pol := range g.live.Load().cfg.Policies {
+				if pol.Algorithm == ratelimit.Concurrency {
+					yield(name, g.slots.inflightOf(name))
+				}
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
 		// Exported at 0 when access lines go through Logger.
 		err = o.Metrics.ObserveLogDrops(o.AccessLog.Dropped)
 		if err != nil {
@@ -172,6 +190,9 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 func (o *Options) fill() {
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -347,6 +368,8 @@ func (g *Gateway) Close() error {
 	retiring := g.retiring
 	g.retiring = nil
 	g.mu.Unlock()
+	// Releases still in flight finish before their stores close.
+	g.slots.close()
 
 	g.settling.Wait() // they use the stores
 	errs := []error{g.live.Load().store.Close()}

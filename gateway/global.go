@@ -22,6 +22,11 @@ import (
 // applies its on_store_error mode in the store's Fallback layer, and this
 // stage records what it decided. It reads: build items, Decide, record,
 // respond.
+//
+// Concurrency policies take a slot in the same decision; the request holds
+// it until the rest of the pipeline has returned (the response streamed to
+// its end, the client gone, or a WebSocket closed), and a denied request
+// may wait for a slot in the policy's queue first (see Gateway.decide).
 func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,6 +39,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			items := make([]ratelimit.Item, len(ps))
 			subject := routes.NewSubjectID(st.caller.Subject) // hashed once per request
+			holder := ""
 			for i := range ps {
 				bp := &ps[i]
 				key, err := bp.pattern.Key(subject)
@@ -44,6 +50,12 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				}
 				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.cost, Shadow: bp.shadow,
 					OnError: bp.onError, Lease: bp.lease}
+				if bp.algorithm == ratelimit.Concurrency { // one slot, whatever the cost
+					if holder == "" {
+						holder = g.slots.holder()
+					}
+					items[i].Cost, items[i].Holder = 1, holder
+				}
 			}
 
 			// The last item is the tenant's slot (shared scopes come first).
@@ -55,12 +67,20 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 					attribute.String("quotagate.route", st.route.name),
 					attribute.String("quotagate.caller", st.caller.ID))
 			}
-			start := time.Now()
-			d, err := p.store.Decide(ctx, items)
-			elapsed := time.Since(start)
-			if m := g.opts.Metrics; m != nil {
-				m.DecisionDuration(ctx, "global", elapsed)
-				m.StoreCall(ctx, "decide", elapsed)
+			d, queued, err := g.decide(ctx, p, ps, items)
+			if queued.policy != "" {
+				if m := g.opts.Metrics; m != nil {
+					m.QueueWait(ctx, queued.policy, queued.waited)
+				}
+				if reqSpan := trace.SpanFromContext(r.Context()); reqSpan.IsRecording() {
+					reqSpan.SetAttributes(attribute.String("quotagate.queue_policy", queued.policy),
+						attribute.Int64("quotagate.queue_wait_ms", ceilMillis(queued.waited)))
+				}
+				if queued.gone { // nobody to answer
+					span.End()
+					st.rec.status = 499
+					return
+				}
 			}
 			if err != nil {
 				// Only items without a valid on_store_error fail, and the
@@ -96,6 +116,11 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			setRateLimitHeaders(w.Header(), view)
 			g.reserveForSettle(p, st, ps, items, d)
+			if held := g.slots.hold(p.store, ps, items, d, g.opts.Now()); held != nil {
+				// Deferred: the proxy aborts a response the client left
+				// mid-stream by panicking with http.ErrAbortHandler.
+				defer held.release(trace.SpanFromContext(r.Context()), g.opts.Now)
+			}
 			next.ServeHTTP(w, r)
 			g.endSettle(r.Context(), st)
 		})

@@ -71,6 +71,10 @@ policies:
     shadow: true
     limits:
       "*": {rate: 1, per: 1h, burst: 5}
+  inflight:
+    algorithm: concurrency
+    limits:
+      "*": {max: 50}
 upstreams:
   payments: {url: UPSTREAM, timeout: 300ms}
   dead: {url: DEADURL, timeout: 300ms}

@@ -40,6 +40,9 @@ func metricSeries(cfg *config.Config) telemetry.Series {
 			s.Decisions = append(s.Decisions, [3]string{name, "fallback", telemetry.ResultAllowed}, [3]string{name, "fallback", telemetry.ResultDenied})
 		}
 		s.Fallbacks = append(s.Fallbacks, [2]string{name, p.OnStoreError.String()})
+		if p.Algorithm == ratelimit.Concurrency {
+			s.QueuePolicies = append(s.QueuePolicies, name)
+		}
 	}
 	for _, t := range cfg.Tiers {
 		if t.Local != nil {

@@ -81,7 +81,7 @@
 // caller was identified; see identity.Caller.Subject). Hashing it puts all of one
 // tenant's keys in one slot, so they can be decided in one atomic step, and
 // keeps tenant names and addresses out of Redis. The algorithm code (tb, fw,
-// sw, sl) ends the key, so a reload that changes a policy's algorithm starts
+// sw, sl, cc) ends the key, so a reload that changes a policy's algorithm starts
 // from fresh state instead of misreading the old one. Names (prefix, policy,
 // route) contain no ":" or braces, so two different tuples never produce the
 // same key.

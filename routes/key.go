@@ -83,6 +83,7 @@ var algorithmCodes = map[string]string{
 	"fixed_window":   "fw",
 	"sliding_window": "sw",
 	"sliding_log":    "sl",
+	"concurrency":    "cc",
 }
 
 // ErrEmptySubject is returned by Key for a per-subject scope without a
@@ -91,7 +92,8 @@ var ErrEmptySubject = errors.New("routes: empty subject for a per-subject scope"
 
 // Key returns the store key of policy for one request; the format is in the
 // package documentation. algorithm is a configuration name
-// ("token_bucket", "fixed_window", "sliding_window", "sliding_log"). route
+// ("token_bucket", "fixed_window", "sliding_window", "sliding_log",
+// "concurrency"). route
 // is used by the tenant_route and route scopes and ignored by the others;
 // subject (a tenant name or client address, never stored in clear) is used
 // by tenant and tenant_route and ignored by the others.

@@ -75,7 +75,7 @@ func TestKeyDistinct(t *testing.T) {
 	seen := make(map[string]string)
 	for _, scope := range []Scope{ScopeTenant, ScopeTenantRoute, ScopeRoute, ScopeGlobal} {
 		for _, policy := range []string{"p", "q", "tb"} {
-			for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log"} {
+			for _, alg := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log", "concurrency"} {
 				for _, route := range []string{"r", "s", "tb"} {
 					for _, subject := range []string{"acme", "globex"} {
 						k, err := Key("qg", scope, policy, alg, route, subject)
@@ -185,7 +185,7 @@ func TestScope(t *testing.T) {
 // exactly the key Key gives, and that it refuses what Key refuses.
 func TestKeyPattern(t *testing.T) {
 	for _, scope := range []Scope{ScopeTenant, ScopeTenantRoute, ScopeRoute, ScopeGlobal} {
-		for _, algorithm := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log"} {
+		for _, algorithm := range []string{"token_bucket", "fixed_window", "sliding_window", "sliding_log", "concurrency"} {
 			p, err := NewKeyPattern("qg:prod", scope, "transfers", algorithm, "transfers.create")
 			if err != nil {
 				t.Fatal(err)

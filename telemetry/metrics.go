@@ -109,6 +109,7 @@ type Metrics struct {
 
 	up     upstreamInstruments
 	settle settleInstruments
+	slots  slotInstruments
 }
 
 type routeCode struct {
@@ -166,6 +167,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(err)
 	check(m.initUpstream())
 	check(m.initSettle())
+	check(m.initSlots())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}

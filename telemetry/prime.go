@@ -31,6 +31,9 @@ type Series struct {
 	Stages []string
 	// Ops label quotagate_store_call_duration_seconds.
 	Ops []string
+	// QueuePolicies label quotagate_queue_wait_seconds: the concurrency
+	// policies (with or without a queue).
+	QueuePolicies []string
 }
 
 // Prime exports every series of s at zero. Counters are added 0, which
@@ -64,6 +67,7 @@ func (m *Metrics) Prime(s Series) {
 		emptyHistograms(nameDecisionDuration, descDecisionDuration, string(labelStage), s.Stages, latencyBuckets),
 		emptyHistograms(nameStoreCallDuration, descStoreCallDuration, string(labelOp), s.Ops, latencyBuckets),
 		emptyHistograms(nameUpstreamDuration, descUpstreamDuration, string(labelRoute), s.Routes, upstreamBuckets),
+		emptyHistograms(nameQueueWait, descQueueWait, string(labelPolicy), s.QueuePolicies, upstreamBuckets),
 	}
 	m.primed.Store(&fams)
 }

@@ -59,6 +59,9 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		if p.Burst > 0 {
 			limit += fmt.Sprintf(" burst %d", p.Burst)
 		}
+		if p.Max > 0 {
+			limit = fmt.Sprintf("%d in flight, slot_ttl %s", p.Max, p.Per)
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%t\t%s\n", p.Name, p.Scope, p.Algorithm, limit, p.OnStoreError, p.Shadow, p.Key)
 	}
 	return tw.Flush()

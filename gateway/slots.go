@@ -1,0 +1,243 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// slotState is the gateway's part in concurrency policies, shared by every
+// pipeline so that slots taken before a reload are renewed and released
+// after it: the keeper of the slots held, the queues of the requests
+// waiting, the holder names and the in-flight counts per policy.
+type slotState struct {
+	keeper *ratelimit.SlotKeeper
+	queues *slotQueues
+	// instance starts every holder name; seq numbers the requests.
+	instance string
+	seq      atomic.Uint64
+
+	mu       sync.Mutex
+	inflight map[string]*atomic.Int64 // by policy name
+}
+
+func newSlotState(logger *slog.Logger) *slotState {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	s := &slotState{queues: newSlotQueues(), instance: hex.EncodeToString(b[:]), inflight: map[string]*atomic.Int64{}}
+	s.keeper = ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{
+		Released: func(items []ratelimit.Item) {
+			for _, it := range items {
+				s.queues.notify(it.Key)
+			}
+		},
+		OnError: func(op string, err error) {
+			logger.LogAttrs(context.Background(), slog.LevelDebug, "concurrency slot "+op+" failed", slog.String("error", err.Error()))
+		},
+	})
+	return s
+}
+
+// holder returns a name no other request of the fleet holds a slot under:
+// this instance's random id and a sequence number.
+func (s *slotState) holder() string {
+	return s.instance + ":" + strconv.FormatUint(s.seq.Add(1), 36)
+}
+
+// counter returns the in-flight count of policy.
+func (s *slotState) counter(policy string) *atomic.Int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.inflight[policy]
+	if !ok {
+		c = new(atomic.Int64)
+		s.inflight[policy] = c
+	}
+	return c
+}
+
+// inflightOf returns the number of slots of policy held on this instance.
+func (s *slotState) inflightOf(policy string) int64 {
+	s.mu.Lock()
+	c := s.inflight[policy]
+	s.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	return c.Load()
+}
+
+// heldSlots is what one admitted request holds until its response is done.
+type heldSlots struct {
+	held     *ratelimit.Held
+	counters []*atomic.Int64
+	since    time.Time
+}
+
+// hold records the slots that the admitted decision d of items took: the
+// concurrency items that allowed, except those a store failure let through
+// without deciding (on_store_error open). nil when there are none.
+func (s *slotState) hold(store *ratelimit.Stack, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
+	var taken []ratelimit.Item
+	var counters []*atomic.Int64
+	for i := range items {
+		res := d.Results[i]
+		if items[i].Algorithm != ratelimit.Concurrency || !res.Allowed ||
+			d.Failure != nil && res.Fallback != ratelimit.OnErrorLocal {
+			continue
+		}
+		taken = append(taken, items[i])
+		c := s.counter(ps[i].name)
+		c.Add(1)
+		counters = append(counters, c)
+	}
+	if len(taken) == 0 {
+		return nil
+	}
+	return &heldSlots{held: s.keeper.Hold(store, taken), counters: counters, since: now}
+}
+
+// release gives the slots back (in the background) and records on the
+// request span how long they were held.
+func (h *heldSlots) release(span trace.Span, now func() time.Time) {
+	for _, c := range h.counters {
+		c.Add(-1)
+	}
+	h.held.Release()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int64("quotagate.slot_held_ms", ceilMillis(now().Sub(h.since))))
+	}
+}
+
+// close stops renewing. Slots still held free themselves after slot_ttl.
+func (s *slotState) close() { s.keeper.Close() }
+
+// queueFor returns the index of the policy whose queue a denied decision
+// may wait in: the first non-shadow concurrency policy with a queue that
+// denied, provided that every non-shadow policy that denied is one (a
+// request over a rate limit does not wait). -1 otherwise.
+func queueFor(ps []boundPolicy, d ratelimit.Decision) int {
+	at := -1
+	for i, res := range d.Results {
+		if res.Allowed || ps[i].shadow {
+			continue
+		}
+		if ps[i].queue == nil {
+			return -1
+		}
+		if at < 0 {
+			at = i
+		}
+	}
+	return at
+}
+
+// waitingFor returns the index of a policy with a queue in which requests
+// for the same key already wait on this instance, so that a new request
+// queues behind them rather than taking a slot first; -1 when none.
+func (s *slotState) waitingFor(ps []boundPolicy, items []ratelimit.Item) int {
+	for i := range ps {
+		if ps[i].queue != nil && !ps[i].shadow && s.queues.waiting(items[i].Key) > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// queueResult is how a request came out of a queue.
+type queueResult struct {
+	policy string        // the policy whose queue it waited in; "" if it did not wait
+	waited time.Duration // on the gateway's clock
+	gone   bool          // the client went away while waiting
+}
+
+// decide decides items, and, when only concurrency policies with a queue
+// deny (or requests already wait for their key here), waits in the queue
+// of the first such policy: the head of the queue asks the store again
+// whenever a slot of its key is released on this instance and every
+// slotQueueRetry, until it is admitted, a rate policy denies, the store
+// fails, the client goes away, or the queue's timeout passes (then the
+// last denial stands). A full queue is an immediate denial.
+func (g *Gateway) decide(ctx context.Context, p *pipeline, ps []boundPolicy, items []ratelimit.Item) (ratelimit.Decision, queueResult, error) {
+	var d ratelimit.Decision
+	var err error
+	decided := false
+	qi := g.slots.waitingFor(ps, items)
+	if qi < 0 {
+		d, err = g.storeDecide(ctx, p, items)
+		if err != nil || d.Allowed || d.Unavailable {
+			return d, queueResult{}, err
+		}
+		if qi = queueFor(ps, d); qi < 0 {
+			return d, queueResult{}, nil
+		}
+		decided = true
+	}
+	key, spec := items[qi].Key, ps[qi].queue
+	// The timeout runs from before the request is seen waiting.
+	start := g.opts.Now()
+	deadline := g.opts.After(spec.timeout)
+	w := g.slots.queues.enter(key, spec.max)
+	if w == nil { // full
+		if !decided {
+			d, err = g.storeDecide(ctx, p, items)
+		}
+		return d, queueResult{}, err
+	}
+	defer g.slots.queues.leave(key, w)
+	qr := queueResult{policy: ps[qi].name}
+	// A request that was just denied waits for a release or a retry; one
+	// that joined others in the queue asks as soon as it is at the head.
+	try := !decided && g.slots.queues.head(key, w)
+	for {
+		if try {
+			d, err = g.storeDecide(ctx, p, items)
+			decided = true
+			if err != nil || d.Allowed || d.Unavailable || queueFor(ps, d) < 0 {
+				qr.waited = g.opts.Now().Sub(start)
+				return d, qr, err
+			}
+		}
+		var retry <-chan time.Time
+		if g.slots.queues.head(key, w) {
+			retry = g.opts.After(slotQueueRetry)
+		}
+		select {
+		case <-deadline:
+			qr.waited = g.opts.Now().Sub(start)
+			if !decided { // it never reached the head: one last look
+				d, err = g.storeDecide(ctx, p, items)
+			}
+			return d, qr, err
+		case <-ctx.Done():
+			qr.waited, qr.gone = g.opts.Now().Sub(start), true
+			return d, qr, ctx.Err()
+		case <-w.wake:
+			try = g.slots.queues.head(key, w)
+		case <-retry:
+			try = true
+		}
+	}
+}
+
+// storeDecide is one store decision, timed.
+func (g *Gateway) storeDecide(ctx context.Context, p *pipeline, items []ratelimit.Item) (ratelimit.Decision, error) {
+	start := time.Now()
+	d, err := p.store.Decide(ctx, items)
+	elapsed := time.Since(start)
+	if m := g.opts.Metrics; m != nil {
+		m.DecisionDuration(ctx, "global", elapsed)
+		m.StoreCall(ctx, "decide", elapsed)
+	}
+	return d, err
+}

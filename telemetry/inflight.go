@@ -1,0 +1,87 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Description and Prometheus name of the queue-wait histogram, shared with
+// its empty series (Prime).
+const (
+	descQueueWait = "Time a request waited in a concurrency policy's queue, admitted or not, by policy."
+	nameQueueWait = "quotagate_queue_wait_seconds"
+)
+
+// slotInstruments are the instruments of concurrency policies.
+type slotInstruments struct {
+	inflight  metric.Int64ObservableGauge
+	queueWait metric.Float64Histogram
+	policies  *optCache[string]   // policy
+	reg       metric.Registration // inflight callback, guarded by Metrics.mu
+}
+
+func (m *Metrics) initSlots() error {
+	s := &m.slots
+	var err error
+	s.inflight, err = m.meter.Int64ObservableGauge("quotagate.inflight",
+		metric.WithDescription("Concurrency slots held by this instance's requests in flight, by policy."))
+	if err != nil {
+		return err
+	}
+	s.queueWait, err = m.meter.Float64Histogram("quotagate.queue.wait",
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(upstreamBuckets...),
+		metric.WithDescription(descQueueWait))
+	if err != nil {
+		return err
+	}
+	s.policies = newOptCache(func(p string) attribute.Set { return attribute.NewSet(labelPolicy.String(p)) })
+	return nil
+}
+
+// QueueWait records in quotagate_queue_wait_seconds{policy} how long a
+// request waited in the queue of concurrency policy, which must come from
+// the configuration.
+func (m *Metrics) QueueWait(ctx context.Context, policy string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.slots.queueWait.Record(ctx, seconds(d), m.slots.policies.get(policy).rec...)
+}
+
+// ObserveInflight registers the callback that reports
+// quotagate_inflight{policy} at each collection: held calls yield once per
+// concurrency policy with the number of its slots this instance holds (0
+// included, so that every configured policy has a series). It should read
+// the current pipeline, so that a reload needs no new registration.
+// Calling it again replaces the previous function; nil removes it.
+func (m *Metrics) ObserveInflight(held func(yield func(policy string, n int64))) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.slots.reg != nil {
+		if err := m.slots.reg.Unregister(); err != nil {
+			return fmt.Errorf("telemetry: replacing in-flight callback: %w", err)
+		}
+		m.slots.reg = nil
+	}
+	if held == nil {
+		return nil
+	}
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		held(func(policy string, n int64) {
+			o.ObserveInt64(m.slots.inflight, n, metric.WithAttributeSet(attribute.NewSet(labelPolicy.String(policy))))
+		})
+		return nil
+	}, m.slots.inflight)
+	if err != nil {
+		return fmt.Errorf("telemetry: registering in-flight callback: %w", err)
+	}
+	m.slots.reg = reg
+	return nil
+}
