@@ -97,7 +97,7 @@ func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 				now := g.opts.Now()
 				for i, res := range d.Results {
 					q := &out[i]
-					q.Limit, q.Remaining, q.ResetMS = res.Limit, res.Remaining, ceilMillis(res.ResetAfter)
+					q.Limit, q.Remaining, q.ResetMS, q.Debt = res.Limit, res.Remaining, ceilMillis(res.ResetAfter), res.Debt
 					if cal := binds[i].limit.Calendar; cal.Set() {
 						q.WindowS = calendarWindow(cal, res, now)
 					}

@@ -213,8 +213,9 @@ func TestSettleFromResponses(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
-		if got := sf.remaining(t, 4)["tokens"]; got != 0 {
-			t.Errorf("in debt: remaining %d, want 0", got)
+		_, byName := sf.quota(t, map[string]string{"X-API-Key": "KEY4"})
+		if q := byName["tokens/"]; q.Remaining != 0 || q.Debt != 500 || q.ResetMS != 1_500_000 {
+			t.Errorf("in debt: /_quota says %+v, want remaining 0, debt 500, reset in 1500 s", q)
 		}
 		// 1000 - 100 reserved - 1400 charged = -500; the next 100 need 600
 		// tokens at one a second (Retry-After adds a jitter to that).

@@ -270,6 +270,11 @@ type Result struct {
 	// ResetAfter is how long until the key is back to its full capacity
 	// if nothing else is consumed; 0 when it is full.
 	ResetAfter time.Duration
+	// Debt is the units the key owes beyond being empty, after a
+	// settlement charged more than it held (see Settler): how far a token
+	// bucket is below zero (rounded up to whole units), or a window's count
+	// above its rate. Remaining is then 0. 0 when not in debt.
+	Debt int64
 }
 
 // Decision is the outcome of one Store.Decide call.

@@ -40,6 +40,7 @@ func applySlidingLog(st *State, now, cost int64, l Limit, consume bool) (State, 
 		entries = nil
 	}
 	res.Remaining = clamp(r-used, 0, r)
+	res.Debt = max(used-r, 0)
 	if !res.Allowed {
 		// The wait ends when enough of the oldest admissions have left.
 		needed := used + cost - r

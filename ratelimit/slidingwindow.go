@@ -94,6 +94,7 @@ func applySlidingWindow(st *State, now, cost int64, l Limit, consume bool) (Stat
 		sum += cost
 	}
 	res.Remaining = clamp(r-sum, 0, r)
+	res.Debt = max(sum-r, 0)
 	if !res.Allowed {
 		// The first bucket boundary at which enough of the oldest buckets
 		// have left the window; at j = N+1 every bucket has, and cost <=

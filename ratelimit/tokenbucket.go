@@ -35,6 +35,9 @@ func applyTokenBucket(st *State, now, cost int64, l Limit, consume bool) (State,
 		res.RetryAfter = micros(ceilDiv(need-level, r))
 	}
 	res.Remaining = clamp(level/p, 0, l.Burst)
+	if level < 0 {
+		res.Debt = ceilDiv(-level, p)
+	}
 	reset := ceilDiv(capacity-level, r)
 	res.ResetAfter = micros(reset)
 

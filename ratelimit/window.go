@@ -63,6 +63,7 @@ func applyFixedWindow(st *State, now, cost int64, l Limit, consume bool) (State,
 		count += cost
 	}
 	res.Remaining = clamp(r-count, 0, r)
+	res.Debt = max(count-r, 0)
 	end := endAt - now
 	if !res.Allowed {
 		res.RetryAfter = micros(max(end, 1))

@@ -66,8 +66,9 @@ const argsPerItem = 11
 
 // valuesPerResult is the number of integers the script returns per item:
 // allowed, remaining, retry (µs), reset (µs), remaining and reset as they
-// were before this call consumed anything, and the units taken.
-const valuesPerResult = 7
+// were before this call consumed anything, the units taken, and the
+// key's debt (see ratelimit.Result.Debt).
+const valuesPerResult = 8
 
 // decideSHA is the digest EVALSHA names, boxed once.
 var decideSHA any = decideScript.Hash()
@@ -246,7 +247,7 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 		capacity := ratelimit.Capacity(items[j].Algorithm, items[j].Limit)
 		o := 1 + valuesPerResult*i
 		allowed, remaining, retry, reset, remaining0, reset0, taken := at(o), at(o+1), at(o+2), at(o+3), at(o+4), at(o+5), at(o+6)
-		if allowed != 0 && allowed != 1 ||
+		if allowed != 0 && allowed != 1 || at(o+7) < 0 ||
 			remaining < 0 || remaining > capacity || remaining0 < 0 || remaining0 > capacity ||
 			retry < 0 || reset < 0 || reset0 < 0 || taken < 0 || taken > capacity {
 			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ratelimit.ErrUnavailable, j, arr[o:o+valuesPerResult])
@@ -261,6 +262,7 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 			Remaining:  at(o + 1),
 			RetryAfter: micros(at(o + 2)),
 			ResetAfter: micros(at(o + 3)),
+			Debt:       at(o + 7),
 		}
 		res[j] = r
 		r.Remaining, r.ResetAfter = at(o+4), micros(at(o+5))

@@ -100,7 +100,8 @@ func testSettleIdempotent(e *env, s spec) {
 
 // debtCase is one algorithm driven into debt: at at(take) cost take
 // units, at at(chargeAt) charge charge more; at at(probe) a cost of 1 must
-// be denied with exactly retry, and at at(probe)+retry allowed.
+// be denied with exactly retry, reporting debt, and at at(probe)+retry
+// allowed.
 type debtCase struct {
 	name     string
 	s        spec
@@ -109,6 +110,7 @@ type debtCase struct {
 	charge   int64
 	probe    int
 	retry    time.Duration
+	debt     int64
 }
 
 // testSettleDebt: a charge beyond what the key holds is applied, the key
@@ -118,15 +120,16 @@ func testSettleDebt(t *testing.T, newStore NewStore) {
 	cases := []debtCase{
 		// 5 tokens, one every 100 ms: at 0 the bucket is 5-5-3 = -3; a
 		// cost of 1 needs 4 tokens, 400 ms; at 300 ms, 100 ms.
-		{"token_bucket", spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: 10 * time.Second, Burst: 5}}, 5, 0, 3, 0, 400 * ms},
-		{"token_bucket_later", spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: 10 * time.Second, Burst: 5}}, 5, 0, 3, 3, 100 * ms},
+		{"token_bucket", spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: 10 * time.Second, Burst: 5}}, 5, 0, 3, 0, 400 * ms, 3},
+		// 200 ms later: 2 tokens refilled, 1 still owed.
+		{"token_bucket_later", spec{ratelimit.TokenBucket, ratelimit.Limit{Rate: 100, Per: 10 * time.Second, Burst: 5}}, 5, 0, 3, 2, 200 * ms, 1},
 		// 8 counted of 5 in the window [0, 10 s): denied until it ends.
-		{"fixed_window", spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 5, Per: 10 * time.Second}}, 2, 10, 6, 50, 5 * time.Second},
+		{"fixed_window", spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 5, Per: 10 * time.Second}}, 2, 10, 6, 50, 5 * time.Second, 3},
 		// Buckets of 2 s: 2+6 units in bucket 0, which leaves at 12 s.
-		{"sliding_window", spec{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 5, Per: 10 * time.Second, Buckets: 5}}, 2, 10, 6, 50, 7 * time.Second},
+		{"sliding_window", spec{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 5, Per: 10 * time.Second, Buckets: 5}}, 2, 10, 6, 50, 7 * time.Second, 3},
 		// Entries (0 s, 2) and (1 s, 6): 8 used; a cost of 1 needs 4 to
 		// leave, which the entry at 1 s does at 11 s.
-		{"sliding_log", spec{ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Per: 10 * time.Second}}, 2, 10, 6, 50, 6 * time.Second},
+		{"sliding_log", spec{ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Per: 10 * time.Second}}, 2, 10, 6, 50, 6 * time.Second, 3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -139,8 +142,9 @@ func testSettleDebt(t *testing.T, newStore NewStore) {
 			}
 			e.set(c.probe)
 			r := e.one(e.item("k", c.s, 1))
-			if r.Allowed || r.RetryAfter != c.retry || r.Remaining != 0 {
-				t.Errorf("in debt, cost 1: got allowed=%v remaining=%d retry=%v, want denied, 0 remaining, retry %v", r.Allowed, r.Remaining, r.RetryAfter, c.retry)
+			if r.Allowed || r.RetryAfter != c.retry || r.Remaining != 0 || r.Debt != c.debt {
+				t.Errorf("in debt, cost 1: got allowed=%v remaining=%d retry=%v debt=%d, want denied, 0 remaining, retry %v, debt %d",
+					r.Allowed, r.Remaining, r.RetryAfter, r.Debt, c.retry, c.debt)
 			}
 			e.clock.Set(at(c.probe).Add(c.retry - time.Microsecond))
 			if r := e.one(e.item("k", c.s, 1)); r.Allowed {
@@ -160,11 +164,13 @@ func testSettleDebt(t *testing.T, newStore NewStore) {
 		e.settle("charge", []int64{700}, e.item("m", s, 0))
 		end := time.Date(2023, 12, 1, 0, 0, 0, 0, time.UTC)
 		r := e.one(e.item("m", s, 1))
-		if r.Allowed || r.RetryAfter != end.Sub(at(0)) {
+		if r.Allowed || r.RetryAfter != end.Sub(at(0)) || r.Debt != 200 {
 			t.Errorf("month in debt: got %+v, want denied until %v (%v)", r, end, end.Sub(at(0)))
 		}
 		e.clock.Set(end)
-		e.wantAllowed("next month", e.one(e.item("m", s, 1000)), true)
+		if r := e.one(e.item("m", s, 1000)); !r.Allowed || r.Debt != 0 {
+			t.Errorf("next month: %+v, want the full 1000 allowed and no debt", r)
+		}
 	})
 }
 

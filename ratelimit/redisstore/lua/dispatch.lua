@@ -22,12 +22,13 @@
 -- Fitting is still decided on cost alone.
 --
 -- Decide and evaluate reply {admitted, then per item: allowed, remaining,
--- retry_us, reset_us, remaining_before, reset_before_us, taken}, all
+-- retry_us, reset_us, remaining_before, reset_before_us, taken, debt}, all
 -- integers below 2^53. When admitted, remaining and reset_us count the
 -- units the item took; otherwise they do not. remaining_before and
 -- reset_before_us never count them (they are what to report if the group is
 -- refunded later). taken is the units the item consumed: 0 unless the group
--- was admitted and the item fitted.
+-- was admitted and the item fitted. debt is the units the key owes beyond
+-- empty after a settlement (a decision never changes it).
 --
 -- Refund gives each item's cost back and keeps each key's expiry (a refund
 -- never makes a key live longer); for a concurrency item it releases the
@@ -139,7 +140,7 @@ for i = 1, n do
   local w = state_for(KEYS[i], it)
   local allowed = it.alg.fits(w.s, it.lim, it.cost)
   if not allowed and not it.shadow then admitted = 0 end
-  local rem0, retry, reset0 = it.alg.report(w.s, it.lim, it.cost, allowed)
+  local rem0, retry, reset0, debt = it.alg.report(w.s, it.lim, it.cost, allowed)
   local rem1, reset1 = rem0, reset0
   local taken = 0
   if allowed and it.cost > 0 then
@@ -157,7 +158,7 @@ for i = 1, n do
   end
   local a = 0
   if allowed then a = 1 end
-  values[i] = {a, rem0, retry, reset0, rem1, reset1, taken}
+  values[i] = {a, rem0, retry, reset0, rem1, reset1, taken, debt or 0}
 end
 if mode ~= 'd' then admitted = 0 end
 
@@ -180,5 +181,6 @@ for i = 1, n do
   reply[#reply + 1] = v[2]
   reply[#reply + 1] = v[4]
   reply[#reply + 1] = taken
+  reply[#reply + 1] = v[8]
 end
 return reply

@@ -70,7 +70,7 @@ ALGORITHMS[2] = {
     if s.count > 0 then reset = left end
     local remaining = lim.rate - s.count
     if remaining < 0 then remaining = 0 end
-    return remaining, retry, reset
+    return remaining, retry, reset, math.max(s.count - lim.rate, 0)
   end,
 
   save = function(key, s, lim, keep_ttl)

@@ -95,7 +95,9 @@ end
 --   take(s, lim, cost)           consume cost
 --   avail(s, lim) -> units       optional: whole units available now, so
 --                                that an item can reserve a block
---   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us
+--   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us, debt
+--                                (debt: units owed beyond empty after a
+--                                settlement; optional, nil is 0)
 --   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
 --   give(s, lim, cost) -> bool   refund cost; true when s changed
 --   settle(s, lim, delta) -> bool  apply a signed settlement (see

@@ -58,7 +58,7 @@ ALGORITHMS[4] = {
     end
     local reset = 0
     if n > 0 then reset = s.at[n] + lim.per - s.now end
-    return remaining, retry, reset
+    return remaining, retry, reset, math.max(s.used - lim.rate, 0)
   end,
 
   save = function(key, s, lim, keep_ttl)

@@ -79,7 +79,7 @@ ALGORITHMS[3] = {
       end
       retry = (s.k + j) * s.L - s.now
     end
-    return remaining, retry, ALGORITHMS[3].left(s, lim)
+    return remaining, retry, ALGORITHMS[3].left(s, lim), math.max(sum - R, 0)
   end,
 
   save = function(key, s, lim, keep_ttl)

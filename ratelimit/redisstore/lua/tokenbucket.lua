@@ -54,7 +54,9 @@ ALGORITHMS[1] = {
     if not allowed then retry = cdiv(cost * lim.per - s.level, lim.rate) end
     local reset = 0
     if s.level < s.cap then reset = cdiv(s.cap - s.level, lim.rate) end
-    return ALGORITHMS[1].avail(s, lim), retry, reset
+    local debt = 0
+    if s.level < 0 then debt = cdiv(-s.level, lim.per) end
+    return ALGORITHMS[1].avail(s, lim), retry, reset, debt
   end,
 
   save = function(key, s, lim, keep_ttl)
