@@ -37,6 +37,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -112,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "d", 10*time.Second, "measured duration of each run")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each run")
 	fs.IntVar(&o.rounds, "rounds", 2, "rounds; each runs every contender under every key mix")
-	keys := fs.String("keys", "all", "key mix: one (one tenant), uniform (10,000 keys), zipf, or all")
+	keys := fs.String("keys", "all", "key mixes, comma-separated: one (one tenant), uniform (10,000 keys), zipf; or all")
 	contenders := fs.String("contenders", strings.Join(allContenders, ","), "comma-separated contenders")
 	fs.StringVar(&o.quotagate, "quotagate", "", "prebuilt quotagate binary (default: go build it)")
 	fs.StringVar(&o.traefik, "traefik", "", "Traefik v3.7 binary for the traefik contender (without it, that row is skipped)")
@@ -159,10 +160,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if *keys == "all" {
 		o.mixes = allMixes
 	} else {
-		if _, err := newPicker(*keys, 0); err != nil {
-			return nil, fmt.Errorf("-keys: %v", err)
+		for _, k := range strings.Split(*keys, ",") {
+			if k = strings.TrimSpace(k); k == "" || slices.Contains(o.mixes, k) {
+				continue
+			}
+			if _, err := newPicker(k, 0); err != nil {
+				return nil, fmt.Errorf("-keys: %v", err)
+			}
+			o.mixes = append(o.mixes, k)
 		}
-		o.mixes = []string{*keys}
+		if len(o.mixes) == 0 {
+			return nil, errors.New("-keys: none given")
+		}
 	}
 	seen := map[string]bool{}
 	for _, c := range strings.Split(*contenders, ",") {

@@ -87,6 +87,8 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"-d", "0s"}, "-d"},
 		{[]string{"-rounds", "0"}, "-rounds"},
 		{[]string{"-keys", "pareto"}, "-keys"},
+		{[]string{"-keys", "one,pareto"}, "-keys"},
+		{[]string{"-keys", ", "}, "-keys"},
 		{[]string{"-contenders", "bare,envoy"}, "-contenders"},
 		{[]string{"-contenders", ","}, "-contenders"},
 		{[]string{"-redis-timeout", "2s"}, "-redis-timeout"},
@@ -103,5 +105,9 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	if strings.Join(o.mixes, ",") != "one,uniform,zipf" || strings.Join(o.contenders, ",") != "nginx,bare" {
 		t.Errorf("mixes %v contenders %v", o.mixes, o.contenders)
+	}
+	o, err = parseFlags([]string{"-keys", "uniform, one,uniform"}, &bytes.Buffer{})
+	if err != nil || strings.Join(o.mixes, ",") != "uniform,one" {
+		t.Errorf("-keys uniform, one,uniform: mixes %v, %v", o.mixes, err)
 	}
 }
