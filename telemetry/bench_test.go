@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func BenchmarkMetricsDecision(b *testing.B) {
@@ -64,6 +67,34 @@ func BenchmarkMetricsDecision(b *testing.B) {
 			m.Request(ctx, "transfers", 200)
 		}
 	})
+	// Under a sampled span, as on a traced request: with exemplars on (the
+	// SDK default, kept when traces are exported) each measurement is
+	// offered to the exemplar reservoir; off (Setup without exported
+	// traces), it is not.
+	sampled := trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled}))
+	for _, on := range []bool{false, true} {
+		name := "sampled_span/exemplars_on"
+		if !on {
+			name = "sampled_span/exemplars_off"
+		}
+		b.Run(name, func(b *testing.B) {
+			opts := []sdkmetric.Option{sdkmetric.WithReader(sdkmetric.NewManualReader())}
+			if !on {
+				opts = append(opts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+			}
+			mp := sdkmetric.NewMeterProvider(opts...)
+			defer func() { _ = mp.Shutdown(context.Background()) }()
+			mt, err := NewMetrics(mp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				mt.Decision(sampled, "transfers", "global", ResultAllowed)
+			}
+		})
+	}
 }
 
 // BenchmarkSpan starts and ends one span with two attributes, as a stage

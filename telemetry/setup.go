@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -180,6 +182,9 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if exemplarsOff(getenv, p.tracesExported) {
+		mpOpts = append(mpOpts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+	}
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	p.TracerProvider = tp
 	p.MeterProvider = mp
@@ -192,6 +197,20 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 		return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx))
 	}
 	return p, nil
+}
+
+// envExemplarFilter is the SDK's own setting of which measurements may
+// become exemplars.
+const envExemplarFilter = "OTEL_METRICS_EXEMPLAR_FILTER"
+
+// exemplarsOff reports whether measurements are kept from becoming
+// exemplars: when traces are not exported, unless OTEL_METRICS_EXEMPLAR_FILTER
+// says otherwise. An exemplar links a measurement to its sampled trace; with
+// no trace exported it would name a trace that exists nowhere, and offering
+// every measurement made under a sampled span to the reservoir is most of
+// what recording a counter costs.
+func exemplarsOff(getenv func(string) string, tracesExported bool) bool {
+	return !tracesExported && strings.TrimSpace(getenv(envExemplarFilter)) == ""
 }
 
 // ExportPrimed makes the Metrics handler serve the histogram series m is

@@ -169,3 +169,22 @@ func TestTracerProviderRootsAndUnexported(t *testing.T) {
 		t.Errorf("ratio 0.5: %d of 400 sampled, %d recorded", n, len(rec.Ended()))
 	}
 }
+
+// Exemplars would name traces: they are kept off when no trace is exported,
+// unless the SDK's own variable asks for them.
+func TestExemplarsOffWithoutExportedTraces(t *testing.T) {
+	for _, tc := range []struct {
+		env      map[string]string
+		exported bool
+		off      bool
+	}{
+		{nil, false, true},
+		{nil, true, false},
+		{map[string]string{envExemplarFilter: "trace_based"}, false, false},
+		{map[string]string{envExemplarFilter: "always_on"}, true, false},
+	} {
+		if got := exemplarsOff(mapEnv(tc.env), tc.exported); got != tc.off {
+			t.Errorf("env %v exported %v: exemplars off %v, want %v", tc.env, tc.exported, got, tc.off)
+		}
+	}
+}
