@@ -83,7 +83,9 @@ func fleetGetenv(name string) (string, bool) {
 
 // instance is one gateway of the fleet, built as cmd/quotagate builds one:
 // its own telemetry, access log (to nowhere), Redis client, lease store,
-// denial cache, breaker and stage 1, sharing nothing with the others.
+// denial cache, breaker, fleet registration (heartbeats) and stage 1,
+// sharing nothing with the others. Its store is opened with the fields
+// cmd/quotagate's openStore passes, less password and TLS.
 type instance struct {
 	gw     *gateway.Gateway
 	calls  *callCounter
@@ -113,6 +115,7 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 			return redisstore.Open(redisstore.Config{
 				Addrs: r.Addrs, PoolSize: r.PoolSize, Timeout: r.Timeout,
 				BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
+				FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, KeyPrefix: r.KeyPrefix,
 				Hook: in.calls,
 			}), nil
 		},
