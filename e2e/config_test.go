@@ -87,9 +87,11 @@ type tierCfg struct {
 }
 
 type limitCfg struct {
-	Rate  int64  `json:"rate"`
-	Per   string `json:"per"`
+	Rate  int64  `json:"rate,omitempty"`
+	Per   string `json:"per,omitempty"`
 	Burst int64  `json:"burst,omitempty"`
+	// Max is a concurrency policy's most requests in flight.
+	Max int64 `json:"max,omitempty"`
 }
 
 type policyCfg struct {
@@ -98,6 +100,13 @@ type policyCfg struct {
 	OnStoreError string              `json:"on_store_error,omitempty"`
 	Limits       map[string]limitCfg `json:"limits"`
 	Lease        *leaseCfg           `json:"lease,omitempty"`
+	SlotTTL      string              `json:"slot_ttl,omitempty"`
+	Queue        *queueCfg           `json:"queue,omitempty"`
+}
+
+type queueCfg struct {
+	Max     int    `json:"max"`
+	Timeout string `json:"timeout"`
 }
 
 type leaseCfg struct {
