@@ -305,8 +305,15 @@ type Queue struct {
 // never admits more than the bucket gives out, and may deny early by at
 // most (Instances−1) blocks held elsewhere, for at most TTL.
 type Lease struct {
+	// Auto leases a key only while this instance's own demand on it makes
+	// a block pay off, sizing blocks by that demand (see
+	// ratelimit.LeaseStore). Written `lease: auto`, or `auto: true` in the
+	// mapping.
+	Auto bool `mapstructure:"auto"`
 	// MaxBlock is the most units one instance reserves at once (default
-	// 50). Must be >= 1 and >= the cost of every route of the policy.
+	// 50; with Auto, default 0: no bound but burst/(2×instances)). Must be
+	// >= the cost of every route of the policy; >= 1 unless Auto. The
+	// decoder fills in the default when the key is absent.
 	MaxBlock int64 `mapstructure:"max_block"`
 	// TTL is how long a reserved block may be used; its unused units then
 	// go back to the bucket (default 1s).
@@ -505,7 +512,6 @@ func (p *Policy) setDefaults() {
 }
 
 func (l *Lease) setDefaults() {
-	setZero(&l.MaxBlock, 50)
 	setZero(&l.TTL, time.Second)
 }
 

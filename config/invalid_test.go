@@ -225,6 +225,9 @@ var invalidCases = map[string][]string{
 		`policies.tenant.lease.ttl: must be > 0`,
 	},
 	"lease_algorithm.yaml": {
+		`policies.autowindow.lease: applies to token_bucket policies only, not sliding_window; remove it`,
+		`policies.negative.lease.max_block: must be >= 0 (0 or absent: no bound but burst/(2 × instances))`,
+		`policies.sometimes.lease: must be "auto" or a mapping (auto, max_block, ttl, instances), got "sometimes"`,
 		`policies.watched.lease: a shadow policy is never leased; remove it`,
 		`policies.windowed.lease: applies to token_bucket policies only, not fixed_window; remove it`,
 	},

@@ -54,7 +54,7 @@ func (c *Config) Redacted() map[string]any {
 			"limits":         limits,
 		}
 		if l := p.Lease; l != nil {
-			pol["lease"] = map[string]any{"max_block": l.MaxBlock, "ttl": dur(l.TTL), "instances": l.Instances}
+			pol["lease"] = map[string]any{"auto": l.Auto, "max_block": l.MaxBlock, "ttl": dur(l.TTL), "instances": l.Instances}
 		}
 		policies[name] = pol
 	}

@@ -122,7 +122,10 @@ func (c *Config) validateLease(errs *Errors, path string, pol Policy, alg rateli
 	if pol.Shadow {
 		errs.add(path, "a shadow policy is never leased; remove it")
 	}
-	if l.MaxBlock < 1 {
+	switch {
+	case l.Auto && l.MaxBlock < 0:
+		errs.add(path+".max_block", "must be >= 0 (0 or absent: no bound but burst/(2 × instances))")
+	case !l.Auto && l.MaxBlock < 1:
 		errs.add(path+".max_block", "must be >= 1")
 	}
 	if l.TTL <= 0 {

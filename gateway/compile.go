@@ -158,7 +158,7 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, cost), shareFleet: fleet, shareCost: cost,
 	}
 	if l := pc.Lease; l != nil {
-		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, TTL: l.TTL, Instances: l.Instances}
+		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, Auto: l.Auto, TTL: l.TTL, Instances: l.Instances}
 	}
 	if q := pc.Queue; q != nil && alg == ratelimit.Concurrency {
 		bp.queue = &slotQueueSpec{max: q.Max, timeout: q.Timeout}

@@ -52,6 +52,9 @@ type LeaseStats struct {
 	// LostUnits is the units whose return failed: the fleet under-admits
 	// by them until the bucket refills.
 	LostUnits int64
+	// AutoPassed is the Auto items sent to the store unleased, their
+	// key's demand here being too low for a block to pay off.
+	AutoPassed int64
 }
 
 // LeaseStore is a Store that admits hot token-bucket keys from blocks of
@@ -104,6 +107,17 @@ type LeaseStats struct {
 // knew it; while the fleet grows, an instance that has not yet seen the
 // new size holds blocks sized for the old one (at most one heartbeat).
 //
+// Auto. An item whose Lease.Auto is set is leased only while this
+// instance's own demand on its key makes a block pay off: an
+// exponentially weighted count of the units asked here over about the
+// last TTL (E) of at least 4 costs engages it, below 2 releases it (see
+// lease_auto.go). While it is not leased, it goes to the wrapped store as
+// an unleased item would (counted in LeaseStats.AutoPassed). Its blocks
+// are the larger of E and the rate between reservations times TTL, within
+// [cost, blockCap]; without MaxBlock, blockCap is Burst/(2×n) alone. The
+// keys whose demand is tracked are at most 65,536 per store; keys quiet
+// for two TTLs are forgotten.
+//
 // Results of leased items. Remaining is the key's remaining units as the
 // store last reported them to this instance plus this instance's block
 // (capped at Burst); ResetAfter is computed from it. They are estimates:
@@ -118,8 +132,12 @@ type LeaseStore struct {
 
 	mu     sync.Mutex
 	blocks map[string]*block
+	// auto is the demand estimate of the Auto keys seen lately (see
+	// lease_auto.go), pruned at most every autoPruneEvery.
+	auto       map[string]*autoRate
+	autoPruned time.Time
 
-	stats struct{ local, reserve, returns, returned, lost atomic.Int64 }
+	stats struct{ local, reserve, returns, returned, lost, passed atomic.Int64 }
 
 	quit    chan struct{}
 	stopped sync.WaitGroup
@@ -138,6 +156,7 @@ func NewLeaseStore(inner Reserver, opts LeaseOptions) *LeaseStore {
 		timeout: opts.ReturnTimeout,
 		fleet:   opts.Fleet,
 		blocks:  make(map[string]*block),
+		auto:    make(map[string]*autoRate),
 		quit:    make(chan struct{}),
 	}
 	if s.now == nil {
@@ -165,6 +184,7 @@ func (s *LeaseStore) Stats() LeaseStats {
 		Returns:       s.stats.returns.Load(),
 		ReturnedUnits: s.stats.returned.Load(),
 		LostUnits:     s.stats.lost.Load(),
+		AutoPassed:    s.stats.passed.Load(),
 	}
 }
 
@@ -191,7 +211,7 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 	// A batch with nothing leased passes straight through: the wrapped
 	// store validates it. Otherwise every item is validated here, once,
 	// before any block is touched; DecideReserve trusts that.
-	idx, err := leasedItems(items)
+	idx, err := s.leasedItems(items)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -253,18 +273,33 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 }
 
 // leasedItems returns the indexes of the items a LeaseStore admits from
-// blocks. When there is one, it first validates every item and lease, so
-// that nothing fails validation once blocks are touched; when there is
-// none, it checks only the leases (the wrapped store validates the items).
-func leasedItems(items []Item) ([]int, error) {
-	var idx []int
+// blocks: the leased ones, Auto ones only while their demand here makes a
+// block pay off. When there is one, it first validates every item and
+// lease, so that nothing fails validation once blocks are touched; when
+// there is none, it checks only the leases (the wrapped store validates
+// the items).
+func (s *LeaseStore) leasedItems(items []Item) ([]int, error) {
 	for i, it := range items {
 		if err := it.Lease.check(it.Algorithm); err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
-		if leased(it) {
-			idx = append(idx, i)
+	}
+	var idx []int
+	var now time.Time
+	for i, it := range items {
+		if !leased(it) {
+			continue
 		}
+		if it.Lease.Auto {
+			if now.IsZero() {
+				now = s.now()
+			}
+			if !s.autoLeased(it, now) {
+				s.stats.passed.Add(1)
+				continue
+			}
+		}
+		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
 		return nil, nil
@@ -290,6 +325,9 @@ func (s *LeaseStore) blockFor(it Item) *block {
 	b.mu.Lock()
 	b.item = it
 	b.users++
+	if it.Lease.Auto {
+		b.demand = s.autoTarget(it)
+	}
 	b.mu.Unlock()
 	return b
 }

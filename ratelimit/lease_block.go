@@ -44,6 +44,9 @@ type block struct {
 	// reported (the rest of the fleet may have taken some since).
 	remaining int64
 	lastSeen  time.Time
+	// demand is, for an Auto item, the units this instance asked of the
+	// key in about the last TTL (see autoTarget), as of the last decision.
+	demand float64
 }
 
 // expire moves the units of a block older than its TTL to returning. It
@@ -56,11 +59,15 @@ func (b *block) expire(now time.Time) {
 }
 
 // blockCap is the most units a block of it may hold among n >= 1
-// instances: MaxBlock, and at most Burst/(2×n) so that the instances
+// instances: MaxBlock (when set), and at most Burst/(2×n) so that the instances
 // together hold at most half the bucket, but never less than the item's
 // cost.
 func blockCap(it Item, n int64) int64 {
-	return max(min(it.Lease.MaxBlock, it.Limit.Burst/(2*n)), it.Cost)
+	c := it.Limit.Burst / (2 * n)
+	if it.Lease.MaxBlock > 0 {
+		c = min(c, it.Lease.MaxBlock)
+	}
+	return max(c, it.Cost)
 }
 
 // sample folds the admissions since the last sample into the rate
@@ -93,10 +100,17 @@ func (b *block) sample(now time.Time) {
 // target is the size of the next block for an item of cost: the units
 // this instance is expected to admit in one TTL at its estimated rate,
 // within [cost, blockCap] for n instances. The first block of a key is its
-// cost alone.
+// cost alone. For an Auto item it is the larger of that and the key's
+// demand (see autoTarget): the demand, which the decisions made before
+// the key was leased already fed, sizes the first blocks; the admissions
+// between reservations follow a rising rate faster than the demand's
+// average.
 func (b *block) target(it Item, n int64) int64 {
 	hi := blockCap(it, n)
 	want := b.rate * it.Lease.TTL.Seconds()
+	if it.Lease.Auto {
+		want = max(want, b.demand)
+	}
 	if math.IsInf(want, 1) || want >= float64(hi) {
 		return hi
 	}

@@ -45,6 +45,9 @@ func (s *LeaseStore) sweep(ctx context.Context, all bool) (int64, error) {
 	var items []Item
 	var units int64
 	s.mu.Lock()
+	if now.Sub(s.autoPruned) >= autoPruneEvery {
+		s.pruneAuto(now)
+	}
 	for key, b := range s.blocks {
 		b.mu.Lock()
 		if all {

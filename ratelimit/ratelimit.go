@@ -217,29 +217,36 @@ type Item struct {
 }
 
 // Lease describes how an instance may reserve blocks of a token-bucket
-// key (see LeaseStore). The zero value (MaxBlock 0) leases nothing.
+// key (see LeaseStore). The zero value (MaxBlock 0, Auto false) leases
+// nothing.
 type Lease struct {
 	// MaxBlock is the most units one instance holds reserved for the key
 	// at once. A block is also at most Burst/(2×Instances), and never less
-	// than the item's cost. Must be >= 0.
+	// than the item's cost. Must be >= 0; 0 with Auto means no bound but
+	// Burst/(2×Instances).
 	MaxBlock int64
+	// Auto leases the key only while this instance's own rate on it makes
+	// a block pay off (see LeaseStore, "Auto"); otherwise the item goes
+	// to the store like an unleased one.
+	Auto bool
 	// TTL is how long a block may be used after it was reserved; the units
-	// left in it then go back to the key. Must be > 0 when MaxBlock > 0.
+	// left in it then go back to the key. Must be > 0 when the lease is
+	// Leased.
 	TTL time.Duration
 	// Instances is the number of instances expected to share the key;
 	// 0 means 1. Must be >= 0.
 	Instances int
 }
 
-// Leased reports whether l asks for leasing.
-func (l Lease) Leased() bool { return l.MaxBlock > 0 }
+// Leased reports whether l asks for leasing (always, or Auto).
+func (l Lease) Leased() bool { return l.MaxBlock > 0 || l.Auto }
 
 // check reports an invalid lease of an item of algorithm alg.
 func (l Lease) check(alg Algorithm) error {
 	switch {
 	case l.MaxBlock < 0:
 		return fmt.Errorf("%w: lease max block %d is negative", ErrInvalid, l.MaxBlock)
-	case l.MaxBlock == 0:
+	case !l.Leased():
 		return nil
 	case alg != TokenBucket:
 		return fmt.Errorf("%w: only token_bucket items can be leased, not %s", ErrInvalid, alg)

@@ -163,12 +163,8 @@ func TestLeaseHotKeyCommands(t *testing.T) {
 // TestLeaseBlockExpiry: a block's units go back to the key TTL after it
 // was reserved, not before, and an expired block is not admitted from.
 func TestLeaseBlockExpiry(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	clock := &storetest.Clock{}
-	t0 := time.Unix(1_700_000_000, 0)
-	clock.Set(t0)
-	f := newLeaseFleet(t, srv.Addr, 1, clock)
-	l := f.inst[0]
+	f, t0 := clockedFleet(t, 1)
+	l, clock := f.inst[0], f.clock
 	const ttl = time.Second
 	it := leased(redistest.KeyPrefix(t)+"{exp}:tenant", 1, 1000, time.Hour, 1, 50, ttl, 1)
 
