@@ -115,14 +115,17 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			setRateLimitHeaders(w.Header(), view)
-			g.reserveForSettle(p, st, ps, items, d)
+			if g.reserveForSettle(r.Context(), p, st, ps, items, d) {
+				// Deferred too: a reservation left unsettled by an aborted
+				// response is counted missing.
+				defer g.endSettle(r.Context(), st)
+			}
 			if held := g.slots.hold(p.store, ps, items, d, g.opts.Now()); held != nil {
 				// Deferred: the proxy aborts a response the client left
 				// mid-stream by panicking with http.ErrAbortHandler.
 				defer held.release(trace.SpanFromContext(r.Context()), g.opts.Now)
 			}
 			next.ServeHTTP(w, r)
-			g.endSettle(r.Context(), st)
 		})
 	}
 }

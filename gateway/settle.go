@@ -118,6 +118,9 @@ type pendingSettle struct {
 	names    []string
 	reserved int64
 	claimed  atomic.Bool
+	// span is the request's span, which records the settlement (it ends
+	// after the response, when the settlement's outcome is known).
+	span trace.Span
 }
 
 // claim reports whether the caller is the one to settle p.
@@ -127,13 +130,14 @@ func (p *pendingSettle) claim() bool { return p.claimed.CompareAndSwap(false, tr
 // ps, what the route's cost block settles: the items of its settled
 // policies that took the reservation (non-shadow, or shadow and allowed).
 // Nothing is settled when the store did not decide (d.Failure): the
-// reservation was then not taken from it.
-func (g *Gateway) reserveForSettle(p *pipeline, st *requestState, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision) {
+// reservation was then not taken from it. It reports whether a settlement
+// is pending.
+func (g *Gateway) reserveForSettle(ctx context.Context, p *pipeline, st *requestState, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision) bool {
 	cb := st.route.block
 	if cb == nil || !cb.settles || d.Failure != nil || !d.Allowed {
-		return
+		return false
 	}
-	ps2 := &pendingSettle{store: p.store, reserved: st.cost}
+	ps2 := &pendingSettle{store: p.store, reserved: st.cost, span: trace.SpanFromContext(ctx)}
 	for i := range ps {
 		if !slices.Contains(cb.policies, ps[i].name) || ps[i].algorithm == ratelimit.Concurrency ||
 			(ps[i].shadow && !d.Results[i].Allowed) {
@@ -142,9 +146,11 @@ func (g *Gateway) reserveForSettle(p *pipeline, st *requestState, ps []boundPoli
 		ps2.items = append(ps2.items, items[i])
 		ps2.names = append(ps2.names, ps[i].name)
 	}
-	if len(ps2.items) > 0 {
-		st.settle = ps2
+	if len(ps2.items) == 0 {
+		return false
 	}
+	st.settle = ps2
+	return true
 }
 
 // observeResponse is the proxy's ObserveResponse: it watches the usage of
@@ -193,8 +199,8 @@ func (g *Gateway) endSettle(ctx context.Context, st *requestState) {
 
 // settleMissing counts a reservation that stands for want of a usage.
 func (g *Gateway) settleMissing(ctx context.Context, ps *pendingSettle) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.String("quotagate.settlement", telemetry.SettleMissing))
+	if ps.span.IsRecording() {
+		ps.span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.String("quotagate.settlement", telemetry.SettleMissing))
 	}
 	for _, name := range ps.names {
 		g.opts.Metrics.Settlement(ctx, name, telemetry.SettleMissing, 0)
@@ -214,8 +220,8 @@ func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
 	case delta > 0:
 		result = telemetry.SettleCharge
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.Int64("quotagate.settled_units", used),
+	if ps.span.IsRecording() {
+		ps.span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.Int64("quotagate.settled_units", used),
 			attribute.String("quotagate.settlement", result))
 	}
 	if delta == 0 {

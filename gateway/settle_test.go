@@ -15,7 +15,34 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+
+	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
+
+// counterValue is the value of the series of counter family name whose
+// labels include want (0 when there is none).
+func counterValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		return m.GetCounter().GetValue()
+	}
+	return 0
+}
 
 // settleConfig reserves tokens on POST /v1/chat/{mode} (100 by default,
 // max_tokens or X-Max-Tokens up to 500) and settles the tokens policy
@@ -58,6 +85,7 @@ routes:
 // served on a real listener, in front of an upstream that reports usage.
 type settleFixture struct {
 	*fixture
+	obs     *observed // its metrics and spans
 	srv     *redistest.Server
 	front   *httptest.Server
 	release chan struct{} // lets /v1/chat/sse-gated finish its stream
@@ -79,13 +107,17 @@ func newSettleFixture(t *testing.T) *settleFixture {
 		t.Fatal(err)
 	}
 	cfg.Store.Redis.KeyPrefix = "st" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	gw, err := New(cfg, Options{Now: f.clock.Now, OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-		r := c.Redis
-		client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: r.Addrs, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
-		store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: r.Timeout, Now: f.clock.Now})
-		br := ratelimit.NewBreaker(ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Now: f.clock.Now}), ratelimit.BreakerOptions{})
-		return ratelimit.NewStack(br, ratelimit.StackOptions{Breaker: br, Now: f.clock.Now}), nil
-	}})
+	exp := tracetest.NewInMemoryExporter()
+	tel, m := newTestMetrics(t)
+	sf.obs = &observed{fixture: f, spans: exp, metrics: tel.Metrics}
+	gw, err := New(cfg, Options{Now: f.clock.Now, Metrics: m, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)),
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+			r := c.Redis
+			client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: r.Addrs, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
+			store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: r.Timeout, Now: f.clock.Now})
+			br := ratelimit.NewBreaker(ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Now: f.clock.Now}), ratelimit.BreakerOptions{})
+			return ratelimit.NewStack(br, ratelimit.StackOptions{Breaker: br, Now: f.clock.Now}), nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +280,39 @@ func TestSettleFromResponses(t *testing.T) {
 		}
 		if got := sf.remaining(t, 6); got["tokens"] != 1000 || got["requests"] != 10000 {
 			t.Errorf("after a 502: remaining %v, want everything back", got)
+		}
+	})
+
+	t.Run("counted", func(t *testing.T) {
+		// tokens: three refunds of 180, the charge of 1400, the request
+		// that used exactly its 100, the missing usage, and the 502's
+		// refund of 100 (which requests, settled there, shares).
+		fams := sf.obs.scrape(t)
+		want := map[string]float64{
+			"tokens/refund": 4, "tokens/charge": 1, "tokens/exact": 1, "tokens/missing": 1,
+			"requests/refund": 1, "requests/charge": 0, "requests/exact": 0, "requests/missing": 0,
+		}
+		for k, v := range want {
+			policy, result, _ := strings.Cut(k, "/")
+			if got := counterValue(fams, "quotagate_settlements_total", map[string]string{"policy": policy, "result": result}); got != v {
+				t.Errorf("quotagate_settlements_total{policy=%s,result=%s} = %v, want %v", policy, result, got, v)
+			}
+		}
+		for k, v := range map[string]float64{"tokens/refund": 640, "tokens/charge": 1400, "requests/refund": 100, "requests/charge": 0} {
+			policy, dir, _ := strings.Cut(k, "/")
+			if got := counterValue(fams, "quotagate_settled_units_total", map[string]string{"policy": policy, "direction": dir}); got != v {
+				t.Errorf("quotagate_settled_units_total{policy=%s,direction=%s} = %v, want %v", policy, dir, got, v)
+			}
+		}
+		var charged bool
+		for _, s := range sf.obs.spans.GetSpans() {
+			a := spanAttrs(s)
+			if a["quotagate.settlement"].AsString() == "charge" {
+				charged = a["quotagate.reserved_units"].AsInt64() == 100 && a["quotagate.settled_units"].AsInt64() == 1500
+			}
+		}
+		if !charged {
+			t.Error("no request span carries the charge with reserved_units 100 and settled_units 1500")
 		}
 	})
 

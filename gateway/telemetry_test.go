@@ -63,16 +63,7 @@ func newTracedFixture(t *testing.T, base string, dead *httptest.Server, newTP fu
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := newTP(exp)
-	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	m, err := telemetry.NewMetrics(tel.MeterProvider)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tel.ExportPrimed(m)
+	tel, m := newTestMetrics(t)
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
 	deadAt := ""
 	if dead != nil {
@@ -98,6 +89,23 @@ func newTracedFixture(t *testing.T, base string, dead *httptest.Server, newTP fu
 	t.Cleanup(func() { _ = gw.Close() })
 	f.gw = gw
 	return &observed{fixture: f, spans: exp, metrics: tel.Metrics}
+}
+
+// newTestMetrics sets up the real metrics pipeline (OpenTelemetry SDK ->
+// Prometheus exporter, primed series included), shut down when t ends.
+func newTestMetrics(t *testing.T) (*telemetry.Providers, *telemetry.Metrics) {
+	t.Helper()
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	m, err := telemetry.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.ExportPrimed(m)
+	return tel, m
 }
 
 func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
