@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -38,14 +39,15 @@ type memDefaults struct {
 }
 
 // memoryDefaults works out the runtime memory settings: GOMEMLIMIT at
-// memLimitPercent of this process's cgroup v2 memory.max when GOMEMLIMIT
-// is not set, and GOGC at limitedGOGC when GOGC is not set and a memory
+// memLimitPercent of this process's cgroup memory limit (v2 memory.max, or
+// v1 memory.limit_in_bytes) when GOMEMLIMIT is not set, and GOGC at limitedGOGC when GOGC is not set and a memory
 // limit is in force (GOMEMLIMIT's or the cgroup's). It reads
 // /proc/self/cgroup and /sys/fs/cgroup/<path>/memory.max from root (the
 // real root in production, a fake tree in tests), falling back to
-// /sys/fs/cgroup/memory.max. No cgroup v2, no memory.max or "max"
-// (unlimited) means no cgroup limit and no error; an unreadable or
-// malformed memory.max is an error, and nothing is changed.
+// /sys/fs/cgroup/memory.max, and the v1 files likewise (see
+// readMemoryMax). No cgroup, no limit file or an unlimited one means no
+// cgroup limit and no error; an unreadable or malformed limit file is an
+// error, and nothing is changed.
 func memoryDefaults(root fs.FS, getenv func(string) (string, bool)) (memDefaults, error) {
 	_, haveLimit := getenv("GOMEMLIMIT")
 	_, haveGOGC := getenv("GOGC")
@@ -87,20 +89,39 @@ func applyMemoryDefaults(logger *slog.Logger) {
 	}
 }
 
-// readMemoryMax returns the path and trimmed content of the memory.max of
-// this process's cgroup v2 ("" when there is none).
+// v1Unlimited is the smallest cgroup v1 memory.limit_in_bytes read as no
+// limit: v1 writes "unlimited" as the largest page-aligned counter value
+// (9223372036854771712 with 4 KiB pages), not as "max".
+const v1Unlimited = 1 << 62
+
+// readMemoryMax returns the path and trimmed content of the memory limit
+// of this process's cgroup ("" when there is none): cgroup v2's
+// memory.max, or on a cgroup v1 host the memory controller's
+// memory.limit_in_bytes, whose "unlimited" value is returned as "max". The
+// process's own cgroup is looked for first, then the hierarchy's root (a
+// container sees its own cgroup there).
 func readMemoryMax(root fs.FS) (string, string, error) {
-	candidates := []string{}
+	var v2, v1 []string
 	if b, err := fs.ReadFile(root, "proc/self/cgroup"); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
-			// cgroup v2 is the line with hierarchy 0 and no controllers.
-			if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
-				candidates = append(candidates, path.Join("sys/fs/cgroup", path.Clean("/"+p), "memory.max"))
+			// hierarchy-ID:controllers:path; cgroup v2 is hierarchy 0 with
+			// no controllers, v1's memory controller may share a line.
+			parts := strings.SplitN(sc.Text(), ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			dir := path.Clean("/" + parts[2])
+			switch {
+			case parts[0] == "0" && parts[1] == "":
+				v2 = append(v2, path.Join("sys/fs/cgroup", dir, "memory.max"))
+			case slices.Contains(strings.Split(parts[1], ","), "memory"):
+				v1 = append(v1, path.Join("sys/fs/cgroup/memory", dir, "memory.limit_in_bytes"))
 			}
 		}
 	}
-	candidates = append(candidates, "sys/fs/cgroup/memory.max")
+	candidates := append(v2, v1...)
+	candidates = append(candidates, "sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes")
 	for _, f := range candidates {
 		b, err := fs.ReadFile(root, f)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -109,7 +130,13 @@ func readMemoryMax(root fs.FS) (string, string, error) {
 		if err != nil {
 			return "/" + f, "", err
 		}
-		return "/" + f, strings.TrimSpace(string(b)), nil
+		raw := strings.TrimSpace(string(b))
+		if strings.HasSuffix(f, "memory.limit_in_bytes") {
+			if n, err := strconv.ParseInt(raw, 10, 64); err == nil && n >= v1Unlimited {
+				raw = "max"
+			}
+		}
+		return "/" + f, raw, nil
 	}
 	return "", "", nil
 }

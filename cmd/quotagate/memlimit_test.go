@@ -28,6 +28,19 @@ func TestMemoryDefaults(t *testing.T) {
 	v1 := fstest.MapFS{ // cgroup v1 only: no hierarchy 0, no memory.max
 		"proc/self/cgroup": {Data: []byte("4:memory:/docker/abc\n")},
 	}
+	v1Limited := fstest.MapFS{ // the memory controller shares a line; the container sees its own cgroup at the root
+		"proc/self/cgroup":                           {Data: []byte("12:pids:/docker/abc\n5:cpu,memory:/docker/abc\n")},
+		"sys/fs/cgroup/memory/memory.limit_in_bytes": {Data: []byte("1073741824\n")},
+	}
+	v1Own := fstest.MapFS{
+		"proc/self/cgroup": {Data: []byte("4:memory:/docker/abc\n")},
+		"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": {Data: []byte("2147483648\n")},
+		"sys/fs/cgroup/memory/memory.limit_in_bytes":            {Data: []byte("9223372036854771712\n")},
+	}
+	v1Unlimited := fstest.MapFS{
+		"proc/self/cgroup":                           {Data: []byte("4:memory:/process_api/x\n")},
+		"sys/fs/cgroup/memory/memory.limit_in_bytes": {Data: []byte("9223372036854771712\n")},
+	}
 	for _, tc := range []struct {
 		name      string
 		root      fstest.MapFS
@@ -42,7 +55,10 @@ func TestMemoryDefaults(t *testing.T) {
 		{"GOGC set: only the limit", nested, map[string]string{"GOGC": "50"}, gib / 100 * 90, 0, "90%"},
 		{"both set", nested, map[string]string{"GOGC": "50", "GOMEMLIMIT": "1GiB"}, 0, 0, ""},
 		{"unlimited cgroup", unlimited, nil, 0, 0, ""},
-		{"cgroup v1", v1, nil, 0, 0, ""},
+		{"cgroup v1 without a limit file", v1, nil, 0, 0, ""},
+		{"cgroup v1 limit at the root", v1Limited, nil, gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory/memory.limit_in_bytes (1073741824 bytes)"},
+		{"cgroup v1 own cgroup first", v1Own, nil, 2 * gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes"},
+		{"cgroup v1 unlimited", v1Unlimited, nil, 0, 0, ""},
 		{"no cgroup at all", fstest.MapFS{}, nil, 0, 0, ""},
 		// GOGC off (GOGC=off) is the user's choice too.
 		{"GOGC=off kept", rootOnly, map[string]string{"GOGC": "off"}, 2 * gib / 100 * 90, 0, "90%"},
