@@ -37,7 +37,13 @@ type serverCfg struct {
 type storeCfg struct {
 	Kind      string    `json:"kind,omitempty"`
 	FleetSize int       `json:"fleet_size,omitempty"`
+	Fleet     *fleetCfg `json:"fleet,omitempty"`
 	Redis     *redisCfg `json:"redis,omitempty"`
+}
+
+type fleetCfg struct {
+	TTL    string `json:"ttl,omitempty"`
+	Static bool   `json:"static,omitempty"`
 }
 
 type redisCfg struct {
@@ -110,6 +116,7 @@ type queueCfg struct {
 }
 
 type leaseCfg struct {
+	Auto      bool   `json:"auto,omitempty"`
 	MaxBlock  int64  `json:"max_block"`
 	TTL       string `json:"ttl"`
 	Instances int    `json:"instances"`
