@@ -21,8 +21,10 @@ type Settlement struct {
 
 // SettleWindow is how long a Settler remembers a settlement id: a Settle
 // repeated with the same id within it (a retry after a timeout) changes
-// nothing.
-const SettleWindow = 5 * time.Minute
+// nothing. A retry follows its timeout at once; the window is far longer
+// so that a late one is still caught, and short enough that the ids of a
+// busy fleet stay few (one per settled request per window).
+const SettleWindow = time.Minute
 
 // Settler is a Store that can also settle: apply signed per-key deltas
 // after the fact, atomically and at most once per id.

@@ -216,3 +216,20 @@ func TestBound(t *testing.T) {
 		t.Fatalf("cancelled ctx: err = %v", b.err())
 	}
 }
+
+// TestSettleMarkerKey: the marker of a settlement lies in the slot of its
+// group's hash tag, after the keys' prefix (which an ACL may require).
+func TestSettleMarkerKey(t *testing.T) {
+	for _, c := range []struct{ key, want string }{
+		{"qg:{t:ab12}:tenant:tb", "qg:{t:ab12}:settled:id"},
+		{"{acme}:x", "{acme}:settled:id"},
+		{"plain", "{plain}:settled:id"},
+		{"a{b", "{a{b}:settled:id"},
+	} {
+		tag := hashTag(c.key)
+		got := markerKey(c.key, tag, "id")
+		if got != c.want || hashTag(got) != tag {
+			t.Errorf("markerKey(%q) = %q (tag %q), want %q in tag %q", c.key, got, hashTag(got), c.want, tag)
+		}
+	}
+}

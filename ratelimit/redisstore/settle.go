@@ -12,7 +12,9 @@ import (
 // per hash tag, sent together. Each call is atomic: it applies every
 // settlement of its tag, or none when the tag's marker key for id exists
 // (it was settled within ratelimit.SettleWindow). The marker is the key
-// "{tag}:settled:" + id, in the slot of the tag, with that time to live.
+// P + "{tag}:settled:" + id, in the slot of the tag, with that time to
+// live, where P is what precedes the hash tag in the group's first key
+// (the gateway's key prefix, so that an ACL on it covers the marker).
 //
 // A call that fails is not retried here: it returns an error wrapping
 // ErrUnavailable, and the caller may call Settle again with the same id,
@@ -50,7 +52,7 @@ func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Se
 	calls := make([]*scriptCall, len(groups))
 	for g, gr := range groups {
 		c := getCall(b)
-		c.buildSettle(nowUS, useNow, sub, idx[gr.lo:gr.hi], "{"+gr.tag+"}:settled:"+id, ratelimit.SettleWindow)
+		c.buildSettle(nowUS, useNow, sub, idx[gr.lo:gr.hi], markerKey(sub[idx[gr.lo]].Key, gr.tag, id), ratelimit.SettleWindow)
 		calls[g] = c
 	}
 	vals, errs := s.exchange(calls)
@@ -72,4 +74,14 @@ func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Se
 		}
 	}
 	return applied, nil
+}
+
+// markerKey is the settlement marker of id for the group of key, whose
+// hash tag is tag: in tag's slot, after what precedes the tag in key.
+func markerKey(key, tag, id string) string {
+	prefix := ""
+	if i := strings.IndexByte(key, '{'); i >= 0 && hashTag(key) == tag && strings.HasPrefix(key[i:], "{"+tag+"}") {
+		prefix = key[:i]
+	}
+	return prefix + "{" + tag + "}:settled:" + id
 }
