@@ -41,10 +41,11 @@ const (
 	qgRedisLease                // store.kind redis, the policy leases blocks
 )
 
-// qgLease is the tenant policy's lease in the leased variant: README's
-// defaults (blocks of at most 50 units, 1 s ttl) for a fleet of one, so
-// that the hot key of the "one" mix is served from leased blocks.
-const qgLease = "    lease: {max_block: 50, ttl: 1s, instances: 1}\n"
+// qgLease is the tenant policy's lease in the leased variant: lease: auto,
+// the setting that fits every tenant of a policy (README), so that the hot
+// key of the "one" mix is served from blocks sized by its demand while the
+// keys of the "uniform" mix, none of them hot, go to Redis unleased.
+const qgLease = "    lease: auto\n"
 
 // quotagateConfig returns a config that admits rate requests per second
 // per key (burst the same) in one "tenant" policy, with each of the
