@@ -120,7 +120,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				// response is counted missing.
 				defer g.endSettle(r.Context(), st)
 			}
-			if held := g.slots.hold(p.store, ps, items, d, g.opts.Now()); held != nil {
+			if held := g.slots.hold(p.store, p.cfg.Store.Kind == "memory", ps, items, d, g.opts.Now()); held != nil {
 				// Deferred: the proxy aborts a response the client left
 				// mid-stream by panicking with http.ErrAbortHandler.
 				defer held.release(trace.SpanFromContext(r.Context()), g.opts.Now)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,8 +23,11 @@ const slotQueueRetry = 100 * time.Millisecond
 // the order they came. It is bounded by the queues' max per key, and a key
 // is forgotten when its queue empties. Safe for concurrent use.
 type slotQueues struct {
-	mu   sync.Mutex
-	keys map[string][]*slotWaiter
+	// count is the number of requests waiting, over every key, so that
+	// the release of a slot nobody waits for takes no lock.
+	count atomic.Int64
+	mu    sync.Mutex
+	keys  map[string][]*slotWaiter
 	// changed is closed and dropped whenever a request enters or leaves a
 	// queue, for await; nil when nobody awaits.
 	changed chan struct{}
@@ -50,6 +54,7 @@ func (q *slotQueues) enter(key string, max int) *slotWaiter {
 	}
 	w := &slotWaiter{wake: make(chan struct{}, 1)}
 	q.keys[key] = append(ws, w)
+	q.count.Add(1)
 	q.changedLocked()
 	return w
 }
@@ -73,6 +78,7 @@ func (q *slotQueues) leave(key string, w *slotWaiter) {
 			continue
 		}
 		ws = append(ws[:i], ws[i+1:]...)
+		q.count.Add(-1)
 		q.changedLocked()
 		if len(ws) == 0 {
 			delete(q.keys, key)
@@ -88,6 +94,9 @@ func (q *slotQueues) leave(key string, w *slotWaiter) {
 
 // notify wakes the head of key's queue: a slot of key was released here.
 func (q *slotQueues) notify(key string) {
+	if q.count.Load() == 0 {
+		return
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if ws := q.keys[key]; len(ws) > 0 {
@@ -97,6 +106,9 @@ func (q *slotQueues) notify(key string) {
 
 // waiting returns the number of requests waiting for key.
 func (q *slotQueues) waiting(key string) int {
+	if q.count.Load() == 0 {
+		return 0
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.keys[key])

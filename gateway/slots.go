@@ -27,14 +27,13 @@ type slotState struct {
 	instance string
 	seq      atomic.Uint64
 
-	mu       sync.Mutex
-	inflight map[string]*atomic.Int64 // by policy name
+	inflight sync.Map // policy name -> *atomic.Int64
 }
 
 func newSlotState(logger *slog.Logger) *slotState {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	s := &slotState{queues: newSlotQueues(), instance: hex.EncodeToString(b[:]), inflight: map[string]*atomic.Int64{}}
+	s := &slotState{queues: newSlotQueues(), instance: hex.EncodeToString(b[:])}
 	s.keeper = ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{
 		Released: func(items []ratelimit.Item) {
 			for _, it := range items {
@@ -56,25 +55,19 @@ func (s *slotState) holder() string {
 
 // counter returns the in-flight count of policy.
 func (s *slotState) counter(policy string) *atomic.Int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.inflight[policy]
-	if !ok {
-		c = new(atomic.Int64)
-		s.inflight[policy] = c
+	if c, ok := s.inflight.Load(policy); ok {
+		return c.(*atomic.Int64)
 	}
-	return c
+	c, _ := s.inflight.LoadOrStore(policy, new(atomic.Int64))
+	return c.(*atomic.Int64)
 }
 
 // inflightOf returns the number of slots of policy held on this instance.
 func (s *slotState) inflightOf(policy string) int64 {
-	s.mu.Lock()
-	c := s.inflight[policy]
-	s.mu.Unlock()
-	if c == nil {
-		return 0
+	if c, ok := s.inflight.Load(policy); ok {
+		return c.(*atomic.Int64).Load()
 	}
-	return c.Load()
+	return 0
 }
 
 // heldSlots is what one admitted request holds until its response is done.
@@ -86,8 +79,10 @@ type heldSlots struct {
 
 // hold records the slots that the admitted decision d of items took: the
 // concurrency items that allowed, except those a store failure let through
-// without deciding (on_store_error open). nil when there are none.
-func (s *slotState) hold(store *ratelimit.Stack, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
+// without deciding (on_store_error open). nil when there are none. inline
+// releases them in the request's goroutine: for the memory store, which
+// waits on no I/O.
+func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
 	var taken []ratelimit.Item
 	var counters []*atomic.Int64
 	for i := range items {
@@ -104,7 +99,7 @@ func (s *slotState) hold(store *ratelimit.Stack, ps []boundPolicy, items []ratel
 	if len(taken) == 0 {
 		return nil
 	}
-	return &heldSlots{held: s.keeper.Hold(store, taken), counters: counters, since: now}
+	return &heldSlots{held: s.keeper.Hold(store, taken, inline), counters: counters, since: now}
 }
 
 // release gives the slots back (in the background) and records on the

@@ -94,7 +94,10 @@ type slotFixture struct {
 	up *holdingUpstream
 }
 
-func newSlotFixture(t *testing.T) *slotFixture {
+func newSlotFixture(t *testing.T) *slotFixture { return newSlotFixtureWith(t, Options{}) }
+
+// newSlotFixtureWith is newSlotFixture with o's metrics and tracer.
+func newSlotFixtureWith(t *testing.T, o Options) *slotFixture {
 	t.Helper()
 	up := newHoldingUpstream(t)
 	f := &fixture{clock: newTestClock()}
@@ -103,12 +106,11 @@ func newSlotFixture(t *testing.T) *slotFixture {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	gw, err := New(cfg, Options{
-		Now: f.clock.Now, After: f.clock.After, Getenv: testGetenv,
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
-		},
-	})
+	o.Now, o.After, o.Getenv = f.clock.Now, f.clock.After, testGetenv
+	o.OpenStore = func(c config.Store) (*ratelimit.Stack, error) {
+		return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+	}
+	gw, err := New(cfg, o)
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}

@@ -37,7 +37,7 @@ type SlotKeeper struct {
 
 	mu     sync.Mutex
 	held   map[*Held]struct{}
-	period time.Duration // of the running wait; 0 while nothing is held
+	period time.Duration // of the running wait; 0 until something is held
 	wake   chan struct{}
 	closed bool
 
@@ -48,10 +48,11 @@ type SlotKeeper struct {
 
 // Held is the slots of one request, from Hold until Release.
 type Held struct {
-	k     *SlotKeeper
-	slots Slots
-	items []Item
-	once  sync.Once
+	k      *SlotKeeper
+	slots  Slots
+	items  []Item
+	inline bool
+	once   sync.Once
 }
 
 // NewSlotKeeper returns a SlotKeeper holding nothing and starts its
@@ -68,8 +69,11 @@ func NewSlotKeeper(o SlotKeeperOptions) *SlotKeeper {
 
 // Hold records that items (Concurrency items an admitted Decide of s took)
 // are held until the returned Held is released, and renews them meanwhile.
-func (k *SlotKeeper) Hold(s Slots, items []Item) *Held {
-	h := &Held{k: k, slots: s, items: items}
+// inline makes Release free them in the caller's goroutine: for a store of
+// this process, whose release waits on no I/O, that is cheaper than a
+// goroutine and frees the slots before Release returns.
+func (k *SlotKeeper) Hold(s Slots, items []Item, inline bool) *Held {
+	h := &Held{k: k, slots: s, items: items, inline: inline}
 	p := shortestPer(items) / 3
 	k.mu.Lock()
 	k.held[h] = struct{}{}
@@ -85,8 +89,8 @@ func (k *SlotKeeper) Hold(s Slots, items []Item) *Held {
 }
 
 // Release stops renewing h's slots and frees them in the store, in the
-// background under the keeper's Timeout: it never waits for the store.
-// Calls after the first do nothing.
+// background under the keeper's Timeout, so that it never waits for the
+// store (unless h was held inline). Calls after the first do nothing.
 func (h *Held) Release() {
 	h.once.Do(func() {
 		k := h.k
@@ -98,22 +102,29 @@ func (h *Held) Release() {
 			k.releases.Add(1)
 		}
 		k.mu.Unlock()
-		if closed {
-			return
+		switch {
+		case closed:
+		case h.inline:
+			h.release()
+		default:
+			go h.release()
 		}
-		go func() {
-			defer k.running.Done()
-			defer k.releases.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), k.opts.Timeout)
-			defer cancel()
-			if err := h.slots.Release(ctx, h.items); err != nil && k.opts.OnError != nil {
-				k.opts.OnError("release", err)
-			}
-			if k.opts.Released != nil {
-				k.opts.Released(h.items)
-			}
-		}()
 	})
+}
+
+// release frees h's slots in the store and reports it.
+func (h *Held) release() {
+	k := h.k
+	defer k.running.Done()
+	defer k.releases.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Timeout)
+	defer cancel()
+	if err := h.slots.Release(ctx, h.items); err != nil && k.opts.OnError != nil {
+		k.opts.OnError("release", err)
+	}
+	if k.opts.Released != nil {
+		k.opts.Released(h.items)
+	}
 }
 
 // Wait blocks until the releases started so far have returned (their
@@ -151,7 +162,7 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 }
 
 // loop renews every held slot each period, a third of the shortest Per
-// held; a Hold with a shorter Per restarts the wait.
+// held (or last held); a Hold with a shorter Per restarts the wait.
 func (k *SlotKeeper) loop() {
 	defer k.running.Done()
 	for {
@@ -161,6 +172,11 @@ func (k *SlotKeeper) loop() {
 			if q := shortestPer(h.items) / 3; p == 0 || q < p {
 				p = q
 			}
+		}
+		if p == 0 {
+			// Nothing held: keep ticking at the last period, so that the
+			// next Hold of the same policies need not wake the loop.
+			p = k.period
 		}
 		k.period = p
 		k.mu.Unlock()

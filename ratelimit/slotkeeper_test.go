@@ -24,7 +24,7 @@ func TestSlotKeeperRenewsUntilRelease(t *testing.T) {
 	if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 		t.Fatalf("take: %+v, %v", d, err)
 	}
-	h := k.Hold(store, []ratelimit.Item{it})
+	h := k.Hold(store, []ratelimit.Item{it}, false)
 	if k.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", k.Len())
 	}
