@@ -453,8 +453,8 @@ func parseFleetFlags(o *options, sizes, topologies, cluster string) error {
 		return fmt.Errorf("-abusive-share: with -enterprise-share above 1 (%v + %v)", m.enterpriseShare, m.abusiveShare)
 	case f.enterpriseRate < 1:
 		return fmt.Errorf("-enterprise-rate: must be at least 1, got %d", f.enterpriseRate)
-	case f.lease != leaseOff && f.lease != leaseStatic:
-		return fmt.Errorf("-lease: unknown lease mode %q (want %s or %s)", f.lease, leaseOff, leaseStatic)
+	case f.lease != leaseOff && f.lease != leaseStatic && f.lease != leaseAuto:
+		return fmt.Errorf("-lease: unknown lease mode %q (want %s, %s or %s)", f.lease, leaseOff, leaseStatic, leaseAuto)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ const (
 const (
 	leaseOff    = "off"    // every decision goes to the store
 	leaseStatic = "static" // blocks of at most 50 for 1 s, shared by the N instances
+	leaseAuto   = "auto"   // lease: auto, blocks sized by each instance's own demand
 )
 
 // fleetConfig is the configuration of every instance of a fleet of n on
@@ -62,8 +63,11 @@ func fleetConfig(addrs []string, n int, lease string, entRate int) string {
 	fmt.Fprintf(&b, "  free: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*freeRate, localFactor*freeBurst)
 	fmt.Fprintf(&b, "  enterprise: {local: {rate: %d, per: 1s, burst: %d}}\n", localFactor*entRate, localFactor*entRate)
 	b.WriteString("policies:\n  user:\n    scope: tenant\n    algorithm: token_bucket\n    on_store_error: closed\n")
-	if lease == leaseStatic {
+	switch lease {
+	case leaseStatic:
 		fmt.Fprintf(&b, "    lease: {max_block: 50, ttl: 1s, instances: %d}\n", n)
+	case leaseAuto:
+		b.WriteString("    lease: auto\n")
 	}
 	b.WriteString("    limits:\n")
 	fmt.Fprintf(&b, "      free: {rate: %d, per: 1s, burst: %d}\n", freeRate, freeBurst)

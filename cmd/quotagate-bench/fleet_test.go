@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
@@ -135,11 +136,11 @@ func TestFleetFlagsRejectBadValues(t *testing.T) {
 			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.want)
 		}
 	}
-	o, err := parseFlags([]string{"-mode", "fleet", "-n", "3, 10,50", "-topology", "cluster,standalone,cluster", "-lease", "static"}, &bytes.Buffer{})
+	o, err := parseFlags([]string{"-mode", "fleet", "-n", "3, 10,50", "-topology", "cluster,standalone,cluster", "-lease", "auto"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := o.fleet; len(f.sizes) != 3 || f.sizes[2] != 50 || strings.Join(f.topologies, ",") != "cluster,standalone" || f.lease != leaseStatic {
+	if f := o.fleet; len(f.sizes) != 3 || f.sizes[2] != 50 || strings.Join(f.topologies, ",") != "cluster,standalone" || f.lease != leaseAuto {
 		t.Errorf("fleet options %+v", f)
 	}
 }
@@ -164,5 +165,27 @@ func TestDiscardWriterNamesErrors(t *testing.T) {
 	}
 	if got := formatCounts(map[string]uint64{"503 b": 2, "502 a": 1}); got != "502 a × 1, 503 b × 2" {
 		t.Errorf("formatCounts = %q", got)
+	}
+}
+
+// TestFleetConfigParses checks that the configuration of every lease mode
+// is one the gateway accepts, with the policy leasing as asked.
+func TestFleetConfigParses(t *testing.T) {
+	for _, lease := range []string{leaseOff, leaseStatic, leaseAuto} {
+		cfg, err := config.Parse([]byte(fleetConfig([]string{"127.0.0.1:1", "127.0.0.1:2"}, 10, lease, 100)), fleetGetenv)
+		if err != nil {
+			t.Errorf("lease %s: %v", lease, err)
+			continue
+		}
+		p, ok := cfg.Policies["user"]
+		if !ok {
+			t.Fatalf("lease %s: no policy user", lease)
+		}
+		if (p.Lease != nil) != (lease != leaseOff) {
+			t.Errorf("lease %s: policy lease %+v", lease, p.Lease)
+		}
+		if cfg.Store.FleetSize != 10 || len(cfg.Store.Redis.Addrs) != 2 {
+			t.Errorf("lease %s: store %+v", lease, cfg.Store)
+		}
 	}
 }

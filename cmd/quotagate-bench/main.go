@@ -24,7 +24,7 @@
 // distributed free callers, an enterprise tenant and an abusive caller,
 // reported per class of caller:
 //
-//	go run ./cmd/quotagate-bench -mode fleet [-n 3,10,50] [-topology standalone,cluster] [-d 10s] [-c 64] [-lease off|static] [-redis ADDR] [-cluster ADDRS]
+//	go run ./cmd/quotagate-bench -mode fleet [-n 3,10,50] [-topology standalone,cluster] [-d 10s] [-c 64] [-lease off|static|auto] [-redis ADDR] [-cluster ADDRS]
 //
 // Every process it starts is stopped when it exits, also on Ctrl-C.
 package main
@@ -127,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.fleet.mix.enterpriseShare, "enterprise-share", 0.10, "fleet: share of requests from the enterprise tenant")
 	fs.Float64Var(&o.fleet.mix.abusiveShare, "abusive-share", 0.05, "fleet: share of requests from the abusive caller")
 	fs.IntVar(&o.fleet.enterpriseRate, "enterprise-rate", 1000, "fleet: the enterprise tenant's limit per second (and burst)")
-	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N)")
+	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N) or auto")
 	fs.StringVar(&o.fleet.redisAddr, "redis", "", "fleet: a standalone Redis to use (flushed before each run) instead of starting one")
 	cluster := fs.String("cluster", "", "fleet: comma-separated seed addresses of a Redis Cluster to use (flushed before each run) instead of starting one")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each quotagate run's measured part to this directory (CONTENDER-KEYS-rROUND.pprof; serves /debug/pprof on quotagate's loopback admin listener)")
