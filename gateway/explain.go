@@ -16,14 +16,26 @@ import (
 // Explanation is what the pipeline would apply to one request, without
 // sending it anywhere or consuming anything.
 type Explanation struct {
-	Route    string            `json:"route"`
-	Template string            `json:"template"`
-	Caller   string            `json:"caller"` // tenant, or the hashed client address of an anonymous caller
-	Kind     string            `json:"kind"`
-	Tier     string            `json:"tier"`
-	Cost     int64             `json:"cost"`
+	Route    string `json:"route"`
+	Template string `json:"template"`
+	Caller   string `json:"caller"` // tenant, or the hashed client address of an anonymous caller
+	Kind     string `json:"kind"`
+	Tier     string `json:"tier"`
+	Cost     int64  `json:"cost"`
+	// Settle is the route's cost block: Cost is then its reserve.
+	Settle   *SettleExplained  `json:"settle,omitempty"`
 	Local    *config.Limit     `json:"local,omitempty"`
 	Policies []PolicyExplained `json:"policies"`
+}
+
+// SettleExplained is how a route's cost is reserved and settled.
+type SettleExplained struct {
+	// Max is the largest reservation a request may state (ReserveFrom).
+	Max         int64  `json:"max"`
+	ReserveFrom string `json:"reserve_from,omitempty"` // "json max_tokens, header X-Max-Tokens"
+	SettleFrom  string `json:"settle_from,omitempty"`  // "" when nothing is settled
+	// Policies are the settled policies.
+	Policies []string `json:"policies,omitempty"`
 }
 
 // PolicyExplained is one stage-2 policy as it applies to the request.
@@ -74,6 +86,13 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 	}
 	rt := p.routes[m.Index]
 	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
+	if cb := rt.block; cb != nil {
+		ex.Settle = &SettleExplained{Max: cb.max, ReserveFrom: sources("json", cb.reserveFrom.JSON, "header", cb.reserveFrom.Header)}
+		if cb.settles {
+			ex.Settle.SettleFrom = sources("header", cb.settleFrom.Header, "json", cb.settleFrom.JSON, "sse", cb.settleFrom.SSE)
+			ex.Settle.Policies = cb.policies
+		}
+	}
 	ex.Caller = caller.Tenant
 	if caller.Kind == identity.KindAnonymous {
 		ex.Caller = "ip#" + caller.ID
@@ -124,4 +143,16 @@ func explainRequest(method, path string) (*http.Request, error) {
 	r.URL = u
 	r.RequestURI = path
 	return r, nil
+}
+
+// sources lists the named sources that are set, as "name value, ...", in
+// the order given (pairs of name and value).
+func sources(kv ...string) string {
+	var out []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			out = append(out, kv[i]+" "+kv[i+1])
+		}
+	}
+	return strings.Join(out, ", ")
 }

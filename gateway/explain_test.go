@@ -53,3 +53,41 @@ func TestExplainRejectsMalformedRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainCostBlock: a route whose cost is a block explains its
+// reservation (the reserve as cost, the max a request may state) and what
+// is settled from where.
+func TestExplainCostBlock(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+identity: {anonymous: {tier: anon}}
+tiers: {anon: {}}
+policies:
+  tokens: {limits: {"*": {rate: 1000, per: 1m, burst: 4000}}}
+  requests: {limits: {"*": {rate: 10, per: 1s, burst: 4000}}}
+upstreams: {llm: {url: "http://127.0.0.1:9"}}
+routes:
+  - name: chat
+    method: POST
+    path: /v1/chat
+    upstream: llm
+    policies: [tokens, requests]
+    cost:
+      reserve: 100
+      reserve_from: {json: max_tokens}
+      max: 4000
+      settle_from: {sse: usage.total_tokens, header: X-Usage}
+      settle_policies: [tokens]
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := Explain(cfg, "POST", "/v1/chat", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SettleExplained{Max: 4000, ReserveFrom: "json max_tokens", SettleFrom: "header X-Usage, sse usage.total_tokens", Policies: []string{"tokens"}}
+	if ex.Cost != 100 || ex.Settle == nil || ex.Settle.Max != want.Max || ex.Settle.ReserveFrom != want.ReserveFrom ||
+		ex.Settle.SettleFrom != want.SettleFrom || strings.Join(ex.Settle.Policies, ",") != "tokens" {
+		t.Fatalf("explained cost %d, settle %+v; want 100 and %+v", ex.Cost, ex.Settle, want)
+	}
+}

@@ -39,6 +39,14 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "caller:  %s (%s)\n", ex.Caller, ex.Kind)
 	fmt.Fprintf(stdout, "tier:    %s\n", ex.Tier)
 	fmt.Fprintf(stdout, "cost:    %d\n", ex.Cost)
+	if st := ex.Settle; st != nil {
+		if st.ReserveFrom != "" {
+			fmt.Fprintf(stdout, "reserve: %d unless the request says otherwise (%s), at most %d\n", ex.Cost, st.ReserveFrom, st.Max)
+		}
+		if st.SettleFrom != "" {
+			fmt.Fprintf(stdout, "settle:  %s from the response (%s)\n", strings.Join(st.Policies, ", "), st.SettleFrom)
+		}
+	}
 	if ex.Local != nil {
 		fmt.Fprintf(stdout, "local:   rate %d per %s, burst %d (stage 1, this instance)\n", ex.Local.Rate, ex.Local.Per, ex.Local.Burst)
 	} else {
