@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -280,5 +281,50 @@ func TestConcurrencyRateDenialDoesNotQueue(t *testing.T) {
 	}
 	if n := f.gw.slots.inflightOf("queued"); n != 0 {
 		t.Errorf("in flight = %d after a rate denial, want 0", n)
+	}
+}
+
+// TestConcurrencyQuotaEndpoint: the quota endpoint reports a concurrency
+// policy's free slots, taking none.
+func TestConcurrencyQuotaEndpoint(t *testing.T) {
+	f := newSlotFixture(t)
+	remaining := func() (limit, left float64) {
+		t.Helper()
+		w := f.do(http.MethodGet, "/_quota", map[string]string{"X-Api-Key": freeKey}, nil)
+		var body struct {
+			Policies []struct {
+				Name      string  `json:"name"`
+				Limit     float64 `json:"limit"`
+				Remaining float64 `json:"remaining"`
+				WindowS   float64 `json:"window_s"`
+			} `json:"policies"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusOK {
+			t.Fatalf("quota: %d %s", w.Code, w.Body.String())
+		}
+		for _, p := range body.Policies {
+			if p.Name == "inflight" {
+				if p.WindowS != 0 {
+					t.Errorf("window_s = %v, want 0", p.WindowS)
+				}
+				return p.Limit, p.Remaining
+			}
+		}
+		t.Fatalf("no inflight policy in %s", w.Body.String())
+		return 0, 0
+	}
+	if l, r := remaining(); l != 1 || r != 1 {
+		t.Errorf("idle: limit %v remaining %v, want 1 and 1", l, r)
+	}
+	a := f.start("/held/a")
+	f.up.next(t)
+	if _, r := remaining(); r != 0 {
+		t.Errorf("while a request holds the slot: remaining %v, want 0", r)
+	}
+	f.up.open("a")
+	answer(t, a)
+	f.gw.slots.keeper.Wait()
+	if _, r := remaining(); r != 1 {
+		t.Errorf("after the response: remaining %v, want 1 (reading took no slot)", r)
 	}
 }
