@@ -105,10 +105,10 @@ func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, 
 // release gives the slots back (in the background) and records on the
 // request span how long they were held.
 func (h *heldSlots) release(span trace.Span, now func() time.Time) {
+	h.held.Release() // first: inline, the slots are free once the count drops
 	for _, c := range h.counters {
 		c.Add(-1)
 	}
-	h.held.Release()
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Int64("quotagate.slot_held_ms", ceilMillis(now().Sub(h.since))))
 	}
