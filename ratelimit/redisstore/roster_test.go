@@ -39,19 +39,26 @@ func beat(t *testing.T, f *ratelimit.Fleet) int64 {
 // TestFleetCountsLiveInstances: two instances registered count 2; one that
 // stops heartbeating drops out once its TTL has passed on the roster's
 // clock, not before; one that leaves drops out at once; the floor holds
-// whatever the count. Standalone and a 3-primary Cluster, the roster in
-// one slot of its own.
+// whatever the count; with the server (the Cluster primary) holding the
+// roster killed, the last count known stays. Standalone and a 3-primary
+// Cluster, the roster in one slot of its own.
 func TestFleetCountsLiveInstances(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		addrs func(t *testing.T) []string
+		start func(t *testing.T, key string) (addrs []string, kill func())
 	}{
-		{"standalone", func(t *testing.T) []string { return []string{redistest.StartStandalone(t).Addr} }},
-		{"cluster", func(t *testing.T) []string { return redistest.StartCluster(t, 3).Addrs() }},
+		{"standalone", func(t *testing.T, _ string) ([]string, func()) {
+			srv := redistest.StartStandalone(t)
+			return []string{srv.Addr}, srv.Kill
+		}},
+		{"cluster", func(t *testing.T, key string) ([]string, func()) {
+			c := redistest.StartCluster(t, 3)
+			return c.Addrs(), c.PrimaryForKey(key).Kill
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addrs := tc.addrs(t)
 			key := redisstore.RosterKey(redistest.KeyPrefix(t) + "qg")
+			addrs, kill := tc.start(t, key)
 			if tag := redistest.HashTag(key); tag != "f:fleet" {
 				t.Fatalf("roster key %q has hash tag %q, want f:fleet", key, tag)
 			}
@@ -105,6 +112,21 @@ func TestFleetCountsLiveInstances(t *testing.T) {
 			}
 			if n, known := floored.Live(); n != 2 || !known {
 				t.Fatalf("floored live = %d, %v; want 2, true", n, known)
+			}
+
+			// The roster's server dies: heartbeats fail, a keeps its last
+			// count.
+			if got := beat(t, a); got != 2 {
+				t.Fatalf("a with floored: size %d, want 2", got)
+			}
+			kill()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if err := a.Beat(ctx); !errors.Is(err, ratelimit.ErrUnavailable) {
+				t.Fatalf("Beat with the roster's server down: %v, want ErrUnavailable", err)
+			}
+			if got := a.Size(); got != 2 {
+				t.Fatalf("during the outage: size %d, want the last count 2", got)
 			}
 		})
 	}
