@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -66,4 +67,41 @@ func TestRedisStackSettles(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	})
+}
+
+// TestRedisSettleAcrossSlots: on a Cluster, one settlement whose keys lie
+// in several slots (a route's key and a tenant's) is applied in each slot,
+// each under a marker in its own slot, and a retry applies neither again.
+func TestRedisSettleAcrossSlots(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	s := newRedisStore(t, c.Addrs(), clock.Now, time.Second)
+	prefix := redistest.KeyPrefix(t)
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 100}
+	items := []ratelimit.Item{
+		{Key: prefix + "{route:chat}:tokens", Algorithm: ratelimit.TokenBucket, Limit: lim, Cost: 60},
+		{Key: prefix + "{t:acme}:tokens", Algorithm: ratelimit.TokenBucket, Limit: lim, Cost: 60},
+	}
+	storetest.WarmUp(t, s, items) // takes 60 from each
+	ctx := context.Background()
+	ss := []ratelimit.Settlement{{Item: items[0], Delta: -50}, {Item: items[1], Delta: 70}}
+	for i, want := range []bool{true, false} {
+		applied, err := s.Settle(ctx, prefix+"req-1", ss)
+		if err != nil || applied != want {
+			t.Fatalf("settle %d: applied %v, %v; want %v", i, applied, err, want)
+		}
+	}
+	peek := []ratelimit.Item{items[0], items[1]}
+	peek[0].Cost, peek[1].Cost = 0, 0
+	peek[0].Shadow, peek[1].Shadow = true, true
+	d, err := s.Decide(ctx, peek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := d.Results[0]; r.Remaining != 90 {
+		t.Errorf("route key after a refund of 50: remaining %d, want 90", r.Remaining)
+	}
+	if r := d.Results[1]; r.Remaining != 0 || r.Debt != 30 {
+		t.Errorf("tenant key after a charge of 70: remaining %d, debt %d; want 0 and 30", r.Remaining, r.Debt)
+	}
 }
