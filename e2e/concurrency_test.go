@@ -268,3 +268,71 @@ func TestConcurrencyStreamOutlivesSlotTTL(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling an external process
 	}
 }
+
+// TestConcurrencyLocalShareWhileRedisDown: with Redis killed, a concurrency
+// policy with on_store_error local holds this instance's share of max (max
+// 4 over fleet_size 2: 2 slots): a third request is refused 429 by the
+// policy, and a slot freed on this instance admits the next one.
+func TestConcurrencyLocalShareWhileRedisDown(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	up := startSlotUpstream(t)
+	cfg := slotConfig(up.srv.URL, []string{rs.Addr}, 4, "2s")
+	cfg.Store.FleetSize = 2
+	pol := cfg.Policies["inflight"]
+	pol.OnStoreError = "local"
+	cfg.Policies["inflight"] = pol
+	start := time.Now()
+	gw := startGateway(t, "gw", cfg)
+	rs.Kill()
+	t.Logf("started and killed Redis after %v", time.Since(start))
+
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, 3)
+	for i := range 3 {
+		go func() {
+			code, _, body := slotGet(gw.URL, fmt.Sprintf("/hang/%d", i))
+			answers <- answer{code, body}
+		}()
+	}
+	for range 2 {
+		select {
+		case <-up.arrived:
+		case <-time.After(15 * time.Second):
+			proctest.FatalOverrun(t, "two requests did not reach the upstream within 15 s of the outage")
+		}
+	}
+	select {
+	case a := <-answers:
+		if a.code != http.StatusTooManyRequests || !strings.Contains(a.body, `"inflight"`) {
+			t.Fatalf("the request beyond the local share: %d %s, want 429 by inflight", a.code, a.body)
+		}
+	case <-time.After(15 * time.Second):
+		proctest.FatalOverrun(t, "the request beyond the local share was not answered within 15 s")
+	}
+	select {
+	case <-up.arrived:
+		t.Fatal("a third request reached the upstream: the local share of 2 was exceeded")
+	default:
+	}
+	t.Logf("share reached after %v", time.Since(start))
+	up.once.Do(func() { close(up.release) })
+	for range 2 {
+		if a := <-answers; a.code != http.StatusOK {
+			t.Fatalf("held request: %d %s", a.code, a.body)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gw.metric("quotagate_inflight", `policy="inflight"`) != 0 {
+		if time.Now().After(deadline) {
+			proctest.FatalOverrun(t, "local slots still counted 10 s after their responses")
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external process
+	}
+	t.Logf("slots freed after %v", time.Since(start))
+	if code, _, body := slotGet(gw.URL, "/quick"); code != http.StatusOK {
+		t.Fatalf("after the local slots were freed: %d %s, want 200", code, body)
+	}
+}
