@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // fleetOptions are the settings of -mode fleet.
@@ -28,6 +29,8 @@ type fleetOptions struct {
 	// instead of one the bench starts. It is flushed before each run.
 	redisAddr    string
 	clusterAddrs []string
+	// logPath, when set, receives the instances' operational logs.
+	logPath string
 }
 
 // FleetClass is one class of callers in one fleet run.
@@ -130,6 +133,17 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 		},
 	}
 	keys := newPerKey(f.mix.callers, f.enterpriseRate)
+	ops := io.Discard
+	if f.logPath != "" {
+		file, err := os.Create(f.logPath)
+		if err != nil {
+			return nil, fmt.Errorf("-instance-log: %w", err)
+		}
+		w := telemetry.NewAsyncWriter(file, telemetry.DefaultLogQueue)
+		defer file.Close()
+		defer w.Close() // first: flushes into the file
+		ops = w
+	}
 	for _, topo := range f.topologies {
 		var nodes *redisNodes
 		switch {
@@ -147,7 +161,7 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 		rep.Machine["redis"] = nodes.version
 		for _, n := range f.sizes {
 			fmt.Fprintf(progress, "%s: %d instances for %v\n", topo, n, o.duration)
-			run, err := fleetRun(ctx, o, nodes, n, keys)
+			run, err := fleetRun(ctx, o, nodes, n, keys, ops)
 			if err != nil {
 				nodes.close()
 				return nil, fmt.Errorf("%s, %d instances: %w", topo, n, err)
@@ -164,7 +178,8 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 	rep.Notes = fleetNotes(runtime.NumCPU())
 	for _, r := range rep.Runs {
 		if len(r.Errors) > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("errors, %s with %d instances: %s", r.Topology, r.Instances, formatCounts(r.Errors)))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("errors, %s with %d instances: %s (-instance-log FILE keeps the instances' store errors)",
+				r.Topology, r.Instances, formatCounts(r.Errors)))
 		}
 	}
 	return rep, nil
@@ -172,7 +187,7 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 
 // fleetRun starts n instances on nodes, drives them for o.duration and
 // measures.
-func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *perKey) (*FleetRun, error) {
+func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *perKey, ops io.Writer) (*FleetRun, error) {
 	f := &o.fleet
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
@@ -196,7 +211,7 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	}()
 	handlers := make([]http.Handler, n)
 	for i := range n {
-		in, err := startInstance(ctx, cfg, i, tags)
+		in, err := startInstance(ctx, cfg, i, tags, ops)
 		if err != nil {
 			return nil, fmt.Errorf("instance %d: %w", i, err)
 		}

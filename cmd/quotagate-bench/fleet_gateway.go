@@ -97,8 +97,10 @@ type instance struct {
 	logOut *telemetry.AsyncWriter
 }
 
-// startInstance builds instance i of a fleet on cfg.
-func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[string]keyClass) (*instance, error) {
+// startInstance builds instance i of a fleet on cfg. Its operational log
+// (store errors, breaker changes) goes to ops, tagged with i; its access
+// lines are encoded and dropped.
+func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[string]keyClass, ops io.Writer) (*instance, error) {
 	in := &instance{calls: &callCounter{tags: tags}}
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceVersion: "bench", InstanceID: fmt.Sprintf("fleet-%d", i),
 		Getenv: func(string) string { return "" }})
@@ -123,7 +125,7 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 				Hook: in.calls,
 			}), nil
 		},
-		Logger:         telemetry.NewLogger(in.logOut, slog.LevelInfo),
+		Logger:         telemetry.NewLogger(ops, slog.LevelInfo).With(slog.Int("instance", i)),
 		AccessLog:      telemetry.NewAccessLog(in.logOut, slog.LevelInfo),
 		Metrics:        metrics,
 		TracerProvider: tel.TracerProvider,

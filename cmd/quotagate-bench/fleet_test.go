@@ -28,16 +28,20 @@ func TestFleetMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	jsonPath := filepath.Join(t.TempDir(), "fleet.json")
+	logPath := filepath.Join(t.TempDir(), "instances.log")
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"-mode", "fleet", "-n", "3", "-topology", "standalone,cluster",
 		"-redis", standalone.Addr, "-cluster", strings.Join(cluster.Addrs(), ","),
-		"-d", "1s", "-c", "8", "-callers", "1000", "-abusive-share", "0.4", "-json", jsonPath}, &stdout, &stderr)
+		"-d", "1s", "-c", "8", "-callers", "1000", "-abusive-share", "0.4", "-json", jsonPath, "-instance-log", logPath}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(logPath); err != nil {
+		t.Errorf("-instance-log: %v", err)
 	}
 	var rep FleetReport
 	if err := json.Unmarshal(b, &rep); err != nil {

@@ -129,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.fleet.enterpriseRate, "enterprise-rate", 1000, "fleet: the enterprise tenant's limit per second (and burst)")
 	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N) or auto")
 	fs.StringVar(&o.fleet.redisAddr, "redis", "", "fleet: a standalone Redis to use (flushed before each run) instead of starting one")
+	fs.StringVar(&o.fleet.logPath, "instance-log", "", "fleet: write the instances' operational logs (store errors, breaker changes) to this file")
 	cluster := fs.String("cluster", "", "fleet: comma-separated seed addresses of a Redis Cluster to use (flushed before each run) instead of starting one")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each quotagate run's measured part to this directory (CONTENDER-KEYS-rROUND.pprof; serves /debug/pprof on quotagate's loopback admin listener)")
 	if err := fs.Parse(args); err != nil {
