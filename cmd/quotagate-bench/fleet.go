@@ -356,7 +356,7 @@ func fleetNotes(cores int) []string {
 			"(the fleet decides a little after sending, so util can pass 1 slightly without over-admitting)",
 		"store calls/req: script calls each instance's client sent for the class's keys, per request of the class; " +
 			"redis cmd/req and scripts/req: INFO commandstats deltas over all nodes per request (cmd counts commands run inside scripts too)",
-		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live keys per node sampled at the end, × 1,000,000 callers with one key each, in MB of 10^6 bytes (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
+		"redis µs/req: INFO used_cpu_sys+used_cpu_user delta per request; redis MB/1M: mean MEMORY USAGE of up to 200 live callers' keys per node sampled at the end, × 1,000,000 callers with one key each, in MB of 10^6 bytes (a used_memory delta cannot see keys that expire a tenth of a second after a free caller's request); " +
 			"gw MiB/inst: live heap after GC with the instances running minus before they were built, / instances; proc µs/req: this process (instances + load generator); " +
 			"gen µs/req: the load generator's part (drawing the caller, signing its JWT, building the request), measured alone for 300 ms before each run",
 	}

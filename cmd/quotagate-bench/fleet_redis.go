@@ -221,9 +221,10 @@ func parseInfoStats(s string) (redisStats, error) {
 	return out, nil
 }
 
-// bytesPerKey is the mean MEMORY USAGE of up to sample live keys per node
-// (key, value and its entry in the keyspace; not the entry in the
-// expiry table). 0 when no key is live.
+// bytesPerKey is the mean MEMORY USAGE of up to sample live keys of
+// callers per node (key, value and its entry in the keyspace; not the
+// entry in the expiry table); keys of no caller, such as the fleet
+// roster, are left out. 0 when no caller's key is live.
 //
 // A used_memory delta over a run cannot measure it: a token bucket's key
 // expires once the bucket is full again, a tenth of a second after a free
@@ -235,7 +236,7 @@ func (r *redisNodes) bytesPerKey(ctx context.Context, sample int) (float64, erro
 		var cursor uint64
 		var keys []string
 		for len(keys) < sample {
-			batch, next, err := c.Scan(ctx, cursor, "*", 1000).Result()
+			batch, next, err := c.Scan(ctx, cursor, "*{t:*", 1000).Result()
 			if err != nil {
 				return 0, fmt.Errorf("%s: SCAN: %w", c.Options().Addr, err)
 			}
