@@ -169,12 +169,25 @@ func (g *Gateway) observeResponse(resp *http.Response) {
 		if !ps.claim() {
 			return
 		}
-		if !res.Found {
+		used := int64(min(res.Units, usage.MaxUnits))
+		if !res.Found || brokenOff(res) && used < ps.reserved {
 			g.settleMissing(ctx, ps)
 			return
 		}
-		g.settle(ctx, ps, int64(min(res.Units, usage.MaxUnits)))
+		g.settle(ctx, ps, used)
 	})
+}
+
+// brokenOff reports whether res was read from a body that ended before
+// its end (the client went away, the upstream cut it). Such a usage may
+// cover only part of the work: a stream reports usage as it goes, and the
+// upstream may have worked on after the last report. It can charge more
+// than was reserved but never refund, or a caller could take a large
+// reservation, read until a small running usage, and hang up to get the
+// rest back. A header usage is whole when it arrives; a trailer arrives
+// only with a complete body.
+func brokenOff(res usage.Result) bool {
+	return !res.Complete && (res.From == "json" || res.From == "sse")
 }
 
 // onUpstreamFailure is the proxy's OnFailure: the upstream did not serve

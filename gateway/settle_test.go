@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
@@ -154,6 +155,11 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 			<-sf.release
 		}
 		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":%s}}\n\ndata: [DONE]\n\n", u)
+	case "sse-cut": // reports a running usage, then streams until the caller leaves
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":%s}}\n\n", u)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
 	case "missing":
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"c1","error":"model overloaded"}`)
@@ -391,5 +397,55 @@ func TestSettleRetriedOnceApplied(t *testing.T) {
 	}
 	if got := sf.remaining(t, 2)["tokens"]; got != 900 {
 		t.Errorf("refund of 200, retried: remaining %d, want 900 (applied once)", got)
+	}
+}
+
+// TestSettleBrokenOffStream: a caller that reads a stream's running usage
+// and hangs up gets nothing back when that usage is below the reservation
+// (the reservation stands, counted missing), and pays the excess when it
+// is above: a usage read before the end may not cover the work done.
+func TestSettleBrokenOffStream(t *testing.T) {
+	sf := newSettleFixture(t)
+	for i, c := range []struct {
+		used, result string
+		remaining    int64
+	}{
+		{used: "30", result: "missing", remaining: 800}, // 200 reserved, none back
+		{used: "450", result: "charge", remaining: 550}, // 200 reserved, 250 more charged
+	} {
+		n := i + 1
+		req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/sse-cut?u="+c.used, strings.NewReader(`{"max_tokens":200}`))
+		req.Header.Set("X-API-Key", "KEY"+strconv.Itoa(n))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		if err != nil || !strings.Contains(line, "total_tokens\":"+c.used) {
+			t.Fatalf("usage event: %q, %v", line, err)
+		}
+		resp.Body.Close() // the caller hangs up mid-stream
+		settled := func() (all float64, byResult map[string]float64) {
+			fams, byResult := sf.obs.scrape(t), map[string]float64{}
+			for _, r := range []string{"missing", "charge", "refund", "exact"} {
+				byResult[r] = counterValue(fams, "quotagate_settlements_total", map[string]string{"policy": "tokens", "result": r})
+				all += byResult[r]
+			}
+			return all, byResult
+		}
+		all, byResult := settled()
+		for deadline := time.Now().Add(10 * time.Second); all < float64(n); all, byResult = settled() {
+			if time.Now().After(deadline) {
+				proctest.FatalOverrun(t, "no settlement 10 s after the caller of usage %s hung up", c.used)
+			}
+			time.Sleep(5 * time.Millisecond) // polls a condition the gateway signals no other way
+		}
+		if byResult[c.result] != 1 {
+			t.Errorf("stream cut after a usage of %s: settlements %v, want one %s", c.used, byResult, c.result)
+		}
+		sf.gw.settling.Wait()
+		if got := sf.remaining(t, n)["tokens"]; got != c.remaining {
+			t.Errorf("stream cut after a usage of %s (200 reserved): remaining %d, want %d", c.used, got, c.remaining)
+		}
 	}
 }
