@@ -9,6 +9,7 @@ import (
 	"net"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/gateway"
 	"github.com/quotagate/quotagate/rls"
 	"github.com/quotagate/quotagate/telemetry"
 	"go.opentelemetry.io/otel/trace"
@@ -20,14 +21,15 @@ func checkRLSFiles(cfg *config.Config) error {
 	return err
 }
 
-// startRLS builds the decision service of cfg.RLS on a store of its own
-// (opened by the same openStore as the gateway's) and opens its listeners.
-// It returns nil when the section is off.
-func startRLS(cfg *config.Config, logger *slog.Logger, metrics *telemetry.Metrics, tp trace.TracerProvider) (*decisionService, error) {
+// startRLS builds the decision service of cfg.RLS on a store of its own,
+// opened by open (the gateway's opener, so the process registers in the
+// fleet once), and opens its listeners. It returns nil when the section is
+// off.
+func startRLS(cfg *config.Config, open gateway.OpenStore, logger *slog.Logger, metrics *telemetry.Metrics, tp trace.TracerProvider) (*decisionService, error) {
 	if !cfg.RLS.Enabled() {
 		return nil, nil
 	}
-	backend, err := openStore(cfg.Store)
+	backend, err := open(cfg.Store)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/gateway"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -20,7 +21,7 @@ var errNoRLS = errors.New("rls: this build has no decision service (built with -
 func checkRLSFiles(*config.Config) error { return errNoRLS }
 
 // startRLS refuses an rls section this build cannot serve.
-func startRLS(cfg *config.Config, _ *slog.Logger, _ *telemetry.Metrics, _ trace.TracerProvider) (*decisionService, error) {
+func startRLS(cfg *config.Config, _ gateway.OpenStore, _ *slog.Logger, _ *telemetry.Metrics, _ trace.TracerProvider) (*decisionService, error) {
 	if cfg.RLS.Enabled() {
 		return nil, errNoRLS
 	}

@@ -70,8 +70,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	tel.ExportPrimed(metrics)
 
+	open := storeOpener()
 	gw, err := gateway.New(cfg, gateway.Options{
-		OpenStore:      openStore,
+		OpenStore:      open,
 		Logger:         logger,
 		AccessLog:      telemetry.NewAccessLog(logOut, level),
 		Metrics:        metrics,
@@ -97,7 +98,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		pub.Close()
 		return runtimeErr(fmt.Errorf("server.admin_listen: %w", err))
 	}
-	ds, err := startRLS(cfg, logger, metrics, tel.TracerProvider)
+	ds, err := startRLS(cfg, open, logger, metrics, tel.TracerProvider)
 	if err != nil {
 		pub.Close()
 		adm.Close()

@@ -14,11 +14,22 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
+// storeOpener returns the function that opens every stage-2 backend of
+// this process (see openStore). They all register in the fleet roster
+// under one instance id, so that the gateway and the decision service of
+// one process, and a store and the one a reload replaces it with, count as
+// one instance, not two.
+func storeOpener() func(config.Store) (*ratelimit.Stack, error) {
+	id := ratelimit.NewInstanceID()
+	return func(c config.Store) (*ratelimit.Stack, error) { return openStore(c, id) }
+}
+
 // openStore is the one place that chooses the stage-2 backend: a memory
 // store of this process, or Redis (standalone, Cluster or Sentinel by the
-// shape of the addresses) for a fleet. Either comes as a whole
-// ratelimit.Stack, its on_store_error fallback included.
-func openStore(c config.Store) (*ratelimit.Stack, error) {
+// shape of the addresses) for a fleet, registering in its roster as
+// instance id. Either comes as a whole ratelimit.Stack, its
+// on_store_error fallback included.
+func openStore(c config.Store, id string) (*ratelimit.Stack, error) {
 	switch c.Kind {
 	case "memory":
 		return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
@@ -43,7 +54,7 @@ func openStore(c config.Store) (*ratelimit.Stack, error) {
 			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password, TLS: tlsConf,
 			PoolSize: r.PoolSize, Timeout: r.Timeout,
 			BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
-			FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, KeyPrefix: r.KeyPrefix,
+			FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, FleetID: id, KeyPrefix: r.KeyPrefix,
 		}), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)

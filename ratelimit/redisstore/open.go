@@ -48,6 +48,11 @@ type Config struct {
 	// without a heartbeat (one every FleetTTL/3); 0 means
 	// ratelimit.DefaultFleetTTL.
 	FleetTTL time.Duration
+	// FleetID names the instance in the roster; "" means a new id (see
+	// ratelimit.NewInstanceID). Stores of one process should share one:
+	// they are one instance. Closing any of them leaves the roster until
+	// another one's next heartbeat.
+	FleetID string
 	// KeyPrefix starts the roster's key (see RosterKey); "" means "qg".
 	KeyPrefix string
 }
@@ -71,7 +76,7 @@ func Open(c Config) *ratelimit.Stack {
 		client.AddHook(c.Hook)
 	}
 	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout})
-	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL}
+	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}
 	if !c.FleetStatic {
 		prefix := c.KeyPrefix
 		if prefix == "" {
