@@ -29,7 +29,7 @@ func waitFleetSize(t *testing.T, g *gateway, want float64) {
 }
 
 // TestFleetSizeFollowsGateways: three gateway processes on one Redis,
-// registering with a heartbeat TTL of 600ms, count 3; one stopped
+// registering with a heartbeat TTL of 1.5s, count 3; one stopped
 // gracefully drops out of the others' count; with Redis then killed, the
 // local fallback divides the limit by the last count known (2), and
 // RateLimit-Policy advertises that share.
@@ -37,7 +37,7 @@ func TestFleetSizeFollowsGateways(t *testing.T) {
 	rs := redistest.StartStandalone(t)
 	up := startUpstream(t)
 	cfg := limiterConfig(up.URL(), []string{rs.Addr}, "acme")
-	cfg.Store.Fleet = &fleetCfg{TTL: "600ms"}
+	cfg.Store.Fleet = &fleetCfg{TTL: "1500ms"}
 	cfg.Policies["shared"] = policyCfg{OnStoreError: "local", Limits: map[string]limitCfg{"std": bucket(1, "1h", 60)}}
 	cfg.route("items.get", "GET", "/ok/{rest...}", 1, "shared")
 	gws := startGateways(t, 3, cfg)
