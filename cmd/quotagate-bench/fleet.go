@@ -1,5 +1,25 @@
 package main
 
+// The fleet mode (-mode fleet) answers what a fleet of N gateways costs
+// and whether it keeps every caller's limit exactly, at a million callers.
+//
+// The N instances run in this process, each built by gateway.New with
+// the store the binary opens (redisstore.Open: its own client, lease
+// store, denial cache, breaker and fleet registration), its own
+// telemetry and stage 1. In-process instances let 50 of them run on a
+// small machine, and calling their handlers directly keeps the load
+// generator cheap (generatorCost measures it: a few µs per request)
+// while every part of the gateway a request passes through, from JWT
+// verification to the upstream proxy, runs as in the binary; only the
+// HTTP server and its sockets are left out.
+//
+// Correctness is judged per caller: the hard bound of a token bucket
+// that starts full (burst + rate × elapsed) must never be exceeded, and
+// an exact token bucket run on the same requests' send times says what
+// the fleet should have admitted. Store calls are counted twice: per
+// class of caller in each instance's client (a go-redis hook), and in
+// total by Redis (INFO commandstats), which the test checks agree.
+
 import (
 	"context"
 	"fmt"
