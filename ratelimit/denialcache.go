@@ -24,7 +24,18 @@ type DenialCacheOptions struct {
 	// denials are dropped first, then arbitrary ones; a dropped denial only
 	// costs a store call.
 	Size int
+	// ProbeWait bounds how long one request that found a key's denial run
+	// out may ask the store alone (0: DefaultDenialProbeWait): the other
+	// requests of that batch meanwhile keep the denial, with a RetryAfter
+	// to the end of the wait, rather than all asking the store at once.
+	// A negative value turns this off: every request asks the store.
+	ProbeWait time.Duration
 }
+
+// DefaultDenialProbeWait is DenialCacheOptions.ProbeWait's default: longer
+// than a store round trip on a healthy network, short enough that a store
+// outage reaches the Fallback layer almost at once.
+const DefaultDenialProbeWait = 20 * time.Millisecond
 
 // DenialCache is a store layer that answers a batch the store below denied
 // again without asking it, until the denial runs out.
@@ -53,6 +64,16 @@ type DenialCacheOptions struct {
 // that the refunded units would have admitted (never more than the units
 // refunded, and only on this instance).
 //
+// When a denial runs out, the first request that finds it so asks the
+// store (the probe) while the other requests of the same batch keep the
+// denial, for at most ProbeWait or until the probe's answer: a new denial
+// replaces the old one, an admission or an error forgets it. Without this,
+// every request in flight for a hot key would reach the store at each
+// expiry. It can refuse, for at most ProbeWait per expiry, what the store
+// would have admitted: units that accrued since the denial ran out (rate
+// × ProbeWait at most) beyond what the probe itself takes; with the store
+// failing, it delays its Fallback by at most ProbeWait once.
+//
 // A DenialCache is safe for concurrent use. Its keys are spread over up to
 // 64 shards by a hash of the key, each with its own lock and its share of
 // Size, so that lookups of different keys do not wait for one another.
@@ -69,7 +90,8 @@ type DenialCache struct {
 	// stale 0 only asks the store, which is always correct.
 	held atomic.Int64
 
-	local atomic.Uint64
+	local     atomic.Uint64
+	probeWait time.Duration // < 0: no probes
 }
 
 // denialShard is one lock's share of a DenialCache.
@@ -86,6 +108,10 @@ type denial struct {
 	until time.Time // the earliest end of a denied item's RetryAfter
 	items []Item    // Lease and OnError cleared: they do not matter here
 	d     Decision
+	// probe is when the probe of a run-out denial stops holding back the
+	// others, in Unix nanoseconds (0: none yet). Atomic: a denial kept
+	// under keys of several shards is reached under different locks.
+	probe atomic.Int64
 }
 
 // denialShardKeys is the fewest keys per shard: a small cache keeps one
@@ -104,7 +130,10 @@ func NewDenialCache(inner Store, o DenialCacheOptions) *DenialCache {
 	for n < 64 && 2*n*denialShardKeys <= o.Size {
 		n *= 2
 	}
-	c := &DenialCache{inner: inner, now: o.Now, seed: maphash.MakeSeed(), shards: make([]denialShard, n)}
+	if o.ProbeWait == 0 {
+		o.ProbeWait = DefaultDenialProbeWait
+	}
+	c := &DenialCache{inner: inner, now: o.Now, seed: maphash.MakeSeed(), shards: make([]denialShard, n), probeWait: o.ProbeWait}
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.size = o.Size / n
@@ -125,52 +154,92 @@ func (c *DenialCache) shard(key string) *denialShard {
 // DenialCache), and otherwise decides them on the store below, remembering
 // the decision if it is a denial.
 func (c *DenialCache) Decide(ctx context.Context, items []Item) (Decision, error) {
-	if d, ok := c.lookup(items); ok {
+	d, ok, probe := c.lookup(items)
+	if ok {
 		return d, nil
 	}
 	d, err := c.inner.Decide(ctx, items)
 	if err == nil && !d.Allowed {
 		c.remember(items, d)
 	}
+	if probe != "" {
+		c.endProbe(probe) // a denial just remembered there stays
+	}
 	return d, err
 }
 
-// lookup returns the remembered denial that covers items, as of now.
-func (c *DenialCache) lookup(items []Item) (Decision, bool) {
+// lookup returns the remembered denial that covers items, as of now. When
+// it returns none, probe is the key whose run-out denial this caller
+// probes ("" when none): the caller must end the probe if the store does
+// not deny.
+func (c *DenialCache) lookup(items []Item) (d Decision, ok bool, probe string) {
 	if c.held.Load() == 0 {
-		return Decision{}, false
+		return Decision{}, false, ""
 	}
 	now := c.now()
 	for i := range items {
 		if items[i].Shadow || items[i].Cost <= 0 {
 			continue
 		}
-		if d, ok := c.lookupKey(items[i].Key, items, now); ok {
-			return d, true
+		d, ok, probes := c.lookupKey(items[i].Key, items, now)
+		if ok {
+			if probe != "" {
+				c.endProbe(probe) // another key answers: no probe after all
+			}
+			return d, true, ""
+		}
+		if probes && probe == "" {
+			probe = items[i].Key
 		}
 	}
-	return Decision{}, false
+	return Decision{}, false, probe
 }
 
 // lookupKey returns the denial remembered under key if it covers items at
 // now. A denial that ran out is dropped under key; under its other keys
 // it is dropped when they are looked up (it has run out there too).
-func (c *DenialCache) lookupKey(key string, items []Item, now time.Time) (Decision, bool) {
+func (c *DenialCache) lookupKey(key string, items []Item, now time.Time) (d Decision, ok, probes bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e := sh.keys[key]
-	if e != nil && (!now.Before(e.until) || now.Before(e.at)) {
-		// Run out, or the clock went back: the elapsed time is unknown.
+	if e != nil && now.Before(e.at) {
+		// The clock went back: the elapsed time is unknown.
 		c.drop(sh, key)
 		e = nil
 	}
+	if e != nil && !now.Before(e.until) {
+		// Run out: one request of the batch asks the store while the
+		// others hold back until its answer or the end of ProbeWait.
+		if c.probeWait < 0 || !e.covers(items) {
+			c.drop(sh, key)
+		} else if p := e.probe.Load(); p <= now.UnixNano() && e.probe.CompareAndSwap(p, now.Add(c.probeWait).UnixNano()) {
+			probes = true
+		} else if wait := time.Duration(e.probe.Load() - now.UnixNano()); wait > 0 {
+			sh.mu.Unlock()
+			c.local.Add(1)
+			return e.decisionHeld(wait), true, false
+		}
+		e = nil
+	}
 	sh.mu.Unlock()
-	// A denial never changes once remembered: it is read without the lock.
+	// A denial's decision and items never change once remembered: they are
+	// read without the lock.
 	if e == nil || !e.covers(items) {
-		return Decision{}, false
+		return Decision{}, false, probes
 	}
 	c.local.Add(1)
-	return e.decisionAt(now.Sub(e.at)), true
+	return e.decisionAt(now.Sub(e.at)), true, false
+}
+
+// endProbe forgets the run-out denial under key once its probe has its
+// answer (or is not needed); a denial remembered since stays.
+func (c *DenialCache) endProbe(key string) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	if e := sh.keys[key]; e != nil && e.probe.Load() != 0 {
+		c.drop(sh, key)
+	}
+	sh.mu.Unlock()
 }
 
 // covers reports whether items are e's batch with each cost the same or
@@ -190,16 +259,33 @@ func (e *denial) covers(items []Item) bool {
 
 // decisionAt returns e's decision as it stands elapsed after it was made.
 func (e *denial) decisionAt(elapsed time.Duration) Decision {
+	return e.decision(func(retry, reset time.Duration) (time.Duration, time.Duration) {
+		return retry - elapsed, max(reset-elapsed, 0)
+	})
+}
+
+// decisionHeld returns e's decision for a request held back while the
+// denial's probe is out: each denied item waits until the probe ends.
+func (e *denial) decisionHeld(wait time.Duration) Decision {
+	return e.decision(func(_, reset time.Duration) (time.Duration, time.Duration) {
+		return wait, min(reset, wait)
+	})
+}
+
+// decision returns a copy of e's decision with the RetryAfter (of the
+// decision and of each denied item) and every ResetAfter mapped by f.
+func (e *denial) decision(f func(retry, reset time.Duration) (time.Duration, time.Duration)) Decision {
 	d := e.d
 	d.Results = slices.Clone(e.d.Results)
 	for i := range d.Results {
 		r := &d.Results[i]
+		retry, reset := f(r.RetryAfter, r.ResetAfter)
 		if r.RetryAfter > 0 {
-			r.RetryAfter -= elapsed
+			r.RetryAfter = retry
 		}
-		r.ResetAfter = max(r.ResetAfter-elapsed, 0)
+		r.ResetAfter = reset
 	}
-	d.RetryAfter -= elapsed
+	d.RetryAfter, _ = f(d.RetryAfter, 0)
 	return d
 }
 

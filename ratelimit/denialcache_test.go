@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -297,6 +298,123 @@ func TestDenialCacheClockBack(t *testing.T) {
 	d := decide()
 	if want := denied.RetryAfter - time.Second; d.Allowed || counted.Calls() != calls+1 || d.RetryAfter != want {
 		t.Errorf("clock forward again: %+v after %d store calls, want a local denial, RetryAfter %v, %d calls", d, counted.Calls(), want, calls+1)
+	}
+}
+
+// gatedStore holds each Decide that reaches it until the test lets it go:
+// entered receives the call, and the call returns the store's decision,
+// or fail's error when fail is set, once release is sent.
+type gatedStore struct {
+	ratelimit.Store
+	entered chan struct{}
+	release chan struct{}
+	fail    error
+}
+
+func (g *gatedStore) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
+	select {
+	case g.entered <- struct{}{}:
+	case <-ctx.Done():
+		return ratelimit.Decision{}, ctx.Err()
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done(): // a call the test did not expect
+		return ratelimit.Decision{}, ctx.Err()
+	}
+	if g.fail != nil {
+		return ratelimit.Decision{}, g.fail
+	}
+	return g.Store.Decide(ctx, items)
+}
+
+// TestDenialCacheProbesOnceAtExpiry: when a remembered denial runs out,
+// one request asks the store while the others of the batch keep the
+// denial until its answer (or ProbeWait); an admission or an error of the
+// probe forgets the denial, a new denial replaces it.
+func TestDenialCacheProbesOnceAtExpiry(t *testing.T) {
+	clock := &storetest.Clock{}
+	clock.Set(dcT0)
+	gate := &gatedStore{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now}),
+		entered: make(chan struct{}, 1), release: make(chan struct{}, 1)}
+	counted := &storetest.CountingStore{Store: gate}
+	c := ratelimit.NewDenialCache(counted, ratelimit.DenialCacheOptions{Now: clock.Now, ProbeWait: 20 * time.Millisecond})
+	defer c.Close()
+	item := ratelimit.Item{Key: "k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, Cost: 1}
+	passed := func() ratelimit.Decision { // a decision the store makes
+		t.Helper()
+		gate.release <- struct{}{}
+		d := decide(t, c, item)
+		<-gate.entered
+		return d
+	}
+	held := func(wantWait time.Duration) { // a decision the cache makes
+		t.Helper()
+		before := counted.Calls()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		d, err := c.Decide(ctx, []ratelimit.Item{item})
+		if err != nil {
+			t.Fatalf("held back: the store was asked (%v), want a local denial", err)
+		}
+		if d.Allowed || d.RetryAfter != wantWait || counted.Calls() != before {
+			t.Fatalf("held back: %+v after %d store calls, want a local denial with RetryAfter %v and no store call", d, counted.Calls()-before, wantWait)
+		}
+	}
+	if d := passed(); !d.Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	if d := passed(); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("second request: %+v, want denied for 1s", d)
+	}
+	held(time.Second) // remembered
+
+	// The denial runs out: one probe goes to the store, and is held there.
+	clock.Set(dcT0.Add(time.Second))
+	probe := make(chan ratelimit.Decision)
+	go func() {
+		d, _ := c.Decide(context.Background(), []ratelimit.Item{item})
+		probe <- d
+	}()
+	<-gate.entered
+	held(20 * time.Millisecond)
+	clock.Set(dcT0.Add(time.Second + 15*time.Millisecond))
+	held(5 * time.Millisecond)
+	gate.release <- struct{}{}
+	if d := <-probe; !d.Allowed {
+		t.Fatalf("probe: %+v, want admitted (one unit back after 1s)", d)
+	}
+	// Admitted: forgotten, so the next request asks the store, which
+	// denies anew and is remembered again.
+	if d := passed(); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("after the probe: %+v, want the store's new denial for 1s", d)
+	}
+	held(time.Second)
+
+	// A probe that outlasts ProbeWait no longer holds the others back, and
+	// one that fails forgets the denial.
+	clock.Set(dcT0.Add(2*time.Second + 15*time.Millisecond))
+	gate.fail = errors.New("store down")
+	go func() {
+		d, _ := c.Decide(context.Background(), []ratelimit.Item{item})
+		probe <- d
+	}()
+	<-gate.entered
+	clock.Set(dcT0.Add(2*time.Second + 35*time.Millisecond))
+	late := make(chan struct{})
+	go func() {
+		defer close(late)
+		_, _ = c.Decide(context.Background(), []ratelimit.Item{item}) // a second probe: to the store
+	}()
+	<-gate.entered
+	gate.release <- struct{}{}
+	gate.release <- struct{}{}
+	<-probe
+	<-late
+	gate.fail = nil
+	before := counted.Calls()
+	if d := passed(); !d.Allowed || counted.Calls() != before+1 {
+		t.Errorf("after failed probes: %+v, want the store asked and admitting", d)
 	}
 }
 
