@@ -77,6 +77,12 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 			st := stateFrom(r.Context())
 			st.cost = st.route.cost
 			cb := st.route.block
+			if cb != nil && cb.settles && (cb.settleFrom.JSON != "" || cb.settleFrom.SSE != "") {
+				// A compressed body is not read for usage, so a caller asking
+				// for one would keep its (possibly tiny) reservation whatever
+				// it used: the upstream is asked for an identity body.
+				r.Header.Del("Accept-Encoding")
+			}
 			if cb == nil || !cb.asks {
 				next.ServeHTTP(w, r)
 				return

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net/http"
@@ -146,6 +147,13 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	case "json":
 		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") { // as a real upstream would
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			fmt.Fprintf(zw, `{"usage":{"total_tokens":%s}}`, u)
+			_ = zw.Close()
+			return
+		}
 		fmt.Fprintf(w, `{"id":"c1","choices":[{"text":"hi"}],"usage":{"prompt_tokens":1,"total_tokens":%s}}`, u)
 	case "sse", "sse-gated":
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -447,5 +455,20 @@ func TestSettleBrokenOffStream(t *testing.T) {
 		if got := sf.remaining(t, n)["tokens"]; got != c.remaining {
 			t.Errorf("stream cut after a usage of %s (200 reserved): remaining %d, want %d", c.used, got, c.remaining)
 		}
+	}
+}
+
+// TestSettleAsksIdentityBody: a caller that asks for a compressed response
+// (whose usage the gateway cannot read) to keep a small reservation whatever
+// it used still has its usage settled: the gateway asks the upstream for an
+// identity body on routes that settle from the body.
+func TestSettleAsksIdentityBody(t *testing.T) {
+	sf := newSettleFixture(t)
+	resp, body := sf.post(t, 1, "/v1/chat/json?u=450", `{"max_tokens":1}`, map[string]string{"Accept-Encoding": "gzip"})
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("status %d, Content-Encoding %q: %s; want 200 and an identity body", resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
+	}
+	if got := sf.remaining(t, 1)["tokens"]; got != 550 {
+		t.Errorf("reserved 1, used 450 behind Accept-Encoding: gzip: remaining %d, want 550 (the usage charged)", got)
 	}
 }

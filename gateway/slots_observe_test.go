@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,8 +9,6 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
-	"github.com/quotagate/quotagate/telemetry"
 )
 
 // TestConcurrencyObserved: the in-flight gauge and the queue-wait
@@ -20,16 +17,7 @@ import (
 // another waited for it, on the gateway's clock.
 func TestConcurrencyObserved(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	m, err := telemetry.NewMetrics(tel.MeterProvider)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tel.ExportPrimed(m)
+	tel, m := newTestMetrics(t)
 	f := newSlotFixtureWith(t, Options{Metrics: m, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))})
 	scrape := func() string {
 		rec := httptest.NewRecorder()
