@@ -22,6 +22,7 @@ func TestFromRequest(t *testing.T) {
 	}{
 		{"json", `{"model":"m","max_tokens":500}`, "-", "", 500, true, false},
 		{"json before header", `{"max_tokens":500}`, "700", "", 500, true, false},
+		{"json key twice: the last, as the upstream reads it", `{"max_tokens":1,"max_tokens":30000}`, "-", "", 30000, true, false},
 		{"header when json absent", `{"model":"m"}`, "700", "", 700, true, false},
 		{"header when json null", `{"max_tokens":null}`, "700", "", 700, true, false},
 		{"header when body not json", `max_tokens=5`, "700", "", 700, true, false},
