@@ -36,9 +36,14 @@ func (g *Gateway) ReloadFile(path string) error {
 // WatchFile reloads path whenever its content changes, checking every
 // interval, until ctx is done. Polling the content (not the modification
 // time) also catches the atomic renames with which editors and Kubernetes
-// ConfigMaps replace files.
+// ConfigMaps replace files. It takes the content's digest before it
+// returns, so a change made after WatchFile returns is never missed, and
+// watches in a goroutine of its own.
 func (g *Gateway) WatchFile(ctx context.Context, path string, interval time.Duration) {
-	last := fileDigest(path)
+	go g.watchFile(ctx, path, interval, fileDigest(path))
+}
+
+func (g *Gateway) watchFile(ctx context.Context, path string, interval time.Duration, last []byte) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -176,9 +176,13 @@ func (s *Server) ReloadFile(path string) error {
 
 // Watch reloads whenever the main configuration at path or one of the
 // descriptor files changes content, checking every interval, until ctx is
-// done.
+// done. It takes the digests before it returns (a change made after it
+// returns is never missed) and watches in a goroutine of its own.
 func (s *Server) Watch(ctx context.Context, path string, interval time.Duration) {
-	last := s.digest(path)
+	go s.watch(ctx, path, interval, s.digest(path))
+}
+
+func (s *Server) watch(ctx context.Context, path string, interval time.Duration, last []byte) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -104,17 +104,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		adm.Close()
 		return runtimeErr(err)
 	}
-	if *addrFile != "" {
-		if err := writeAddrFile(*addrFile, pub.Addr(), adm.Addr()); err != nil {
-			pub.Close()
-			adm.Close()
-			ds.close()
-			return runtimeErr(fmt.Errorf("-addr-file: %w", err))
-		}
-	}
-	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
-		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
-
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -131,17 +120,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}()
+	// The watchers take the file's digest now, before the start is
+	// announced: a change made after the announcement is never missed.
 	if *watch > 0 {
-		go gw.WatchFile(ctx, *path, *watch)
+		gw.WatchFile(ctx, *path, *watch)
+		if ds != nil {
+			ds.srv.Watch(ctx, *path, *watch)
+		}
 	}
+	if *addrFile != "" {
+		if err := writeAddrFile(*addrFile, pub.Addr(), adm.Addr()); err != nil {
+			pub.Close()
+			adm.Close()
+			ds.close()
+			return runtimeErr(fmt.Errorf("-addr-file: %w", err))
+		}
+	}
+	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
+		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	rlsDone := make(chan error, 1)
 	if ds != nil {
-		if *watch > 0 {
-			go ds.srv.Watch(ctx, *path, *watch)
-		}
 		go func() {
 			rlsDone <- ds.srv.Serve(ctx, ds.grpc, ds.http, cfg.Server.ShutdownTimeout)
 			stop() // a failed decision service stops the process
