@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,18 +124,25 @@ type LeaseStats struct {
 // (capped at Burst); ResetAfter is computed from it. They are estimates:
 // other instances consume in the meantime.
 //
-// A LeaseStore is safe for concurrent use.
+// A LeaseStore is safe for concurrent use. Its keys are spread by hash
+// over shards, each with a lock of its own, so decisions of different
+// keys seldom wait for each other; decisions of one key share its block.
 type LeaseStore struct {
 	inner   Reserver
 	now     func() time.Time
 	timeout time.Duration
 	fleet   func() int64 // nil: Lease.Instances alone
 
-	mu     sync.Mutex
-	blocks map[string]*block
-	// auto is the demand estimate of the Auto keys seen lately (see
-	// lease_auto.go), pruned at most every autoPruneEvery.
-	auto       map[string]*autoRate
+	// shards hold the blocks and demand estimates by key hash (see
+	// lease_shard.go); len(shards) is a power of two, mask one less.
+	shards []leaseShard
+	seed   maphash.Seed
+	mask   uint64
+	// autoKeys counts the entries of every shard's auto table, at most
+	// autoMaxKeys. They are pruned at most every autoPruneEvery;
+	// autoPruned is when they last were, under pruneMu.
+	autoKeys   atomic.Int64
+	pruneMu    sync.Mutex
 	autoPruned time.Time
 
 	stats struct{ local, reserve, returns, returned, lost, passed atomic.Int64 }
@@ -155,9 +163,14 @@ func NewLeaseStore(inner Reserver, opts LeaseOptions) *LeaseStore {
 		now:     opts.Now,
 		timeout: opts.ReturnTimeout,
 		fleet:   opts.Fleet,
-		blocks:  make(map[string]*block),
-		auto:    make(map[string]*autoRate),
+		shards:  make([]leaseShard, leaseShards()),
+		seed:    maphash.MakeSeed(),
 		quit:    make(chan struct{}),
+	}
+	s.mask = uint64(len(s.shards) - 1)
+	for i := range s.shards {
+		s.shards[i].blocks = make(map[string]*block)
+		s.shards[i].auto = make(map[string]*autoRate)
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -315,18 +328,19 @@ func (s *LeaseStore) leasedItems(items []Item) ([]int, error) {
 // blockFor returns the key's block, creating it, and registers the caller
 // as a user.
 func (s *LeaseStore) blockFor(it Item) *block {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.blocks[it.Key]
+	sh := s.shard(it.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b := sh.blocks[it.Key]
 	if b == nil {
 		b = &block{}
-		s.blocks[it.Key] = b
+		sh.blocks[it.Key] = b
 	}
 	b.mu.Lock()
 	b.item = it
 	b.users++
 	if it.Lease.Auto {
-		b.demand = s.autoTarget(it)
+		b.demand = sh.autoTarget(it)
 	}
 	b.mu.Unlock()
 	return b

@@ -65,27 +65,47 @@ func (a *autoRate) observe(now time.Time, cost int64, ttl time.Duration) {
 // instance holds or is reserving units of the key (they are used before
 // the store is asked again).
 func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.auto[it.Key]
+	sh := s.shard(it.Key)
+	sh.mu.Lock()
+	a := sh.auto[it.Key]
+	if a == nil && s.autoKeys.Load() >= autoMaxKeys && s.autoPruneDue(now, autoPruneEvery/10) {
+		// The prune takes every shard's lock in turn: not while this one
+		// is held.
+		sh.mu.Unlock()
+		s.pruneAuto(now)
+		sh.mu.Lock()
+		a = sh.auto[it.Key]
+	}
+	defer sh.mu.Unlock()
 	if a == nil {
-		if len(s.auto) >= autoMaxKeys && now.Sub(s.autoPruned) >= autoPruneEvery/10 {
-			s.pruneAuto(now)
-		}
-		if len(s.auto) >= autoMaxKeys {
-			return s.holds(it.Key, now)
+		if !s.autoAdmit() {
+			return sh.holds(it.Key, now)
 		}
 		a = &autoRate{}
-		s.auto[it.Key] = a
+		sh.auto[it.Key] = a
 	}
 	a.observe(now, it.Cost, it.Lease.TTL)
-	return a.engaged || s.holds(it.Key, now)
+	return a.engaged || sh.holds(it.Key, now)
+}
+
+// autoAdmit takes room for one more key in the auto tables, unless they
+// hold autoMaxKeys already.
+func (s *LeaseStore) autoAdmit() bool {
+	for {
+		n := s.autoKeys.Load()
+		if n >= autoMaxKeys {
+			return false
+		}
+		if s.autoKeys.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // holds reports whether this instance holds unexpired units of key at
-// now, or is reserving some. s.mu is held.
-func (s *LeaseStore) holds(key string, now time.Time) bool {
-	b := s.blocks[key]
+// now, or is reserving some. sh.mu is held.
+func (sh *leaseShard) holds(key string, now time.Time) bool {
+	b := sh.blocks[key]
 	if b == nil {
 		return false
 	}
@@ -96,21 +116,26 @@ func (s *LeaseStore) holds(key string, now time.Time) bool {
 }
 
 // autoTarget is the block to reserve for the Auto item it: E units, the
-// demand of the last TTL. s.mu is held.
-func (s *LeaseStore) autoTarget(it Item) float64 {
-	if a := s.auto[it.Key]; a != nil {
+// demand of the last TTL. sh.mu is held.
+func (sh *leaseShard) autoTarget(it Item) float64 {
+	if a := sh.auto[it.Key]; a != nil {
 		return a.rate * it.Lease.TTL.Seconds()
 	}
 	return 0
 }
 
-// pruneAuto forgets the keys that had no decision for two of their TTLs.
-// s.mu is held.
+// pruneAuto forgets the keys that had no decision for two of their TTLs,
+// one shard at a time. No shard lock is held.
 func (s *LeaseStore) pruneAuto(now time.Time) {
-	s.autoPruned = now
-	for key, a := range s.auto {
-		if now.Sub(a.last) >= 2*a.ttl {
-			delete(s.auto, key)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for key, a := range sh.auto {
+			if now.Sub(a.last) >= 2*a.ttl {
+				delete(sh.auto, key)
+				s.autoKeys.Add(-1)
+			}
 		}
+		sh.mu.Unlock()
 	}
 }

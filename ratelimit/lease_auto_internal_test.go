@@ -55,19 +55,43 @@ func TestAutoTableBounded(t *testing.T) {
 	for range 5 {
 		s.autoLeased(it, now)
 	}
-	if len(s.auto) != autoMaxKeys || s.auto["new"] != nil {
-		t.Fatalf("full table: %d keys, new tracked %v; want %d, false", len(s.auto), s.auto["new"] != nil, autoMaxKeys)
+	if n := autoLen(t, s); n != autoMaxKeys || autoTracked(s, "new") {
+		t.Fatalf("full table: %d keys, new tracked %v; want %d, false", n, autoTracked(s, "new"), autoMaxKeys)
 	}
 	now = now.Add(2 * time.Second)
 	s.autoLeased(it, now)
-	if len(s.auto) != 1 || s.auto["new"] == nil {
-		t.Fatalf("after two quiet TTLs: %d keys, new tracked %v; want 1, true", len(s.auto), s.auto["new"] != nil)
+	if n := autoLen(t, s); n != 1 || !autoTracked(s, "new") {
+		t.Fatalf("after two quiet TTLs: %d keys, new tracked %v; want 1, true", n, autoTracked(s, "new"))
 	}
+}
+
+// autoLen is the number of keys in the auto tables of s, counted in every
+// shard; it fails the test when the store's own count disagrees.
+func autoLen(t testing.TB, s *LeaseStore) int {
+	t.Helper()
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].auto)
+		s.shards[i].mu.Unlock()
+	}
+	if c := s.autoKeys.Load(); c != int64(n) {
+		t.Fatalf("the auto tables count %d keys, hold %d", c, n)
+	}
+	return n
+}
+
+// autoTracked reports whether the auto tables of s hold key.
+func autoTracked(s *LeaseStore, key string) bool {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.auto[key] != nil
 }
 
 // BenchmarkAutoLeasedColdKeys is what an auto lease adds to a decision of
 // a cold key (which then goes to the store unleased): one estimate
-// update under the store's lock, over 100,000 keys, from parallel callers.
+// update under its shard's lock, over 100,000 keys, from parallel callers.
 func BenchmarkAutoLeasedColdKeys(b *testing.B) {
 	now := time.Unix(1_700_000_000, 0)
 	s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return now }, SweepEvery: -1})

@@ -44,11 +44,32 @@ func (s *LeaseStore) sweep(ctx context.Context, all bool) (int64, error) {
 	now := s.now()
 	var items []Item
 	var units int64
-	s.mu.Lock()
-	if now.Sub(s.autoPruned) >= autoPruneEvery {
+	if s.autoPruneDue(now, autoPruneEvery) {
 		s.pruneAuto(now)
 	}
-	for key, b := range s.blocks {
+	for i := range s.shards {
+		items, units = s.shards[i].sweep(now, all, items, units)
+	}
+	if len(items) == 0 {
+		return 0, nil
+	}
+	s.stats.returns.Add(int64(len(items)))
+	if err := s.inner.Refund(ctx, items); err != nil {
+		s.stats.lost.Add(units)
+		return 0, err
+	}
+	s.stats.returned.Add(units)
+	return units, nil
+}
+
+// sweep moves the expired units of the shard's blocks (every block's
+// units when all is set) into items to give back, one item per key, adds
+// them to units, and forgets the blocks that have been empty and unused
+// for a while.
+func (sh *leaseShard) sweep(now time.Time, all bool, items []Item, units int64) ([]Item, int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for key, b := range sh.blocks {
 		b.mu.Lock()
 		if all {
 			b.returning += b.left
@@ -66,30 +87,21 @@ func (s *LeaseStore) sweep(ctx context.Context, all bool) (int64, error) {
 		}
 		idle := now.Sub(b.lastSeen) >= 2*b.item.Lease.TTL+idleForget
 		if b.users == 0 && b.reserving == 0 && b.left == 0 && idle {
-			delete(s.blocks, key)
+			delete(sh.blocks, key)
 		}
 		b.mu.Unlock()
 	}
-	s.mu.Unlock()
-	if len(items) == 0 {
-		return 0, nil
-	}
-	s.stats.returns.Add(int64(len(items)))
-	if err := s.inner.Refund(ctx, items); err != nil {
-		s.stats.lost.Add(units)
-		return 0, err
-	}
-	s.stats.returned.Add(units)
-	return units, nil
+	return items, units
 }
 
 // Held returns the units this instance holds reserved for key and not yet
 // admitted (0 for a key it holds nothing of), counting those of expired
 // blocks that wait to be given back.
 func (s *LeaseStore) Held(key string) int64 {
-	s.mu.Lock()
-	b := s.blocks[key]
-	s.mu.Unlock()
+	sh := s.shard(key)
+	sh.mu.Lock()
+	b := sh.blocks[key]
+	sh.mu.Unlock()
 	if b == nil {
 		return 0
 	}
