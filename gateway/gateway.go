@@ -108,7 +108,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
 		retiring: map[*ratelimit.Stack]*time.Timer{},
 		logLimit: telemetry.NewLogLimiter(5, 10*time.Second, o.Now),
-		slots:    newSlotState(o.Logger),
+		slots:    newSlotState(o.Logger, o.Metrics),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // slotState is the gateway's part in concurrency policies, shared by every
@@ -27,10 +28,16 @@ type slotState struct {
 	instance string
 	seq      atomic.Uint64
 
-	inflight sync.Map // policy name -> *atomic.Int64
+	inflight sync.Map // policy name -> *policySlots
 }
 
-func newSlotState(logger *slog.Logger) *slotState {
+// policySlots is one concurrency policy's slots held on this instance.
+type policySlots struct {
+	name     string
+	inflight atomic.Int64
+}
+
+func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics) *slotState {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &slotState{queues: newSlotQueues(), instance: hex.EncodeToString(b[:])}
@@ -43,8 +50,32 @@ func newSlotState(logger *slog.Logger) *slotState {
 		OnError: func(op string, err error) {
 			logger.LogAttrs(context.Background(), slog.LevelDebug, "concurrency slot "+op+" failed", slog.String("error", err.Error()))
 		},
+		Lost: func(lost []ratelimit.LostSlot) { s.lost(lost, logger, metrics) },
 	})
 	return s
+}
+
+// lost records the slots a renewal round found gone (expired while this
+// instance could not renew them, or deleted from the store): counted per
+// policy, logged once per policy and round at warn. Their requests run on,
+// since an upstream call cannot be cancelled safely half-way; the
+// capacity is already free, so requests waiting here for the key try again.
+func (s *slotState) lost(lost []ratelimit.LostSlot, logger *slog.Logger, metrics *telemetry.Metrics) {
+	ctx := context.Background()
+	per := map[string]int64{}
+	for _, l := range lost {
+		hs, ok := l.Owner.(*heldSlots)
+		if !ok || l.Index >= len(hs.policies) {
+			continue
+		}
+		per[hs.policies[l.Index].name]++
+		s.queues.notify(l.Item.Key)
+	}
+	for policy, n := range per {
+		metrics.SlotsLost(ctx, policy, n)
+		logger.LogAttrs(ctx, slog.LevelWarn, "concurrency slots lost: their requests run on without them",
+			slog.String("policy", policy), slog.Int64("slots", n))
+	}
 }
 
 // holder returns a name no other request of the fleet holds a slot under:
@@ -54,26 +85,27 @@ func (s *slotState) holder() string {
 }
 
 // counter returns the in-flight count of policy.
-func (s *slotState) counter(policy string) *atomic.Int64 {
+func (s *slotState) counter(policy string) *policySlots {
 	if c, ok := s.inflight.Load(policy); ok {
-		return c.(*atomic.Int64)
+		return c.(*policySlots)
 	}
-	c, _ := s.inflight.LoadOrStore(policy, new(atomic.Int64))
-	return c.(*atomic.Int64)
+	c, _ := s.inflight.LoadOrStore(policy, &policySlots{name: policy})
+	return c.(*policySlots)
 }
 
 // inflightOf returns the number of slots of policy held on this instance.
 func (s *slotState) inflightOf(policy string) int64 {
 	if c, ok := s.inflight.Load(policy); ok {
-		return c.(*atomic.Int64).Load()
+		return c.(*policySlots).inflight.Load()
 	}
 	return 0
 }
 
 // heldSlots is what one admitted request holds until its response is done.
+// It owns its ratelimit.Held: policies[i] is the policy of its item i.
 type heldSlots struct {
 	held     *ratelimit.Held
-	counters []*atomic.Int64
+	policies []*policySlots
 	since    time.Time
 }
 
@@ -84,7 +116,7 @@ type heldSlots struct {
 // waits on no I/O.
 func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
 	var taken []ratelimit.Item
-	var counters []*atomic.Int64
+	var policies []*policySlots
 	for i := range items {
 		res := d.Results[i]
 		if items[i].Algorithm != ratelimit.Concurrency || !res.Allowed ||
@@ -93,21 +125,23 @@ func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, 
 		}
 		taken = append(taken, items[i])
 		c := s.counter(ps[i].name)
-		c.Add(1)
-		counters = append(counters, c)
+		c.inflight.Add(1)
+		policies = append(policies, c)
 	}
 	if len(taken) == 0 {
 		return nil
 	}
-	return &heldSlots{held: s.keeper.Hold(store, taken, inline), counters: counters, since: now}
+	hs := &heldSlots{policies: policies, since: now}
+	hs.held = s.keeper.Hold(store, taken, inline, hs)
+	return hs
 }
 
 // release gives the slots back (in the background) and records on the
 // request span how long they were held.
 func (h *heldSlots) release(span trace.Span, now func() time.Time) {
 	h.held.Release() // first: inline, the slots are free once the count drops
-	for _, c := range h.counters {
-		c.Add(-1)
+	for _, c := range h.policies {
+		c.inflight.Add(-1)
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Int64("quotagate.slot_held_ms", ceilMillis(now().Sub(h.since))))

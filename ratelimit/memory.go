@@ -357,44 +357,50 @@ func (sh *memShard) sweep(now int64) {
 // Release frees the slots of items (see SlotStore). It fails only for
 // invalid items, a done ctx or a closed store.
 func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
-	return s.eachSlot(ctx, items, func(e *memEntry, it *Item, _ int64) {
+	_, err := s.eachSlot(ctx, items, func(e *memEntry, it *Item, _ int64) bool {
 		e.st = releaseSlot(&e.st, it.Holder)
+		return true
 	})
+	return err
 }
 
-// Renew extends the slots of items still held to Limit.Per from now (see
-// SlotStore). It fails only as Release does.
-func (s *MemoryStore) Renew(ctx context.Context, items []Item) error {
-	return s.eachSlot(ctx, items, func(e *memEntry, it *Item, now int64) {
+// Renew extends the slots of items still held to Limit.Per from now, and
+// returns the indexes of the items whose slot was not (see SlotStore). It
+// fails only as Release does, and then reports none lost.
+func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
+	return s.eachSlot(ctx, items, func(e *memEntry, it *Item, now int64) bool {
 		i := slices.IndexFunc(e.st.Holds, func(h Hold) bool { return h.Holder == it.Holder && h.Expires > now })
 		if i < 0 {
-			return
+			return false
 		}
 		e.st.Holds = slices.Clone(e.st.Holds)
 		e.st.Holds[i].Expires = now + it.Limit.Per.Microseconds()
+		return true
 	})
 }
 
 // eachSlot applies f to the live concurrency entry of each item's key,
 // under its shard's lock, and then sets the entry's expiry from its holds
-// (removing it when none is left).
-func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, f func(e *memEntry, it *Item, now int64)) error {
+// (removing it when none is left). It returns the indexes of the items
+// that had no live entry or for which f returned false.
+func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, f func(e *memEntry, it *Item, now int64) bool) (missed []int, err error) {
 	if err := CheckSlotItems(items); err != nil {
-		return err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if s.closed.Load() {
-		return fmt.Errorf("%w: memory store closed", ErrUnavailable)
+		return nil, fmt.Errorf("%w: memory store closed", ErrUnavailable)
 	}
 	for i := range items {
 		it := &items[i]
 		sh := &s.shards[maphash.String(s.seed, it.Key)&s.mask]
 		sh.mu.Lock()
 		now := s.now().UnixMicro()
-		if e, ok := sh.keys[it.Key]; ok && e.alg == Concurrency && e.expires > now {
-			f(&e, it, now)
+		e, ok := sh.keys[it.Key]
+		ok = ok && e.alg == Concurrency && e.expires > now && f(&e, it, now)
+		if ok {
 			live := liveHolds(&e.st, now)
 			if _, last := holdSpan(live); len(live) > 0 {
 				e.st.Holds, e.expires = live, now+ttlMillis(last-now).Microseconds()
@@ -404,8 +410,11 @@ func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, f func(e *memE
 			}
 		}
 		sh.mu.Unlock()
+		if !ok {
+			missed = append(missed, i)
+		}
 	}
-	return nil
+	return missed, nil
 }
 
 // Len returns the number of live (unexpired) keys, removing the expired

@@ -363,8 +363,12 @@ type SlotStore interface {
 	Release(ctx context.Context, items []Item) error
 	// Renew extends each slot still held by an item's Holder to Limit.Per
 	// from the store's current time. A slot that has already expired is not
-	// taken again: its request runs on without it. Items as for Release.
-	Renew(ctx context.Context, items []Item) error
+	// taken again: its request runs on without it. lost lists, in
+	// increasing order, the indexes of the items whose slot Renew found no
+	// longer held (expired, released, or its key deleted or evicted); an
+	// item that a failed part of the call concerned is never among them,
+	// whatever the error. Items as for Release.
+	Renew(ctx context.Context, items []Item) (lost []int, err error)
 }
 
 var (

@@ -9,7 +9,7 @@ import (
 // Slots releases and renews concurrency slots: a SlotStore, or a Stack.
 type Slots interface {
 	Release(ctx context.Context, items []Item) error
-	Renew(ctx context.Context, items []Item) error
+	Renew(ctx context.Context, items []Item) (lost []int, err error)
 }
 
 // SlotKeeperOptions configure a SlotKeeper. Zero values take the defaults.
@@ -24,6 +24,21 @@ type SlotKeeperOptions struct {
 	// renewals ("renew"). A failed release frees its slots after their
 	// Limit.Per; a failed renewal is tried again at the next round.
 	OnError func(op string, err error)
+	// Lost, when set, is called after a round of renewals with the slots
+	// that it found no longer held (see SlotStore.Renew), if any: each is
+	// reported once, no longer renewed, and not released. Their requests
+	// run on; the capacity they held is free for others already.
+	Lost func(lost []LostSlot)
+}
+
+// LostSlot is a held slot that a renewal found gone.
+type LostSlot struct {
+	// Owner is the owner given to Hold.
+	Owner any
+	// Index is the slot's item among the items given to Hold.
+	Index int
+	// Item is that item.
+	Item Item
 }
 
 // SlotKeeper holds the concurrency slots of this instance's requests in
@@ -51,8 +66,12 @@ type Held struct {
 	k      *SlotKeeper
 	slots  Slots
 	items  []Item
+	owner  any
 	inline bool
-	once   sync.Once
+	// lost marks the items whose slot a renewal found gone; nil until
+	// one is. Guarded by k.mu.
+	lost []bool
+	once sync.Once
 }
 
 // NewSlotKeeper returns a SlotKeeper holding nothing and starts its
@@ -71,9 +90,11 @@ func NewSlotKeeper(o SlotKeeperOptions) *SlotKeeper {
 // are held until the returned Held is released, and renews them meanwhile.
 // inline makes Release free them in the caller's goroutine: for a store of
 // this process, whose release waits on no I/O, that is cheaper than a
-// goroutine and frees the slots before Release returns.
-func (k *SlotKeeper) Hold(s Slots, items []Item, inline bool) *Held {
-	h := &Held{k: k, slots: s, items: items, inline: inline}
+// goroutine and frees the slots before Release returns. owner is given
+// back with each of the items found lost (see SlotKeeperOptions.Lost); the
+// keeper does not look at it.
+func (k *SlotKeeper) Hold(s Slots, items []Item, inline bool, owner any) *Held {
+	h := &Held{k: k, slots: s, items: items, owner: owner, inline: inline}
 	p := shortestPer(items) / 3
 	k.mu.Lock()
 	k.held[h] = struct{}{}
@@ -90,40 +111,50 @@ func (k *SlotKeeper) Hold(s Slots, items []Item, inline bool) *Held {
 
 // Release stops renewing h's slots and frees them in the store, in the
 // background under the keeper's Timeout, so that it never waits for the
-// store (unless h was held inline). Calls after the first do nothing.
+// store (unless h was held inline). Slots found lost are not released.
+// Calls after the first do nothing.
 func (h *Held) Release() {
 	h.once.Do(func() {
 		k := h.k
 		k.mu.Lock()
 		delete(k.held, h)
-		closed := k.closed
-		if !closed {
+		items := h.items
+		if h.lost != nil {
+			items = nil
+			for i, it := range h.items {
+				if !h.lost[i] {
+					items = append(items, it)
+				}
+			}
+		}
+		run := !k.closed && len(items) > 0
+		if run {
 			k.running.Add(1)
 			k.releases.Add(1)
 		}
 		k.mu.Unlock()
 		switch {
-		case closed:
+		case !run:
 		case h.inline:
-			h.release()
+			h.release(items)
 		default:
-			go h.release()
+			go h.release(items)
 		}
 	})
 }
 
-// release frees h's slots in the store and reports it.
-func (h *Held) release() {
+// release frees items, h's slots not lost, in the store and reports it.
+func (h *Held) release(items []Item) {
 	k := h.k
 	defer k.running.Done()
 	defer k.releases.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Timeout)
 	defer cancel()
-	if err := h.slots.Release(ctx, h.items); err != nil && k.opts.OnError != nil {
+	if err := h.slots.Release(ctx, items); err != nil && k.opts.OnError != nil {
 		k.opts.OnError("release", err)
 	}
 	if k.opts.Released != nil {
-		k.opts.Released(h.items)
+		k.opts.Released(items)
 	}
 }
 
@@ -138,18 +169,43 @@ func (k *SlotKeeper) Len() int {
 	return len(k.held)
 }
 
-// RenewAll renews every held slot now: one Renew per store, under ctx. It
-// returns the failures joined (see SlotKeeperOptions.OnError).
+// RenewAll renews every held slot not yet found lost now: one Renew per
+// store, under ctx, and then reports the slots found lost (see
+// SlotKeeperOptions.Lost). It returns the first failure (see
+// SlotKeeperOptions.OnError).
 func (k *SlotKeeper) RenewAll(ctx context.Context) error {
+	type slotRef struct {
+		h *Held
+		i int
+	}
+	type round struct {
+		items []Item
+		refs  []slotRef
+	}
 	k.mu.Lock()
-	by := map[Slots][]Item{}
+	by := map[Slots]*round{}
 	for h := range k.held {
-		by[h.slots] = append(by[h.slots], h.items...)
+		r := by[h.slots]
+		if r == nil {
+			r = &round{}
+			by[h.slots] = r
+		}
+		for i, it := range h.items {
+			if h.lost == nil || !h.lost[i] {
+				r.items = append(r.items, it)
+				r.refs = append(r.refs, slotRef{h, i})
+			}
+		}
 	}
 	k.mu.Unlock()
 	var first error
-	for s, items := range by {
-		if err := s.Renew(ctx, items); err != nil {
+	var lost []LostSlot
+	for s, r := range by {
+		if len(r.items) == 0 {
+			continue
+		}
+		gone, err := s.Renew(ctx, r.items)
+		if err != nil {
 			if k.opts.OnError != nil {
 				k.opts.OnError("renew", err)
 			}
@@ -157,6 +213,27 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 				first = err
 			}
 		}
+		k.mu.Lock()
+		for _, j := range gone {
+			if j < 0 || j >= len(r.refs) {
+				continue
+			}
+			h, i := r.refs[j].h, r.refs[j].i
+			if _, held := k.held[h]; !held {
+				continue // released meanwhile: the release freed it
+			}
+			if h.lost == nil {
+				h.lost = make([]bool, len(h.items))
+			}
+			if !h.lost[i] {
+				h.lost[i] = true
+				lost = append(lost, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
+			}
+		}
+		k.mu.Unlock()
+	}
+	if len(lost) > 0 && k.opts.Lost != nil {
+		k.opts.Lost(lost)
 	}
 	return first
 }

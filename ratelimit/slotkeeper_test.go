@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestSlotKeeperRenewsUntilRelease(t *testing.T) {
 	if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 		t.Fatalf("take: %+v, %v", d, err)
 	}
-	h := k.Hold(store, []ratelimit.Item{it}, false)
+	h := k.Hold(store, []ratelimit.Item{it}, false, nil)
 	if k.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", k.Len())
 	}
@@ -70,5 +71,91 @@ func TestSlotKeeperUnrenewedSlotExpires(t *testing.T) {
 	clock.Add(30 * time.Second)
 	if d, _ := store.Decide(ctx, []ratelimit.Item{slotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)}); !d.Allowed {
 		t.Error("an unrenewed slot was still held after its Per")
+	}
+}
+
+// countingSlots counts the items each Renew is given.
+type countingSlots struct {
+	ratelimit.Slots
+	renewed []int
+}
+
+func (c *countingSlots) Renew(ctx context.Context, items []ratelimit.Item) ([]int, error) {
+	c.renewed = append(c.renewed, len(items))
+	return c.Slots.Renew(ctx, items)
+}
+
+// TestSlotKeeperReportsLostSlotsOnce: a renewal that finds a held slot gone
+// reports it once, with its owner and index, then stops renewing it, and
+// the request's release frees only the slots it still holds.
+func TestSlotKeeperReportsLostSlotsOnce(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer store.Close()
+	var lost [][]ratelimit.LostSlot
+	released := make(chan []ratelimit.Item, 1)
+	k := ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{
+		Lost:     func(l []ratelimit.LostSlot) { lost = append(lost, l) },
+		Released: func(items []ratelimit.Item) { released <- items },
+	})
+	defer k.Close()
+	ctx := context.Background()
+
+	a1, a2 := slotItem("{a}s", "a1", 5, ratelimit.OnErrorOpen), slotItem("{a}t", "a2", 5, ratelimit.OnErrorOpen)
+	b1 := slotItem("{b}s", "b1", 5, ratelimit.OnErrorOpen)
+	for _, it := range []ratelimit.Item{a1, a2, b1} {
+		if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
+			t.Fatalf("take %s: %+v, %v", it.Holder, d, err)
+		}
+	}
+	slots := &countingSlots{Slots: store}
+	ha := k.Hold(slots, []ratelimit.Item{a1, a2}, true, "request a")
+	k.Hold(slots, []ratelimit.Item{b1}, true, "request b")
+
+	// a2's slot goes (as if deleted from the store) while its request runs.
+	if err := store.Release(ctx, []ratelimit.Item{a2}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		clock.Add(20 * time.Second)
+		if err := k.RenewAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []ratelimit.LostSlot{{Owner: "request a", Index: 1, Item: a2}}
+	if len(lost) != 1 || len(lost[0]) != 1 || lost[0][0].Owner != want[0].Owner || lost[0][0].Index != 1 || lost[0][0].Item.Holder != "a2" {
+		t.Fatalf("Lost calls %+v, want one with %+v", lost, want)
+	}
+	if !slices.Equal(slots.renewed, []int{3, 2, 2}) {
+		t.Errorf("items renewed per round %v, want [3 2 2] (the lost slot only once)", slots.renewed)
+	}
+	ha.Release()
+	if items := <-released; len(items) != 1 || items[0].Holder != "a1" {
+		t.Errorf("released %+v, want a1 alone", items)
+	}
+}
+
+// TestStackRenewLostInBothStores: a Stack reports a slot lost only when
+// neither the backend nor the local shares hold it, so a slot taken on the
+// local share while the backend was down is not lost.
+func TestStackRenewLostInBothStores(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	inner := &flakyStore{}
+	inner.set(errDown)
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Now: clock.Now, Slots: backend})
+	defer s.Close()
+	defer backend.Close()
+	ctx := context.Background()
+	remote, local := slotItem("{t}s", "remote", 5, ratelimit.OnErrorLocal), slotItem("{t}s", "local", 5, ratelimit.OnErrorLocal)
+	if d, err := backend.Decide(ctx, []ratelimit.Item{remote}); err != nil || !d.Allowed {
+		t.Fatalf("remote: %+v, %v", d, err)
+	}
+	if d, err := s.Decide(ctx, []ratelimit.Item{local}); err != nil || !d.Allowed || d.Failure == nil {
+		t.Fatalf("local: %+v, %v; want admitted on the local share", d, err)
+	}
+	lost, err := s.Renew(ctx, []ratelimit.Item{remote, local, slotItem("{t}s", "gone", 5, ratelimit.OnErrorLocal)})
+	if err != nil || !slices.Equal(lost, []int{2}) {
+		t.Errorf("lost %v, err %v; want [2]", lost, err)
 	}
 }

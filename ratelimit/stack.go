@@ -126,24 +126,52 @@ func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
 // Limit.Per. It returns the failures joined; a slot whose release failed
 // frees itself the same way.
 func (s *Stack) Release(ctx context.Context, items []Item) error {
-	return s.eachSlots(ctx, items, SlotStore.Release)
-}
-
-// Renew extends the concurrency slots of items still held (see
-// SlotStore), in the backend and in the local shares, as Release.
-func (s *Stack) Renew(ctx context.Context, items []Item) error {
-	return s.eachSlots(ctx, items, SlotStore.Renew)
-}
-
-func (s *Stack) eachSlots(ctx context.Context, items []Item, op func(SlotStore, context.Context, []Item) error) error {
 	if len(items) == 0 {
 		return nil
 	}
 	var err error
-	if s.slots != nil && (s.breaker == nil || !s.breaker.AllOpen()) {
-		err = op(s.slots, ctx, items)
+	if s.backendSlots() {
+		err = s.slots.Release(ctx, items)
 	}
-	return errors.Join(err, op(s.top.local, ctx, items))
+	return errors.Join(err, s.top.local.Release(ctx, items))
+}
+
+// Renew extends the concurrency slots of items still held (see
+// SlotStore), in the backend and in the local shares, as Release. A slot
+// is lost when neither holds it; while the backend's breaker is open, or
+// when the backend keeps no slots, no slot is known to be lost.
+func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	local, lerr := s.top.local.Renew(ctx, items)
+	if !s.backendSlots() {
+		return nil, lerr
+	}
+	remote, err := s.slots.Renew(ctx, items)
+	if lerr != nil {
+		return nil, errors.Join(err, lerr)
+	}
+	// Both lists are increasing: keep the indexes in both.
+	var lost []int
+	for i, j := 0, 0; i < len(remote) && j < len(local); {
+		switch {
+		case remote[i] < local[j]:
+			i++
+		case remote[i] > local[j]:
+			j++
+		default:
+			lost = append(lost, remote[i])
+			i, j = i+1, j+1
+		}
+	}
+	return lost, err
+}
+
+// backendSlots reports whether slots are released and renewed in the
+// backend: it keeps slots and its breaker lets calls through.
+func (s *Stack) backendSlots() bool {
+	return s.slots != nil && (s.breaker == nil || !s.breaker.AllOpen())
 }
 
 // Health reports the state of the backend's breaker. It does not contact

@@ -20,6 +20,7 @@ const (
 type slotInstruments struct {
 	inflight  metric.Int64ObservableGauge
 	queueWait metric.Float64Histogram
+	lost      metric.Int64Counter
 	policies  *optCache[string]   // policy
 	reg       metric.Registration // inflight callback, guarded by Metrics.mu
 }
@@ -38,6 +39,11 @@ func (m *Metrics) initSlots() error {
 	if err != nil {
 		return err
 	}
+	s.lost, err = m.meter.Int64Counter("quotagate.concurrency.slots.lost",
+		metric.WithDescription("Concurrency slots that a renewal found no longer held while their request ran, by policy."))
+	if err != nil {
+		return err
+	}
 	s.policies = newOptCache(func(p string) attribute.Set { return attribute.NewSet(labelPolicy.String(p)) })
 	return nil
 }
@@ -50,6 +56,23 @@ func (m *Metrics) QueueWait(ctx context.Context, policy string, d time.Duration)
 		return
 	}
 	m.slots.queueWait.Record(ctx, seconds(d), m.slots.policies.get(policy).rec...)
+}
+
+// SlotsLost adds n to quotagate_concurrency_slots_lost_total{policy}: slots
+// of concurrency policy (from the configuration) that a renewal found
+// expired or gone while their requests still ran.
+func (m *Metrics) SlotsLost(ctx context.Context, policy string, n int64) {
+	if m == nil {
+		return
+	}
+	m.slots.lost.Add(ctx, n, m.slots.policies.get(policy).add...)
+}
+
+// primeSlots exports the lost-slot counter of each concurrency policy at 0.
+func (m *Metrics) primeSlots(ctx context.Context, policies []string) {
+	for _, p := range policies {
+		m.slots.lost.Add(ctx, 0, m.slots.policies.get(p).add...)
+	}
 }
 
 // ObserveInflight registers the callback that reports

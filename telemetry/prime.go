@@ -31,8 +31,9 @@ type Series struct {
 	Stages []string
 	// Ops label quotagate_store_call_duration_seconds.
 	Ops []string
-	// QueuePolicies label quotagate_queue_wait_seconds: the concurrency
-	// policies (with or without a queue).
+	// QueuePolicies label quotagate_queue_wait_seconds and
+	// quotagate_concurrency_slots_lost_total: the concurrency policies
+	// (with or without a queue).
 	QueuePolicies []string
 }
 
@@ -58,6 +59,7 @@ func (m *Metrics) Prime(s Series) {
 	for _, k := range s.StoreErrors {
 		m.storeErrors.Add(ctx, 0, m.kindSets.get(k).add...)
 	}
+	m.primeSlots(ctx, s.QueuePolicies)
 	for _, r := range s.Routes {
 		for _, c := range s.Codes {
 			m.requests.Add(ctx, 0, m.requestSets.get(routeCode{r, c}).add...)

@@ -339,37 +339,6 @@ func (s *RedisStore) Refund(ctx context.Context, items []ratelimit.Item) error {
 	return nil
 }
 
-// Release frees the concurrency slots of items (see ratelimit.SlotStore):
-// one refund call per hash tag, sent together. A failure wraps
-// ErrUnavailable; the slots it concerns then expire on their own.
-func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error {
-	if err := ratelimit.CheckSlotItems(items); err != nil {
-		return err
-	}
-	one := make([]ratelimit.Item, len(items))
-	for i, it := range items {
-		it.Cost = 1
-		one[i] = it
-	}
-	if _, err := s.perGroup(ctx, modeRefund, one); err != nil {
-		return ratelimit.Unavailable("release", err)
-	}
-	return nil
-}
-
-// Renew extends the concurrency slots of items still held to their
-// Limit.Per from now, on the store's clock (see ratelimit.SlotStore): one
-// call per hash tag, sent together. A failure wraps ErrUnavailable.
-func (s *RedisStore) Renew(ctx context.Context, items []ratelimit.Item) error {
-	if err := ratelimit.CheckSlotItems(items); err != nil {
-		return err
-	}
-	if _, err := s.perGroup(ctx, modeRenew, items); err != nil {
-		return ratelimit.Unavailable("renew", err)
-	}
-	return nil
-}
-
 // perGroup sends one script call in mode per hash tag of items, together,
 // under one Timeout, and returns their replies, or the first failure.
 func (s *RedisStore) perGroup(ctx context.Context, mode string, items []ratelimit.Item) ([]any, error) {

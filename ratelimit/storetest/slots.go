@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,10 +44,15 @@ func (e *env) release(items ...ratelimit.Item) {
 	}
 }
 
-func (e *env) renew(items ...ratelimit.Item) {
+// renew renews items and checks the indexes of those it reports lost.
+func (e *env) renew(lost []int, items ...ratelimit.Item) {
 	e.t.Helper()
-	if err := e.slots().Renew(context.Background(), items); err != nil {
+	got, err := e.slots().Renew(context.Background(), items)
+	if err != nil {
 		e.t.Fatalf("Renew: %v", err)
+	}
+	if !slices.Equal(got, lost) {
+		e.t.Errorf("Renew reported lost %v, want %v", got, lost)
 	}
 }
 
@@ -111,17 +117,18 @@ func testSlots(t *testing.T, newStore NewStore) {
 		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
 		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
 		e.set(90)
-		e.renew(e.slot("s", "h1")) // h1 now expires at t0+19s
+		e.renew(nil, e.slot("s", "h1")) // h1 now expires at t0+19s
 		e.set(100)
 		e.wantSlot("h2 expired, h1 renewed", e.slot("s", "h3"), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
 		e.wantSlot("full", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 9 * sec, ResetAfter: 10 * sec})
 		// An expired slot is not taken again by a late renewal.
-		e.renew(e.slot("s", "h2"), e.slot("s", "gone"))
+		// It reports them lost, and only them.
+		e.renew([]int{0, 2}, e.slot("s", "h2"), e.slot("s", "h3"), e.slot("s", "gone"))
 		e.release(e.slot("s", "h3"))
 		e.wantSlot("h2 stays expired", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 9 * sec})
 		e.set(190)
 		e.wantSlot("h1 expires at last", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
-		e.renew(e.slot("s", "h1"))
+		e.renew([]int{0}, e.slot("s", "h1"))
 		e.wantSlot("h1 not revived", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
 	})
 	t.Run("all_or_nothing", func(t *testing.T) {
@@ -175,7 +182,7 @@ func testSlots(t *testing.T, newStore NewStore) {
 			if err := e.slots().Release(context.Background(), items); !errors.Is(err, ratelimit.ErrInvalid) {
 				e.t.Errorf("Release %+v: err = %v, want one wrapping ErrInvalid", items, err)
 			}
-			if err := e.slots().Renew(context.Background(), items); !errors.Is(err, ratelimit.ErrInvalid) {
+			if _, err := e.slots().Renew(context.Background(), items); !errors.Is(err, ratelimit.ErrInvalid) {
 				e.t.Errorf("Renew %+v: err = %v, want one wrapping ErrInvalid", items, err)
 			}
 		}

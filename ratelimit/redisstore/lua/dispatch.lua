@@ -35,7 +35,8 @@
 -- holder's slot. Reply: {1}.
 --
 -- Renew extends each concurrency item's slot, when its holder still holds
--- it, to now + per. Reply: {number of slots renewed}.
+-- it, to now + per. Reply: per item, 1 when renewed, 0 when its holder no
+-- longer held it (or the item is not a concurrency item).
 --
 -- Settle applies each item's cost as a signed delta (see the algorithms'
 -- settle) and sets each changed key's expiry from its new state, unless
@@ -95,12 +96,12 @@ local function state_for(key, it)
 end
 
 if mode == 'w' then
-  local renewed = 0
+  local renewed = {}
   for i = 1, n do
     local it = items[i]
-    if it.alg.renew then renewed = renewed + it.alg.renew(KEYS[i], it.lim, now) end
+    renewed[i] = it.alg.renew and it.alg.renew(KEYS[i], it.lim, now) or 0
   end
-  return {renewed}
+  return renewed
 end
 
 -- Refund ('r') and settle ('s') apply change(it, s) to each item's state

@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// TestConcurrencySlotLostOnRedis: a request holds the one slot of its
+// policy in Redis; the slot's key goes (deleted, as an eviction or an
+// expiry during an outage would leave it). The next renewal counts it in
+// quotagate_concurrency_slots_lost_total{policy} (0 before) and logs it at
+// warn with the policy; the request runs on to its answer, and another
+// request takes the freed capacity meanwhile.
+func TestConcurrencySlotLostOnRedis(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	tel, m := newTestMetrics(t)
+	logs := &lockedBuffer{}
+	up := newHoldingUpstream(t)
+	f := &fixture{clock: newTestClock()}
+	text := "store:\n  kind: redis\n  redis: {addrs: [" + srv.Addr + "], timeout: 1s}\n" + renderConfig(slotConfig, up.srv.URL, "")
+	f.path = writeConfig(t, text)
+	cfg, err := config.Load(f.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(cfg, Options{
+		Now: f.clock.Now, After: f.clock.After, Getenv: testGetenv, Metrics: m,
+		Logger:    slog.New(slog.NewJSONHandler(logs, nil)),
+		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	f.gw = gw
+	sf := &slotFixture{fixture: f, up: up}
+	lostLine := func(n string) string { return `quotagate_concurrency_slots_lost_total{policy="inflight"} ` + n + "\n" }
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		tel.Metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_lost_total{policy="queued"} 0`+"\n") {
+		t.Errorf("fresh /metrics lacks the lost-slot counters at 0")
+	}
+
+	first := sf.start("/held/a")
+	if id := up.next(t); id != "a" {
+		t.Fatalf("upstream got %q", id)
+	}
+	if w := f.do(http.MethodGet, "/held/x", map[string]string{"X-Api-Key": freeKey}, nil); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a second request while the slot is held: %d, want 429", w.Code)
+	}
+	keys, _ := srv.MustDo(t, "KEYS", "*inflight*").([]any)
+	if len(keys) != 1 {
+		t.Fatalf("slot keys in Redis: %v, want one", keys)
+	}
+	srv.MustDo(t, "DEL", keys[0].(string))
+	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if body := scrape(); !strings.Contains(body, lostLine("1")) {
+		t.Errorf("after the renewal /metrics lacks %q", lostLine("1"))
+	}
+	if l := logs.String(); !strings.Contains(l, `"level":"WARN","msg":"concurrency slots lost`) || !strings.Contains(l, `"policy":"inflight","slots":1`) {
+		t.Errorf("no warn line naming the policy:\n%s", l)
+	}
+
+	second := sf.start("/held/b")
+	if id := up.next(t); id != "b" {
+		t.Fatalf("upstream got %q, want b admitted on the freed capacity", id)
+	}
+	for id, ch := range map[string]<-chan *httptest.ResponseRecorder{"a": first, "b": second} {
+		up.open(id)
+		if w := answer(t, ch); w.Code != http.StatusOK || w.Body.String() != "done "+id {
+			t.Errorf("%s: %d %q, want its answer", id, w.Code, w.Body.String())
+		}
+	}
+	// Renewals after that find nothing more to count.
+	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if body := scrape(); !strings.Contains(body, lostLine("1")) {
+		t.Errorf("the lost slot was counted again")
+	}
+}

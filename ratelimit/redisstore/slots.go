@@ -1,0 +1,160 @@
+package redisstore
+
+import (
+	"fmt"
+	"slices"
+
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// maxRenewItems bounds the items of one renewal script call, so that a
+// renewal round of many slots never runs one long script that holds up
+// the decisions queued behind it on its node: each item costs the script
+// five commands, about 10 µs of server time, so a full call runs well
+// under a millisecond.
+const maxRenewItems = 64
+
+// Release frees the concurrency slots of items (see ratelimit.SlotStore):
+// one refund call per hash tag, sent together. A failure wraps
+// ErrUnavailable; the slots it concerns then expire on their own.
+func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error {
+	if err := ratelimit.CheckSlotItems(items); err != nil {
+		return err
+	}
+	one := make([]ratelimit.Item, len(items))
+	for i, it := range items {
+		it.Cost = 1
+		one[i] = it
+	}
+	if _, err := s.perGroup(ctx, modeRefund, one); err != nil {
+		return ratelimit.Unavailable("release", err)
+	}
+	return nil
+}
+
+// Renew extends the concurrency slots of items still held to their
+// Limit.Per from now, on the store's clock, and returns the indexes of
+// the items whose slot was no longer held (see ratelimit.SlotStore).
+//
+// Items are renewed in as few script calls as the deployment allows, sent
+// together (one pipeline per node): on a Cluster one call per hash slot,
+// since a script may only touch keys of one slot; on a single primary
+// (standalone or Sentinel) one call for all of them, whatever their hash
+// tags. Either way a call carries at most maxRenewItems items. A renewal
+// round of N slots of N tenants is thus ⌈N / 64⌉ calls on one primary
+// instead of N.
+//
+// A failure wraps ErrUnavailable; the items of the calls that succeeded
+// are still reported.
+func (s *RedisStore) Renew(ctx context.Context, items []ratelimit.Item) ([]int, error) {
+	if err := ratelimit.CheckSlotItems(items); err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	nowUS, useNow := s.now()
+	b := newBound(ctx, s.opts.Timeout)
+	idx := make([]int, len(items))
+	groups := s.renewGroups(items, idx)
+	calls := make([]*scriptCall, len(groups))
+	for g, gr := range groups {
+		calls[g] = getCall(b)
+		calls[g].build(modeRenew, nowUS, useNow, items, idx[gr.lo:gr.hi], nil)
+	}
+	vals, errs := s.exchange(calls)
+	var lost []int
+	var failed error
+	for g, gr := range groups {
+		err := errs[g]
+		if err == nil {
+			err = lostOf(vals[g], idx[gr.lo:gr.hi], &lost)
+		}
+		if err != nil && failed == nil {
+			failed = withDeadline(b, err)
+		}
+	}
+	slices.Sort(lost)
+	if failed != nil {
+		return lost, ratelimit.Unavailable("renew", failed)
+	}
+	return lost, nil
+}
+
+// lostOf checks a renewal reply for the items idx, one flag each (1
+// renewed, 0 no longer held), and appends to lost the indexes of those
+// not renewed. Any surprise is an error wrapping ErrUnavailable, and then
+// nothing is appended.
+func lostOf(v any, idx []int, lost *[]int) error {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != len(idx) {
+		return fmt.Errorf("%w: renewal replied %T %v, want %d flags", ratelimit.ErrUnavailable, v, v, len(idx))
+	}
+	for i, e := range arr {
+		if f, ok := e.(int64); !ok || f != 0 && f != 1 {
+			return fmt.Errorf("%w: renewal reply value %d is %v, want 0 or 1", ratelimit.ErrUnavailable, i, e)
+		}
+	}
+	for i, e := range arr {
+		if e.(int64) == 0 {
+			*lost = append(*lost, idx[i])
+		}
+	}
+	return nil
+}
+
+// renewGroups splits items into the groups of renewal calls (see Renew),
+// laying out the indexes of each group's items in idx (which must have
+// room for len(items)), group after group: in the order of the items on
+// one primary, by hash slot on a Cluster.
+func (s *RedisStore) renewGroups(items []ratelimit.Item, idx []int) []group {
+	var groups []group
+	if _, one := s.client.(*redis.Client); one {
+		for i := range idx {
+			idx[i] = i
+		}
+		for lo := 0; lo < len(items); lo += maxRenewItems {
+			groups = append(groups, group{lo: lo, hi: min(lo+maxRenewItems, len(items))})
+		}
+		return groups
+	}
+	slots := make([]uint16, len(items))
+	for i, it := range items {
+		idx[i], slots[i] = i, keySlot(it.Key)
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return int(slots[a]) - int(slots[b]) })
+	for lo := 0; lo < len(idx); {
+		hi := lo + 1
+		for hi < len(idx) && hi-lo < maxRenewItems && slots[idx[hi]] == slots[idx[lo]] {
+			hi++
+		}
+		groups = append(groups, group{lo: lo, hi: hi})
+		lo = hi
+	}
+	return groups
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// keySlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
+// its hash tag (see hashTag), modulo 16384.
+func keySlot(key string) uint16 {
+	var crc uint16
+	tag := hashTag(key)
+	for i := range len(tag) {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % clusterSlots
+}

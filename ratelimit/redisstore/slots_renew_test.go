@@ -1,0 +1,123 @@
+package redisstore_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
+)
+
+// renewSlot is a concurrency item of key for holder, held 30 s.
+func renewSlot(key, holder string) ratelimit.Item {
+	return ratelimit.Item{Key: key, Algorithm: ratelimit.Concurrency,
+		Limit: ratelimit.Limit{Max: 10, Per: 30 * time.Second}, Cost: 1, Holder: holder}
+}
+
+// scriptCalls is the number of script calls the servers have run so far
+// (INFO commandstats).
+func scriptCalls(t *testing.T, srvs ...*redistest.Server) int64 {
+	t.Helper()
+	var n int64
+	for _, srv := range srvs {
+		_, scripts, _ := commandCalls(t, srv)
+		n += scripts
+	}
+	return n
+}
+
+// TestRedisRenewBatchesOnePrimary: on a single primary a renewal round of
+// 300 slots of 300 tenants is ⌈300/64⌉ = 5 script calls, not 300; it
+// extends every held slot to Per from the store's now, and reports exactly
+// the slots no longer held (a deleted key, a removed holder, expired
+// slots) as lost, by index; their capacity is free.
+func TestRedisRenewBatchesOnePrimary(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	s := newRedisStore(t, []string{srv.Addr}, clock.Now, 5*time.Second)
+	prefix := redistest.KeyPrefix(t)
+	ctx := context.Background()
+	const n = 300
+	held := make([]ratelimit.Item, n)
+	for i := range held {
+		held[i] = renewSlot(prefix+"{t"+strconv.Itoa(i)+"}:inflight", "h"+strconv.Itoa(i))
+		mustDecide(t, s, held[i])
+	}
+	clock.Add(15 * time.Second)
+	before := scriptCalls(t, srv)
+	lost, err := s.Renew(ctx, held)
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("first round: lost %v, err %v; want none", lost, err)
+	}
+	if got := scriptCalls(t, srv) - before; got != 5 {
+		t.Errorf("a round of %d slots took %d script calls, want 5", len(held), got)
+	}
+	want := strconv.FormatInt(clock.Now().Add(30*time.Second).UnixMicro(), 10)
+	for _, i := range []int{0, 63, 64, n - 1} {
+		if sc := srv.MustDo(t, "ZSCORE", held[i].Key, held[i].Holder); sc != want {
+			t.Errorf("slot %d expires at %v after the renewal, want %s", i, sc, want)
+		}
+	}
+
+	srv.MustDo(t, "DEL", held[5].Key)
+	srv.MustDo(t, "ZREM", held[200].Key, held[200].Holder)
+	clock.Add(16 * time.Second)
+	if lost, err := s.Renew(ctx, held); err != nil || !slices.Equal(lost, []int{5, 200}) {
+		t.Errorf("after deleting slots 5 and 200: lost %v, err %v; want [5 200]", lost, err)
+	}
+	clock.Add(31 * time.Second) // everything expired
+	lost, err = s.Renew(ctx, held[:3])
+	if err != nil || !slices.Equal(lost, []int{0, 1, 2}) {
+		t.Errorf("after expiry: lost %v, err %v; want [0 1 2]", lost, err)
+	}
+	if d := mustDecide(t, s, renewSlot(held[0].Key, "next")); !d.Allowed || d.Results[0].Remaining != 9 {
+		t.Errorf("the capacity of a lost slot was not free: %+v", d)
+	}
+}
+
+// TestRedisRenewBatchesCluster: on a Cluster a renewal round is one script
+// call per hash slot, even for keys of different hash tags that share a
+// slot, and the calls reach every primary (one pipeline per node).
+func TestRedisRenewBatchesCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	s := newRedisStore(t, c.Addrs(), nil, 5*time.Second)
+	prefix := redistest.KeyPrefix(t)
+	ctx := context.Background()
+	var held []ratelimit.Item
+	slots := map[int]bool{}
+	add := func(tag, holder string) {
+		it := renewSlot(prefix+"{"+tag+"}:inflight", holder)
+		mustDecide(t, s, it)
+		held = append(held, it)
+		slots[redistest.Slot(it.Key)] = true
+	}
+	for i := range 40 {
+		add("t"+strconv.Itoa(i), "a")
+		add("t"+strconv.Itoa(i), "b") // the same key: the same call
+	}
+	// Another tag in t0's slot.
+	twin := ""
+	for i := 0; twin == ""; i++ {
+		if tag := "x" + strconv.Itoa(i); redistest.Slot("{"+tag+"}") == redistest.Slot("{t0}") {
+			twin = tag
+		}
+	}
+	add(twin, "c")
+	before := scriptCalls(t, c.Nodes()...)
+	if lost, err := s.Renew(ctx, held); err != nil || len(lost) != 0 {
+		t.Fatalf("lost %v, err %v; want none", lost, err)
+	}
+	if got, want := scriptCalls(t, c.Nodes()...)-before, int64(len(slots)); got != want {
+		t.Errorf("a round of %d slots in %d hash slots took %d script calls, want %d", len(held), want, got, want)
+	}
+	// A deleted slot is reported on the node that owns it.
+	last := held[len(held)-1]
+	c.PrimaryForKey(last.Key).MustDo(t, "DEL", last.Key)
+	if lost, err := s.Renew(ctx, held); err != nil || !slices.Equal(lost, []int{len(held) - 1}) {
+		t.Errorf("after deleting the last slot: lost %v, err %v; want [%d]", lost, err, len(held)-1)
+	}
+}
