@@ -119,8 +119,11 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 // read from the response, an upstream failure, or the end of the request
 // settles it (claim).
 type pendingSettle struct {
-	store    *ratelimit.Stack
-	items    []ratelimit.Item
+	store *ratelimit.Stack
+	items []ratelimit.Item
+	// at holds, per item, when the store decided its reservation (µs on
+	// the store's clock), so that a refund goes back to what it charged.
+	at       []int64
 	names    []string
 	reserved int64
 	claimed  atomic.Bool
@@ -150,6 +153,7 @@ func (g *Gateway) reserveForSettle(ctx context.Context, p *pipeline, st *request
 			continue
 		}
 		ps2.items = append(ps2.items, items[i])
+		ps2.at = append(ps2.at, d.Results[i].DecidedAt)
 		ps2.names = append(ps2.names, ps[i].name)
 	}
 	if len(ps2.items) == 0 {
@@ -226,8 +230,10 @@ func (g *Gateway) settleMissing(ctx context.Context, ps *pendingSettle) {
 	}
 }
 
-// settle applies used - reserved to the settled policies' keys, in one
-// store call made after the response (on its own goroutine, which Close
+// settle applies used - reserved to the settled policies' keys, each for
+// its reservation's time (a refund goes back to the window it was taken
+// from, and is dropped once that window has passed), in one store call
+// made after the response (on its own goroutine, which Close
 // waits for), retried once with the same id if it timed out. A settlement
 // that gives units back forgets their keys' cached denials.
 func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
@@ -252,7 +258,7 @@ func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
 	ss := make([]ratelimit.Settlement, len(ps.items))
 	for i, it := range ps.items {
 		m := ratelimit.MaxSettleDelta(it.Algorithm, it.Limit) // a token bucket's debt is bounded
-		ss[i] = ratelimit.Settlement{Item: it, Delta: max(-m, min(delta, m))}
+		ss[i] = ratelimit.Settlement{Item: it, Delta: max(-m, min(delta, m)), ReservedAt: ps.at[i]}
 	}
 	id := newSettleID()
 	ctx = context.WithoutCancel(ctx)

@@ -49,7 +49,8 @@ next:
 // settleConfig reserves tokens on POST /v1/chat/{mode} (100 by default,
 // max_tokens or X-Max-Tokens up to 500) and settles the tokens policy
 // from the response; requests keeps its reservation. /dead reaches no
-// upstream. Each key KEYn is its own tenant tn.
+// upstream. POST /v1/window/{mode} does the same with a fixed window of
+// 10 s. Each key KEYn is its own tenant tn.
 const settleConfig = `
 server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
 store: {kind: redis, redis: {addrs: [REDIS], timeout: 100ms}}
@@ -60,6 +61,7 @@ tiers: {t: {}}
 policies:
   tokens:   {limits: {"*": {rate: 1000, per: 1000s, burst: 1000}}}
   requests: {limits: {"*": {rate: 1000, per: 1s, burst: 10000}}}
+  window:   {algorithm: fixed_window, limits: {"*": {rate: 1000, per: 10s}}}
 upstreams:
   llm:  {url: UPSTREAM}
   dead: {url: DEAD}
@@ -75,6 +77,12 @@ routes:
       max: 500
       settle_from: {header: X-Usage, json: usage.total_tokens, sse: usage.total_tokens}
       settle_policies: [tokens]
+  - name: window
+    method: POST
+    path: /v1/window/{mode}
+    upstream: llm
+    policies: [window]
+    cost: {reserve: 100, reserve_from: {json: max_tokens}, max: 500, settle_from: {header: X-Usage}}
   - name: dead
     method: POST
     path: /dead
@@ -131,14 +139,16 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	return sf
 }
 
-// upstream answers /v1/chat/{mode} with the usage ?u= in the place mode
-// names: header (header-pause freezes Redis first), json, sse, sse-gated
-// (the usage event only once release is closed), or missing (a JSON body
-// without it).
+// upstream answers /v1/chat/{mode} and /v1/window/{mode} with the usage
+// ?u= in the place mode names: header (header-pause freezes Redis first),
+// json, sse, sse-gated (the usage event only once release is closed),
+// missing (a JSON body without it), or cross (see crossWindow).
 func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	u := r.URL.Query().Get("u")
-	switch strings.TrimPrefix(r.URL.Path, "/v1/chat/") {
+	switch strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1/chat/"), "/v1/window/") {
+	case "cross":
+		sf.crossWindow(w, r, u)
 	case "header-pause": // Redis freezes before the settlement
 		sf.srv.Pause()
 		fallthrough
@@ -174,6 +184,25 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// crossWindow serves mode cross: the clock moves 2 ms on (into the
+// next 10 s window when the request came 1 ms before its end), the same
+// caller's request of max_tokens 100 that uses exactly 100 is served in
+// the new window (the caller's API key is ?key=), and then the response
+// reports the usage u.
+func (sf *settleFixture) crossWindow(w http.ResponseWriter, r *http.Request, u string) {
+	sf.clock.Add(2 * time.Millisecond)
+	req, _ := http.NewRequest("POST", sf.front.URL+"/v1/window/header?u=100", strings.NewReader(`{"max_tokens":100}`))
+	req.Header.Set("X-API-Key", r.URL.Query().Get("key")) // the gateway does not forward the caller's
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		http.Error(w, fmt.Sprintf("request in the next window: %v %v", resp, err), http.StatusBadGateway)
+		return
+	}
+	resp.Body.Close()
+	w.Header().Set("X-Usage", u)
+	_, _ = io.WriteString(w, "ok")
 }
 
 // post sends a chat request of tenant n with body (JSON) through the
@@ -470,5 +499,32 @@ func TestSettleAsksIdentityBody(t *testing.T) {
 	}
 	if got := sf.remaining(t, 1)["tokens"]; got != 550 {
 		t.Errorf("reserved 1, used 450 behind Accept-Encoding: gzip: remaining %d, want 550 (the usage charged)", got)
+	}
+}
+
+// TestSettleRefundInReservationWindow: a reservation taken in the last
+// millisecond of a fixed window and settled in the next gives nothing
+// back there: the next window's count (another request's 100) stands,
+// since the units reserved were never taken from it. A refund within the
+// reservation's window still gives back.
+func TestSettleRefundInReservationWindow(t *testing.T) {
+	sf := newSettleFixture(t)
+	// The fixture's clock is 5 s into a 10 s window: go to 1 ms before
+	// its end.
+	sf.clock.Add(5*time.Second - time.Millisecond)
+	resp, body := sf.post(t, 1, "/v1/window/cross?u=30&key=KEY1", `{"max_tokens":500}`, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if got := rateLimitRemaining(t, resp.Header); got != 500 {
+		t.Errorf("RateLimit remaining of the reservation = %d, want 500", got)
+	}
+	if got := sf.remaining(t, 1)["window"]; got != 900 {
+		t.Errorf("next window after refunding 470 of the previous window's reservation: remaining %d, want 900 (only its own 100 counted)", got)
+	}
+	// In one window: 500 reserved, 30 used.
+	sf.post(t, 2, "/v1/window/header?u=30", `{"max_tokens":500}`, nil)
+	if got := sf.remaining(t, 2)["window"]; got != 970 {
+		t.Errorf("refund in the reservation's window: remaining %d, want 970", got)
 	}
 }

@@ -174,6 +174,9 @@ func (s *MemoryStore) Decide(ctx context.Context, items []Item) (Decision, error
 		}
 	}
 	s.commit(slots, now)
+	for i := range d.Results {
+		d.Results[i].DecidedAt = now
+	}
 	return d, nil
 }
 
@@ -216,7 +219,8 @@ func (s *MemoryStore) unlock(locks []int) {
 }
 
 // Settle applies the settlements as one atomic step at the store's current
-// time (see Settler), unless id was settled within SettleWindow. Like
+// time, each refund to what its reservation charged at its ReservedAt on
+// the same clock (see Settler), unless id was settled within SettleWindow. Like
 // Decide, it fails with ErrInvalid for a malformed call and ErrUnavailable
 // when ctx is done or the store is closed, and otherwise never blocks.
 func (s *MemoryStore) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
@@ -250,7 +254,7 @@ func (s *MemoryStore) Settle(ctx context.Context, id string, items []Settlement)
 		}
 		sl := &slots[slotOf[i]]
 		alg := st.Item.Algorithm
-		next, ttl, changed := Settle(alg, sl.state(alg), now, st.Delta, st.Item.Limit)
+		next, ttl, changed := Settle(alg, sl.state(alg), now, st.ReservedAt, st.Delta, st.Item.Limit)
 		if !changed {
 			continue
 		}

@@ -282,6 +282,14 @@ type Result struct {
 	// bucket is below zero (rounded up to whole units), or a window's count
 	// above its rate. Remaining is then 0. 0 when not in debt.
 	Debt int64
+	// DecidedAt is the time on the deciding store's clock at which it
+	// decided this item, in µs since the Unix epoch: the injected clock
+	// if the store has one, else its own (a Redis server's TIME, of the
+	// node holding the key). It is what a settlement of a reservation
+	// passes as Settlement.ReservedAt. 0 when no store decided the item
+	// (a fallback's local decision, a lease's local block); a denial
+	// answered from a cache keeps the time of the store's denial.
+	DecidedAt int64
 }
 
 // Decision is the outcome of one Store.Decide call.

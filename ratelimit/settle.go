@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -17,6 +18,16 @@ type Settlement struct {
 	// back (a refund), positive takes more (a charge), 0 changes nothing.
 	// |Delta| must be at most MaxSettleDelta(Item.Algorithm, Item.Limit).
 	Delta int64
+	// ReservedAt is when the reservation being settled was decided, in µs
+	// since the Unix epoch on the store's clock: the reserving decision's
+	// Result.DecidedAt. A refund comes off what the reservation charged
+	// (its window, bucket or log entries) and is dropped once those have
+	// left the limit's window. A charge is not affected: it lands at the
+	// settlement's time. 0 means unknown: a refund then comes off the
+	// newest units, which may be newer than the reservation's (see
+	// Settler). A ReservedAt after the settlement's time (the clock went
+	// back) is taken as the settlement's time.
+	ReservedAt int64
 }
 
 // SettleWindow is how long a Settler remembers a settlement id: a Settle
@@ -29,29 +40,37 @@ const SettleWindow = time.Minute
 // Settler is a Store that can also settle: apply signed per-key deltas
 // after the fact, atomically and at most once per id.
 //
-// What a settlement does per algorithm (see Settle for the arithmetic):
+// What a settlement does per algorithm (see Settle for the arithmetic). A
+// refund gives back only what the reservation charged and what is still
+// counted: it comes off the window, bucket or log entries the reservation
+// was counted in (Settlement.ReservedAt), and is dropped once they have
+// left the limit's window, since those units are free again already.
 //
 //   - token_bucket: a refund puts units back, never above Burst; a charge
 //     takes them even below zero. A bucket below zero is in debt: it
 //     denies every cost until it has refilled past it, with the exact
-//     RetryAfter.
+//     RetryAfter. ReservedAt does not matter.
 //   - fixed_window (calendar windows too): a refund takes units off the
-//     current window's count, never below zero, and only while the window
-//     the key holds is the current one (a window that has ended is gone,
-//     and with it the reservation); a charge adds them to the current
-//     window's count even above Rate, which then denies until the window
-//     ends. Debt does not carry into the next window.
-//   - sliding_window: a refund takes units off the buckets newest first,
-//     never below zero; a charge adds them to the current bucket even
-//     past Rate, which denies until enough buckets have left the window.
-//   - sliding_log: a refund takes units off the entries newest first,
-//     removing those that reach zero; a charge adds an entry of that cost
-//     at now, which denies until it leaves the window.
+//     count of the window holding ReservedAt, never below zero, and only
+//     while that window is the one the key holds (a window that has ended
+//     is gone, and with it the reservation); a charge adds them to the
+//     current window's count even above Rate, which then denies until the
+//     window ends. Debt does not carry into the next window.
+//   - sliding_window: a refund takes units off the bucket holding
+//     ReservedAt, never below zero, while that bucket is still in the
+//     window; a charge adds them to the current bucket even past Rate,
+//     which denies until enough buckets have left the window.
+//   - sliding_log: a refund takes units off the entries stamped ReservedAt,
+//     newest first, removing those that reach zero (entries that have left
+//     the window are gone); a charge adds an entry of that cost at now,
+//     which denies until it leaves the window.
 //
-// A refund that comes off newer units than the reservation's (sliding
-// algorithms), or off a window that began after it (fixed window), frees
-// them earlier than exact accounting would: by at most the refunded units,
-// for at most the time between reservation and settlement.
+// A settlement with ReservedAt 0 (unknown) refunds the newest units
+// instead: a fixed window's current window, a sliding window's buckets
+// and a sliding log's entries newest first. That may free units newer
+// than the reservation's, or of a window that began after it, earlier
+// than exact accounting would: by at most the refunded units, for at most
+// the time between reservation and settlement.
 //
 // Settle applies every settlement of an atomic group (as Decide defines
 // groups) in one step, or none. It is idempotent per id: within
@@ -97,7 +116,8 @@ func MaxSettleDelta(alg Algorithm, l Limit) int64 {
 
 // ValidateSettlement reports whether s can be settled: its Item with cost 0
 // passes ValidateItem, it is not a Concurrency item (a slot is released,
-// not settled), and |Delta| <= MaxSettleDelta. The error wraps ErrInvalid.
+// not settled), |Delta| <= MaxSettleDelta, and 0 <= ReservedAt <= 2^53.
+// The error wraps ErrInvalid.
 func ValidateSettlement(s Settlement) error {
 	it := s.Item
 	it.Cost = 0
@@ -109,6 +129,9 @@ func ValidateSettlement(s Settlement) error {
 	}
 	if m := MaxSettleDelta(it.Algorithm, it.Limit); s.Delta > m || s.Delta < -m {
 		return fmt.Errorf("%w: settlement of %d units: at most %d either way", ErrInvalid, s.Delta, m)
+	}
+	if s.ReservedAt < 0 || s.ReservedAt > maxExact {
+		return fmt.Errorf("%w: settlement reserved at %d µs: must be in [0, 2^53]", ErrInvalid, s.ReservedAt)
 	}
 	return nil
 }
@@ -126,37 +149,47 @@ func validateSettle(id string, items []Settlement) error {
 	return nil
 }
 
-// Settle applies delta units of limit l under alg to st at nowUS (see
-// Settler for what that means per algorithm) and returns the state to
-// store and how long to keep it; ttl 0 means the result is an absent key
-// (remove it). changed is false when there was nothing to apply (a delta
-// of 0, or a refund to a key that holds nothing): the store then leaves
-// the key as it is. It reads no clock and never modifies *st; a nil st is
-// an absent key. The settlement must be valid (see ValidateSettlement);
-// otherwise Settle returns st unchanged, ttl 0 and changed false.
+// Settle applies delta units of limit l under alg to st at nowUS, for a
+// reservation decided at reservedUS (0 when unknown; see Settler and
+// Settlement.ReservedAt for what that means per algorithm), and returns
+// the state to store and how long to keep it; ttl 0 means the result is an
+// absent key (remove it). changed is false when there was nothing to apply
+// (a delta of 0, or a refund to a key that holds nothing of the
+// reservation's): the store then leaves the key as it is. It reads no
+// clock and never modifies *st; a nil st is an absent key. The settlement
+// must be valid (see ValidateSettlement); otherwise Settle returns st
+// unchanged, ttl 0 and changed false.
 //
 // Debt is bounded where exactness ends: a token bucket's scaled level
 // stays at or above Burst×Per − 2^53, and a window's count (the sum of a
 // sliding window's buckets, of a sliding log's entries) at or below 2^53.
-func Settle(alg Algorithm, st *State, nowUS, delta int64, l Limit) (next State, ttl time.Duration, changed bool) {
-	if delta == 0 || ValidateSettlement(Settlement{Item: Item{Key: "-", Algorithm: alg, Limit: l}, Delta: delta}) != nil {
+func Settle(alg Algorithm, st *State, nowUS, reservedUS, delta int64, l Limit) (next State, ttl time.Duration, changed bool) {
+	unchanged := func() (State, time.Duration, bool) {
 		if st != nil {
-			next = *st
+			return *st, 0, false
 		}
-		return next, 0, false
+		return State{}, 0, false
+	}
+	if delta == 0 || ValidateSettlement(Settlement{Item: Item{Key: "-", Algorithm: alg, Limit: l}, Delta: delta}) != nil {
+		return unchanged()
 	}
 	// The state as it stands at nowUS (refilled, old windows dropped).
 	cur, r, _ := Apply(alg, st, nowUS, 0, l, false)
 	if delta < 0 {
+		// Nothing held (Remaining is whole units, so a token bucket
+		// short of a fraction is not full): nothing to give back.
 		if r.Remaining == r.Limit {
-			// Nothing held (Remaining is whole units, so a token bucket
-			// short of a fraction is not full): nothing to give back.
-			if st != nil {
-				next = *st
-			}
-			return next, 0, false
+			return unchanged()
 		}
-		cur = settleGive(alg, cur, nowUS, -delta, l)
+		var gave bool
+		if reservedUS > 0 {
+			cur, gave = settleGiveAt(alg, cur, nowUS, min(reservedUS, nowUS), -delta, l)
+		} else {
+			cur, gave = settleGive(alg, cur, nowUS, -delta, l), true
+		}
+		if !gave {
+			return unchanged()
+		}
 	} else {
 		cur = settleTake(alg, cur, nowUS, delta, l)
 	}
@@ -169,7 +202,8 @@ func Settle(alg Algorithm, st *State, nowUS, delta int64, l Limit) (next State, 
 	return next, ttl, true
 }
 
-// settleGive returns u units to st, a state normalised to now by Apply.
+// settleGive returns u units to st, a state normalised to now by Apply,
+// newest first (the reservation's time is unknown).
 func settleGive(alg Algorithm, st State, now, u int64, l Limit) State {
 	switch alg {
 	case TokenBucket:
@@ -182,22 +216,59 @@ func settleGive(alg Algorithm, st State, now, u int64, l Limit) State {
 			st = refundSlidingWindow(&st, now, u, l)
 		}
 	case SlidingLog:
-		es := make([]LogEntry, len(st.Entries))
-		copy(es, st.Entries)
-		for i := len(es) - 1; i >= 0 && u > 0; i-- {
-			t := min(es[i].Cost, u)
-			es[i].Cost -= t
-			u -= t
-		}
-		kept := es[:0]
-		for _, e := range es {
-			if e.Cost > 0 {
-				kept = append(kept, e)
-			}
-		}
-		st.Entries = kept
+		st.Entries = refundLogEntries(st.Entries, u, func(LogEntry) bool { return true })
 	}
 	return st
+}
+
+// settleGiveAt returns u units to st, a state normalised to now by Apply,
+// from what a reservation decided at at (<= now) charged: the window or
+// bucket holding at, the log entries stamped at. gave is false when st
+// holds none of them (they have left the window).
+func settleGiveAt(alg Algorithm, st State, now, at, u int64, l Limit) (next State, gave bool) {
+	switch alg {
+	case FixedWindow:
+		if w, _, _ := fixedGrid(at, l); st.Window != w || st.Count <= 0 {
+			return st, false
+		}
+	case SlidingWindow:
+		p, n := l.Per.Microseconds(), l.SlidingBuckets()
+		c, k := slidingBuckets(&st, now, p, n)
+		j := floorDiv(at, bucketLen(p, n)) - (k - n) // the reservation's bucket in c
+		if j < 0 || j > n || c[j] <= 0 {
+			return st, false
+		}
+		c[j] -= min(c[j], u)
+		return slidingState(p, n, k, c), true
+	case SlidingLog:
+		if !slices.ContainsFunc(st.Entries, func(e LogEntry) bool { return e.At == at }) {
+			return st, false
+		}
+		st.Entries = refundLogEntries(st.Entries, u, func(e LogEntry) bool { return e.At == at })
+		return st, true
+	}
+	return settleGive(alg, st, now, u, l), true
+}
+
+// refundLogEntries returns a copy of es with u units taken off the
+// entries that match, newest first, without the entries that reach zero.
+func refundLogEntries(es []LogEntry, u int64, match func(LogEntry) bool) []LogEntry {
+	out := make([]LogEntry, len(es))
+	copy(out, es)
+	for i := len(out) - 1; i >= 0 && u > 0; i-- {
+		if match(out[i]) {
+			t := min(out[i].Cost, u)
+			out[i].Cost -= t
+			u -= t
+		}
+	}
+	kept := out[:0]
+	for _, e := range out {
+		if e.Cost > 0 {
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }
 
 // settleTake charges u units to st, a state normalised to now by Apply,

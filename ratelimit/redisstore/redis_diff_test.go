@@ -63,6 +63,7 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 		}
 		// now = epoch + grid×10s + off with off < 5s, never going back.
 		grid, off, small := int64(0), int64(0), int64(0)
+		var decided []int64 // the decisions' times, for settlements to name
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
 		for step := range steps {
 			g := grid
@@ -99,6 +100,10 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 					c := ratelimit.Capacity(sp.alg, sp.lim)
 					ss[i] = ratelimit.Settlement{Item: ratelimit.Item{Key: prefix + keys[k], Algorithm: sp.alg, Limit: sp.lim},
 						Delta: rapid.Int64Range(-2*c, 2*c).Draw(rt, "delta")}
+					// The time of an earlier decision, or unknown (0).
+					if j := rapid.IntRange(-1, len(decided)-1).Draw(rt, "reserved at"); j >= 0 {
+						ss[i].ReservedAt = decided[j]
+					}
 				}
 				id := fmt.Sprintf("%ss%d", prefix, step)
 				am, errM := mem.Settle(context.Background(), id, ss)
@@ -128,6 +133,7 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 				rt.Fatalf("step %d: memory err %v, redis err %v", step, errM, errR)
 			}
 			rt.Logf("step %d at %v: %+v\n  -> %+v", step, clock.Now().Sub(diffEpoch), items, dm)
+			decided = append(decided, clock.Now().UnixMicro())
 			if !reflect.DeepEqual(dm, dr) {
 				rt.Fatalf("step %d at %v, items %+v:\nmemory %+v\nredis  %+v", step, clock.Now().Sub(diffEpoch), items, dm, dr)
 			}

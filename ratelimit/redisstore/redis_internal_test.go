@@ -18,9 +18,10 @@ import (
 func TestParseReplyRejectsMalformed(t *testing.T) {
 	items := []ratelimit.Item{{Key: "{a}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 5}, Cost: 1}}
 	idx := []int{0}
-	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0), int64(1), int64(0)}
+	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)}
 	res, ext := make([]ratelimit.Result, 1), make([]itemReply, 1)
-	if ok, err := parseReply(good, items, idx, res, ext); err != nil || !ok || res[0].Remaining != 4 || ext[0].before.Remaining != 5 || ext[0].taken != 1 {
+	if ok, err := parseReply(good, items, idx, res, ext); err != nil || !ok || res[0].Remaining != 4 || ext[0].before.Remaining != 5 || ext[0].taken != 1 ||
+		res[0].DecidedAt != 1_700_000_000_000_000 || ext[0].before.DecidedAt != 1_700_000_000_000_000 {
 		t.Fatalf("well-formed reply: %v %+v %+v, %v", ok, res, ext, err)
 	}
 	bad := map[string]any{
@@ -28,14 +29,15 @@ func TestParseReplyRejectsMalformed(t *testing.T) {
 		"nil":            nil,
 		"short":          []any{int64(1), int64(1)},
 		"long":           append(append([]any{}, good...), int64(0)),
-		"string value":   []any{int64(1), "1", int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0)},
-		"admitted=2":     []any{int64(2), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0)},
-		"remaining>cap":  []any{int64(1), int64(1), int64(6), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0)},
-		"negative retry": []any{int64(1), int64(1), int64(4), int64(-1), int64(1), int64(5), int64(0), int64(1), int64(0)},
-		"allowed=3":      []any{int64(1), int64(3), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0)},
-		"taken>cap":      []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(6), int64(0)},
-		"negative debt":  []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(-1)},
-		"negative taken": []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(-1), int64(0)},
+		"string value":   []any{int64(1), "1", int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
+		"admitted=2":     []any{int64(2), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
+		"remaining>cap":  []any{int64(1), int64(1), int64(6), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
+		"negative retry": []any{int64(1), int64(1), int64(4), int64(-1), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
+		"allowed=3":      []any{int64(1), int64(3), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
+		"taken>cap":      []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(6), int64(0), int64(1_700_000_000_000_000)},
+		"negative debt":  []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(-1), int64(1_700_000_000_000_000)},
+		"no time":        []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(0)},
+		"negative taken": []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(-1), int64(0), int64(1_700_000_000_000_000)},
 	}
 	for name, v := range bad {
 		res, ext := make([]ratelimit.Result, 1), make([]itemReply, 1)

@@ -67,7 +67,8 @@ const argsPerItem = 11
 // valuesPerResult is the number of integers the script returns per item:
 // allowed, remaining, retry (µs), reset (µs), remaining and reset as they
 // were before this call consumed anything, the units taken, and the
-// key's debt (see ratelimit.Result.Debt).
+// key's debt (see ratelimit.Result.Debt). A reply holds admitted, these
+// per item, and the time the script decided at (µs).
 const valuesPerResult = 8
 
 // decideSHA is the digest EVALSHA names, boxed once.
@@ -145,11 +146,12 @@ func rateArg(it ratelimit.Item) int64 {
 }
 
 // buildSettle sets the call's arguments to settle the items idx, whose
-// Cost holds the signed delta, under the marker key with a time to live of
-// ttl: the arguments of build with the marker as the last key and the
-// marker's time to live (ms) as the last argument.
-func (c *scriptCall) buildSettle(nowUS int64, useNow bool, items []ratelimit.Item, idx []int, marker string, ttl time.Duration) {
-	c.build(modeSettle, nowUS, useNow, items, idx, nil)
+// Cost holds the signed delta, reserved at the times at (µs, per item of
+// items, in the want slot; 0 unknown), under the marker key with a time to
+// live of ttl: the arguments of build with the marker as the last key and
+// the marker's time to live (ms) as the last argument.
+func (c *scriptCall) buildSettle(nowUS int64, useNow bool, items []ratelimit.Item, at []int64, idx []int, marker string, ttl time.Duration) {
+	c.build(modeSettle, nowUS, useNow, items, idx, at)
 	n := len(idx)
 	c.args = append(c.args, nil, nil)
 	copy(c.args[4+n:], c.args[3+n:len(c.args)-2])
@@ -230,7 +232,7 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 	if !ok {
 		return false, fmt.Errorf("%w: script replied %T, want an array", ratelimit.ErrUnavailable, v)
 	}
-	if want := 1 + valuesPerResult*len(idx); len(arr) != want {
+	if want := 2 + valuesPerResult*len(idx); len(arr) != want {
 		return false, fmt.Errorf("%w: script replied %d values, want %d", ratelimit.ErrUnavailable, len(arr), want)
 	}
 	for i, e := range arr {
@@ -239,9 +241,12 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 		}
 	}
 	at := func(i int) int64 { return arr[i].(int64) }
-	admitted := at(0)
+	admitted, decidedAt := at(0), at(len(arr)-1)
 	if admitted != 0 && admitted != 1 {
 		return false, fmt.Errorf("%w: script replied admitted=%d", ratelimit.ErrUnavailable, admitted)
+	}
+	if decidedAt <= 0 {
+		return false, fmt.Errorf("%w: script replied a decision time of %d µs", ratelimit.ErrUnavailable, decidedAt)
 	}
 	for i, j := range idx {
 		capacity := ratelimit.Capacity(items[j].Algorithm, items[j].Limit)
@@ -263,6 +268,7 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 			RetryAfter: micros(at(o + 2)),
 			ResetAfter: micros(at(o + 3)),
 			Debt:       at(o + 7),
+			DecidedAt:  decidedAt,
 		}
 		res[j] = r
 		r.Remaining, r.ResetAfter = at(o+4), micros(at(o+5))

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
@@ -103,5 +105,60 @@ func TestRedisSettleAcrossSlots(t *testing.T) {
 	}
 	if r := d.Results[1]; r.Remaining != 0 || r.Debt != 30 {
 		t.Errorf("tenant key after a charge of 70: remaining %d, debt %d; want 0 and 30", r.Remaining, r.Debt)
+	}
+}
+
+// TestRedisDecidedAtIsServerTime: a store on the server clock reports the
+// server's TIME as each result's DecidedAt, and a refund of a reservation
+// settled with it comes off that reservation's log entry (the script
+// stamped it with the same time), while another time finds no entry.
+func TestRedisDecidedAtIsServerTime(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := newRedisStore(t, []string{srv.Addr}, nil, time.Second)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	it := ratelimit.Item{Key: redistest.KeyPrefix(t) + "{t}:log", Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 1000, Per: time.Hour}}
+	storetest.WarmUp(t, s, []ratelimit.Item{it}) // cost 0: takes nothing
+	before, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	it.Cost = 500
+	d, err := s.Decide(ctx, []ratelimit.Item{it})
+	if err != nil || !d.Allowed {
+		t.Fatalf("reserve: %+v, %v", d, err)
+	}
+	after, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := d.Results[0].DecidedAt
+	if at < before.UnixMicro() || at > after.UnixMicro() {
+		t.Fatalf("DecidedAt %d µs, want the server's TIME, between %d and %d", at, before.UnixMicro(), after.UnixMicro())
+	}
+	it.Cost = 0
+	remaining := func() int64 {
+		t.Helper()
+		d, err := s.Decide(ctx, []ratelimit.Item{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Results[0].Remaining
+	}
+	for _, c := range []struct {
+		id         string
+		reservedAt int64
+		want       int64
+	}{
+		{"other-time", at - 1, 500}, // no entry at that time: nothing to give back
+		{"reservation", at, 970},
+	} {
+		if _, err := s.Settle(ctx, redistest.KeyPrefix(t)+c.id, []ratelimit.Settlement{{Item: it, Delta: -470, ReservedAt: c.reservedAt}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := remaining(); got != c.want {
+			t.Errorf("after a refund of 470 reserved at %d µs (the reservation's: %d): %d remaining, want %d", c.reservedAt, at, got, c.want)
+		}
 	}
 }

@@ -9,7 +9,10 @@ import (
 )
 
 // Settle applies the settlements (see ratelimit.Settler), one script call
-// per hash tag, sent together. Each call is atomic: it applies every
+// per hash tag, sent together. Each refund goes to what its reservation
+// charged at its ReservedAt, a time on the clock the store decides with
+// (the injected one, or the server's TIME of the node holding the key,
+// which Result.DecidedAt reports). Each call is atomic: it applies every
 // settlement of its tag, or none when the tag's marker key for id exists
 // (it was settled within ratelimit.SettleWindow). The marker is the key
 // P + "{tag}:settled:" + id, in the slot of the tag, with that time to
@@ -23,6 +26,7 @@ import (
 // ErrInvalid.
 func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Settlement) (bool, error) {
 	sub := make([]ratelimit.Item, 0, len(items))
+	var at []int64 // per item of sub, its reservation's time
 	for i, st := range items {
 		if err := ratelimit.ValidateSettlement(st); err != nil {
 			return false, fmt.Errorf("settlement %d: %w", i, err)
@@ -34,6 +38,7 @@ func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Se
 			it := st.Item
 			it.Cost, it.Shadow, it.Lease = st.Delta, false, ratelimit.Lease{}
 			sub = append(sub, it)
+			at = append(at, st.ReservedAt)
 		}
 	}
 	if id == "" {
@@ -52,7 +57,7 @@ func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Se
 	calls := make([]*scriptCall, len(groups))
 	for g, gr := range groups {
 		c := getCall(b)
-		c.buildSettle(nowUS, useNow, sub, idx[gr.lo:gr.hi], markerKey(sub[idx[gr.lo]].Key, gr.tag, id), ratelimit.SettleWindow)
+		c.buildSettle(nowUS, useNow, sub, at, idx[gr.lo:gr.hi], markerKey(sub[idx[gr.lo]].Key, gr.tag, id), ratelimit.SettleWindow)
 		calls[g] = c
 	}
 	vals, errs := s.exchange(calls)

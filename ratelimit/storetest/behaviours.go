@@ -110,7 +110,7 @@ func testPeek(e *env, s spec) {
 	e.set(0)
 	want := ratelimit.Result{Allowed: true, Limit: c, Remaining: c}
 	for i := range 3 {
-		if r := e.one(e.item("p", s, 0)); r != want {
+		if r := e.one(e.item("p", s, 0)); r != e.stamped(want) {
 			e.t.Fatalf("peek %d at an absent key: got %+v, want %+v", i, r, want)
 		}
 	}
@@ -208,14 +208,14 @@ func testIdleFull(e *env, s spec) {
 	}
 	e.clock.Set(at(0).Add(drained.ResetAfter))
 	full := ratelimit.Result{Allowed: true, Limit: c, Remaining: c}
-	if r := e.one(e.item("i", s, 0)); r != full {
+	if r := e.one(e.item("i", s, 0)); r != e.stamped(full) {
 		e.t.Fatalf("at ResetAfter: got %+v, want %+v", r, full)
 	}
 
 	// Long idle (past any expiry): exactly full, never more.
 	for _, idle := range []time.Duration{time.Hour, 24 * time.Hour} {
 		e.clock.Set(at(0).Add(idle))
-		if r := e.one(e.item("i", s, 0)); r != full {
+		if r := e.one(e.item("i", s, 0)); r != e.stamped(full) {
 			e.t.Fatalf("after %v idle: got %+v, want %+v", idle, r, full)
 		}
 	}

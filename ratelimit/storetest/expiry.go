@@ -44,6 +44,10 @@ func expiryRound(e *env, s spec, name string, per time.Duration) bool {
 	var fullSince time.Time
 	for {
 		r := e.one(e.item(name, s, 0))
+		if r.DecidedAt <= 0 {
+			e.t.Fatalf("DecidedAt %d, want the store's time", r.DecidedAt)
+		}
+		r.DecidedAt = 0 // the store's own clock, not the env's
 		if r.Remaining > c || r.Remaining < 0 {
 			e.t.Fatalf("remaining %d outside [0, %d]", r.Remaining, c)
 		}

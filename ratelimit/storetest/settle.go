@@ -3,6 +3,9 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ func RunSettle(t *testing.T, newStore NewStore) {
 			t.Run("idempotent", func(t *testing.T) { testSettleIdempotent(newEnv(t, newStore), s) })
 		})
 	}
+	t.Run("refund_to_reservation", func(t *testing.T) { testSettleRefundToReservation(t, newStore) })
 	t.Run("debt", func(t *testing.T) { testSettleDebt(t, newStore) })
 	t.Run("atomic", func(t *testing.T) { testSettleAtomic(newEnv(t, newStore)) })
 	t.Run("invalid", func(t *testing.T) { testSettleInvalid(newEnv(t, newStore)) })
@@ -49,6 +53,117 @@ func (e *env) settle(id string, deltas []int64, items ...ratelimit.Item) bool {
 		e.t.Fatalf("Settle(%s): %v", id, err)
 	}
 	return applied
+}
+
+// settleAt settles delta on it under id for a reservation decided at
+// reservedAt (a Result.DecidedAt) and returns whether the call applied.
+func (e *env) settleAt(id string, delta, reservedAt int64, it ratelimit.Item) bool {
+	e.t.Helper()
+	ss := []ratelimit.Settlement{{Item: it, Delta: delta, ReservedAt: reservedAt}}
+	applied, err := e.settler().Settle(context.Background(), e.prefix+id, ss)
+	if err != nil {
+		e.t.Fatalf("Settle(%s): %v", id, err)
+	}
+	return applied
+}
+
+// reserve takes cost from key name at the env's clock and returns the
+// decision's time, checking that it is the clock's.
+func (e *env) reserve(name string, s spec, cost int64) int64 {
+	e.t.Helper()
+	r := e.one(e.item(name, s, cost))
+	if !r.Allowed {
+		e.t.Fatalf("reserving %d of %s: denied (%+v)", cost, name, r)
+	}
+	if now := e.clock.Now().UnixMicro(); r.DecidedAt != now {
+		e.t.Fatalf("reservation decided at %d µs, want the store's clock %d", r.DecidedAt, now)
+	}
+	return r.DecidedAt
+}
+
+// refundCase is a reservation of 500 units at at(reserveAt), then others'
+// 100 units at at(otherAt), then a refund of 470 of the reservation at
+// at(settled), and the remaining units expected at at(k) for each k of
+// probes (probes[k]); applies says whether the refund is to take effect.
+type refundCase struct {
+	name                        string
+	s                           spec
+	reserveAt, otherAt, settled int
+	applies                     bool
+	probes                      map[int]int64
+}
+
+// testSettleRefundToReservation: a refund comes off what the reservation
+// charged, where it charged it: the window, bucket or log entries of its
+// time. Once they have left the window the refund is dropped, so a
+// refund settled after a boundary never frees units of the newer window;
+// a charge still lands at the settlement's time.
+func testSettleRefundToReservation(t *testing.T, newStore NewStore) {
+	fw := spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 1000, Per: 10 * time.Second}}
+	sw := spec{ratelimit.SlidingWindow, ratelimit.Limit{Rate: 1000, Per: 10 * time.Second, Buckets: 5}} // buckets of 2 s
+	sl := spec{ratelimit.SlidingLog, ratelimit.Limit{Rate: 1000, Per: 10 * time.Second}}
+	cases := []refundCase{
+		// Window [0, 10 s) holds 500, then 100 more and a refund of 470
+		// in it: 130 counted.
+		{"fixed_window_same_window", fw, 1, 50, 60, true, map[int]int64{60: 870}},
+		// Reserved at 9.9 s in window A, the others' 100 and the refund in
+		// window B at 10 s: B keeps its 900.
+		{"fixed_window_after_boundary", fw, 99, 100, 101, false, map[int]int64{101: 900}},
+		// Bucket 0 holds 500, bucket 2 the others' 100: the refund leaves
+		// 30 in bucket 0 (it leaves at 12 s) and 100 in bucket 2 (at 16 s).
+		{"sliding_window_reservation_bucket", sw, 0, 40, 41, true, map[int]int64{41: 870, 120: 900, 160: 1000}},
+		// Bucket 0 has left the window at 12 s: the others' 100 at 12 s
+		// stay counted.
+		{"sliding_window_bucket_left", sw, 0, 120, 121, false, map[int]int64{121: 900}},
+		// Entries (0 s, 30) and (4 s, 100) after the refund: at 10 s the
+		// first has left, at 14 s both.
+		{"sliding_log_reservation_entry", sl, 0, 40, 41, true, map[int]int64{41: 870, 100: 900, 140: 1000}},
+		// The reservation's entry left at 10 s: the others' 100 stay.
+		{"sliding_log_entry_left", sl, 0, 100, 101, false, map[int]int64{101: 900}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, newStore)
+			e.set(c.reserveAt)
+			reservedAt := e.reserve("k", c.s, 500)
+			e.set(c.otherAt)
+			e.reserve("k", c.s, 100)
+			e.set(c.settled)
+			if !e.settleAt("refund", -470, reservedAt, e.item("k", c.s, 0)) {
+				t.Fatal("settlement not applied: its id is new")
+			}
+			for _, k := range slices.Sorted(maps.Keys(c.probes)) {
+				e.set(k)
+				e.wantRemaining(fmt.Sprintf("at t0+%v (refund applies: %v)", time.Duration(k)*100*ms, c.applies), "k", c.s, c.probes[k])
+			}
+		})
+	}
+	t.Run("calendar_month_after_boundary", func(t *testing.T) {
+		// Reserved in the last second of November, settled in December:
+		// December's count is not touched.
+		e := newEnv(t, newStore)
+		s := spec{ratelimit.FixedWindow, ratelimit.Limit{Rate: 1000, Calendar: ratelimit.Calendar{Unit: ratelimit.Month}}}
+		dec := time.Date(2023, 12, 1, 0, 0, 0, 0, time.UTC)
+		e.clock.Set(dec.Add(-time.Second))
+		reservedAt := e.reserve("m", s, 500)
+		e.clock.Set(dec.Add(time.Second))
+		e.reserve("m", s, 100)
+		e.settleAt("refund", -470, reservedAt, e.item("m", s, 0))
+		e.wantRemaining("December after a refund of November's reservation", "m", s, 900)
+		// A refund of December's own reservation still credits.
+		e.settleAt("refund-dec", -60, e.clock.Now().UnixMicro(), e.item("m", s, 0))
+		e.wantRemaining("December after refunding 60 of its own", "m", s, 960)
+	})
+	t.Run("charge_lands_now", func(t *testing.T) {
+		// A charge of a reservation of an ended window counts in the
+		// current one.
+		e := newEnv(t, newStore)
+		e.set(99)
+		reservedAt := e.reserve("k", fw, 500)
+		e.set(100)
+		e.settleAt("charge", 300, reservedAt, e.item("k", fw, 0))
+		e.wantRemaining("window B after a charge of 300", "k", fw, 700)
+	})
 }
 
 // testSettleRefundCapped: a refund larger than what was taken fills the
@@ -224,6 +339,8 @@ func testSettleInvalid(e *env) {
 		{"unknown algorithm", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: 99, Limit: tb}, Delta: 1}}},
 		{"delta beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.TokenBucket, Limit: tb}, Delta: 1 << 40}}},
 		{"concurrency", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 2, Per: time.Second}}, Delta: 1}}},
+		{"negative reservation time", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}, Delta: -1, ReservedAt: -1}}},
+		{"reservation time beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}, Delta: -1, ReservedAt: 1<<53 + 1}}},
 		{"negative delta beyond exact", "i", []ratelimit.Settlement{{Item: ratelimit.Item{Key: k, Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}, Delta: -(1 << 54)}}},
 	}
 	for _, c := range cases {

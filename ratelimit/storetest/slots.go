@@ -60,6 +60,7 @@ func (e *env) renew(lost []int, items ...ratelimit.Item) {
 func (e *env) wantSlot(what string, it ratelimit.Item, want ratelimit.Result) {
 	e.t.Helper()
 	want.Limit = slotLimit.Max
+	want = e.stamped(want)
 	if r := e.one(it); r != want {
 		e.t.Errorf("%s:\n got %+v\nwant %+v", what, r, want)
 	}

@@ -120,6 +120,13 @@ func (e *env) item(name string, s spec, cost int64) ratelimit.Item {
 	return ratelimit.Item{Key: e.key(name), Algorithm: s.alg, Limit: s.lim, Cost: cost}
 }
 
+// stamped returns r decided now: its DecidedAt is the env's clock, which
+// the store decides by.
+func (e *env) stamped(r ratelimit.Result) ratelimit.Result {
+	r.DecidedAt = e.clock.Now().UnixMicro()
+	return r
+}
+
 // remaining peeks at a key (cost 0) and returns its Remaining.
 func (e *env) remaining(name string, s spec) int64 {
 	e.t.Helper()
@@ -161,7 +168,7 @@ func (e *env) runSteps(s spec, steps []step) {
 	for i, st := range steps {
 		e.set(st.k)
 		r := e.one(e.item("steps", s, st.cost))
-		want := ratelimit.Result{Allowed: st.allowed, Limit: s.capacity(), Remaining: st.remaining, RetryAfter: st.retry, ResetAfter: st.reset}
+		want := e.stamped(ratelimit.Result{Allowed: st.allowed, Limit: s.capacity(), Remaining: st.remaining, RetryAfter: st.retry, ResetAfter: st.reset})
 		if r != want {
 			e.t.Errorf("step %d (t0+%v, cost %d):\n got %+v\nwant %+v", i, time.Duration(st.k)*100*time.Millisecond, st.cost, r, want)
 		}

@@ -7,7 +7,8 @@
 --          'w' to renew concurrency slots, 's' to settle.
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
 -- ARGV[3..]: per item, 11 values: algorithm, rate (for concurrency: max),
---            per (µs), burst, cost, shadow (1 or 0), want, for a calendar
+--            per (µs), burst, cost, shadow (1 or 0), want (to settle: the
+--            reservation's time in µs, 0 when unknown), for a calendar
 --            fixed window the start and end of the current window by the
 --            caller's clock and the end of the next one (µs; all 0
 --            otherwise), and the holder of a concurrency slot ('' otherwise).
@@ -28,7 +29,8 @@
 -- reset_before_us never count them (they are what to report if the group is
 -- refunded later). taken is the units the item consumed: 0 unless the group
 -- was admitted and the item fitted. debt is the units the key owes beyond
--- empty after a settlement (a decision never changes it).
+-- empty after a settlement (a decision never changes it). The last value
+-- is now, the time (µs) the call decided at.
 --
 -- Refund gives each item's cost back and keeps each key's expiry (a refund
 -- never makes a key live longer); for a concurrency item it releases the
@@ -38,8 +40,8 @@
 -- it, to now + per. Reply: per item, 1 when renewed, 0 when its holder no
 -- longer held it (or the item is not a concurrency item).
 --
--- Settle applies each item's cost as a signed delta (see the algorithms'
--- settle) and sets each changed key's expiry from its new state, unless
+-- Settle applies each item's cost as a signed delta, a refund to what the
+-- reservation made at its want charged (see the algorithms' settle), and sets each changed key's expiry from its new state, unless
 -- the marker key exists: then it changes nothing. It creates the marker
 -- with a time to live of ARGV[3 + 11 * items] ms. Reply: {1} when applied,
 -- {0} when the marker existed (already settled). Concurrency items are
@@ -131,7 +133,7 @@ if mode == 's' then
   local ttl = tonumber(ARGV[3 + n * 11])
   if not ttl or ttl < 1 then return redis.error_reply('ERR bad settlement marker ttl') end
   if not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', ttl) then return {0} end
-  return adjust(function(it, s) return it.alg.settle(s, it.lim, it.cost) end, false)
+  return adjust(function(it, s) return it.alg.settle(s, it.lim, it.cost, it.want) end, false)
 end
 
 local admitted = 1
@@ -184,4 +186,5 @@ for i = 1, n do
   reply[#reply + 1] = taken
   reply[#reply + 1] = v[8]
 end
+reply[#reply + 1] = now
 return reply

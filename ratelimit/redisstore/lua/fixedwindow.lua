@@ -92,10 +92,28 @@ ALGORITHMS[2] = {
     return true
   end,
 
+  -- The window holding the time at (µs): its number, or for a calendar
+  -- window its start; nil when at is in neither the caller's current
+  -- window nor the next (an earlier one).
+  window_of = function(s, lim, at)
+    if not s.cal then return fdiv(at, lim.per) end
+    if at >= lim.cs and at < lim.ce then return lim.cs end
+    if at >= lim.ce and at < lim.cn then return lim.ce end
+    return nil
+  end,
+
   -- A charge counts in the current window even past rate (debt until
-  -- the window ends); a refund only comes off the window still current.
-  settle = function(s, lim, delta)
-    if delta < 0 then return ALGORITHMS[2].give(s, lim, -delta) end
+  -- the window ends). A refund comes off the window still current, and
+  -- when the reservation's time at is known (> 0) only if that is the
+  -- window holding at.
+  settle = function(s, lim, delta, at)
+    if delta < 0 then
+      if at and at > 0 then
+        if at > s.now then at = s.now end
+        if ALGORITHMS[2].window_of(s, lim, at) ~= s.window then return false end
+      end
+      return ALGORITHMS[2].give(s, lim, -delta)
+    end
     local c = s.count + delta
     if c > MAX_EXACT then c = MAX_EXACT end
     s.count, s.kept = c, true -- the window now holds a count to refund from

@@ -100,10 +100,11 @@ end
 --                                settlement; optional, nil is 0)
 --   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
 --   give(s, lim, cost) -> bool   refund cost; true when s changed
---   settle(s, lim, delta) -> bool  apply a signed settlement (see
+--   settle(s, lim, delta, at) -> bool  apply a signed settlement (see
 --                                ratelimit.Settle): a refund never above
---                                capacity, a charge even past it (debt);
---                                true when s changed
+--                                capacity, to what the reservation made
+--                                at at (µs; 0 unknown) charged, a charge
+--                                even past it (debt); true when s changed
 -- lim has fields rate, per (µs), burst; s carries the time it was
 -- normalised to as s.now.
 local ALGORITHMS = {}

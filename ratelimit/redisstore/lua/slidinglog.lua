@@ -90,26 +90,30 @@ ALGORITHMS[4] = {
   end,
 
   -- A charge is an entry at s.now, even past rate; a refund comes off the
-  -- entries newest first, removing those that reach 0.
-  settle = function(s, lim, delta)
+  -- entries stamped with the reservation's time at (all entries when at
+  -- is unknown, 0), newest first, removing those that reach 0.
+  settle = function(s, lim, delta, at)
     if delta > 0 then
       if s.used + delta > MAX_EXACT then delta = MAX_EXACT - s.used end
       if delta <= 0 then return false end
       ALGORITHMS[4].take(s, lim, delta)
       return true
     end
+    if at and at > s.real then at = s.real end
     local u, changed = -delta, false
     for i = #s.at, 1, -1 do
       if u <= 0 then break end
-      local t = s.cost[i]
-      if t > u then t = u end
-      s.cost[i] = s.cost[i] - t
-      s.used = s.used - t
-      u = u - t
-      changed = true
-      if s.cost[i] == 0 then
-        table.remove(s.at, i)
-        table.remove(s.cost, i)
+      if not (at and at > 0) or s.at[i] == at then
+        local t = s.cost[i]
+        if t > u then t = u end
+        s.cost[i] = s.cost[i] - t
+        s.used = s.used - t
+        u = u - t
+        changed = true
+        if s.cost[i] == 0 then
+          table.remove(s.at, i)
+          table.remove(s.cost, i)
+        end
       end
     end
     return changed

@@ -111,8 +111,19 @@ ALGORITHMS[3] = {
     return true
   end,
 
-  -- A charge lands in the current bucket even past rate.
-  settle = function(s, lim, delta)
+  -- A charge lands in the current bucket even past rate. A refund comes
+  -- off the bucket holding the reservation's time at while that bucket is
+  -- in the window, or when at is unknown (0) off the buckets newest first.
+  settle = function(s, lim, delta, at)
+    if delta < 0 and at and at > 0 then
+      if at > s.now then at = s.now end
+      local j = fdiv(at, s.L) - (s.k - lim.burst) + 1
+      if not s.stored or j < 1 or j > #s.c or s.c[j] <= 0 then return false end
+      local t = -delta
+      if t > s.c[j] then t = s.c[j] end
+      s.c[j] = s.c[j] - t
+      return true
+    end
     if delta < 0 then return ALGORITHMS[3].give(s, lim, -delta) end
     local sum = ALGORITHMS[3].sum(s)
     if sum + delta > MAX_EXACT then delta = MAX_EXACT - sum end
