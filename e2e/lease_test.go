@@ -8,13 +8,13 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
-// scriptCalls returns how many script calls (EVALSHA and EVAL) Redis ran.
+// scriptCalls returns how many script calls (FCALL, EVALSHA and EVAL) Redis ran.
 func scriptCalls(t *testing.T, rs *redistest.Server) int64 {
 	t.Helper()
 	info, _ := rs.MustDo(t, "INFO", "commandstats").(string)
 	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+		for _, cmd := range []string{"cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"} {
 			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
 				for _, f := range strings.Split(rest, ",") {
 					if v, ok := strings.CutPrefix(f, "calls="); ok {

@@ -70,7 +70,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	tel.ExportPrimed(metrics)
 
-	open := storeOpener()
+	open := storeOpener(logger)
 	gw, err := gateway.New(cfg, gateway.Options{
 		OpenStore:      open,
 		Logger:         logger,

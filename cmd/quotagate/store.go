@@ -18,10 +18,10 @@ import (
 // this process (see openStore). They all register in the fleet roster
 // under one instance id, so that the gateway and the decision service of
 // one process, and a store and the one a reload replaces it with, count as
-// one instance, not two.
-func storeOpener() func(config.Store) (*ratelimit.Stack, error) {
+// one instance, not two. logger receives the stores' operational lines.
+func storeOpener(logger *slog.Logger) func(config.Store) (*ratelimit.Stack, error) {
 	id := ratelimit.NewInstanceID()
-	return func(c config.Store) (*ratelimit.Stack, error) { return openStore(c, id) }
+	return func(c config.Store) (*ratelimit.Stack, error) { return openStore(c, id, logger) }
 }
 
 // openStore is the one place that chooses the stage-2 backend: a memory
@@ -29,7 +29,7 @@ func storeOpener() func(config.Store) (*ratelimit.Stack, error) {
 // shape of the addresses) for a fleet, registering in its roster as
 // instance id. Either comes as a whole ratelimit.Stack, its
 // on_store_error fallback included.
-func openStore(c config.Store, id string) (*ratelimit.Stack, error) {
+func openStore(c config.Store, id string, logger *slog.Logger) (*ratelimit.Stack, error) {
 	switch c.Kind {
 	case "memory":
 		return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
@@ -55,6 +55,7 @@ func openStore(c config.Store, id string) (*ratelimit.Stack, error) {
 			PoolSize: r.PoolSize, Timeout: r.Timeout,
 			BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
 			FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, FleetID: id, KeyPrefix: r.KeyPrefix,
+			Logger: logger,
 		}), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)

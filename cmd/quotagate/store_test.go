@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestStoresOfOneProcessCountOnce(t *testing.T) {
 	c := config.Store{Kind: "redis", FleetSize: 1, Fleet: config.Fleet{TTL: 1500 * time.Millisecond},
 		Redis: config.Redis{Addrs: []string{srv.Addr}, Timeout: time.Second, PoolSize: 4, KeyPrefix: "qg",
 			BreakerFailures: 5, BreakerCooldown: time.Second}}
-	open := storeOpener()
+	open := storeOpener(slog.New(slog.DiscardHandler))
 	gw, err := open(c)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ func TestStoresOfOneProcessCountOnce(t *testing.T) {
 	if gw.Fleet().ID() != ds.Fleet().ID() {
 		t.Fatalf("one process registers as %q and %q", gw.Fleet().ID(), ds.Fleet().ID())
 	}
-	other, err := storeOpener()(c)
+	other, err := storeOpener(slog.New(slog.DiscardHandler))(c)
 	if err != nil {
 		t.Fatal(err)
 	}

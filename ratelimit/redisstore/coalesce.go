@@ -85,7 +85,8 @@ type scriptCall struct {
 	timer *time.Timer
 	armed bool
 
-	// The EVALSHA arguments (see build) and the keys among them.
+	// The EVALSHA arguments (see build; cmd makes them an FCALL) and the
+	// keys among them.
 	args []any
 	keys []string
 }
@@ -149,18 +150,23 @@ func (c *scriptCall) abandon() bool {
 	return c.state.CompareAndSwap(callQueued, callAbandoned)
 }
 
-// cmd returns the call's EVALSHA command, with arguments of its own (a
-// hook may keep them after the call is reused).
-func (c *scriptCall) cmd(ctx context.Context) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, slices.Clone(c.args)...)
-	cmd.SetFirstKeyPos(3) // as go-redis's own EvalSha does, for Cluster routing
+// cmd returns the call's command, FCALL of the library's function when fn
+// is set, otherwise EVALSHA, with arguments of its own (a hook may keep
+// them after the call is reused).
+func (c *scriptCall) cmd(ctx context.Context, fn bool) *redis.Cmd {
+	args := slices.Clone(c.args)
+	if fn {
+		args[0], args[1] = "fcall", libraryFunc
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3) // as go-redis's own EvalSha and FCall do, for Cluster routing
 	return cmd
 }
 
 // coalescer is the queue and writer slots of one RedisStore. It starts no
 // goroutine: callers do the writing.
 type coalescer struct {
-	client   redis.UniversalClient
+	run      *runner
 	maxBatch int
 	queue    chan *scriptCall
 	slots    chan struct{} // holds one token per writer at work
@@ -168,7 +174,7 @@ type coalescer struct {
 	stop     sync.Once
 }
 
-func newCoalescer(client redis.UniversalClient, o CoalesceOptions) *coalescer {
+func newCoalescer(run *runner, o CoalesceOptions) *coalescer {
 	writers, maxBatch := o.Writers, o.MaxBatch
 	if writers <= 0 {
 		writers = defaultWriters
@@ -177,7 +183,7 @@ func newCoalescer(client redis.UniversalClient, o CoalesceOptions) *coalescer {
 		maxBatch = defaultMaxBatch
 	}
 	return &coalescer{
-		client:   client,
+		run:      run,
 		maxBatch: maxBatch,
 		queue:    make(chan *scriptCall, queueDepth),
 		slots:    make(chan struct{}, writers),
@@ -328,23 +334,23 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 		}
 		break
 	}
-	sendPipeline(owner, c.client, batch, true)
+	sendPipeline(owner, c.run, batch, true)
 }
 
-// sendPipeline sends calls as one pipeline of EVALSHA, sets each call's
-// reply and signals its done. When claim is set, calls whose caller has
-// already stopped waiting are skipped (never sent), and the others are
-// marked sent; calls is then the writer's own slice, which it filters.
+// sendPipeline sends calls as one pipeline of script calls (FCALL, or
+// EVALSHA once r has fallen back to it), sets each call's reply and
+// signals its done. When claim is set, calls whose caller has already
+// stopped waiting are skipped (never sent), and the others are marked
+// sent; calls is then the writer's own slice, which it filters.
 //
 // The pipeline runs until owner's deadline or, when owner has none, the
 // latest deadline among the calls (none if one of them has none: the
 // client's socket timeouts then bound it).
 //
-// Calls that fail with NOSCRIPT (the server lost its script cache: nothing
-// ran) are sent again after loading the script once (on every node of a
-// cluster), and any that still fail that way are sent with EVAL and the
-// source, which caches it again.
-func sendPipeline(owner *scriptCall, client redis.UniversalClient, calls []*scriptCall, claim bool) {
+// Calls that did not run because the server lacks the function library
+// or cannot run it are sent again (see runner.recoverFunction), and so are
+// calls that fail with NOSCRIPT (see recoverScript).
+func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool) {
 	live := calls
 	if claim {
 		live = calls[:0]
@@ -359,40 +365,52 @@ func sendPipeline(owner *scriptCall, client redis.UniversalClient, calls []*scri
 	}
 	ctx, cancel := batchContext(owner, live)
 	defer cancel()
+	fn := !r.evalsha.Load()
 	cmds := make([]*redis.Cmd, len(live))
-	pipe := client.Pipeline()
+	pipe := r.client.Pipeline()
 	for i, call := range live {
-		cmds[i] = call.cmd(ctx)
+		cmds[i] = call.cmd(ctx, fn)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, err := pipe.Exec(ctx)
 	stampUnanswered(cmds, err)
+	if fn {
+		r.recoverFunction(ctx, live, cmds)
+	}
+	recoverScript(ctx, r.client, live, cmds)
+	for i, call := range live {
+		call.val, call.err = cmds[i].Result()
+		call.done <- struct{}{}
+	}
+}
 
+// recoverScript sends again the EVALSHAs of cmds that failed with
+// NOSCRIPT (the server lost its script cache: nothing ran), after loading
+// the script once (on every node of a cluster), and any that still fail
+// that way with EVAL and the source, which caches it again.
+func recoverScript(ctx context.Context, client redis.UniversalClient, live []*scriptCall, cmds []*redis.Cmd) {
 	var again []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}
-	if len(again) > 0 {
-		if decideScript.Load(ctx, client).Err() == nil {
-			pipe := client.Pipeline()
-			for _, i := range again {
-				cmds[i] = live[i].cmd(ctx)
-				_ = pipe.Process(ctx, cmds[i])
-			}
-			_, err := pipe.Exec(ctx)
-			stampUnanswered(cmds, err)
-		}
-		for _, i := range again {
-			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
-				cmds[i] = decideScript.Eval(ctx, client, live[i].keys, live[i].argv()...)
-			}
-		}
+	if len(again) == 0 {
+		return
 	}
-	for i, call := range live {
-		call.val, call.err = cmds[i].Result()
-		call.done <- struct{}{}
+	if decideScript.Load(ctx, client).Err() == nil {
+		pipe := client.Pipeline()
+		for _, i := range again {
+			cmds[i] = live[i].cmd(ctx, false)
+			_ = pipe.Process(ctx, cmds[i])
+		}
+		_, err := pipe.Exec(ctx)
+		stampUnanswered(cmds, err)
+	}
+	for _, i := range again {
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			cmds[i] = decideScript.Eval(ctx, client, live[i].keys, live[i].argv()...)
+		}
 	}
 }
 

@@ -33,7 +33,7 @@ func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 
 func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || cmds[0].Name() != "evalsha" {
+		if len(cmds) == 0 || cmds[0].Name() != "fcall" && cmds[0].Name() != "evalsha" {
 			return next(ctx, cmds)
 		}
 		h.pipelines.Add(1)

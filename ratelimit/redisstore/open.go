@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,6 +56,10 @@ type Config struct {
 	FleetID string
 	// KeyPrefix starts the roster's key (see RosterKey); "" means "qg".
 	KeyPrefix string
+	// Logger receives the store's line saying whether decisions run as
+	// a Redis function or as EVALSHA scripts (see RedisOptions.Logger);
+	// nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Open builds the fleet-wide decision stack on Redis: a RedisStore (script
@@ -75,7 +80,7 @@ func Open(c Config) *ratelimit.Stack {
 	if c.Hook != nil {
 		client.AddHook(c.Hook)
 	}
-	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout})
+	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout, Logger: c.Logger})
 	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}
 	if !c.FleetStatic {
 		prefix := c.KeyPrefix

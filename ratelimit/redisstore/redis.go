@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -28,13 +29,19 @@ type RedisOptions struct {
 	// Coalesce configures the batching of concurrent script calls into
 	// pipelines; the zero value turns it on with its defaults.
 	Coalesce CoalesceOptions
+	// Logger receives the one line that says how decisions run: as a
+	// Redis function (info), or as EVALSHA scripts because the server
+	// cannot or will not run functions (warn). nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // RedisStore is a Store that keeps state in Redis (standalone, Sentinel or
 // Cluster), shared by every instance that uses the same Redis.
 //
 // Each key is one Redis hash (a sorted set of slots for Concurrency),
-// written only by the store's Lua script, with an expiry after which it is
+// written only by the store's Lua code (a Redis function library where the
+// server runs functions, else an EVALSHA script: see RedisOptions.Logger),
+// with an expiry after which it is
 // exactly a key at full capacity. A key must keep one algorithm: a hash
 // algorithm fails (ErrUnavailable) on a key that holds slots. Times come
 // from the Redis server clock, so instances need not agree on time.
@@ -52,6 +59,7 @@ type RedisOptions struct {
 type RedisStore struct {
 	client redis.UniversalClient
 	opts   RedisOptions
+	run    *runner
 	co     *coalescer // nil when coalescing is disabled
 
 	// On a Cluster each primary gets a queue of its own, so that a dead or
@@ -71,9 +79,9 @@ var (
 // NewRedisStore returns a store that decides with client, which it owns
 // from then on: Close closes it. It starts no goroutine.
 func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
-	s := &RedisStore{client: client, opts: opts}
+	s := &RedisStore{client: client, opts: opts, run: newRunner(client, opts.Logger)}
 	if !opts.Coalesce.Disabled {
-		s.co = newCoalescer(client, opts.Coalesce)
+		s.co = newCoalescer(s.run, opts.Coalesce)
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			s.cluster, s.nodeCo = cc, map[string]*coalescer{}
 		}
@@ -92,7 +100,7 @@ func (s *RedisStore) coalescerFor(ctx context.Context, key string) *coalescer {
 	defer s.nodeMu.Unlock()
 	c, ok := s.nodeCo[addr]
 	if !ok {
-		c = newCoalescer(s.client, s.opts.Coalesce)
+		c = newCoalescer(s.run, s.opts.Coalesce)
 		s.nodeCo[addr] = c
 	}
 	return c
@@ -136,7 +144,7 @@ func (s *RedisStore) Close() error {
 func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	vals, errs := make([]any, len(calls)), make([]error, len(calls))
 	if s.co == nil {
-		sendPipeline(calls[0], s.client, calls, false)
+		sendPipeline(calls[0], s.run, calls, false)
 		for i, c := range calls {
 			<-c.done
 			vals[i], errs[i] = c.finish()
@@ -166,7 +174,7 @@ func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items 
 	c := getCall(b)
 	c.build(mode, nowUS, useNow, items, idx, want)
 	if s.co == nil {
-		sendPipeline(c, s.client, []*scriptCall{c}, false)
+		sendPipeline(c, s.run, []*scriptCall{c}, false)
 		<-c.done
 		return c.finish()
 	}

@@ -12,12 +12,12 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
-// baselineArgs is the EVALSHA that redis-benchmark repeats: the same
+// baselineArgs is the FCALL that redis-benchmark repeats: the same
 // decision as the store benchmarks (two token buckets of 1,000,000 units,
 // cost 1, on the server clock), on keys spread over 1000 random tags.
 func baselineArgs() []string {
-	item := []string{"1", "1000000", "1000000", "1000000", "1", "0", "0"}
-	args := []string{"evalsha", decideScript.Hash(), "2", "{t__rand_int__}:tenant", "{t__rand_int__}:route:transfers", modeDecide, ""}
+	item := []string{"1", "1000000", "1000000", "1000000", "1", "0", "0", "0", "0", "0", ""}
+	args := []string{"fcall", libraryName, "2", "{t__rand_int__}:tenant", "{t__rand_int__}:route:transfers", modeDecide, ""}
 	return append(append(args, item...), item...)
 }
 
@@ -32,7 +32,7 @@ func BenchmarkRedisBaseline(b *testing.B) {
 	srv := redistest.StartStandalone(b)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	if err := decideScript.Load(context.Background(), c).Err(); err != nil {
+	if err := loadLibrary(context.Background(), c); err != nil {
 		b.Fatal(err)
 	}
 	errs0, _ := c.Info(context.Background(), "errorstats").Result()
@@ -57,7 +57,7 @@ func BenchmarkRedisBaseline(b *testing.B) {
 		b.Fatalf("the script failed under redis-benchmark: %s", errs)
 	}
 	stats, _ := c.Info(context.Background(), "commandstats").Result()
-	if !strings.Contains(stats, "cmdstat_evalsha:calls=200000,") || !strings.Contains(stats, "failed_calls=0") {
+	if !strings.Contains(stats, "cmdstat_fcall:calls=200000,") || !strings.Contains(stats, "failed_calls=0") {
 		b.Fatalf("redis-benchmark did not run the script 200000 times:\n%s", stats)
 	}
 	b.ReportMetric(rps, "decisions/s")

@@ -67,7 +67,7 @@ func benchDecide(b *testing.B, s ratelimit.Store, conc int) {
 
 // commandCalls returns the number of commands the server has run, from
 // INFO commandstats: all of them (those that scripts run included, INFO
-// itself left out), the script calls alone (EVALSHA and EVAL), which are
+// itself left out), the script calls alone (FCALL, EVALSHA and EVAL), which are
 // the round trips, and the server time those script calls took, in µs.
 func commandCalls(b testing.TB, srv *redistest.Server) (total, scripts, scriptUS int64) {
 	info, _ := srv.MustDo(b, "INFO", "commandstats").(string)
@@ -84,7 +84,7 @@ func commandCalls(b testing.TB, srv *redistest.Server) (total, scripts, scriptUS
 			b.Fatalf("commandstats line %q: %v %v", line, err, err2)
 		}
 		total += v
-		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+		if name == "cmdstat_fcall" || name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			scripts += v
 			scriptUS += u
 		}

@@ -424,14 +424,14 @@ func (h pipelineFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// isRefund reports whether c is a script call in refund mode: EVALSHA or
-// EVAL, script, numkeys, keys..., then the mode.
+// isRefund reports whether c is a script call in refund mode: FCALL,
+// EVALSHA or EVAL, function or script, numkeys, keys..., then the mode.
 func isRefund(c redis.Cmder) bool {
 	args := c.Args()
 	if len(args) < 3 {
 		return false
 	}
-	if name, _ := args[0].(string); name != "evalsha" && name != "eval" {
+	if name, _ := args[0].(string); name != "fcall" && name != "evalsha" && name != "eval" {
 		return false
 	}
 	n, ok := args[2].(int)

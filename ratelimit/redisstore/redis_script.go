@@ -21,6 +21,9 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
+// luaOrder lists the files that define the prelude and the algorithms, in
+// the order they are concatenated; luaEntry, the entry point, follows them
+// as the body of a function decide(KEYS, ARGV).
 var luaOrder = []string{
 	"lua/prelude.lua",
 	"lua/tokenbucket.lua",
@@ -28,17 +31,23 @@ var luaOrder = []string{
 	"lua/slidingwindow.lua",
 	"lua/slidinglog.lua",
 	"lua/concurrency.lua",
-	"lua/dispatch.lua",
 }
 
-// decideScript is the assembled script. Run sends EVALSHA and, when the
-// server does not know the digest (after a restart or SCRIPT FLUSH), EVAL
-// with the source, which also caches it again.
-var decideScript = redis.NewScript(assembleScript())
+const luaEntry = "lua/dispatch.lua"
 
-func assembleScript() string {
+// decideScript is the assembled script, for servers that cannot run the
+// function library (see runner): the shared body and a call of its entry
+// point. Run sends EVALSHA and, when the server does not know the digest
+// (after a restart or SCRIPT FLUSH), EVAL with the source, which also
+// caches it again.
+var decideScript = redis.NewScript(assembleBody() + "return decide(KEYS, ARGV)\n")
+
+// assembleBody returns the source that the script and the function library
+// share: the prelude and algorithms, then the local function
+// decide(KEYS, ARGV) whose body is the entry point.
+func assembleBody() string {
 	var src []byte
-	for _, name := range luaOrder {
+	for _, name := range append(luaOrder, luaEntry) {
 		b, err := luaFiles.ReadFile(name)
 		if err != nil {
 			// The files are embedded at build time; a missing one is a
@@ -46,7 +55,13 @@ func assembleScript() string {
 			panic("ratelimit: embedded script missing: " + name)
 		}
 		src = append(src, "-- "+name+"\n"...)
+		if name == luaEntry {
+			src = append(src, "local function decide(KEYS, ARGV)\n"...)
+		}
 		src = append(src, b...)
+		if name == luaEntry {
+			src = append(src, "\nend"...)
+		}
 		src = append(src, '\n')
 	}
 	return string(src)

@@ -1,5 +1,7 @@
 -- Entry point. One call decides, evaluates, refunds or settles one group
--- of keys that share a hash slot, atomically.
+-- of keys that share a hash slot, atomically. This file is the body of
+-- the function decide(KEYS, ARGV) (the Go side wraps it), which the
+-- function library registers and the EVALSHA script calls.
 --
 -- KEYS[i]: the key of item i (a key may appear more than once). To settle,
 --          the last key is the settlement's marker, not an item.

@@ -1,0 +1,127 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// BenchmarkRedisServerInstructions reports the instructions redis-server
+// executes per decision, counted by valgrind's callgrind: a deterministic
+// measure of the server's cost, unlike INFO commandstats' usec on a busy
+// machine. Each case starts redis-server under callgrind twice, runs 200
+// and then 1200 sequential decisions through a RedisStore (uncoalesced,
+// on the server clock, one admitted token-bucket item per hash tag and
+// call, on fixed keys) and reports the difference per decision, so that
+// start-up and shutdown cancel out. Cases: the decision as an FCALL of the
+// library and as the EVALSHA fallback, with one and two items.
+//
+// It is slow (about a minute per case on a quiet machine) and runs only
+// when QG_CALLGRIND is set and valgrind is on PATH; b.N is ignored:
+//
+//	QG_CALLGRIND=1 go test -run '^$' -bench RedisServerInstructions -benchtime 1x ./ratelimit/redisstore/
+func BenchmarkRedisServerInstructions(b *testing.B) {
+	if os.Getenv("QG_CALLGRIND") == "" {
+		b.Skip("set QG_CALLGRIND=1 to count redis-server's instructions under valgrind (slow)")
+	}
+	valgrind, err := exec.LookPath("valgrind")
+	if err != nil {
+		b.Skip("valgrind not on PATH")
+	}
+	server := redistest.RedisServerPath(b)
+	for _, mode := range []string{"fcall", "evalsha"} {
+		for _, n := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/items=%d", mode, n), func(b *testing.B) {
+				const few, many = 200, 1200
+				lo := callgrindRun(b, valgrind, server, mode == "evalsha", n, few)
+				hi := callgrindRun(b, valgrind, server, mode == "evalsha", n, many)
+				b.ReportMetric(float64(hi-lo)/(many-few), "instructions/decision")
+			})
+		}
+	}
+}
+
+// callgrindRun starts redis-server under callgrind, makes decisions
+// decisions of items token buckets each (as EVALSHA when evalsha is set),
+// stops the server and returns the instructions it executed in all.
+func callgrindRun(b *testing.B, valgrind, server string, evalsha bool, items, decisions int) int64 {
+	dir := b.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	out := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command(valgrind, "--tool=callgrind", "--callgrind-out-file="+out, server,
+		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	exited := false
+	defer func() {
+		if !exited {
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	ctx := context.Background()
+	for start := time.Now(); client.Ping(ctx).Err() != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Since(start) > 2*time.Minute {
+			b.Fatal("redis-server under valgrind did not answer PING in 2 minutes")
+		}
+	}
+	s := NewRedisStore(client, RedisOptions{Coalesce: CoalesceOptions{Disabled: true}})
+	s.run.evalsha.Store(evalsha)
+	batch := make([]ratelimit.Item, items)
+	for i := range batch {
+		batch[i] = ratelimit.Item{Key: fmt.Sprintf("{cg}:%d", i), Algorithm: ratelimit.TokenBucket,
+			Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
+	}
+	for range decisions {
+		if d, err := s.Decide(ctx, batch); err != nil || !d.Allowed {
+			b.Fatalf("decide: %+v, %v", d, err)
+		}
+	}
+	_ = client.Do(ctx, "shutdown", "nosave").Err() // the connection drops
+	_ = s.Close()
+	select {
+	case <-done:
+		exited = true
+	case <-time.After(2 * time.Minute):
+		b.Fatal("redis-server under valgrind did not exit")
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "summary: "); ok {
+			n, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("no summary line in %s", out)
+	return 0
+}
