@@ -93,7 +93,7 @@ func newTracedFixture(t *testing.T, base string, dead *httptest.Server, newTP fu
 
 // newTestMetrics sets up the real metrics pipeline (OpenTelemetry SDK ->
 // Prometheus exporter, primed series included), shut down when t ends.
-func newTestMetrics(t *testing.T) (*telemetry.Providers, *telemetry.Metrics) {
+func newTestMetrics(t testing.TB) (*telemetry.Providers, *telemetry.Metrics) {
 	t.Helper()
 	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(string) string { return "" }})
 	if err != nil {
