@@ -21,34 +21,56 @@ type rateLimitView struct {
 }
 
 // setRateLimitHeaders writes RateLimit-Policy and RateLimit (spelled in Go's
-// canonical form, which spares a canonicalization per request; header names
-// are case-insensitive) in the syntax of
+// canonical form and stored directly, which spares a canonicalization per
+// request; header names are case-insensitive) in the syntax of
 // draft-ietf-httpapi-ratelimit-headers-10 (Structured Field lists). Times
 // are delta seconds, never timestamps.
+//
+// Both values are formatted into one string, and the two header slices
+// share one backing array of capacity one each (an Add to either header
+// copies it rather than overwriting the other): two allocations per
+// response, whatever the numbers.
 func setRateLimitHeaders(h http.Header, v rateLimitView) {
 	if v.policy == "" {
 		return
 	}
-	name := sfString(v.policy)
-	if v.window == 0 { // requests in flight: no window, no reset
-		h.Set("Ratelimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10))
-		h.Set("Ratelimit", name+";r="+strconv.FormatInt(max(v.remaining, 0), 10))
-		return
+	var buf [128]byte
+	b := appendSFString(buf[:0], v.policy)
+	name := len(b)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, v.quota, 10)
+	if v.window != 0 { // requests in flight have no window and no reset
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, v.window, 10)
 	}
-	h.Set("Ratelimit-Policy", name+";q="+strconv.FormatInt(v.quota, 10)+";w="+strconv.FormatInt(v.window, 10))
-	t := int64(0)
-	if v.reset > 0 {
-		t = ceilSeconds(v.reset)
+	policyEnd := len(b)
+	b = append(b, b[:name]...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(v.remaining, 0), 10)
+	if v.window != 0 {
+		t := int64(0)
+		if v.reset > 0 {
+			t = ceilSeconds(v.reset)
+		}
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, t, 10)
 	}
-	h.Set("Ratelimit", name+";r="+strconv.FormatInt(max(v.remaining, 0), 10)+";t="+strconv.FormatInt(t, 10))
+	s := string(b)
+	vals := &[2]string{s[:policyEnd], s[policyEnd:]}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
 }
 
-// sfString renders s as a Structured Field string.
-func sfString(s string) string {
+// appendSFString appends s as a Structured Field string: s in double quotes
+// or, when s holds '"' or '\', s less its characters outside printable
+// ASCII, quoted and escaped by strconv.Quote.
+func appendSFString(b []byte, s string) []byte {
 	if !strings.ContainsAny(s, `"\`) {
-		return `"` + s + `"`
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
 	}
-	return strconv.Quote(strings.Map(func(r rune) rune {
+	return strconv.AppendQuote(b, strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e {
 			return -1
 		}
