@@ -144,21 +144,27 @@ func (b *cancelOnClose) Close() error {
 // bufferSize is the size of the buffers that copy response bodies.
 const bufferSize = 32 << 10
 
-// bufferPool is an httputil.BufferPool backed by a sync.Pool.
+// bufferPool is an httputil.BufferPool backed by a sync.Pool of
+// *[bufferSize]byte. The pool holds array pointers, which a buffer of full
+// capacity converts back to without allocating, so neither Get nor Put
+// allocates once the pool is warm (a pool of *[]byte would allocate a slice
+// header on every Put).
 type bufferPool struct{ pool sync.Pool }
 
 // defaultBufferPool is shared by every handler built without a BufferPool.
-var defaultBufferPool = &bufferPool{pool: sync.Pool{New: func() any {
-	b := make([]byte, bufferSize)
-	return &b
-}}}
+var defaultBufferPool = newBufferPool()
 
-func (p *bufferPool) Get() []byte { return *p.pool.Get().(*[]byte) }
+func newBufferPool() *bufferPool {
+	return &bufferPool{pool: sync.Pool{New: func() any { return new([bufferSize]byte) }}}
+}
 
+func (p *bufferPool) Get() []byte { return p.pool.Get().(*[bufferSize]byte)[:] }
+
+// Put takes back a buffer of at least bufferSize capacity; smaller ones
+// (not from Get) are left to the garbage collector.
 func (p *bufferPool) Put(b []byte) {
 	if cap(b) < bufferSize {
 		return
 	}
-	b = b[:bufferSize]
-	p.pool.Put(&b)
+	p.pool.Put((*[bufferSize]byte)(b[:bufferSize]))
 }
