@@ -215,12 +215,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	var h http.Handler = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
-			// Rewrite runs on a request stripped of X-Forwarded-*; carry the
-			// inbound chain over so that SetXForwarded appends to it.
-			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
-				pr.Out.Header["X-Forwarded-For"] = xff
-			}
-			pr.SetXForwarded()
+			setXForwarded(pr.Out.Header, pr.In)
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
 			stripUpgrade(pr.Out.Header, upgradeAllowed(pr, allowUpgrade))
