@@ -26,13 +26,7 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := &requestState{start: g.opts.Now()}
 			st.rec.ResponseWriter = w
-			in := r.Header.Get("X-Request-Id")
-			st.requestID = requestID(in)
-			// A kept id, sent once, is already there for the upstream.
-			if st.requestID != in || len(r.Header["X-Request-Id"]) != 1 {
-				r.Header.Set("X-Request-Id", st.requestID)
-			}
-			w.Header().Set("X-Request-Id", st.requestID)
+			setRequestID(r.Header, w.Header(), st)
 
 			ctx, span := r.Context(), nonRecording
 			if g.tracing {
@@ -175,6 +169,27 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
 var errBodyTooLarge = &http.MaxBytesError{}
+
+// setRequestID gives the request its id (see requestID) and sets it as the
+// X-Request-Id of the response and of the request, for the upstream. A
+// kept id, sent once, is already in the request and its slice is reused
+// for the response; a new id's two slices share one array (capacity one
+// each, so a later Add copies rather than overwriting the other).
+func setRequestID(req, resp http.Header, st *requestState) {
+	ids := req["X-Request-Id"]
+	in := ""
+	if len(ids) > 0 {
+		in = ids[0]
+	}
+	st.requestID = requestID(in)
+	if st.requestID == in && len(ids) == 1 {
+		resp["X-Request-Id"] = ids[0:1:1]
+		return
+	}
+	vals := &[2]string{st.requestID, st.requestID}
+	req["X-Request-Id"] = vals[0:1:1]
+	resp["X-Request-Id"] = vals[1:2:2]
+}
 
 // requestID keeps a caller's X-Request-ID when it is short and made of safe
 // characters, and otherwise makes a new one.
