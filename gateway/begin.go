@@ -12,7 +12,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/telemetry"
@@ -30,7 +29,7 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 
 			ctx, span := r.Context(), nonRecording
 			if g.tracing {
-				ctx = g.opts.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+				ctx = g.opts.Propagator.Extract(ctx, telemetry.HeaderCarrier(r.Header))
 				ctx, span = g.tracer.Start(ctx, "quotagate.request", serverSpan...)
 				if span.IsRecording() {
 					span.SetAttributes(attribute.String("http.request.method", r.Method))

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // tracingTransport gives every upstream call a client span and carries the
@@ -29,7 +31,7 @@ type tracingTransport struct {
 func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !trace.SpanFromContext(r.Context()).IsRecording() {
 		if trace.SpanContextFromContext(r.Context()).IsValid() {
-			t.propagator.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+			t.propagator.Inject(r.Context(), telemetry.HeaderCarrier(r.Header))
 		}
 		return t.next.RoundTrip(r)
 	}
@@ -44,7 +46,7 @@ func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			attribute.String("server.address", r.URL.Host)))
 	defer span.End()
 	r = r.WithContext(ctx)
-	t.propagator.Inject(ctx, propagation.HeaderCarrier(r.Header))
+	t.propagator.Inject(ctx, telemetry.HeaderCarrier(r.Header))
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
 		span.RecordError(err)
