@@ -110,18 +110,23 @@ type manualEntry struct {
 	fired   bool
 }
 
-func (m *manualTimer) after(_ time.Duration, f func()) func() bool {
+// stopFunc is a stopper made of a function.
+type stopFunc func() bool
+
+func (f stopFunc) Stop() bool { return f() }
+
+func (m *manualTimer) after(_ time.Duration, f func()) stopper {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := &manualEntry{f: f}
 	m.pending = append(m.pending, e)
-	return func() bool {
+	return stopFunc(func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		was := !e.stopped && !e.fired
 		e.stopped = true
 		return was
-	}
+	})
 }
 
 // fire runs every timer not stopped or fired yet and returns how many ran.

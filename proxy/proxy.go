@@ -173,12 +173,15 @@ func New(up Upstream, o Options) (http.Handler, error) {
 	return newHandler(up, o, stdAfterFunc)
 }
 
-// afterFunc runs f after d unless the returned stop is called first; stop
-// reports whether it prevented f from running, like time.Timer.Stop.
-type afterFunc func(d time.Duration, f func()) (stop func() bool)
+// afterFunc runs f after d unless the returned timer is stopped first; its
+// Stop reports whether it prevented f from running, like time.Timer.Stop.
+type afterFunc func(d time.Duration, f func()) stopper
 
-func stdAfterFunc(d time.Duration, f func()) func() bool {
-	return time.AfterFunc(d, f).Stop
+// stopper is a timer that can be stopped (*time.Timer is one).
+type stopper interface{ Stop() bool }
+
+func stdAfterFunc(d time.Duration, f func()) stopper {
+	return time.AfterFunc(d, f)
 }
 
 func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {

@@ -90,24 +90,46 @@ type headerTimeout struct {
 	after   afterFunc
 }
 
-func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(req.Context())
+// States of an exchange's race between its timer and its response headers.
+const (
+	pending int32 = iota
+	arrived
+	timedOut
+)
+
+// exchange is one round trip under headerTimeout, in one allocation: the
+// timer's side of the race, the context it cancels, and, once the response
+// arrived, its body, which releases the context when closed.
+type exchange struct {
+	io.ReadCloser // the response body; nil until the response arrived
 	// state decides the race between the timer and the response headers:
 	// whoever moves it from pending first wins, and the loser does nothing.
-	var state atomic.Int32
-	const (
-		pending = iota
-		arrived
-		timedOut
-	)
-	stop := t.after(t.timeout, func() {
-		if state.CompareAndSwap(pending, timedOut) {
-			cancel(errHeaderTimeout)
-		}
-	})
+	state  atomic.Int32
+	cancel context.CancelCauseFunc
+}
+
+// expire is the timer's side: it cuts the exchange unless the response
+// headers arrived first.
+func (e *exchange) expire() {
+	if e.state.CompareAndSwap(pending, timedOut) {
+		e.cancel(errHeaderTimeout)
+	}
+}
+
+// Close closes the response body and releases the round trip's context.
+func (e *exchange) Close() error {
+	err := e.ReadCloser.Close()
+	e.cancel(nil)
+	return err
+}
+
+func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	e := &exchange{cancel: cancel}
+	timer := t.after(t.timeout, e.expire)
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
-	stop()
-	if !state.CompareAndSwap(pending, arrived) {
+	timer.Stop()
+	if !e.state.CompareAndSwap(pending, arrived) {
 		// The timer won. If a response made it anyway, its body is cut off
 		// by the canceled context: report the timeout instead.
 		if resp != nil {
@@ -125,20 +147,9 @@ func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
 		// context ends with the inbound request.
 		return resp, nil
 	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	e.ReadCloser = resp.Body
+	resp.Body = e
 	return resp, nil
-}
-
-// cancelOnClose releases a round trip's context once its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelCauseFunc
-}
-
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel(nil)
-	return err
 }
 
 // bufferSize is the size of the buffers that copy response bodies.
