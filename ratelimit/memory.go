@@ -361,18 +361,18 @@ func (sh *memShard) sweep(now int64) {
 // Release frees the slots of items (see SlotStore). It fails only for
 // invalid items, a done ctx or a closed store.
 func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
-	_, err := s.eachSlot(ctx, items, func(e *memEntry, it *Item, _ int64) bool {
+	return s.eachSlot(ctx, items, nil, func(e *memEntry, it *Item, _ int64) bool {
 		e.st = releaseSlot(&e.st, it.Holder)
 		return true
 	})
-	return err
 }
 
 // Renew extends the slots of items still held to Limit.Per from now, and
 // returns the indexes of the items whose slot was not (see SlotStore). It
 // fails only as Release does, and then reports none lost.
 func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
-	return s.eachSlot(ctx, items, func(e *memEntry, it *Item, now int64) bool {
+	var lost []int
+	err := s.eachSlot(ctx, items, &lost, func(e *memEntry, it *Item, now int64) bool {
 		i := slices.IndexFunc(e.st.Holds, func(h Hold) bool { return h.Holder == it.Holder && h.Expires > now })
 		if i < 0 {
 			return false
@@ -381,21 +381,26 @@ func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
 		e.st.Holds[i].Expires = now + it.Limit.Per.Microseconds()
 		return true
 	})
+	if err != nil {
+		return nil, err
+	}
+	return lost, nil
 }
 
 // eachSlot applies f to the live concurrency entry of each item's key,
 // under its shard's lock, and then sets the entry's expiry from its holds
-// (removing it when none is left). It returns the indexes of the items
-// that had no live entry or for which f returned false.
-func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, f func(e *memEntry, it *Item, now int64) bool) (missed []int, err error) {
+// (removing it when none is left). When missed is not nil, it appends to
+// it the indexes of the items that had no live entry or for which f
+// returned false.
+func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(e *memEntry, it *Item, now int64) bool) error {
 	if err := CheckSlotItems(items); err != nil {
-		return nil, err
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if s.closed.Load() {
-		return nil, fmt.Errorf("%w: memory store closed", ErrUnavailable)
+		return fmt.Errorf("%w: memory store closed", ErrUnavailable)
 	}
 	for i := range items {
 		it := &items[i]
@@ -414,11 +419,11 @@ func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, f func(e *memE
 			}
 		}
 		sh.mu.Unlock()
-		if !ok {
-			missed = append(missed, i)
+		if !ok && missed != nil {
+			*missed = append(*missed, i)
 		}
 	}
-	return missed, nil
+	return nil
 }
 
 // Len returns the number of live (unexpired) keys, removing the expired

@@ -16,8 +16,8 @@ type Slots interface {
 type SlotKeeperOptions struct {
 	// Timeout bounds each release, and each round of renewals; 0 means 1s.
 	Timeout time.Duration
-	// Released, when set, is called with the items of each release once
-	// its store call has returned (whether or not it succeeded), so that
+	// Released, when set, is called with the items of each store call of
+	// releases once it has returned (whether or not it succeeded), so that
 	// requests waiting for those keys on this instance can try again.
 	Released func(items []Item)
 	// OnError, when set, receives the failures of releases ("release") and
@@ -56,6 +56,10 @@ type SlotKeeper struct {
 	wake   chan struct{}
 	closed bool
 
+	// queues gathers the background releases per store (see
+	// releaseQueue); a store's entry lives while releases are under way.
+	queues map[Slots]*releaseQueue
+
 	stop     chan struct{}
 	running  sync.WaitGroup // the loop and the releases in flight
 	releases sync.WaitGroup // the releases in flight
@@ -80,7 +84,8 @@ func NewSlotKeeper(o SlotKeeperOptions) *SlotKeeper {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	k := &SlotKeeper{opts: o, held: map[*Held]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	k := &SlotKeeper{opts: o, held: map[*Held]struct{}{}, queues: map[Slots]*releaseQueue{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	k.running.Add(1)
 	go k.loop()
 	return k
@@ -111,8 +116,10 @@ func (k *SlotKeeper) Hold(s Slots, items []Item, inline bool, owner any) *Held {
 
 // Release stops renewing h's slots and frees them in the store, in the
 // background under the keeper's Timeout, so that it never waits for the
-// store (unless h was held inline). Slots found lost are not released.
-// Calls after the first do nothing.
+// store (unless h was held inline). Releases of one store that come while
+// an earlier one is in flight are sent together once it returns, in one
+// Release. Slots found lost are not released. Calls after the first do
+// nothing.
 func (h *Held) Release() {
 	h.once.Do(func() {
 		k := h.k
@@ -132,30 +139,15 @@ func (h *Held) Release() {
 			k.running.Add(1)
 			k.releases.Add(1)
 		}
+		start := run && !h.inline && k.enqueueLocked(h.slots, items)
 		k.mu.Unlock()
 		switch {
-		case !run:
-		case h.inline:
-			h.release(items)
-		default:
-			go h.release(items)
+		case run && h.inline:
+			k.release(h.slots, items, 1)
+		case start:
+			go k.drain(h.slots)
 		}
 	})
-}
-
-// release frees items, h's slots not lost, in the store and reports it.
-func (h *Held) release(items []Item) {
-	k := h.k
-	defer k.running.Done()
-	defer k.releases.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Timeout)
-	defer cancel()
-	if err := h.slots.Release(ctx, items); err != nil && k.opts.OnError != nil {
-		k.opts.OnError("release", err)
-	}
-	if k.opts.Released != nil {
-		k.opts.Released(items)
-	}
 }
 
 // Wait blocks until the releases started so far have returned (their

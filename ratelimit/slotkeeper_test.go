@@ -159,3 +159,69 @@ func TestStackRenewLostInBothStores(t *testing.T) {
 		t.Errorf("lost %v, err %v; want [2]", lost, err)
 	}
 }
+
+// gatedSlots holds each Release until the test lets it go, and records
+// the holders of each.
+type gatedSlots struct {
+	ratelimit.Slots
+	entered chan []string
+	gate    chan struct{}
+}
+
+func (g *gatedSlots) Release(ctx context.Context, items []ratelimit.Item) error {
+	var holders []string
+	for _, it := range items {
+		holders = append(holders, it.Holder)
+	}
+	g.entered <- holders
+	<-g.gate
+	return g.Slots.Release(ctx, items)
+}
+
+// TestSlotKeeperGathersReleases: a release goes to the store at once, and
+// the releases that come while it is in flight go together in one call
+// once it returns.
+func TestSlotKeeperGathersReleases(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer store.Close()
+	k := ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{})
+	defer k.Close()
+	g := &gatedSlots{Slots: store, entered: make(chan []string, 4), gate: make(chan struct{})}
+	var held []*ratelimit.Held
+	for _, h := range []string{"a", "b", "c", "d"} {
+		it := slotItem("{t}s", h, 5, ratelimit.OnErrorOpen)
+		if d, err := store.Decide(context.Background(), []ratelimit.Item{it}); err != nil || !d.Allowed {
+			t.Fatalf("take %s: %+v, %v", h, d, err)
+		}
+		held = append(held, k.Hold(g, []ratelimit.Item{it}, false, nil))
+	}
+	entered := func() []string {
+		t.Helper()
+		select {
+		case h := <-g.entered:
+			return h
+		case <-time.After(10 * time.Second):
+			t.Fatal("missed deadline: no release reached the store within 10 s")
+			return nil
+		}
+	}
+	held[0].Release()
+	if h := entered(); !slices.Equal(h, []string{"a"}) {
+		t.Fatalf("first call released %v, want [a]", h)
+	}
+	for _, h := range held[1:] {
+		h.Release()
+	}
+	g.gate <- struct{}{}
+	if h := entered(); !slices.Equal(h, []string{"b", "c", "d"}) {
+		t.Errorf("second call released %v, want [b c d] together", h)
+	}
+	g.gate <- struct{}{}
+	k.Wait()
+	peek := slotItem("{t}s", "", 5, ratelimit.OnErrorOpen)
+	peek.Cost = 0
+	if d, err := store.Decide(context.Background(), []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 5 {
+		t.Errorf("after the releases: %+v, %v; want 5 slots free", d, err)
+	}
+}

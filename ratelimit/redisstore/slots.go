@@ -11,15 +11,15 @@ import (
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
-// maxRenewItems bounds the items of one renewal script call, so that a
-// renewal round of many slots never runs one long script that holds up
+// maxSlotItems bounds the items of one renewal or release script call, so
+// that a renewal round of many slots never runs one long script that holds up
 // the decisions queued behind it on its node: each item costs the script
 // five commands, about 10 µs of server time, so a full call runs well
 // under a millisecond.
-const maxRenewItems = 64
+const maxSlotItems = 64
 
-// Release frees the concurrency slots of items (see ratelimit.SlotStore):
-// one refund call per hash tag, sent together. A failure wraps
+// Release frees the concurrency slots of items (see ratelimit.SlotStore),
+// in script calls grouped as Renew's and sent together. A failure wraps
 // ErrUnavailable; the slots it concerns then expire on their own.
 func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error {
 	if err := ratelimit.CheckSlotItems(items); err != nil {
@@ -30,8 +30,11 @@ func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error 
 		it.Cost = 1
 		one[i] = it
 	}
-	if _, err := s.perGroup(ctx, modeRefund, one); err != nil {
-		return ratelimit.Unavailable("release", err)
+	_, _, _, errs, b := s.slotCalls(ctx, modeRefund, one)
+	for _, err := range errs {
+		if err != nil {
+			return ratelimit.Unavailable("release", withDeadline(b, err))
+		}
 	}
 	return nil
 }
@@ -44,7 +47,7 @@ func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error 
 // together (one pipeline per node): on a Cluster one call per hash slot,
 // since a script may only touch keys of one slot; on a single primary
 // (standalone or Sentinel) one call for all of them, whatever their hash
-// tags. Either way a call carries at most maxRenewItems items. A renewal
+// tags. Either way a call carries at most maxSlotItems items. A renewal
 // round of N slots of N tenants is thus ⌈N / 64⌉ calls on one primary
 // instead of N.
 //
@@ -54,19 +57,7 @@ func (s *RedisStore) Renew(ctx context.Context, items []ratelimit.Item) ([]int, 
 	if err := ratelimit.CheckSlotItems(items); err != nil {
 		return nil, err
 	}
-	if len(items) == 0 {
-		return nil, nil
-	}
-	nowUS, useNow := s.now()
-	b := newBound(ctx, s.opts.Timeout)
-	idx := make([]int, len(items))
-	groups := s.renewGroups(items, idx)
-	calls := make([]*scriptCall, len(groups))
-	for g, gr := range groups {
-		calls[g] = getCall(b)
-		calls[g].build(modeRenew, nowUS, useNow, items, idx[gr.lo:gr.hi], nil)
-	}
-	vals, errs := s.exchange(calls)
+	groups, idx, vals, errs, b := s.slotCalls(ctx, modeRenew, items)
 	var lost []int
 	var failed error
 	for g, gr := range groups {
@@ -83,6 +74,26 @@ func (s *RedisStore) Renew(ctx context.Context, items []ratelimit.Item) ([]int, 
 		return lost, ratelimit.Unavailable("renew", failed)
 	}
 	return lost, nil
+}
+
+// slotCalls sends items in script calls of mode, grouped by slotGroups,
+// together, under one Timeout, and returns the groups, the layout of their
+// items, each call's reply or error and the bound they ran under.
+func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelimit.Item) ([]group, []int, []any, []error, bound) {
+	b := newBound(ctx, s.opts.Timeout)
+	if len(items) == 0 {
+		return nil, nil, nil, nil, b
+	}
+	nowUS, useNow := s.now()
+	idx := make([]int, len(items))
+	groups := s.slotGroups(items, idx)
+	calls := make([]*scriptCall, len(groups))
+	for g, gr := range groups {
+		calls[g] = getCall(b)
+		calls[g].build(mode, nowUS, useNow, items, idx[gr.lo:gr.hi], nil)
+	}
+	vals, errs := s.exchange(calls)
+	return groups, idx, vals, errs, b
 }
 
 // lostOf checks a renewal reply for the items idx, one flag each (1
@@ -107,18 +118,18 @@ func lostOf(v any, idx []int, lost *[]int) error {
 	return nil
 }
 
-// renewGroups splits items into the groups of renewal calls (see Renew),
+// slotGroups splits items into the groups of slot calls (see Renew),
 // laying out the indexes of each group's items in idx (which must have
 // room for len(items)), group after group: in the order of the items on
 // one primary, by hash slot on a Cluster.
-func (s *RedisStore) renewGroups(items []ratelimit.Item, idx []int) []group {
+func (s *RedisStore) slotGroups(items []ratelimit.Item, idx []int) []group {
 	var groups []group
 	if _, one := s.client.(*redis.Client); one {
 		for i := range idx {
 			idx[i] = i
 		}
-		for lo := 0; lo < len(items); lo += maxRenewItems {
-			groups = append(groups, group{lo: lo, hi: min(lo+maxRenewItems, len(items))})
+		for lo := 0; lo < len(items); lo += maxSlotItems {
+			groups = append(groups, group{lo: lo, hi: min(lo+maxSlotItems, len(items))})
 		}
 		return groups
 	}
@@ -129,7 +140,7 @@ func (s *RedisStore) renewGroups(items []ratelimit.Item, idx []int) []group {
 	slices.SortStableFunc(idx, func(a, b int) int { return int(slots[a]) - int(slots[b]) })
 	for lo := 0; lo < len(idx); {
 		hi := lo + 1
-		for hi < len(idx) && hi-lo < maxRenewItems && slots[idx[hi]] == slots[idx[lo]] {
+		for hi < len(idx) && hi-lo < maxSlotItems && slots[idx[hi]] == slots[idx[lo]] {
 			hi++
 		}
 		groups = append(groups, group{lo: lo, hi: hi})

@@ -121,3 +121,30 @@ func TestRedisRenewBatchesCluster(t *testing.T) {
 		t.Errorf("after deleting the last slot: lost %v, err %v; want [%d]", lost, err, len(held)-1)
 	}
 }
+
+// TestRedisReleaseBatchesOnePrimary: releases of 100 slots of 100 tenants
+// sent together are ⌈100/64⌉ = 2 script calls on a single primary, and
+// each slot costs its script two commands (the key's type and the
+// holder's removal): the live slots are not counted to release one.
+func TestRedisReleaseBatchesOnePrimary(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := newRedisStore(t, []string{srv.Addr}, nil, 5*time.Second)
+	prefix := redistest.KeyPrefix(t)
+	held := make([]ratelimit.Item, 100)
+	for i := range held {
+		held[i] = renewSlot(prefix+"{t"+strconv.Itoa(i)+"}:inflight", "h")
+		mustDecide(t, s, held[i])
+	}
+	total0, scripts0, _ := commandCalls(t, srv)
+	if err := s.Release(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	total1, scripts1, _ := commandCalls(t, srv)
+	// Per call EVALSHA and TIME; per slot TYPE and ZREM.
+	if scripts, cmds := scripts1-scripts0, total1-total0; scripts != 2 || cmds != 2*2+100*2 {
+		t.Errorf("releasing 100 slots: %d script calls, %d commands; want 2 and 204", scripts, cmds)
+	}
+	if n := srv.MustDo(t, "EXISTS", held[0].Key, held[99].Key); n != int64(0) {
+		t.Errorf("%v released keys still exist", n)
+	}
+}

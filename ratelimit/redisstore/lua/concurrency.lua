@@ -3,9 +3,11 @@
 -- lim.rate is the most slots held at once (Limit.Max), lim.per the time a
 -- slot lives without a renewal, lim.holder the item's holder.
 --
--- Expired members are ignored when counting and removed whenever the key is
--- written. A key of another type (another algorithm's hash) reads as empty
--- and is replaced when a slot is taken.
+-- Expired members are ignored when counting and removed whenever a slot is
+-- taken. A key of another type (another algorithm's hash) reads as empty
+-- and is replaced when a slot is taken. The live slots are counted only
+-- when a decision needs them: a release reads the key's type and removes
+-- its holder, nothing more.
 
 -- The exclusive lower score bound "(now", written exactly (tostring would
 -- round a 16-digit number).
@@ -19,30 +21,44 @@ local function zset_type(key)
   return t
 end
 
+-- Counts the live slots of the key load found (once): s.n, and the
+-- earliest and latest expiry s.first and s.last.
+local function count(s)
+  local key = s.uncounted
+  if not key then return end
+  s.uncounted = nil
+  s.n = redis.call('ZCOUNT', key, after(s.now), '+inf')
+  if s.n > 0 then
+    local f = redis.call('ZRANGEBYSCORE', key, after(s.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(s.now), 'WITHSCORES', 'LIMIT', 0, 1)
+    s.first, s.last = tonumber(f[2]), tonumber(l[2])
+  end
+end
+
 ALGORITHMS[5] = {
   load = function(key, lim, now)
     local s = {now = now, n = 0, add = {}, rem = {}}
     if not key then return s end
     local t = zset_type(key)
-    if t == 'none' then return s end
+    if t == 'none' then
+      s.absent = true
+      return s
+    end
     if t ~= 'zset' then
       s.stale = true
       return s
     end
-    s.n = redis.call('ZCOUNT', key, after(now), '+inf')
-    if s.n > 0 then
-      local f = redis.call('ZRANGEBYSCORE', key, after(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(now), 'WITHSCORES', 'LIMIT', 0, 1)
-      s.first, s.last = tonumber(f[2]), tonumber(l[2])
-    end
+    s.uncounted = key
     return s
   end,
 
   fits = function(s, lim, cost)
+    count(s)
     return s.n + cost <= lim.rate
   end,
 
   take = function(s, lim, cost)
+    count(s)
     local e = s.now + lim.per
     s.add[#s.add + 1] = {lim.holder, e}
     s.n = s.n + cost
@@ -51,6 +67,7 @@ ALGORITHMS[5] = {
   end,
 
   report = function(s, lim, cost, allowed)
+    count(s)
     local remaining = lim.rate - s.n
     if remaining < 0 then remaining = 0 end
     local retry = 0
@@ -65,15 +82,20 @@ ALGORITHMS[5] = {
 
   save = function(key, s, lim, keep_ttl)
     if s.stale then redis.call('DEL', key) end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', s.now))
+    -- Expired members go when slots are taken (the key was counted); a
+    -- release leaves them to the next decision or the key's expiry.
+    if not s.uncounted and not s.absent then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', s.now))
+    end
     for _, h in ipairs(s.rem) do redis.call('ZREM', key, h) end
     for _, a in ipairs(s.add) do redis.call('ZADD', key, a[2], a[1]) end
     if not keep_ttl and s.last then expire_us(key, s.last - s.now) end
   end,
 
-  -- Refunding a slot is releasing it: its holder's member goes.
+  -- Refunding a slot is releasing it: its holder's member goes (from a
+  -- key that holds slots).
   give = function(s, lim, cost)
-    if s.stale then return false end
+    if s.stale or s.absent then return false end
     s.rem[#s.rem + 1] = lim.holder
     return true
   end,
