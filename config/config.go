@@ -405,12 +405,17 @@ type CostBlock struct {
 	// Reserve is the units taken before forwarding when the request does
 	// not say (required, >= 1, <= Max).
 	Reserve int64 `mapstructure:"reserve"`
-	// ReserveFrom is where a request may state its own reservation (the
-	// first present wins: json, then header); nil means none.
+	// ReserveFrom is where a request may state its own reservation; nil
+	// means none. With JSON set, a request with a body states it there
+	// only (Header counts for a request without a body).
 	ReserveFrom *ReserveFrom `mapstructure:"reserve_from"`
 	// Max is the largest reservation; a request asking more is refused
-	// with 400 (default Reserve). Every policy of the route and every
-	// tier's stage 1 must be able to hold it.
+	// with 400. It is also the reservation of a request whose body does
+	// not state ReserveFrom.JSON readably (content-coded, without the
+	// field, not JSON, longer than MaxBody), so it is required when
+	// ReserveFrom.JSON is set; otherwise it defaults to Reserve. Every
+	// policy of the route and every tier's stage 1 must be able to hold
+	// it.
 	Max int64 `mapstructure:"max"`
 	// SettleFrom is where the response reports the units used; nil means
 	// the reservation is never settled.

@@ -12,7 +12,9 @@ import (
 func (b *CostBlock) setDefaults() { setZero(&b.MaxBody, 1<<20) }
 
 // decodeKey decodes a route's cost written as a block (a number is decoded
-// as any other field): Cost becomes its reserve, and Max defaults to it.
+// as any other field): Cost becomes its reserve, and Max defaults to it,
+// unless reserve_from reads the body (json): then Max is required (see
+// validateCostBlock) and stays 0 when left out.
 func (r *Route) decodeKey(d *decoder, path, key string, in any) bool {
 	if _, ok := in.(map[string]any); !ok || key != "cost" {
 		return false
@@ -20,7 +22,7 @@ func (r *Route) decodeKey(d *decoder, path, key string, in any) bool {
 	b := &CostBlock{}
 	b.setDefaults()
 	d.decode(path, in, reflect.ValueOf(b).Elem())
-	if b.Max == 0 {
+	if b.Max == 0 && (b.ReserveFrom == nil || b.ReserveFrom.JSON == "") {
 		b.Max = b.Reserve
 	}
 	r.Cost, r.Settle = b.Reserve, b
@@ -41,6 +43,9 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 		errs.add(p+".reserve", "is required, >= 1 (the units taken when the request does not say)")
 	}
 	switch {
+	case b.Max == 0 && b.ReserveFrom != nil && b.ReserveFrom.JSON != "":
+		errs.add(p+".max", "is required with reserve_from.json: a request whose body does not state "+b.ReserveFrom.JSON+
+			" readably (compressed, without it, longer than max_body) reserves max")
 	case b.Max < 1:
 		errs.add(p+".max", "must be >= 1")
 	case b.Reserve >= 1 && b.Max < b.Reserve:

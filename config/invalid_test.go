@@ -258,6 +258,7 @@ var invalidCases = map[string][]string{
 		`routes[1].cost.settle_from: must name header, json or sse (or be left out)`,
 		`routes[2].cost.max: is above reserve but no reserve_from says where a request asks for more; remove it or add reserve_from`,
 		`routes[2].cost.settle_policies: needs settle_from: nothing says what to settle`,
+		`routes[3].cost.max: is required with reserve_from.json: a request whose body does not state max_tokens readably (compressed, without it, longer than max_body) reserves max`,
 	},
 	"lease_cost.yaml": {
 		`routes[0].cost: 20 exceeds lease.max_block 10 of policy "tenant": a block could never hold such a request`,

@@ -67,10 +67,13 @@ func maxCost(rc config.Route) int64 {
 }
 
 // costStage sets the request's cost: the route's fixed cost, or the
-// reservation its cost block allows (what the request asks for in
-// reserve_from, when it says, else reserve). A request that asks for more
-// than max, or whose stated reservation is not a whole number of units,
-// is answered 400; one whose body cannot be read 400 or 413.
+// reservation its cost block allows: what the request asks for in
+// reserve_from when it says; else, when reserve_from reads the body (json),
+// max, since the upstream acts on a body the gateway could not read the
+// reservation from (content-coded, without the field, longer than
+// max_body); else reserve. A request that asks for more than max, or whose
+// stated reservation is not a whole number of units, is answered 400; one
+// whose body cannot be read 400 or 413.
 func (g *Gateway) costStage() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +111,8 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				return
 			case found:
 				st.cost = max(int64(units), 1) // a reservation of 0 would ask without taking
+			case cb.reserveFrom.JSON != "":
+				st.cost = cb.max // the caller cannot shrink what its body asks for by hiding it
 			}
 			next.ServeHTTP(w, r)
 		})

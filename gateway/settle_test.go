@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -50,9 +51,10 @@ next:
 // max_tokens or X-Max-Tokens up to 500) and settles the tokens policy
 // from the response; requests keeps its reservation. /dead reaches no
 // upstream. POST /v1/window/{mode} does the same with a fixed window of
-// 10 s. Each key KEYn is its own tenant tn.
+// 10 s. Request bodies are limited to 2 MiB, of which 1 MiB (the default
+// max_body) is read for max_tokens. Each key KEYn is its own tenant tn.
 const settleConfig = `
-server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, max_body_bytes: 2097152}
 store: {kind: redis, redis: {addrs: [REDIS], timeout: 100ms}}
 identity:
   api_keys:
@@ -210,7 +212,13 @@ func (sf *settleFixture) crossWindow(w http.ResponseWriter, r *http.Request, u s
 // settlement it started has been applied.
 func (sf *settleFixture) post(t *testing.T, n int, path, body string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", sf.front.URL+path, strings.NewReader(body))
+	return sf.postBody(t, n, path, strings.NewReader(body), hdr)
+}
+
+// postBody is post with a body of any kind (http.NoBody for none).
+func (sf *settleFixture) postBody(t *testing.T, n int, path string, body io.Reader, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", sf.front.URL+path, body)
 	req.Header.Set("X-API-Key", "KEY"+strconv.Itoa(n))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range hdr {
@@ -284,7 +292,7 @@ func TestSettleFromResponses(t *testing.T) {
 	}
 
 	t.Run("charge_into_debt", func(t *testing.T) {
-		resp, body := sf.post(t, 4, "/v1/chat/header?u=1500", `{}`, nil)
+		resp, body := sf.post(t, 4, "/v1/chat/header?u=1500", `{"max_tokens":100}`, nil)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
@@ -294,17 +302,17 @@ func TestSettleFromResponses(t *testing.T) {
 		}
 		// 1000 - 100 reserved - 1400 charged = -500; the next 100 need 600
 		// tokens at one a second (Retry-After adds a jitter to that).
-		resp, body = sf.post(t, 4, "/v1/chat/header?u=1", `{}`, nil)
+		resp, body = sf.post(t, 4, "/v1/chat/header?u=1", `{"max_tokens":100}`, nil)
 		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		if resp.StatusCode != http.StatusTooManyRequests || ra < 600 || !strings.Contains(body, `"retry_after_ms":600000,`) {
 			t.Fatalf("next request: %d, Retry-After %q, body %s; want 429 after exactly 600 s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 		sf.clock.Add(600*time.Second - time.Millisecond)
-		if resp, _ := sf.post(t, 4, "/v1/chat/header?u=100", `{}`, nil); resp.StatusCode != http.StatusTooManyRequests {
+		if resp, _ := sf.post(t, 4, "/v1/chat/header?u=100", `{"max_tokens":100}`, nil); resp.StatusCode != http.StatusTooManyRequests {
 			t.Errorf("1 ms before the debt is repaid: %d, want 429", resp.StatusCode)
 		}
 		sf.clock.Add(time.Millisecond)
-		if resp, body := sf.post(t, 4, "/v1/chat/header?u=100", `{}`, nil); resp.StatusCode != http.StatusOK {
+		if resp, body := sf.post(t, 4, "/v1/chat/header?u=100", `{"max_tokens":100}`, nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("once repaid: %d %s, want 200", resp.StatusCode, body)
 		}
 	})
@@ -364,7 +372,7 @@ func TestSettleFromResponses(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "at most 500") {
 			t.Errorf("above max: %d %s, want 400 naming the max", resp.StatusCode, body)
 		}
-		resp, body = sf.post(t, 7, "/v1/chat/header?u=1", `{}`, map[string]string{"X-Max-Tokens": "-3"})
+		resp, body = sf.post(t, 7, "/v1/chat/header?u=1", ``, map[string]string{"X-Max-Tokens": "-3"})
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_request") {
 			t.Errorf("malformed: %d %s, want 400", resp.StatusCode, body)
 		}
@@ -530,4 +538,73 @@ func TestSettleRefundInReservationWindow(t *testing.T) {
 	if got := sf.remaining(t, 2)["window"]; got != 970 {
 		t.Errorf("refund in the reservation's window: remaining %d, want 970", got)
 	}
+}
+
+// TestSettleReserveMaxWhenBodyHides: a request whose body the gateway
+// cannot read max_tokens from (gzip'd, without the field, the field past
+// max_body) reserves the route's max, 500, whatever its X-Max-Tokens says:
+// the upstream acts on the body, so the caller must not choose a smaller
+// reservation by hiding it. A request without a body may state it in the
+// header. The statuses stay as documented: such a reservation that does
+// not fit is 429, a body above server.max_body_bytes 413.
+func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
+	sf := newSettleFixture(t)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = io.WriteString(zw, `{"model":"m","max_tokens":100000}`)
+	_ = zw.Close()
+	send := func(n int, body io.Reader, hdr map[string]string) (*http.Response, string) {
+		t.Helper()
+		return sf.postBody(t, n, "/v1/chat/missing", body, hdr) // no usage: the reservation stands
+	}
+	long := `{"messages":"` + strings.Repeat("y", 1<<20) + `","max_tokens":1}`
+	for i, c := range []struct {
+		name string
+		body io.Reader
+		hdr  map[string]string
+		want int64 // reserved
+	}{
+		{"gzip", bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"}, 500},
+		{"field missing", strings.NewReader(`{"model":"m"}`), map[string]string{"X-Max-Tokens": "1"}, 500},
+		{"field past max_body", strings.NewReader(long), map[string]string{"X-Max-Tokens": "1"}, 500},
+		{"readable", strings.NewReader(`{"max_tokens":1}`), map[string]string{"X-Max-Tokens": "300"}, 1},
+		{"no body, header", http.NoBody, map[string]string{"X-Max-Tokens": "40"}, 40},
+		{"no body, nothing", http.NoBody, nil, 500},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := i + 1
+			resp, body := send(n, c.body, c.hdr)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if got := rateLimitRemaining(t, resp.Header); got != 1000-c.want {
+				t.Errorf("RateLimit remaining %d, want %d (%d reserved)", got, 1000-c.want, c.want)
+			}
+			if got := sf.remaining(t, n)["tokens"]; got != 1000-c.want {
+				t.Errorf("tokens remaining after the request %d, want %d (the reservation of %d stands)", got, 1000-c.want, c.want)
+			}
+		})
+	}
+	t.Run("statuses", func(t *testing.T) {
+		// Tenant 7 holds 400: a hidden reservation of 500 does not fit
+		// (429); one that states 300 does.
+		if resp, body := sf.post(t, 7, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("using 600: %d %s", resp.StatusCode, body)
+		}
+		resp, body := send(7, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("gzip'd body with 400 left: %d %s, want 429 (500 reserved)", resp.StatusCode, body)
+		}
+		if resp, body := send(7, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("stating 300 with 400 left: %d %s, want 200", resp.StatusCode, body)
+		}
+		// Above server.max_body_bytes: 413, nothing reserved.
+		resp, body = send(8, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "payload_too_large") {
+			t.Errorf("body above max_body_bytes: %d %s, want 413 payload_too_large", resp.StatusCode, body)
+		}
+		if got := sf.remaining(t, 8)["tokens"]; got != 1000 {
+			t.Errorf("a 413 took %d tokens", 1000-got)
+		}
+	})
 }

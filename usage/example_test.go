@@ -37,12 +37,19 @@ func ExampleFromRequest() {
 	forwarded, _ := io.ReadAll(r.Body) // what the upstream receives
 	fmt.Println(string(forwarded) == body)
 
+	// A body without the field states nothing, whatever the header says:
+	// the upstream reads the body, not the header.
+	r.Body = io.NopCloser(strings.NewReader(`{"model":"m"}`))
+	n, found, err = usage.FromRequest(r, usage.RequestSource{JSON: "max_tokens", Header: "X-Max-Tokens"}, 0)
+	fmt.Println(n, found, err)
+
 	r.Header.Set("X-Max-Tokens", "lots")
-	r.Body = io.NopCloser(strings.NewReader(`{}`))
+	r.Body = http.NoBody
 	_, _, err = usage.FromRequest(r, usage.RequestSource{JSON: "max_tokens", Header: "X-Max-Tokens"}, 0)
 	fmt.Println(err)
 	// Output:
 	// 500 true <nil>
 	// true
+	// 0 false <nil>
 	// usage: request header X-Max-Tokens: not a whole number of units between 0 and 2^53
 }

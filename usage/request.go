@@ -13,9 +13,9 @@ import (
 var ErrMalformed = errors.New("not a whole number of units between 0 and 2^53")
 
 // RequestSource says where a request states how many units to reserve.
-// Empty fields are not looked at. The first source present wins, in the
-// order of the configuration's example `{json: max_tokens, header:
-// X-Max-Tokens}`: JSON, then Header.
+// Empty fields are not looked at. With JSON set, a request that has a body
+// states its reservation there only (see FromRequest); Header counts for a
+// request without a body, or when JSON is not set.
 type RequestSource struct {
 	// Header is the name of a request header.
 	Header string
@@ -39,10 +39,16 @@ func (s RequestSource) Validate() error {
 // body, so the upstream receives the body byte for byte (r.ContentLength
 // is unchanged, and still right). The field counts as present when the
 // body is one JSON value that ends within maxPrefix bytes and holds a
-// non-null value at the path; a body that is not JSON, is longer, or is
-// content-coded (a Content-Encoding other than identity) has no JSON
-// source, and the header is tried. Header: present when the request has
-// the field, even with an empty value; its first value counts.
+// non-null value at the path. A body that is not JSON, is longer, lacks
+// the field, or is content-coded (a Content-Encoding other than identity,
+// not read at all) states nothing: found is false, and the header is not
+// looked at, since the upstream reads the body and a header could state a
+// smaller reservation than the body asks it for (the gateway reserves its
+// max when found is false and src has JSON).
+//
+// Header: for a request without a body, or when src has no JSON; present
+// when the request has the field, even with an empty value; its first
+// value counts.
 //
 // It returns found=false when no source is present; an error wrapping
 // ErrMalformed when the first present source does not hold a usage (a
@@ -53,7 +59,10 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 	if maxPrefix <= 0 {
 		maxPrefix = DefaultMaxPrefix
 	}
-	if p, perr := parsePath(src.JSON); perr == nil && r.Body != nil && r.Body != http.NoBody && identity(r.Header) {
+	if p, perr := parsePath(src.JSON); perr == nil && hasBody(r) {
+		if !identity(r.Header) {
+			return 0, false, nil
+		}
 		res, n, err := jsonPrefix(r, p, maxPrefix)
 		switch {
 		case err != nil:
@@ -63,6 +72,7 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 		case res == resInvalid:
 			return 0, false, fmt.Errorf("usage: request body field %s: %w", src.JSON, ErrMalformed)
 		}
+		return 0, false, nil
 	}
 	if src.Header == "" {
 		return 0, false, nil
@@ -76,6 +86,12 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 		return 0, false, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
 	}
 	return n, true, nil
+}
+
+// hasBody reports whether r has a body to read (a server's request with
+// Content-Length 0 has none; a chunked one may turn out empty).
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody
 }
 
 // jsonPrefix reads r's body until its JSON value ends, at most limit

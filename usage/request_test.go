@@ -23,22 +23,28 @@ func TestFromRequest(t *testing.T) {
 		{"json", `{"model":"m","max_tokens":500}`, "-", "", 500, true, false},
 		{"json before header", `{"max_tokens":500}`, "700", "", 500, true, false},
 		{"json key twice: the last, as the upstream reads it", `{"max_tokens":1,"max_tokens":30000}`, "-", "", 30000, true, false},
-		{"header when json absent", `{"model":"m"}`, "700", "", 700, true, false},
-		{"header when json null", `{"max_tokens":null}`, "700", "", 700, true, false},
-		{"header when body not json", `max_tokens=5`, "700", "", 700, true, false},
-		{"header when body truncated", `{"max_tokens":5`, "700", "", 700, true, false},
-		{"header when gzip", `{"max_tokens":5}`, "700", "gzip", 700, true, false},
+		// A body that does not state the field readably states nothing:
+		// the header, which could claim less than the body asks the
+		// upstream for, is not read.
+		{"no header when json absent", `{"model":"m"}`, "700", "", 0, false, false},
+		{"no header when json null", `{"max_tokens":null}`, "700", "", 0, false, false},
+		{"no header when body not json", `max_tokens=5`, "700", "", 0, false, false},
+		{"no header when body truncated", `{"max_tokens":5`, "700", "", 0, false, false},
+		{"no header when gzip", `{"max_tokens":5}`, "700", "gzip", 0, false, false},
+		{"gzip, even with a readable body", `{"max_tokens":5}`, "-", "gzip", 0, false, false},
 		{"neither", `{}`, "-", "", 0, false, false},
 		{"empty body", ``, "-", "", 0, false, false},
+		{"header when no body", ``, "700", "", 700, true, false},
 		{"zero", `{"max_tokens":0}`, "-", "", 0, true, false},
 		{"json negative", `{"max_tokens":-5}`, "700", "", 0, false, true},
 		{"json string", `{"max_tokens":"5"}`, "700", "", 0, false, true},
 		{"json fraction", `{"max_tokens":5.5}`, "-", "", 0, false, true},
 		{"json too large", `{"max_tokens":9007199254740993}`, "-", "", 0, false, true},
 		{"json object", `{"max_tokens":{}}`, "-", "", 0, false, true},
-		{"header malformed", `{}`, "5x", "", 0, false, true},
-		{"header empty", `{}`, "", "", 0, false, true},
-		{"header negative", `{}`, "-1", "", 0, false, true},
+		{"header malformed", ``, "5x", "", 0, false, true},
+		{"header empty", ``, "", "", 0, false, true},
+		{"header negative", ``, "-1", "", 0, false, true},
+		{"header malformed, not read with a body", `{}`, "5x", "", 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("POST", "http://x/", strings.NewReader(tc.body))

@@ -127,15 +127,15 @@ func TestBinarySettlesFromResponses(t *testing.T) {
 		t.Fatalf("json: %d %s", code, body)
 	}
 	c.await(gw, "300 reserved, 120 used", quota{Remaining: 700}, quota{Remaining: 880})
-	if code, body := c.post(gw, "/v1/chat/sse?u=40", `{}`); code != 200 || !strings.Contains(body, "[DONE]") {
+	if code, body := c.post(gw, "/v1/chat/sse?u=40", `{"max_tokens":100}`); code != 200 || !strings.Contains(body, "[DONE]") {
 		t.Fatalf("sse: %d %s", code, body)
 	}
 	c.await(gw, "then 100 reserved, 40 streamed", quota{Remaining: 780}, quota{Remaining: 840})
-	if code, body := c.post(gw, "/v1/chat/header?u=1500", `{}`); code != 200 {
+	if code, body := c.post(gw, "/v1/chat/header?u=1500", `{"max_tokens":100}`); code != 200 {
 		t.Fatalf("header: %d %s", code, body)
 	}
 	c.await(gw, "then 100 reserved, 1500 used", quota{Remaining: 740}, quota{Remaining: 0, Debt: 660})
-	code, body := c.post(gw, "/v1/chat/header?u=1", `{}`)
+	code, body := c.post(gw, "/v1/chat/header?u=1", `{"max_tokens":100}`)
 	if code != http.StatusTooManyRequests || !strings.Contains(body, `"policy":"tokens"`) {
 		t.Fatalf("in debt: %d %s, want 429 until the month ends", code, body)
 	}
@@ -158,11 +158,11 @@ func TestBinarySettlesFleetWide(t *testing.T) {
 		t.Fatalf("json on a: %d %s", code, body)
 	}
 	c.await(b, "b after a reserved 300 and used 120", quota{Remaining: 700}, quota{Remaining: 880})
-	if code, body := c.post(a, "/v1/chat/header?u=1500", `{}`); code != 200 {
+	if code, body := c.post(a, "/v1/chat/header?u=1500", `{"max_tokens":100}`); code != 200 {
 		t.Fatalf("header on a: %d %s", code, body)
 	}
 	c.await(b, "b after a reserved 100 and used 1500", quota{Remaining: 780}, quota{Remaining: 0, Debt: 620})
-	if code, body := c.post(b, "/v1/chat/header?u=1", `{}`); code != http.StatusTooManyRequests {
+	if code, body := c.post(b, "/v1/chat/header?u=1", `{"max_tokens":100}`); code != http.StatusTooManyRequests {
 		t.Fatalf("b in the debt a charged: %d %s, want 429", code, body)
 	}
 }
