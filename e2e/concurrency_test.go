@@ -144,7 +144,7 @@ func TestConcurrencyFleetNeverExceedsMax(t *testing.T) {
 	}
 	// Every slot is given back once the responses are done.
 	deadline := time.Now().Add(10 * time.Second)
-	for gws[0].metric("quotagate_inflight", `policy="inflight"`)+gws[1].metric("quotagate_inflight", `policy="inflight"`) != 0 {
+	for gws[0].metric("quotagate_inflight", "policy=inflight")+gws[1].metric("quotagate_inflight", "policy=inflight") != 0 {
 		if time.Now().After(deadline) {
 			proctest.FatalOverrun(t, "quotagate_inflight stayed above 0 for 10 s after the last response")
 		}
@@ -325,7 +325,7 @@ func TestConcurrencyLocalShareWhileRedisDown(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for gw.metric("quotagate_inflight", `policy="inflight"`) != 0 {
+	for gw.metric("quotagate_inflight", "policy=inflight") != 0 {
 		if time.Now().After(deadline) {
 			proctest.FatalOverrun(t, "local slots still counted 10 s after their responses")
 		}
@@ -334,5 +334,103 @@ func TestConcurrencyLocalShareWhileRedisDown(t *testing.T) {
 	t.Logf("slots freed after %v", time.Since(start))
 	if code, _, body := slotGet(gw.URL, "/quick"); code != http.StatusOK {
 		t.Fatalf("after the local slots were freed: %d %s, want 200", code, body)
+	}
+}
+
+// TestConcurrencyClusterNeverExceedsMax: two gateways share a 3-primary
+// Redis Cluster; a tenant's policy allows 2 requests in flight, with a
+// queue of 3 per gateway. Two requests hold both slots at the upstream;
+// 10 more come, 5 through each gateway: on each, 3 wait in the queue and 2
+// are refused 429 at once by the policy (queue full). Once the held
+// requests end, the waiting ones are admitted, never more than 2 at the
+// upstream at once, across both gateways, and every slot is released in
+// the Cluster. A 503 (the policy fails closed) is a finding unless the
+// gateway counted store timeouts: then it is a missed deadline.
+func TestConcurrencyClusterNeverExceedsMax(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	up := startSlotUpstream(t)
+	cfg := slotConfig(up.srv.URL, nil, 2, "3s")
+	cfg.useRedis("1s", cl.Addrs()...)
+	pol := cfg.Policies["inflight"]
+	pol.Queue = &queueCfg{Max: 3, Timeout: "20s"}
+	cfg.Policies["inflight"] = pol
+	gws := startGateways(t, 2, cfg)
+
+	type answer struct {
+		path string
+		code int
+		body string
+	}
+	answers := make(chan answer, 12)
+	get := func(gw *gateway, path string) {
+		code, _, body := slotGet(gw.URL, path)
+		answers <- answer{path, code, body}
+	}
+	timedOut := func() bool {
+		return gws[0].metric("quotagate_store_errors_total", "kind=timeout")+gws[1].metric("quotagate_store_errors_total", "kind=timeout") > 0
+	}
+	next := func(what string) answer {
+		t.Helper()
+		select {
+		case a := <-answers:
+			if a.code == http.StatusServiceUnavailable && timedOut() {
+				proctest.FatalOverrun(t, "%s: %s answered 503 after store timeouts", what, a.path)
+			}
+			return a
+		case <-time.After(20 * time.Second):
+			proctest.FatalOverrun(t, "%s: no answer within 20 s", what)
+			return answer{}
+		}
+	}
+
+	for i, gw := range gws {
+		go get(gw, fmt.Sprintf("/hang/%d", i))
+	}
+	for range 2 {
+		select {
+		case <-up.arrived:
+		case a := <-answers:
+			t.Fatalf("a request holding a slot was answered early: %+v", a)
+		case <-time.After(20 * time.Second):
+			proctest.FatalOverrun(t, "the two held requests did not reach the upstream within 20 s")
+		}
+	}
+	for i := range 10 {
+		go get(gws[i%2], fmt.Sprintf("/slow/%d", i))
+	}
+	for range 4 {
+		if a := next("queue full"); a.code != http.StatusTooManyRequests || !strings.Contains(a.body, `"inflight"`) {
+			t.Fatalf("with both slots held and the queues full: %+v, want 429 by inflight", a)
+		}
+	}
+	up.once.Do(func() { close(up.release) })
+	for range 8 {
+		if a := next("admitted"); a.code != http.StatusOK {
+			t.Errorf("a held or queued request: %+v, want 200", a)
+		}
+	}
+	if p := up.peak.Load(); p > 2 {
+		t.Errorf("the upstream had %d requests of the tenant at once, max is 2", p)
+	}
+	waited := gws[0].metric("quotagate_queue_wait_seconds_count", "policy=inflight") + gws[1].metric("quotagate_queue_wait_seconds_count", "policy=inflight")
+	if waited != 6 {
+		t.Errorf("%v requests waited in a queue, want 6", waited)
+	}
+
+	// Every slot is released in the Cluster: the tenant's slot set is gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []any
+		for _, n := range cl.Nodes() {
+			keys, _ := n.MustDo(t, "KEYS", "*inflight*").([]any)
+			left = append(left, keys...)
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			proctest.FatalOverrun(t, "slot keys %v still in the Cluster 10 s after the last response", left)
+		}
+		time.Sleep(20 * time.Millisecond) // polling external processes
 	}
 }

@@ -140,7 +140,8 @@ func TestRedisReleaseBatchesOnePrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	total1, scripts1, _ := commandCalls(t, srv)
-	// Per call EVALSHA and TIME; per slot TYPE and ZREM.
+	// Per call the call itself (FCALL or EVALSHA) and TIME; per slot TYPE
+	// and ZREM.
 	if scripts, cmds := scripts1-scripts0, total1-total0; scripts != 2 || cmds != 2*2+100*2 {
 		t.Errorf("releasing 100 slots: %d script calls, %d commands; want 2 and 204", scripts, cmds)
 	}
