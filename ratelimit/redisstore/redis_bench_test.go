@@ -183,8 +183,8 @@ func BenchmarkRedisSettle(b *testing.B) {
 	s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
 	prefix := redistest.KeyPrefix(b)
 	storetest.WarmUp(b, s, benchItems(prefix, 0))
-	settle := func(items []ratelimit.Item, id string) {
-		ss := []ratelimit.Settlement{{Item: items[0], Delta: -1}, {Item: items[1], Delta: -1}}
+	settle := func(items []ratelimit.Item, d ratelimit.Decision, id string) {
+		ss := []ratelimit.Settlement{{Item: items[0], Delta: -1, ReservedAt: d.Results[0].DecidedAt}, {Item: items[1], Delta: -1, ReservedAt: d.Results[1].DecidedAt}}
 		if ok, err := s.Settle(context.Background(), id, ss); err != nil || !ok {
 			b.Fatalf("settle: %v %v", ok, err)
 		}
@@ -201,11 +201,12 @@ func BenchmarkRedisSettle(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				items := benchItems(prefix, i%benchTenants)
-				if _, err := s.Decide(context.Background(), items); err != nil {
+				d, err := s.Decide(context.Background(), items)
+				if err != nil {
 					b.Fatal(err)
 				}
 				if withSettle {
-					settle(items, prefix+strconv.FormatInt(seq.Add(1), 10))
+					settle(items, d, prefix+strconv.FormatInt(seq.Add(1), 10))
 				}
 			}
 			b.StopTimer()
