@@ -37,6 +37,12 @@ type LeaseOptions struct {
 	// (see Fleet.Size); a block is then sized for the larger of it and the
 	// item's Lease.Instances. nil counts Lease.Instances alone.
 	Fleet func() int64
+	// AutoKeys bounds the keys of lease: auto items whose demand the store
+	// tracks at once (see LeaseStore, Auto); 0 or less means 65,536. It
+	// is shared out evenly between the store's shards, each keeping at
+	// least one, so the bound is rounded up to a multiple of their number
+	// (8 to 256, see leaseShards).
+	AutoKeys int
 }
 
 // LeaseStats counts what a LeaseStore did since it was created.
@@ -56,6 +62,10 @@ type LeaseStats struct {
 	// AutoPassed is the Auto items sent to the store unleased, their
 	// key's demand here being too low for a block to pay off.
 	AutoPassed int64
+	// AutoKeys is the keys whose demand is tracked now (at most
+	// LeaseOptions.AutoKeys); AutoEvicted counts the keys forgotten to
+	// make room for a hotter one.
+	AutoKeys, AutoEvicted int64
 }
 
 // LeaseStore is a Store that admits hot token-bucket keys from blocks of
@@ -115,9 +125,13 @@ type LeaseStats struct {
 // lease_auto.go). While it is not leased, it goes to the wrapped store as
 // an unleased item would (counted in LeaseStats.AutoPassed). Its blocks
 // are the larger of E and the rate between reservations times TTL, within
-// [cost, blockCap]; without MaxBlock, blockCap is Burst/(2×n) alone. The
-// keys whose demand is tracked are at most 65,536 per store; keys quiet
-// for two TTLs are forgotten.
+// [cost, blockCap]; without MaxBlock, blockCap is Burst/(2×n) alone. A
+// key's E is kept in a table only once it is hot: before that, a sketch
+// of fixed size (1 MiB) estimates it, and the key enters the table at 2
+// costs. The table holds at most LeaseOptions.AutoKeys keys (65,536); when
+// full, a key enters only in place of a colder one, so keys asked once or
+// twice, however many, cannot keep a hot key out. Keys quiet for two TTLs
+// are forgotten.
 //
 // Results of leased items. Remaining is the key's remaining units as the
 // store last reported them to this instance plus this instance's block
@@ -138,14 +152,15 @@ type LeaseStore struct {
 	shards []leaseShard
 	seed   maphash.Seed
 	mask   uint64
-	// autoKeys counts the entries of every shard's auto table, at most
-	// autoMaxKeys. They are pruned at most every autoPruneEvery;
-	// autoPruned is when they last were, under pruneMu.
+	// autoCap bounds the entries of each shard's auto table; autoKeys
+	// counts those of all shards. They are pruned at most every
+	// autoPruneEvery; autoPruned is when they last were, under pruneMu.
+	autoCap    int
 	autoKeys   atomic.Int64
 	pruneMu    sync.Mutex
 	autoPruned time.Time
 
-	stats struct{ local, reserve, returns, returned, lost, passed atomic.Int64 }
+	stats struct{ local, reserve, returns, returned, lost, passed, evicted atomic.Int64 }
 
 	quit    chan struct{}
 	stopped sync.WaitGroup
@@ -168,6 +183,11 @@ func NewLeaseStore(inner Reserver, opts LeaseOptions) *LeaseStore {
 		quit:    make(chan struct{}),
 	}
 	s.mask = uint64(len(s.shards) - 1)
+	keys := opts.AutoKeys
+	if keys <= 0 {
+		keys = autoMaxKeys
+	}
+	s.autoCap = (keys + len(s.shards) - 1) / len(s.shards)
 	for i := range s.shards {
 		s.shards[i].blocks = make(map[string]*block)
 		s.shards[i].auto = make(map[string]*autoRate)
@@ -198,6 +218,8 @@ func (s *LeaseStore) Stats() LeaseStats {
 		ReturnedUnits: s.stats.returned.Load(),
 		LostUnits:     s.stats.lost.Load(),
 		AutoPassed:    s.stats.passed.Load(),
+		AutoKeys:      s.autoKeys.Load(),
+		AutoEvicted:   s.stats.evicted.Load(),
 	}
 }
 

@@ -19,10 +19,19 @@ import (
 const (
 	autoEngage  = 4
 	autoRelease = 2
-	// autoMaxKeys bounds the keys whose rate an instance tracks. A key
-	// seen while the table is full (and nothing in it has gone quiet) is
-	// not tracked, so not leased, until room is made.
+	// autoAdmit is the heat, in costs of the key's request, from which a
+	// key enters the auto table. Until then its demand is kept in the
+	// shard's heat sketch alone (see lease_heat.go), so a key asked once
+	// costs no entry, and a spray of distinct cold keys cannot fill the
+	// table.
+	autoAdmit = autoRelease
+	// autoMaxKeys is the default bound of the keys whose rate an instance
+	// tracks (LeaseOptions.AutoKeys).
 	autoMaxKeys = 1 << 16
+	// autoEvictSample is how many entries of a full shard a key hot
+	// enough to enter compares itself with: it takes the place of the
+	// coldest of them, if that one is colder than it.
+	autoEvictSample = 16
 	// autoPruneEvery is how often the table is scanned for keys that went
 	// quiet (no decision for two TTLs: E has fallen below e^-2 of what it
 	// was), at most.
@@ -35,7 +44,18 @@ type autoRate struct {
 	rate    float64
 	last    time.Time
 	ttl     time.Duration
+	cost    int64 // of the last decision
 	engaged bool
+}
+
+// heat is E as of now in costs of the last decision: how far the key is
+// from engaging, comparable between keys of different costs and TTLs.
+func (a *autoRate) heat(now time.Time) float64 {
+	e := a.rate * a.ttl.Seconds()
+	if dt := now.Sub(a.last); dt > 0 {
+		e *= math.Exp(-dt.Seconds() / a.ttl.Seconds())
+	}
+	return e / float64(a.cost)
 }
 
 // observe folds cost units asked at now into the estimate: the rate
@@ -49,7 +69,7 @@ func (a *autoRate) observe(now time.Time, cost int64, ttl time.Duration) {
 	if a.last.IsZero() || now.After(a.last) {
 		a.last = now
 	}
-	a.ttl = ttl
+	a.ttl, a.cost = ttl, cost
 	a.rate += float64(cost) / tau
 	e := a.rate * tau
 	switch {
@@ -64,42 +84,64 @@ func (a *autoRate) observe(now time.Time, cost int64, ttl time.Duration) {
 // whether to lease it: while its demand is engaged, or while this
 // instance holds or is reserving units of the key (they are used before
 // the store is asked again).
+//
+// A key enters the auto table only once the shard's heat sketch
+// estimates its demand at autoAdmit costs or more, and, while the
+// shard's part of the table is full, only in place of a colder entry
+// (see evictColder); until then the sketch alone counts it. Its E starts
+// at autoAdmit costs, what the sketch estimates of a key whose cells
+// collide with none at the instant it crosses the threshold (a little
+// less than the estimate when the decisions came over time): an estimate
+// that collisions inflated never engages a lease by itself, the key must
+// still be asked autoEngage − autoAdmit costs more.
 func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
-	sh := s.shard(it.Key)
+	h := s.hash(it.Key)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
-	a := sh.auto[it.Key]
-	if a == nil && s.autoKeys.Load() >= autoMaxKeys && s.autoPruneDue(now, autoPruneEvery/10) {
-		// The prune takes every shard's lock in turn: not while this one
-		// is held.
-		sh.mu.Unlock()
-		s.pruneAuto(now)
-		sh.mu.Lock()
-		a = sh.auto[it.Key]
-	}
 	defer sh.mu.Unlock()
+	a := sh.auto[it.Key]
 	if a == nil {
-		if !s.autoAdmit() {
+		if sh.heat == nil {
+			sh.heat = newHeatSketch(heatSketchWidth(len(s.shards)))
+		}
+		cost := float64(it.Cost)
+		est := sh.heat.add(h, now, it.Cost, it.Lease.TTL)
+		if est < autoAdmit*cost || len(sh.auto) >= s.autoCap && !s.evictColder(sh, now, est/cost) {
 			return sh.holds(it.Key, now)
 		}
-		a = &autoRate{}
+		tau := it.Lease.TTL.Seconds()
+		a = &autoRate{rate: (autoAdmit*cost - cost) / tau, last: now}
 		sh.auto[it.Key] = a
+		s.autoKeys.Add(1)
 	}
 	a.observe(now, it.Cost, it.Lease.TTL)
 	return a.engaged || sh.holds(it.Key, now)
 }
 
-// autoAdmit takes room for one more key in the auto tables, unless they
-// hold autoMaxKeys already.
-func (s *LeaseStore) autoAdmit() bool {
-	for {
-		n := s.autoKeys.Load()
-		if n >= autoMaxKeys {
-			return false
+// evictColder makes room in sh's full auto table for a key of heat (in
+// costs) at now: it forgets the coldest of autoEvictSample entries (the
+// first the map's randomized order gives) when that one is colder than
+// the newcomer, and reports whether it did. A hot key therefore keeps its
+// entry against any number of colder ones. sh.mu is held.
+func (s *LeaseStore) evictColder(sh *leaseShard, now time.Time, heat float64) bool {
+	var coldKey string
+	coldest := math.Inf(1)
+	n := 0
+	for key, a := range sh.auto {
+		if h := a.heat(now); h < coldest {
+			coldKey, coldest = key, h
 		}
-		if s.autoKeys.CompareAndSwap(n, n+1) {
-			return true
+		if n++; n == autoEvictSample {
+			break
 		}
 	}
+	if coldest >= heat {
+		return false
+	}
+	delete(sh.auto, coldKey)
+	s.autoKeys.Add(-1)
+	s.stats.evicted.Add(1)
+	return true
 }
 
 // holds reports whether this instance holds unexpired units of key at

@@ -39,29 +39,88 @@ func TestAutoRateObserve(t *testing.T) {
 	}
 }
 
-// TestAutoTableBounded: the tracked keys are at most autoMaxKeys; a new
-// key seen while the table is full is not tracked (not leased) until the
-// keys that went quiet are pruned.
-func TestAutoTableBounded(t *testing.T) {
+// TestAutoTableAdmitsByHeat: keys asked once (a spray of distinct
+// callers) do not enter the auto table; keys asked twice fill it up to its
+// bound and no further; a hot key then still enters it in place of a
+// colder one and engages within a few decisions, and more spray does not
+// push it out. All at one instant, so that nothing decays.
+func TestAutoTableAdmitsByHeat(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return now }, SweepEvery: -1})
-	it := Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1,
+	s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return now }, SweepEvery: -1, AutoKeys: 64})
+	bound := s.autoCap * len(s.shards)
+	if bound < 64 || bound >= 64+len(s.shards) {
+		t.Fatalf("bound %d for AutoKeys 64 over %d shards", bound, len(s.shards))
+	}
+	it := Item{Algorithm: TokenBucket, Limit: Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1,
 		Lease: Lease{Auto: true, TTL: time.Second}}
-	for i := range autoMaxKeys {
-		it.Key = "k" + strconv.Itoa(i)
-		s.autoLeased(it, now)
+	spray := func(name string, n, times int) {
+		for i := range n {
+			it.Key = name + strconv.Itoa(i)
+			for range times {
+				if s.autoLeased(it, now) {
+					t.Fatalf("spray key %s leased", it.Key)
+				}
+			}
+		}
 	}
-	it.Key = "new"
-	for range 5 {
-		s.autoLeased(it, now)
+
+	spray("once", 2000, 1)
+	// An estimate reaches 2 requests only when all four cells of a key
+	// collide: with 250 keys a shard over 2,048 cells a row, for about
+	// 0.02% of them.
+	if n := autoLen(t, s); n >= 20 {
+		t.Fatalf("2000 keys asked once: %d tracked, want almost none", n)
 	}
-	if n := autoLen(t, s); n != autoMaxKeys || autoTracked(s, "new") {
-		t.Fatalf("full table: %d keys, new tracked %v; want %d, false", n, autoTracked(s, "new"), autoMaxKeys)
+	spray("twice", 2000, 2)
+	if n := autoLen(t, s); n != bound {
+		t.Fatalf("after keys asked twice: %d tracked, want the bound %d", n, bound)
 	}
-	now = now.Add(2 * time.Second)
-	s.autoLeased(it, now)
-	if n := autoLen(t, s); n != 1 || !autoTracked(s, "new") {
-		t.Fatalf("after two quiet TTLs: %d keys, new tracked %v; want 1, true", n, autoTracked(s, "new"))
+
+	it.Key = "hot"
+	engagedAt := 0
+	for i := 1; i <= 10; i++ {
+		if s.autoLeased(it, now) && engagedAt == 0 {
+			engagedAt = i
+		}
+	}
+	if engagedAt == 0 || engagedAt > 6 || !autoTracked(s, "hot") {
+		t.Fatalf("hot key in a full table: engaged at decision %d (0: never), tracked %v; want by the 6th, true",
+			engagedAt, autoTracked(s, "hot"))
+	}
+	spray("more", 2000, 2)
+	if n := autoLen(t, s); n != bound || !autoTracked(s, "hot") {
+		t.Fatalf("after more spray: %d tracked (want %d), hot tracked %v", n, bound, autoTracked(s, "hot"))
+	}
+	if st := s.Stats(); st.AutoKeys != int64(bound) || st.AutoEvicted == 0 {
+		t.Fatalf("stats %+v: want %d keys and evictions", st, bound)
+	}
+}
+
+// TestHeatSketchDecays steps one cell's key through fixed instants: the
+// estimate adds each cost, decays by e^(−Δt/TTL), and a clock that goes
+// backwards decays nothing.
+func TestHeatSketchDecays(t *testing.T) {
+	const ttl = time.Second
+	t0 := time.Unix(1_700_000_000, 0)
+	k := newHeatSketch(64)
+	steps := []struct {
+		at   time.Duration
+		cost int64
+		est  float64
+	}{
+		{0, 1, 1},
+		{0, 2, 3},
+		{ttl, 1, 3*math.Exp(-1) + 1},
+		{-ttl, 1, 3*math.Exp(-1) + 2},
+		{3 * ttl, 1, (3*math.Exp(-1)+2)*math.Exp(-2) + 1},
+	}
+	for i, st := range steps {
+		if est := k.add(12345, t0.Add(st.at), st.cost, ttl); math.Abs(est-st.est) > 1e-9 {
+			t.Fatalf("step %d: estimate %.6f, want %.6f", i, est, st.est)
+		}
+	}
+	if est := k.add(999<<32, t0, 1, ttl); est != 1 {
+		t.Fatalf("another key's first estimate %v, want 1", est)
 	}
 }
 
@@ -90,8 +149,9 @@ func autoTracked(s *LeaseStore, key string) bool {
 }
 
 // BenchmarkAutoLeasedColdKeys is what an auto lease adds to a decision of
-// a cold key (which then goes to the store unleased): one estimate
-// update under its shard's lock, over 100,000 keys, from parallel callers.
+// a cold key (which then goes to the store unleased): one update of its
+// shard's heat sketch under the shard's lock, over 100,000 keys, from
+// parallel callers. Cold keys take no entry: no allocation.
 func BenchmarkAutoLeasedColdKeys(b *testing.B) {
 	now := time.Unix(1_700_000_000, 0)
 	s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return now }, SweepEvery: -1})

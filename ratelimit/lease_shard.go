@@ -19,8 +19,11 @@ type leaseShard struct {
 	// auto is the demand estimate of the Auto keys of the shard seen
 	// lately (see lease_auto.go).
 	auto map[string]*autoRate
+	// heat estimates the demand of the shard's Auto keys that are not in
+	// auto (see lease_heat.go); nil until the shard sees its first one.
+	heat *heatSketch
 	// Padding keeps two shards' locks off one cache line.
-	_ [64 - 8 - 2*8]byte
+	_ [64 - 8 - 3*8]byte
 }
 
 // leaseShards is the number of shards of a LeaseStore: four per
@@ -33,9 +36,14 @@ func leaseShards() int {
 }
 
 // shard returns the shard of key.
-func (s *LeaseStore) shard(key string) *leaseShard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
-}
+func (s *LeaseStore) shard(key string) *leaseShard { return s.shardOf(s.hash(key)) }
+
+// hash is the store's seeded hash of key: its low bits choose the shard,
+// all of them the key's cells in the shard's heat sketch.
+func (s *LeaseStore) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+// shardOf returns the shard of the key whose hash is h.
+func (s *LeaseStore) shardOf(h uint64) *leaseShard { return &s.shards[h&s.mask] }
 
 // autoPruneDue reports whether the auto tables are due a prune at now (the
 // last one was at least every ago), and if so records now as the time of

@@ -1,11 +1,13 @@
 package redisstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -128,5 +130,59 @@ func TestLeaseAutoExactFleetLimit(t *testing.T) {
 	}
 	if local < 400 {
 		t.Fatalf("only %d of 600 admissions came from blocks", local)
+	}
+}
+
+// TestLeaseAutoHotKeyAfterSpray: distinct keys asked once (a caller
+// spraying API keys) take no room in the auto table; keys asked twice
+// fill it to its bound and no further; a hot key asked after them is
+// still leased, so that 200 of its decisions cost a few script calls
+// instead of 200 (counted in INFO commandstats).
+func TestLeaseAutoHotKeyAfterSpray(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := &storetest.Clock{}
+	clock.Set(time.Unix(1_700_000_000, 0))
+	r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
+		redisstore.RedisOptions{Now: clock.Now, Timeout: 2 * time.Second})
+	l := ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{Now: clock.Now, SweepEvery: -1, AutoKeys: 64})
+	t.Cleanup(func() { _ = l.Close() })
+	// The bound is AutoKeys rounded up to a multiple of the shards (at
+	// most 256 of them).
+	const bound = 64 + 256
+	prefix := redistest.KeyPrefix(t)
+	spray := func(name string, times int) {
+		for i := range 600 {
+			it := autoLeased(fmt.Sprintf("%s{%s%d}:tenant", prefix, name, i), 1, 100, time.Hour, 1, time.Second, 1)
+			for range times {
+				if d := mustDecide(t, l, it); !d.Allowed {
+					t.Fatalf("spray key %s denied", it.Key)
+				}
+			}
+		}
+	}
+	spray("once", 1)
+	if st := l.Stats(); st.AutoKeys > 6 || st.Reservations != 0 {
+		t.Fatalf("after 600 keys asked once: %+v, want (almost) none tracked and nothing reserved", st)
+	}
+	spray("twice", 2)
+	if st := l.Stats(); st.AutoKeys < 64 || st.AutoKeys > bound || st.Reservations != 0 {
+		t.Fatalf("after 600 keys asked twice: %+v, want the table full (64 to %d keys) and nothing reserved", st, bound)
+	}
+
+	hot := autoLeased(prefix+"{hot}:tenant", 1, 1_000_000, time.Hour, 1, time.Second, 1)
+	_, c0, _ := commandCalls(t, srv)
+	for i := range 200 {
+		if d := mustDecide(t, l, hot); !d.Allowed {
+			t.Fatalf("hot decision %d denied: %+v", i, d)
+		}
+	}
+	_, c1, _ := commandCalls(t, srv)
+	st := l.Stats()
+	t.Logf("200 hot decisions: %d script calls; %+v", c1-c0, st)
+	if c1-c0 > 20 || st.LocalAdmits < 180 {
+		t.Fatalf("200 hot decisions cost %d script calls, %d admitted locally: the hot key was not leased", c1-c0, st.LocalAdmits)
+	}
+	if st.AutoKeys > bound || st.AutoEvicted == 0 {
+		t.Fatalf("%+v: want at most %d keys tracked, one evicted for the hot key", st, bound)
 	}
 }
