@@ -294,9 +294,11 @@ func TestRedisStoreClusterSlots(t *testing.T) {
 	for i := range 30 {
 		tag := fmt.Sprintf("{tenant-%d}", i)
 		items := []ratelimit.Item{
-			tb(prefix+tag+":tenant", 10, 10, time.Second, 1),
-			tb(prefix+tag+":route:transfers", 10, 10, time.Second, 1),
-			{Key: prefix + tag + ":log", Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 5, Per: time.Second}, Cost: 1},
+			// Limits that refill over an hour, so that each key outlives
+			// the EXISTS check below however slow the machine is.
+			tb(prefix+tag+":tenant", 10, 10, time.Hour, 1),
+			tb(prefix+tag+":route:transfers", 10, 10, time.Hour, 1),
+			{Key: prefix + tag + ":log", Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 5, Per: time.Hour}, Cost: 1},
 		}
 		if d := mustDecide(t, s, items...); !d.Allowed {
 			t.Fatalf("tenant %d denied: %+v", i, d)
