@@ -19,7 +19,8 @@ import (
 // script call), its release (one more), and a renewal of 100 held slots of
 // 100 tenants (one script call on a single primary; on a Cluster one per
 // hash slot, pipelined per node), with the commands and server time each
-// takes. The parallel cases take and release slots from 16 goroutines:
+// takes; busy_key is the same on keys that hold another request's slot,
+// as a tenant's does while it has requests in flight. The parallel cases take and release slots from 16 goroutines:
 // each release its own store call (release_each), or through a
 // SlotKeeper, which sends the releases that come while one is in flight
 // together (release_gathered).
@@ -114,6 +115,25 @@ func BenchmarkRedisSlots(b *testing.B) {
 		measure(b, func(i int) error {
 			h := "h" + strconv.Itoa(i)
 			items := append(benchItems(prefix, i%benchTenants), slot(prefix, i, h))
+			if _, err := s.Decide(ctx, items); err != nil {
+				return err
+			}
+			return s.Release(ctx, items[2:])
+		})
+	})
+	b.Run("decide_with_slot_and_release_busy_key", func(b *testing.B) {
+		// Each tenant's key already holds a slot of another request, as
+		// it does while the tenant has requests in flight.
+		s := newRedisStore(b, []string{srv.Addr}, nil, time.Second)
+		prefix := redistest.KeyPrefix(b)
+		storetest.WarmUp(b, s, benchItems(prefix, 0))
+		for i := range benchTenants {
+			if _, err := s.Decide(ctx, []ratelimit.Item{slot(prefix, i, "resident")}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		measure(b, func(i int) error {
+			items := append(benchItems(prefix, i%benchTenants), slot(prefix, i, "h"+strconv.Itoa(i)))
 			if _, err := s.Decide(ctx, items); err != nil {
 				return err
 			}

@@ -22,17 +22,31 @@ local function zset_type(key)
 end
 
 -- Counts the live slots of the key load found (once): s.n, and the
--- earliest and latest expiry s.first and s.last.
+-- latest expiry s.last. The earliest, which only a denial reports, is
+-- read by earliest when one needs it.
 local function count(s)
   local key = s.uncounted
   if not key then return end
   s.uncounted = nil
   s.n = redis.call('ZCOUNT', key, after(s.now), '+inf')
   if s.n > 0 then
-    local f = redis.call('ZRANGEBYSCORE', key, after(s.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(s.now), 'WITHSCORES', 'LIMIT', 0, 1)
-    s.first, s.last = tonumber(f[2]), tonumber(l[2])
+    s.last = tonumber(l[2])
+    s.stored_first = key
   end
+end
+
+-- The earliest expiry of the live slots: the stored ones' (read once) and
+-- those taken in this call (s.first until then), or nil when none.
+local function earliest(s)
+  local key = s.stored_first
+  if key then
+    s.stored_first = nil
+    local f = redis.call('ZRANGEBYSCORE', key, after(s.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local e = tonumber(f[2])
+    if not s.first or e < s.first then s.first = e end
+  end
+  return s.first
 end
 
 ALGORITHMS[5] = {
@@ -72,7 +86,7 @@ ALGORITHMS[5] = {
     if remaining < 0 then remaining = 0 end
     local retry = 0
     if not allowed then
-      retry = (s.first or s.now) - s.now
+      retry = (earliest(s) or s.now) - s.now
       if retry < 1 then retry = 1 end
     end
     local reset = 0

@@ -149,3 +149,39 @@ func TestRedisReleaseBatchesOnePrimary(t *testing.T) {
 		t.Errorf("%v released keys still exist", n)
 	}
 }
+
+// TestRedisSlotDenialRetryAfterCountsStoredAndTaken: a batch that takes a
+// slot of a key and is then denied a second slot of it reports, as the
+// memory store does, the time until the earliest live slot expires, whether
+// that slot was stored before the call or taken in it.
+func TestRedisSlotDenialRetryAfterCountsStoredAndTaken(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	prefix := redistest.KeyPrefix(t)
+	mem := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	t.Cleanup(func() { _ = mem.Close() })
+	stores := map[string]ratelimit.Store{"redis": newRedisStore(t, []string{srv.Addr}, clock.Now, 5*time.Second), "memory": mem}
+	slot := func(name, holder string, per time.Duration) ratelimit.Item {
+		return ratelimit.Item{Key: prefix + "{t}:" + name, Algorithm: ratelimit.Concurrency,
+			Limit: ratelimit.Limit{Max: 2, Per: per}, Cost: 1, Holder: holder}
+	}
+	got := map[string][]time.Duration{}
+	for _, name := range []string{"redis", "memory"} {
+		s := stores[name]
+		clock.Set(time.Unix(1_700_000_000, 0))
+		mustDecide(t, s, slot(name+"-stored", "a", 30*time.Second)) // expires at +30 s
+		mustDecide(t, s, slot(name+"-taken", "a", 60*time.Second))  // expires at +60 s
+		clock.Add(10 * time.Second)
+		// The stored slot expires first: at +30 s, 20 s from now.
+		d := mustDecide(t, s, slot(name+"-stored", "b", 60*time.Second), slot(name+"-stored", "c", 60*time.Second))
+		// The slot taken in the call expires first: b's at +15 s, 5 s from now.
+		e := mustDecide(t, s, slot(name+"-taken", "b", 5*time.Second), slot(name+"-taken", "c", 5*time.Second))
+		if d.Allowed || e.Allowed {
+			t.Fatalf("%s: a third slot of max 2 was admitted: %+v %+v", name, d, e)
+		}
+		got[name] = []time.Duration{d.Results[1].RetryAfter, e.Results[1].RetryAfter}
+	}
+	if want := []time.Duration{20 * time.Second, 5 * time.Second}; !slices.Equal(got["redis"], want) || !slices.Equal(got["memory"], want) {
+		t.Errorf("Retry-After of the denied slot: redis %v, memory %v; want %v", got["redis"], got["memory"], want)
+	}
+}
