@@ -33,7 +33,7 @@ routes:
   - {name: transfers.create, method: POST, path: "/v1/transfers/{id}", upstream: echo, policies: [tenant, transfers]}
 `
 
-func benchGateway(b *testing.B, keys int, opts ...func(*Options)) *Gateway {
+func benchGateway(b testing.TB, keys int, opts ...func(*Options)) *Gateway {
 	b.Helper()
 	var sb strings.Builder
 	for i := 0; i < keys; i++ {

@@ -71,3 +71,25 @@ func BenchmarkPipelineUpstream(b *testing.B) {
 		}
 	})
 }
+
+// TestAdmittedRequestAllocs guards the admitted path's allocations (the
+// built-in echo upstream, so no network): 30 per request when this was
+// written, including the test's own request. The bound is generous; a
+// change that crosses it adds work to every request and should say so in
+// BENCHMARKS.md.
+func TestAdmittedRequestAllocs(t *testing.T) {
+	gw := benchGateway(t, 1)
+	n := testing.AllocsPerRun(200, func() {
+		r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
+		r.Header.Set("Authorization", "Bearer bench-key-0")
+		w := &discardWriter{h: http.Header{}}
+		gw.ServeHTTP(w, r)
+		if w.code != http.StatusOK {
+			t.Fatalf("status %d", w.code)
+		}
+	})
+	t.Logf("%v allocations per admitted request", n)
+	if n > 40 {
+		t.Errorf("%v allocations per admitted request, want at most 40", n)
+	}
+}
