@@ -230,3 +230,47 @@ func TestRedisStoreClusterFunctionReload(t *testing.T) {
 		t.Errorf("owner ran %d FCALL and %d EVALSHA/EVAL, want FCALL only", fcall, evalsha)
 	}
 }
+
+// TestRedisTokenBucketStoredFormat: a token bucket written in the stored
+// format (fields a, l, s, p, as every version writes it) is updated in
+// place: an admission rewrites only the level and the stamp, with the
+// exact integer values, and sets the expiry; a change of per rewrites p.
+// Gateways of the previous version read the result as their own.
+func TestRedisTokenBucketStoredFormat(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := storetest.NewClock(t0)
+	s := newRedisStore(t, []string{srv.Addr}, clock.Now, 5*time.Second)
+	key := redistest.KeyPrefix(t) + "{fmt}tb"
+	us := func(d time.Duration) string { return fmt.Sprint(t0.Add(d).UnixMicro()) }
+	// As the previous version leaves it: 500 of 1000 tokens at t0.
+	srv.MustDo(t, "HSET", key, "a", "1", "l", "500000000", "s", us(0), "p", "1000000")
+	srv.MustDo(t, "PEXPIRE", key, "5000")
+	hash := func() map[string]string {
+		v, _ := srv.MustDo(t, "HGETALL", key).([]any)
+		m := map[string]string{}
+		for i := 0; i+1 < len(v); i += 2 {
+			m[fmt.Sprint(v[i])] = fmt.Sprint(v[i+1])
+		}
+		return m
+	}
+	clock.Add(2 * time.Second) // 502 tokens
+	if d := mustDecide(t, s, tb(key, 1, 1000, time.Second, 1)); d.Results[0].Remaining != 501 {
+		t.Fatalf("remaining %d, want 501", d.Results[0].Remaining)
+	}
+	want := map[string]string{"a": "1", "l": "501000000", "s": us(2 * time.Second), "p": "1000000"}
+	if got := hash(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after an admission: %v, want %v", got, want)
+	}
+	if ttl, _ := srv.MustDo(t, "PTTL", key).(int64); ttl <= 5000 || ttl > 499_000 {
+		t.Errorf("PTTL %d ms, want the 499 s until full, set afresh", ttl)
+	}
+	// The same bucket per 2 s: the level is rescaled and p rewritten.
+	if d := mustDecide(t, s, tb(key, 1, 1000, 2*time.Second, 1)); d.Results[0].Remaining != 500 {
+		t.Fatalf("per 2s: remaining %d, want 500", d.Results[0].Remaining)
+	}
+	want = map[string]string{"a": "1", "l": "1000000000", "s": us(2 * time.Second), "p": "2000000"}
+	if got := hash(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after a change of per: %v, want %v", got, want)
+	}
+}

@@ -67,14 +67,21 @@ for i = 1, n do
   local b = 2 + (i - 1) * 11
   local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
   if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
+  -- Values that are mostly 0 are parsed only when they are not (each
+  -- tonumber is a strtod).
+  local lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
+               holder = ARGV[b + 11]}
+  if ARGV[b + 9] ~= '0' then
+    lim.cs, lim.ce, lim.cn = tonumber(ARGV[b + 8]), tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])
+  end
+  local want = 0
+  if ARGV[b + 7] ~= '0' then want = tonumber(ARGV[b + 7]) or 0 end
   items[i] = {
     alg = alg,
-    lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
-           cs = tonumber(ARGV[b + 8]), ce = tonumber(ARGV[b + 9]), cn = tonumber(ARGV[b + 10]),
-           holder = ARGV[b + 11]},
+    lim = lim,
     cost = tonumber(ARGV[b + 5]),
     shadow = ARGV[b + 6] == '1',
-    want = tonumber(ARGV[b + 7]) or 0,
+    want = want,
   }
 end
 

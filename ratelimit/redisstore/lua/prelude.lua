@@ -66,12 +66,20 @@ local function muldiv(a, b, c)
   return q
 end
 
+-- The decimal text of an integer x with |x| <= 2^53: the digits Redis
+-- writes for a number argument (it formats with %.17g, which prints such
+-- a value as a plain integer), at a fraction of the cost of that
+-- floating-point conversion.
+local function int_text(x)
+  return string.format('%d', x)
+end
+
 -- Sets the key's time to live to us microseconds rounded up to whole
 -- milliseconds, at least 1 ms.
 local function expire_us(key, us)
   local ms = cdiv(us, 1000)
   if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', key, ms)
+  redis.call('PEXPIRE', key, int_text(ms))
 end
 
 -- Reads a hash's fields as numbers; a missing field is nil. A nil key

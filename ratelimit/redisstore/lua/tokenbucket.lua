@@ -11,6 +11,7 @@ ALGORITHMS[1] = {
       return s -- absent (or written by another algorithm): full
     end
     local level, stamp, per = v[2], v[3], v[4]
+    s.same = per == lim.per -- a and p hold what save would write
     -- A level below 0 is a debt (a settlement charged past the bucket),
     -- kept down to cap - 2^53 so that every sum below stays exact. A
     -- change of per forgives it.
@@ -64,8 +65,13 @@ ALGORITHMS[1] = {
       redis.call('DEL', key) -- a full bucket is the same as an absent one
       return
     end
-    if s.stale then redis.call('DEL', key) end
-    redis.call('HSET', key, 'a', 1, 'l', s.level, 's', s.stamp, 'p', lim.per)
+    if s.same then
+      -- Only the level and the stamp change; a and p stay as they are.
+      redis.call('HSET', key, 'l', int_text(s.level), 's', int_text(s.stamp))
+    else
+      if s.stale then redis.call('DEL', key) end
+      redis.call('HSET', key, 'a', '1', 'l', int_text(s.level), 's', int_text(s.stamp), 'p', int_text(lim.per))
+    end
     -- Full again reset µs after the stamp, which is ahead of now when the
     -- clock went back.
     local ahead = s.stamp - s.now
