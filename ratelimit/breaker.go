@@ -117,14 +117,33 @@ func NewBreaker(s Store, opts BreakerOptions) *Breaker {
 
 // Decide calls the store unless the breaker is open (see Breaker).
 func (b *Breaker) Decide(ctx context.Context, items []Item) (Decision, error) {
-	c := b.cell(ctx, items)
+	var d Decision
+	err := b.through(b.cell(ctx, items), func() (err error) {
+		d, err = b.store.Decide(ctx, items)
+		return err
+	})
+	return d, err
+}
+
+// Do runs op, a call to the breaker's store that is not a decision (a
+// fleet heartbeat, see BreakerRoster), as if it were a decision of key:
+// in key's failure domain, it returns at once an error wrapping
+// ErrUnavailable and ErrBreakerOpen while the breaker is open, is the
+// probe once the cooldown has passed, and its outcome counts as a
+// decision's would (an error wrapping ErrUnavailable is a failure).
+func (b *Breaker) Do(ctx context.Context, key string, op func(context.Context) error) error {
+	return b.through(b.cell(ctx, []Item{{Key: key}}), func() error { return op(ctx) })
+}
+
+// through makes call unless c refuses it, and records its outcome in c.
+func (b *Breaker) through(c *breakerCell, call func() error) error {
 	ok, probe := b.admit(c)
 	if !ok {
-		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
+		return fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
 	}
-	d, err := b.store.Decide(ctx, items)
+	err := call()
 	b.record(c, err, probe)
-	return d, err
+	return err
 }
 
 // cell returns the state of the failure domain of items.

@@ -29,7 +29,8 @@ type Roster interface {
 type FleetOptions struct {
 	// Roster is where the instance registers; nil means it registers
 	// nowhere and counts itself alone (a live count of 1), as a memory
-	// store or a fleet of a fixed size does.
+	// store or a fleet of a fixed size does. BreakerRoster makes its
+	// calls skip a store that the store's circuit breaker knows is down.
 	Roster Roster
 	// ID names this instance in the roster; "" means a new one made of
 	// the host name, the process id and 8 random bytes. Two Fleets must

@@ -69,8 +69,10 @@ type Config struct {
 // primary (the primary owning a batch's last key, the tenant's slot), under
 // a ratelimit.Fallback. Unless c.FleetStatic is set, the instance
 // registers in the fleet roster (see RedisRoster and ratelimit.Fleet) and
-// the local shares and lease blocks follow the live count; closing the
-// stack leaves the roster. Decisions do not connect until the first one.
+// the local shares and lease blocks follow the live count; its heartbeats
+// go through the circuit breaker (see ratelimit.BreakerRoster), and
+// closing the stack leaves the roster. Decisions do not connect until the
+// first one.
 func Open(c Config) *ratelimit.Stack {
 	client := NewRedisClient(RedisClientOptions{
 		Addrs: c.Addrs, MasterName: c.MasterName, Username: c.Username, Password: c.Password,
@@ -81,18 +83,12 @@ func Open(c Config) *ratelimit.Stack {
 		client.AddHook(c.Hook)
 	}
 	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout, Logger: c.Logger})
-	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}
-	if !c.FleetStatic {
-		prefix := c.KeyPrefix
-		if prefix == "" {
-			prefix = "qg"
-		}
-		fo.Roster = NewRedisRoster(client, RosterOptions{Key: RosterKey(prefix)})
-	}
-	fleet := ratelimit.NewFleet(fo)
 	// Items with a lease admit from blocks this instance reserved; the
-	// others pass through to Redis on every decision.
-	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Fleet: fleet.Size})
+	// others pass through to Redis on every decision. Blocks are sized
+	// for the fleet, made below once the breaker its heartbeats go
+	// through exists; nothing decides before Open returns.
+	var fleet *ratelimit.Fleet
+	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Fleet: func() int64 { return fleet.Size() }})
 	bo := ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		bo.Partition = func(ctx context.Context, items []ratelimit.Item) string {
@@ -103,6 +99,18 @@ func Open(c Config) *ratelimit.Stack {
 		}
 	}
 	breaker := ratelimit.NewBreaker(leased, bo)
+	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}
+	if !c.FleetStatic {
+		prefix := c.KeyPrefix
+		if prefix == "" {
+			prefix = "qg"
+		}
+		// Heartbeats skip a store the breaker knows to be down, rather
+		// than each waiting out its timeout against it.
+		key := RosterKey(prefix)
+		fo.Roster = ratelimit.BreakerRoster(NewRedisRoster(client, RosterOptions{Key: key}), breaker, key)
+	}
+	fleet = ratelimit.NewFleet(fo)
 	return ratelimit.NewStack(breaker, ratelimit.StackOptions{
 		Breaker: breaker,
 		Slots:   store,

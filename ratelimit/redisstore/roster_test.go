@@ -3,8 +3,11 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/internal/testclock"
@@ -237,5 +240,118 @@ func TestOpenJoinsAndLeavesTheFleet(t *testing.T) {
 	members, err := srv.Do("ZCARD", redisstore.RosterKey(prefix))
 	if err != nil || members != int64(1) {
 		t.Fatalf("ZCARD roster = %v, %v; want 1 (the static stack never registers)", members, err)
+	}
+}
+
+// heartbeatCalls is a redis.Hook that counts the script calls a client
+// attempts (a heartbeat is one, or two when the script is not cached),
+// whether or not a server answers them.
+type heartbeatCalls struct{ n atomic.Int64 }
+
+func (h *heartbeatCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heartbeatCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *heartbeatCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFleetHeartbeatsFollowBreaker: heartbeats go through the store's
+// circuit breaker. With Redis stopped and the breaker opened by failed
+// decisions, heartbeats fail at once without a call to Redis and the
+// last count known stays; once the cooldown has passed one heartbeat is
+// the probe (it fails while Redis is down, and the next ones skip again);
+// with Redis back, the probe succeeds, the breaker closes, and heartbeats
+// follow the fleet again. Attempts are counted on the client, time is a
+// fake clock.
+func TestFleetHeartbeatsFollowBreaker(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const cooldown = 5 * time.Second
+	clock := testclock.New(time.Unix(1_800_000_000, 0))
+	calls := &heartbeatCalls{}
+	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { _ = client.Close() })
+	client.AddHook(calls)
+	store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Now: clock.Now, Timeout: time.Second})
+	breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: 2, Cooldown: cooldown, Now: clock.Now})
+	key := redisstore.RosterKey(redistest.KeyPrefix(t) + "qg")
+	roster := ratelimit.BreakerRoster(redisstore.NewRedisRoster(client, redisstore.RosterOptions{Key: key, Now: clock.Now}), breaker, key)
+	f := ratelimit.NewFleet(ratelimit.FleetOptions{Roster: roster, TTL: time.Minute, Every: -1, Timeout: 2 * time.Second})
+	t.Cleanup(func() { _ = f.Close() })
+	other := rosterFleet(t, []string{srv.Addr}, key, clock, time.Minute, 1)
+	beat(t, other)
+	if got := beat(t, f); got != 2 {
+		t.Fatalf("two instances: size %d, want 2", got)
+	}
+
+	srv.Kill()
+	ctx := context.Background()
+	it := tb(redistest.KeyPrefix(t)+"{t}k", 1, 10, time.Hour, 1)
+	for i := range 2 {
+		if _, err := breaker.Decide(ctx, []ratelimit.Item{it}); !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("decision %d with Redis stopped: %v, want a store failure", i, err)
+		}
+	}
+	if st := breaker.State(); st != ratelimit.BreakerOpen {
+		t.Fatalf("breaker %v after 2 failures, want open", st)
+	}
+	before := calls.n.Load()
+	for i := range 5 {
+		if err := f.Beat(ctx); !errors.Is(err, ratelimit.ErrBreakerOpen) || !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("heartbeat %d with the breaker open: %v, want ErrBreakerOpen", i, err)
+		}
+	}
+	if n := calls.n.Load() - before; n != 0 {
+		t.Fatalf("%d heartbeat calls sent to a store the breaker knows is down, want 0", n)
+	}
+	if n, known := f.Live(); f.Size() != 2 || n != 2 || !known {
+		t.Fatalf("during the outage: size %d live %d known %v, want the last count 2", f.Size(), n, known)
+	}
+
+	// The cooldown passes with Redis still down: one heartbeat probes and
+	// fails, which opens the breaker again.
+	clock.Add(cooldown)
+	before = calls.n.Load()
+	if err := f.Beat(ctx); !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
+		t.Fatalf("the probing heartbeat: %v, want a store failure", err)
+	}
+	if err := f.Beat(ctx); !errors.Is(err, ratelimit.ErrBreakerOpen) {
+		t.Fatalf("the heartbeat after a failed probe: %v, want ErrBreakerOpen", err)
+	}
+	if n := calls.n.Load() - before; n != 1 {
+		t.Fatalf("%d heartbeat calls around a failed probe, want 1 (the probe)", n)
+	}
+
+	// Redis is back (empty). After the cooldown a heartbeat probes; a
+	// pooled connection to the dead process may fail one probe, which
+	// costs one more cooldown.
+	srv.Restart()
+	var err error
+	for range 3 {
+		clock.Add(cooldown)
+		if err = f.Beat(ctx); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("heartbeats did not resume once Redis was back: %v", err)
+	}
+	if st := breaker.State(); st != ratelimit.BreakerClosed {
+		t.Fatalf("breaker %v after a successful probe, want closed", st)
+	}
+	beat(t, other)
+	before = calls.n.Load()
+	if got := beat(t, f); got != 2 {
+		t.Fatalf("after the outage: size %d, want 2 (both registered again)", got)
+	}
+	if calls.n.Load() == before {
+		t.Fatal("a heartbeat with the breaker closed sent nothing")
 	}
 }
