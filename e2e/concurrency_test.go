@@ -383,6 +383,25 @@ func TestConcurrencyClusterNeverExceedsMax(t *testing.T) {
 		}
 	}
 
+	// Warm both gateways' pools (a first decision that misses the store
+	// deadline answers 503), then wait for the warm-up slots to be gone.
+	for _, gw := range gws {
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			code, _, body := slotGet(gw.URL, "/quick")
+			if code == http.StatusOK {
+				break
+			}
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("warm-up: %d %s", code, body)
+			}
+			if time.Now().After(deadline) {
+				proctest.FatalOverrun(t, "no decision within the store deadline for 20 s")
+			}
+			time.Sleep(20 * time.Millisecond) // polling an external process
+		}
+	}
+	waitNoSlotKeys(t, cl)
+
 	for i, gw := range gws {
 		go get(gw, fmt.Sprintf("/hang/%d", i))
 	}
@@ -390,6 +409,9 @@ func TestConcurrencyClusterNeverExceedsMax(t *testing.T) {
 		select {
 		case <-up.arrived:
 		case a := <-answers:
+			if a.code == http.StatusServiceUnavailable && timedOut() {
+				proctest.FatalOverrun(t, "%s answered 503 after store timeouts", a.path)
+			}
 			t.Fatalf("a request holding a slot was answered early: %+v", a)
 		case <-time.After(20 * time.Second):
 			proctest.FatalOverrun(t, "the two held requests did not reach the upstream within 20 s")
@@ -418,6 +440,13 @@ func TestConcurrencyClusterNeverExceedsMax(t *testing.T) {
 	}
 
 	// Every slot is released in the Cluster: the tenant's slot set is gone.
+	waitNoSlotKeys(t, cl)
+}
+
+// waitNoSlotKeys waits until no node of cl holds a slot key (every slot
+// released), failing t after 10 s.
+func waitNoSlotKeys(t *testing.T, cl *redistest.Cluster) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var left []any
@@ -426,7 +455,7 @@ func TestConcurrencyClusterNeverExceedsMax(t *testing.T) {
 			left = append(left, keys...)
 		}
 		if len(left) == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			proctest.FatalOverrun(t, "slot keys %v still in the Cluster 10 s after the last response", left)

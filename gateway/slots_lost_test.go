@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
@@ -50,6 +51,20 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	}
 	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_lost_total{policy="queued"} 0`+"\n") {
 		t.Errorf("fresh /metrics lacks the lost-slot counters at 0")
+	}
+
+	// Warm the pool (and load the script) first: a decision that misses
+	// the 1 s store deadline on a loaded machine would let a request
+	// through without a slot, which is not what this test is about.
+	warm := []ratelimit.Item{{Key: "warm", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, OnError: ratelimit.OnErrorOpen}}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d, err := gw.live.Load().store.Decide(context.Background(), warm)
+		if err == nil && d.Failure == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("missed deadline: Redis did not decide within its 1 s deadline for 10 s: %v %v", err, d.Failure)
+		}
 	}
 
 	first := sf.start("/held/a")
