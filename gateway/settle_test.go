@@ -109,7 +109,7 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
 	var keys strings.Builder
-	for i := 1; i <= 9; i++ {
+	for i := 1; i <= 16; i++ {
 		fmt.Fprintf(&keys, "    - {key_sha256: %s, tenant: t%d, tier: t}\n", sha256Hex("KEY"+strconv.Itoa(i)), i)
 	}
 	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String()).Replace(settleConfig)
@@ -545,7 +545,10 @@ func TestSettleRefundInReservationWindow(t *testing.T) {
 // max_body) reserves the route's max, 500, whatever its X-Max-Tokens says:
 // the upstream acts on the body, so the caller must not choose a smaller
 // reservation by hiding it. A request without a body may state it in the
-// header. The statuses stay as documented: such a reservation that does
+// header. So does a body that JSON decoders read different values from
+// (the field twice, the field in another case, which Go's encoding/json
+// takes for it, a second JSON value after the first). The statuses stay
+// as documented: such a reservation that does
 // not fit is 429, a body above server.max_body_bytes 413.
 func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 	sf := newSettleFixture(t)
@@ -568,6 +571,13 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		{"field missing", strings.NewReader(`{"model":"m"}`), map[string]string{"X-Max-Tokens": "1"}, 500},
 		{"field past max_body", strings.NewReader(long), map[string]string{"X-Max-Tokens": "1"}, 500},
 		{"readable", strings.NewReader(`{"max_tokens":1}`), map[string]string{"X-Max-Tokens": "300"}, 1},
+		// Bodies that JSON decoders read differently: the gateway cannot
+		// know which value the upstream acts on.
+		{"field twice", strings.NewReader(`{"max_tokens":400,"max_tokens":1}`), nil, 500},
+		{"field in another case", strings.NewReader(`{"max_tokens":1,"Max_Tokens":400}`), nil, 500},
+		{"field in capitals, later", strings.NewReader(`{"max_tokens":1,"model":"m","MAX_TOKENS":400}`), nil, 500},
+		{"a second value after the body's", strings.NewReader(`{"max_tokens":1}` + "\n" + `{"max_tokens":400}`), nil, 500},
+		{"whitespace after the value", strings.NewReader(`{"max_tokens":2}` + " \r\n"), nil, 2},
 		{"no body, header", http.NoBody, map[string]string{"X-Max-Tokens": "40"}, 40},
 		{"no body, nothing", http.NoBody, nil, 500},
 	} {
@@ -586,24 +596,24 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		})
 	}
 	t.Run("statuses", func(t *testing.T) {
-		// Tenant 7 holds 400: a hidden reservation of 500 does not fit
+		// Tenant 15 holds 400: a hidden reservation of 500 does not fit
 		// (429); one that states 300 does.
-		if resp, body := sf.post(t, 7, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
+		if resp, body := sf.post(t, 15, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("using 600: %d %s", resp.StatusCode, body)
 		}
-		resp, body := send(7, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
+		resp, body := send(15, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Errorf("gzip'd body with 400 left: %d %s, want 429 (500 reserved)", resp.StatusCode, body)
 		}
-		if resp, body := send(7, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
+		if resp, body := send(15, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("stating 300 with 400 left: %d %s, want 200", resp.StatusCode, body)
 		}
 		// Above server.max_body_bytes: 413, nothing reserved.
-		resp, body = send(8, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
+		resp, body = send(16, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "payload_too_large") {
 			t.Errorf("body above max_body_bytes: %d %s, want 413 payload_too_large", resp.StatusCode, body)
 		}
-		if got := sf.remaining(t, 8)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 16)["tokens"]; got != 1000 {
 			t.Errorf("a 413 took %d tokens", 1000-got)
 		}
 	})

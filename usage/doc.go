@@ -18,8 +18,10 @@
 // field total_tokens of the object under the key usage of the top-level
 // object. Keys are compared after decoding JSON escapes, case-sensitively;
 // there are no array indexes and no way to name a key that contains a dot.
-// When an object repeats a key, the last occurrence counts, as in most JSON
-// decoders. A path has 1 to MaxSegments segments, none empty.
+// When an object of a response repeats a key, the last occurrence counts,
+// as in most JSON decoders; a request body that repeats a key of the
+// path, or holds one that equals it in another case, states nothing (see
+// FromRequest). A path has 1 to MaxSegments segments, none empty.
 //
 // # Bounds
 //

@@ -38,6 +38,37 @@ func refJSON(body []byte, path string) (uint64, bool) {
 	return parseUnits(string(num))
 }
 
+// refRequest is refJSON for a request body and a path of one key: no
+// value when the top-level object holds the key more than once, or holds
+// a key equal to it only under case folding (see FromRequest).
+func refRequest(body []byte, key string) (uint64, bool) {
+	n, ok := refJSON(body, key)
+	if !ok {
+		return 0, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, false
+	}
+	hits := 0
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		if k, _ := t.(string); strings.EqualFold(k, key) {
+			if hits++; k != key {
+				return 0, false
+			}
+		}
+		var raw json.RawMessage
+		if dec.Decode(&raw) != nil {
+			return 0, false
+		}
+	}
+	return n, hits == 1
+}
+
 // fuzzPieces cuts b at positions derived from seed, so that tokens are
 // split across Reads at places the fuzzer chooses.
 func fuzzPieces(b []byte, seed uint64) []string {
@@ -141,6 +172,10 @@ func FuzzFromRequest(f *testing.F) {
 	f.Add([]byte(`{"max_tokens":100}`), "", uint64(0))
 	f.Add([]byte(`{"max_tokens":-1}`), "7", uint64(3))
 	f.Add([]byte(`{"max_tokens":null}`), "x", uint64(5))
+	f.Add([]byte(`{"max_tokens":1,"MAX_TOKENS":2}`), "", uint64(7))
+	f.Add([]byte(`{"max_tokens":1,"max_tokens":2}`), "", uint64(11))
+	f.Add([]byte(`{"max_tokens":1} {"max_tokens":2}`), "", uint64(13))
+	f.Add([]byte(`{"max_to\u212aens":1,"max_tokens":2}`), "", uint64(17))
 	f.Fuzz(func(t *testing.T, body []byte, header string, seed uint64) {
 		req, _ := http.NewRequest("POST", "http://x/", io.NopCloser(&chunks{parts: fuzzPieces(body, seed)}))
 		req.ContentLength = int64(len(body))
@@ -157,7 +192,7 @@ func FuzzFromRequest(f *testing.F) {
 		// reference's, and a body that does not state it states nothing
 		// (the header is not read for a request with a body).
 		if len(body) <= 64 {
-			wn, wok := refJSON(body, "max_tokens")
+			wn, wok := refRequest(body, "max_tokens")
 			if wok && (n != wn || !found) {
 				t.Fatalf("%q: got %d %v %v, want %d", body, n, found, err, wn)
 			}

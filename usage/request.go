@@ -41,7 +41,10 @@ func (s RequestSource) Validate() error {
 // body is one JSON value that ends within maxPrefix bytes and holds a
 // non-null value at the path. A body that is not JSON, is longer, lacks
 // the field, or is content-coded (a Content-Encoding other than identity,
-// not read at all) states nothing: found is false, and the header is not
+// not read at all) states nothing; so does one that decoders may read
+// different values from: a second value after the first, a key of the
+// path repeated, or a key equal to one of the path only in another case
+// (which Go's encoding/json takes for the field): found is false, and the header is not
 // looked at, since the upstream reads the body and a header could state a
 // smaller reservation than the body asks it for (the gateway reserves its
 // max when found is false and src has JSON).
@@ -94,29 +97,34 @@ func hasBody(r *http.Request) bool {
 	return r.Body != nil && r.Body != http.NoBody
 }
 
-// jsonPrefix reads r's body until its JSON value ends, at most limit
-// bytes, puts what it read back in front of the rest, and returns the
-// value at p (resAbsent unless the value ended within limit).
+// jsonPrefix reads r's body to its end, at most limit bytes, puts what
+// it read back in front of the rest, and returns the value at p:
+// resAbsent unless the body is one JSON value (whitespace may follow)
+// that ends within limit bytes and states the path once (see
+// strictKeys). The body is read past its value because an upstream may
+// read more than the first value (a stream of JSON values), and one
+// that is not one value states nothing the gateway can rely on.
 func jsonPrefix(r *http.Request, p path, limit int64) (res uint8, units uint64, err error) {
 	var sc scanner
 	sc.reset(p, limit)
+	sc.strictKeys()
 	size := int64(4 << 10)
-	if r.ContentLength > 0 {
-		size = min(r.ContentLength, 64<<10) // grows as the value goes on
+	if r.ContentLength >= 0 {
+		size = min(r.ContentLength+1, 64<<10) // grows as the body goes on; +1 for its end
 	}
-	buf := make([]byte, 0, min(size, limit))
-	for !sc.complete() && !sc.failed() {
+	// Up to limit+1 bytes: the scan fails at the byte past limit.
+	buf := make([]byte, 0, min(size, limit+1))
+	eof := false
+	for !sc.failed() {
 		if len(buf) == cap(buf) {
-			if int64(len(buf)) >= limit {
-				break
-			}
 			buf = append(buf, 0)[:len(buf)] // grow
-			buf = buf[:len(buf):min(int64(cap(buf)), limit)]
+			buf = buf[:len(buf):min(int64(cap(buf)), limit+1)]
 		}
 		n, rerr := r.Body.Read(buf[len(buf):cap(buf)])
 		sc.feed(buf[len(buf) : len(buf)+n])
 		buf = buf[:len(buf)+n]
 		if rerr == io.EOF {
+			eof = true
 			break
 		}
 		if rerr != nil {
@@ -128,7 +136,9 @@ func jsonPrefix(r *http.Request, p path, limit int64) (res uint8, units uint64, 
 	if err != nil {
 		return resAbsent, 0, err
 	}
-	res, units, _ = sc.end()
+	if res, units, _ = sc.end(); !eof {
+		return resAbsent, 0, nil
+	}
 	return res, units, nil
 }
 

@@ -22,7 +22,17 @@ func TestFromRequest(t *testing.T) {
 	}{
 		{"json", `{"model":"m","max_tokens":500}`, "-", "", 500, true, false},
 		{"json before header", `{"max_tokens":500}`, "700", "", 500, true, false},
-		{"json key twice: the last, as the upstream reads it", `{"max_tokens":1,"max_tokens":30000}`, "-", "", 30000, true, false},
+		// Bodies that decoders read different values from state nothing:
+		// a first-wins decoder reads 30000 here, Go's encoding/json the
+		// key in another case, a stream decoder the second value.
+		{"json key twice", `{"max_tokens":30000,"max_tokens":1}`, "700", "", 0, false, false},
+		{"json key in another case", `{"max_tokens":1,"Max_Tokens":30000}`, "-", "", 0, false, false},
+		{"json key with a Kelvin sign", `{"max_to\u212Aens":30000,"max_tokens":1}`, "-", "", 0, false, false},
+		{"json key folded, not on the path", `{"MAX_TOKENS":30000}`, "-", "", 0, false, false},
+		{"json second value", `{"max_tokens":1} {"max_tokens":30000}`, "-", "", 0, false, false},
+		{"json whitespace after", "{\"max_tokens\":7}\r\n ", "-", "", 7, true, false},
+		{"json other keys in another case", `{"Model":"m","model":"n","max_tokens":9}`, "-", "", 9, true, false},
+		{"json same key nested off the path", `{"max_tokens":9,"x":{"max_tokens":1,"MAX_TOKENS":2}}`, "-", "", 9, true, false},
 		// A body that does not state the field readably states nothing:
 		// the header, which could claim less than the body asks the
 		// upstream for, is not read.
@@ -83,7 +93,13 @@ func TestFromRequestKeepsBody(t *testing.T) {
 	}{
 		{"within the prefix", long, 0, true},
 		{"beyond the prefix", long, 1000, false},
-		{"value then more bytes", `{"max_tokens":64}` + strings.Repeat(" ", 10000) + "trailing", 0, true},
+		{"value then whitespace", `{"max_tokens":64}` + strings.Repeat(" ", 10000), 0, true},
+		// Read in pieces, the second value comes after the first was
+		// complete: the body is still not one value.
+		{"value then more bytes", `{"max_tokens":64}` + strings.Repeat(" ", 10000) + "trailing", 0, false},
+		{"value then a second value", `{"max_tokens":64}` + strings.Repeat("\n", 1000) + `{"max_tokens":90000}`, 0, false},
+		{"value then whitespace past the prefix", `{"max_tokens":64}` + strings.Repeat(" ", 2000), 1000, false},
+		{"value then whitespace to the prefix", `{"max_tokens":64}` + strings.Repeat(" ", 1000-17), 1000, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := &chunks{parts: splitEvery(tc.body, 777)}

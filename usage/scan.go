@@ -42,6 +42,15 @@ type scanner struct {
 	// result: the value at the path, last occurrence wins
 	res   uint8
 	units uint64
+
+	// strict (see strictKeys) makes a path that the input may state
+	// more than once ambiguous: fold tracks the keys that equal the
+	// path's only under case folding, hits counts the keys matched on
+	// the path.
+	strict    bool
+	ambiguous bool
+	hits      int
+	fold      keyFold
 }
 
 // Results of a scan at its path.
@@ -96,10 +105,6 @@ func (s *scanner) reset(p path, limit int64) {
 // JSON value within the limit.
 func (s *scanner) failed() bool { return s.state == sError }
 
-// complete reports whether a whole top-level value has been read (only
-// whitespace may follow).
-func (s *scanner) complete() bool { return s.state == sEnd }
-
 // strStop marks the bytes that end a run of plain string content.
 var strStop = func() (t [256]bool) {
 	for c := range 0x20 {
@@ -132,7 +137,7 @@ func (s *scanner) feed(p []byte) {
 			for j < len(p) && !strStop[p[j]] {
 				j++
 			}
-			if s.inKey && s.keyCand && s.keyOK {
+			if s.inKey && s.keyCand && (s.keyOK || s.fold.ok) {
 				s.keyRun(p[i:j])
 			}
 			if j == len(p) {
@@ -247,6 +252,7 @@ func (s *scanner) structural(c byte) {
 		s.keyOK, s.keyPos = true, 0
 		if s.keyCand {
 			s.keySeg = s.path.seg(d - 1)
+			s.fold = keyFold{ok: s.strict}
 		}
 		s.state = sString
 	case sColon:
@@ -363,7 +369,14 @@ func (s *scanner) endString() {
 	s.inKey = false
 	s.state = sColon
 	d := len(s.stack)
-	if !s.keyCand || !s.keyOK || s.keyPos != len(s.keySeg) {
+	exact := s.keyCand && s.keyOK && s.keyPos == len(s.keySeg)
+	if s.strict && (exact || s.keyCand && s.fold.matched(s.keySeg)) {
+		s.hits++
+		if !exact || s.hits > s.path.n {
+			s.ambiguous = true
+		}
+	}
+	if !exact {
 		return
 	}
 	// A later occurrence of a key on the path replaces what an earlier
@@ -378,7 +391,13 @@ func (s *scanner) endString() {
 
 // keyByte compares the next decoded byte of a key with the path.
 func (s *scanner) keyByte(c byte) {
-	if !s.inKey || !s.keyCand || !s.keyOK {
+	if !s.inKey || !s.keyCand {
+		return
+	}
+	if s.fold.ok {
+		s.fold.byte(c, s.keySeg)
+	}
+	if !s.keyOK {
 		return
 	}
 	if s.keyPos < len(s.keySeg) && s.keySeg[s.keyPos] == c {
@@ -390,6 +409,14 @@ func (s *scanner) keyByte(c byte) {
 
 // keyRun compares the next plain bytes of a key with the path.
 func (s *scanner) keyRun(run []byte) {
+	if s.fold.ok {
+		for _, c := range run {
+			s.fold.byte(c, s.keySeg)
+		}
+	}
+	if !s.keyOK {
+		return
+	}
 	end := s.keyPos + len(run)
 	if end <= len(s.keySeg) && string(run) == s.keySeg[s.keyPos:end] {
 		s.keyPos = end
@@ -401,11 +428,11 @@ func (s *scanner) keyRun(run []byte) {
 // keyRune compares a \u escape of a key with the path. A surrogate (half
 // of an escaped pair) never matches.
 func (s *scanner) keyRune(r rune) {
-	if !s.inKey || !s.keyCand || !s.keyOK {
+	if !s.inKey || !s.keyCand {
 		return
 	}
 	if r >= 0xD800 && r < 0xE000 {
-		s.keyOK = false
+		s.keyOK, s.fold.ok = false, false
 		return
 	}
 	var b [utf8.UTFMax]byte
@@ -497,6 +524,9 @@ func (s *scanner) end() (res uint8, units uint64, valid bool) {
 	}
 	if s.state != sEnd {
 		return resAbsent, 0, false
+	}
+	if s.ambiguous {
+		return resAbsent, 0, true
 	}
 	return s.res, s.units, true
 }
