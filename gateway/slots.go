@@ -81,7 +81,9 @@ func (s *slotState) lost(lost []ratelimit.LostSlot, logger *slog.Logger, metrics
 // holder returns a name no other request of the fleet holds a slot under:
 // this instance's random id and a sequence number.
 func (s *slotState) holder() string {
-	return s.instance + ":" + strconv.FormatUint(s.seq.Add(1), 36)
+	var buf [48]byte // 16 hex digits, ":", at most 13 base-36 digits
+	b := append(append(buf[:0], s.instance...), ':')
+	return string(strconv.AppendUint(b, s.seq.Add(1), 36))
 }
 
 // counter returns the in-flight count of policy.
@@ -107,6 +109,10 @@ type heldSlots struct {
 	held     *ratelimit.Held
 	policies []*policySlots
 	since    time.Time
+	// Room for the one slot most requests hold, so that holding it
+	// allocates nothing more.
+	onePolicy [1]*policySlots
+	oneItem   [1]ratelimit.Item
 }
 
 // hold records the slots that the admitted decision d of items took: the
@@ -115,12 +121,27 @@ type heldSlots struct {
 // releases them in the request's goroutine: for the memory store, which
 // waits on no I/O.
 func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
-	var taken []ratelimit.Item
-	var policies []*policySlots
-	for i := range items {
+	took := func(i int) bool {
 		res := d.Results[i]
-		if items[i].Algorithm != ratelimit.Concurrency || !res.Allowed ||
-			d.Failure != nil && res.Fallback != ratelimit.OnErrorLocal {
+		return items[i].Algorithm == ratelimit.Concurrency && res.Allowed &&
+			(d.Failure == nil || res.Fallback == ratelimit.OnErrorLocal)
+	}
+	n := 0
+	for i := range items {
+		if took(i) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	hs := &heldSlots{since: now}
+	taken, policies := hs.oneItem[:0], hs.onePolicy[:0]
+	if n > 1 {
+		taken, policies = make([]ratelimit.Item, 0, n), make([]*policySlots, 0, n)
+	}
+	for i := range items {
+		if !took(i) {
 			continue
 		}
 		taken = append(taken, items[i])
@@ -128,10 +149,7 @@ func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, 
 		c.inflight.Add(1)
 		policies = append(policies, c)
 	}
-	if len(taken) == 0 {
-		return nil
-	}
-	hs := &heldSlots{policies: policies, since: now}
+	hs.policies = policies
 	hs.held = s.keeper.Hold(store, taken, inline, hs)
 	return hs
 }

@@ -361,9 +361,8 @@ func (sh *memShard) sweep(now int64) {
 // Release frees the slots of items (see SlotStore). It fails only for
 // invalid items, a done ctx or a closed store.
 func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
-	return s.eachSlot(ctx, items, nil, func(e *memEntry, it *Item, _ int64) bool {
-		e.st = releaseSlot(&e.st, it.Holder)
-		return true
+	return s.eachSlot(ctx, items, nil, func(st State, it *Item, _ int64) (State, bool) {
+		return releaseSlot(&st, it.Holder), true
 	})
 }
 
@@ -372,14 +371,14 @@ func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
 // fails only as Release does, and then reports none lost.
 func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
 	var lost []int
-	err := s.eachSlot(ctx, items, &lost, func(e *memEntry, it *Item, now int64) bool {
-		i := slices.IndexFunc(e.st.Holds, func(h Hold) bool { return h.Holder == it.Holder && h.Expires > now })
+	err := s.eachSlot(ctx, items, &lost, func(st State, it *Item, now int64) (State, bool) {
+		i := slices.IndexFunc(st.Holds, func(h Hold) bool { return h.Holder == it.Holder && h.Expires > now })
 		if i < 0 {
-			return false
+			return st, false
 		}
-		e.st.Holds = slices.Clone(e.st.Holds)
-		e.st.Holds[i].Expires = now + it.Limit.Per.Microseconds()
-		return true
+		st.Holds = slices.Clone(st.Holds)
+		st.Holds[i].Expires = now + it.Limit.Per.Microseconds()
+		return st, true
 	})
 	if err != nil {
 		return nil, err
@@ -387,12 +386,13 @@ func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
 	return lost, nil
 }
 
-// eachSlot applies f to the live concurrency entry of each item's key,
-// under its shard's lock, and then sets the entry's expiry from its holds
-// (removing it when none is left). When missed is not nil, it appends to
-// it the indexes of the items that had no live entry or for which f
-// returned false.
-func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(e *memEntry, it *Item, now int64) bool) error {
+// eachSlot replaces the state of the live concurrency entry of each item's
+// key by f's, under its shard's lock, and then sets the entry's expiry
+// from its holds (removing it when none is left). When missed is not nil,
+// it appends to it the indexes of the items that had no live entry or for
+// which f returned false (their entry is left as it was). f gets the state
+// by value, so that the entry never escapes to the heap.
+func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(st State, it *Item, now int64) (State, bool)) error {
 	if err := CheckSlotItems(items); err != nil {
 		return err
 	}
@@ -408,7 +408,9 @@ func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int,
 		sh.mu.Lock()
 		now := s.now().UnixMicro()
 		e, ok := sh.keys[it.Key]
-		ok = ok && e.alg == Concurrency && e.expires > now && f(&e, it, now)
+		if ok = ok && e.alg == Concurrency && e.expires > now; ok {
+			e.st, ok = f(e.st, it, now)
+		}
 		if ok {
 			live := liveHolds(&e.st, now)
 			if _, last := holdSpan(live); len(live) > 0 {
