@@ -89,6 +89,8 @@ type scriptCall struct {
 	// keys among them.
 	args []any
 	keys []string
+	// pctx is the context of the pipelines this call writes as owner.
+	pctx pipeCtx
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
@@ -367,12 +369,13 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	defer cancel()
 	fn := !r.evalsha.Load()
 	cmds := make([]*redis.Cmd, len(live))
-	pipe := r.client.Pipeline()
+	pipe := r.pipeline()
 	for i, call := range live {
 		cmds[i] = call.cmd(ctx, fn)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, err := pipe.Exec(ctx)
+	r.pipes.Put(pipe)
 	stampUnanswered(cmds, err)
 	if fn {
 		r.recoverFunction(ctx, live, cmds)
@@ -438,19 +441,20 @@ func stampUnanswered(cmds []*redis.Cmd, execErr error) {
 // has none at the latest deadline of calls, or never if one of them has
 // none. It carries no values and no cancellation of the callers: a caller
 // that leaves does not cut the pipeline that also carries other callers'
-// decisions.
-func batchContext(owner *scriptCall, calls []*scriptCall) (context.Context, context.CancelFunc) {
-	if !owner.b.at.IsZero() {
-		return context.WithDeadline(context.Background(), owner.b.at)
-	}
-	var latest time.Time
-	for _, call := range calls {
-		if call.b.at.IsZero() {
-			return context.WithCancel(context.Background())
+// decisions. With a deadline it is owner's pipeCtx, which the returned
+// function releases.
+func batchContext(owner *scriptCall, calls []*scriptCall) (context.Context, func()) {
+	at := owner.b.at
+	if at.IsZero() {
+		for _, call := range calls {
+			if call.b.at.IsZero() {
+				return context.Background(), func() {}
+			}
+			if call.b.at.After(at) {
+				at = call.b.at
+			}
 		}
-		if call.b.at.After(latest) {
-			latest = call.b.at
-		}
 	}
-	return context.WithDeadline(context.Background(), latest)
+	owner.pctx.start(at)
+	return &owner.pctx, owner.pctx.stop
 }

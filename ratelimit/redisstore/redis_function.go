@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +63,18 @@ type runner struct {
 	evalsha atomic.Bool
 	// announced is set once the mode in use has been logged.
 	announced atomic.Bool
+	// pipes holds pipelines of client for reuse: one that has run (Exec)
+	// is empty again.
+	pipes sync.Pool
+}
+
+// pipeline returns an empty pipeline of the client, to be put back in
+// r.pipes after its Exec.
+func (r *runner) pipeline() redis.Pipeliner {
+	if p, ok := r.pipes.Get().(redis.Pipeliner); ok {
+		return p
+	}
+	return r.client.Pipeline()
 }
 
 func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {

@@ -1,0 +1,57 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestPipeCtx: a pipeline context ends at its deadline, says so in Err and
+// Done, and is reusable: after its channel closed it gets a fresh one, and
+// a stopped use closes nothing.
+func TestPipeCtx(t *testing.T) {
+	var c pipeCtx
+	far := time.Now().Add(time.Hour)
+	c.start(far)
+	if at, ok := c.Deadline(); !ok || !at.Equal(far) {
+		t.Fatalf("Deadline = %v, %v; want %v", at, ok, far)
+	}
+	done := c.Done()
+	select {
+	case <-done:
+		t.Fatal("done closed an hour before the deadline")
+	default:
+	}
+	if c.Err() != nil || c.Value("k") != nil {
+		t.Fatalf("before the deadline: Err %v, Value %v", c.Err(), c.Value("k"))
+	}
+	c.stop()
+
+	c.start(time.Now().Add(-time.Millisecond)) // already past
+	if !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Fatalf("past the deadline: Err = %v", c.Err())
+	}
+	past := c.Done()
+	select {
+	case <-past:
+	case <-time.After(time.Minute):
+		t.Fatal("missed deadline: done not closed a minute after a deadline in the past")
+	}
+	c.stop()
+
+	c.start(far)
+	fresh := c.Done()
+	if fresh == past {
+		t.Fatal("a reused context kept its closed channel")
+	}
+	select {
+	case <-fresh:
+		t.Fatal("the reused context's done is closed")
+	default:
+	}
+	if c.Err() != nil {
+		t.Fatalf("reused: Err = %v", c.Err())
+	}
+	c.stop()
+}
