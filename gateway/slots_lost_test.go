@@ -15,11 +15,12 @@ import (
 )
 
 // TestConcurrencySlotLostOnRedis: a request holds the one slot of its
-// policy in Redis; the slot's key goes (deleted, as an eviction or an
-// expiry during an outage would leave it). The next renewal counts it in
+// policy in Redis; the slot's key goes (deleted, as an eviction would
+// leave it). The next renewal counts it in
 // quotagate_concurrency_slots_lost_total{policy} (0 before) and logs it at
 // warn with the policy; the request runs on to its answer, and another
-// request takes the freed capacity meanwhile.
+// request takes the freed capacity meanwhile. That one's slot then expires
+// unrenewed, and is counted and freed the same way.
 func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	tel, m := newTestMetrics(t)
@@ -93,7 +94,25 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	if id := up.next(t); id != "b" {
 		t.Fatalf("upstream got %q, want b admitted on the freed capacity", id)
 	}
-	for id, ch := range map[string]<-chan *httptest.ResponseRecorder{"a": first, "b": second} {
+	// b's slot expires unrenewed (its score, the time it is free from, is
+	// set in the past, as after an outage longer than slot_ttl): the next
+	// renewal counts it too, and c gets its capacity.
+	holders, _ := srv.MustDo(t, "ZRANGE", keys[0].(string), "0", "-1").([]any)
+	if len(holders) != 1 {
+		t.Fatalf("holders of the slot key: %v, want b's alone", holders)
+	}
+	srv.MustDo(t, "ZADD", keys[0].(string), "XX", "1", holders[0].(string))
+	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if body := scrape(); !strings.Contains(body, lostLine("2")) {
+		t.Errorf("after b's slot expired /metrics lacks %q", lostLine("2"))
+	}
+	third := sf.start("/held/c")
+	if id := up.next(t); id != "c" {
+		t.Fatalf("upstream got %q, want c admitted on the expired slot's capacity", id)
+	}
+	for id, ch := range map[string]<-chan *httptest.ResponseRecorder{"a": first, "b": second, "c": third} {
 		up.open(id)
 		if w := answer(t, ch); w.Code != http.StatusOK || w.Body.String() != "done "+id {
 			t.Errorf("%s: %d %q, want its answer", id, w.Code, w.Body.String())
@@ -103,7 +122,7 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if body := scrape(); !strings.Contains(body, lostLine("1")) {
-		t.Errorf("the lost slot was counted again")
+	if body := scrape(); !strings.Contains(body, lostLine("2")) {
+		t.Errorf("a lost slot was counted again")
 	}
 }
