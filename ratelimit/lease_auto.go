@@ -31,7 +31,7 @@ const (
 	// autoEvictSample is how many entries of a full shard a key hot
 	// enough to enter compares itself with: it takes the place of the
 	// coldest of them, if that one is colder than it.
-	autoEvictSample = 16
+	autoEvictSample = 8
 	// autoPruneEvery is how often the table is scanned for keys that went
 	// quiet (no decision for two TTLs: E has fallen below e^-2 of what it
 	// was), at most.
@@ -106,13 +106,19 @@ func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
 		}
 		cost := float64(it.Cost)
 		est := sh.heat.add(h, now, it.Cost, it.Lease.TTL)
-		if est < autoAdmit*cost || len(sh.auto) >= s.autoCap && !s.evictColder(sh, now, est/cost) {
+		if est < autoAdmit*cost {
 			return sh.holds(it.Key, now)
 		}
-		tau := it.Lease.TTL.Seconds()
-		a = &autoRate{rate: (autoAdmit*cost - cost) / tau, last: now}
+		if len(sh.auto) >= s.autoCap {
+			if a = s.evictColder(sh, now, est/cost); a == nil {
+				return sh.holds(it.Key, now)
+			}
+		} else {
+			a = new(autoRate)
+			s.autoKeys.Add(1)
+		}
+		*a = autoRate{rate: (autoAdmit*cost - cost) / it.Lease.TTL.Seconds(), last: now}
 		sh.auto[it.Key] = a
-		s.autoKeys.Add(1)
 	}
 	a.observe(now, it.Cost, it.Lease.TTL)
 	return a.engaged || sh.holds(it.Key, now)
@@ -121,27 +127,28 @@ func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
 // evictColder makes room in sh's full auto table for a key of heat (in
 // costs) at now: it forgets the coldest of autoEvictSample entries (the
 // first the map's randomized order gives) when that one is colder than
-// the newcomer, and reports whether it did. A hot key therefore keeps its
-// entry against any number of colder ones. sh.mu is held.
-func (s *LeaseStore) evictColder(sh *leaseShard, now time.Time, heat float64) bool {
+// the newcomer, and returns its estimate for the newcomer to reuse; nil
+// when none was colder. An entry is therefore only ever replaced by a
+// hotter key. sh.mu is held.
+func (s *LeaseStore) evictColder(sh *leaseShard, now time.Time, heat float64) *autoRate {
 	var coldKey string
+	var cold *autoRate
 	coldest := math.Inf(1)
 	n := 0
 	for key, a := range sh.auto {
 		if h := a.heat(now); h < coldest {
-			coldKey, coldest = key, h
+			coldKey, cold, coldest = key, a, h
 		}
 		if n++; n == autoEvictSample {
 			break
 		}
 	}
 	if coldest >= heat {
-		return false
+		return nil
 	}
 	delete(sh.auto, coldKey)
-	s.autoKeys.Add(-1)
 	s.stats.evicted.Add(1)
-	return true
+	return cold
 }
 
 // holds reports whether this instance holds unexpired units of key at

@@ -149,26 +149,35 @@ func autoTracked(s *LeaseStore, key string) bool {
 }
 
 // BenchmarkAutoLeasedColdKeys is what an auto lease adds to a decision of
-// a cold key (which then goes to the store unleased): one update of its
-// shard's heat sketch under the shard's lock, over 100,000 keys, from
-// parallel callers. Cold keys take no entry: no allocation.
+// a cold key (which then goes to the store unleased), from parallel
+// callers: a caller spraying distinct keys, each asked once per TTL (the
+// decisions' clock advances TTL/keys per decision). 4,000 keys a TTL stay
+// below the heat sketch's width: they take no entry and no allocation;
+// 100,000 a TTL fill its cells, so that keys pass for warm and take the
+// place of colder ones in the full table.
 func BenchmarkAutoLeasedColdKeys(b *testing.B) {
-	now := time.Unix(1_700_000_000, 0)
-	s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return now }, SweepEvery: -1})
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = "qg:{t:" + strconv.Itoa(i) + "}:tenant:tb"
+	for _, n := range []int{4_000, 100_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			t0 := time.Unix(1_700_000_000, 0)
+			s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return t0 }, SweepEvery: -1})
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = "qg:{t:" + strconv.Itoa(i) + "}:tenant:tb"
+			}
+			step := time.Second / time.Duration(n)
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				it := Item{Algorithm: TokenBucket, Limit: Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1,
+					Lease: Lease{Auto: true, TTL: time.Second}}
+				for pb.Next() {
+					// A stride through the keys: each is seen once per n
+					// decisions, that is once per TTL.
+					k := seq.Add(1)
+					it.Key = keys[k*7919%uint64(n)]
+					s.autoLeased(it, t0.Add(time.Duration(k)*step))
+				}
+			})
+		})
 	}
-	var seq atomic.Uint64
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		it := Item{Algorithm: TokenBucket, Limit: Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1,
-			Lease: Lease{Auto: true, TTL: time.Second}}
-		for pb.Next() {
-			// A stride through the keys: each is seen once per 100,000
-			// decisions, far below the engagement threshold.
-			it.Key = keys[seq.Add(7919)%uint64(len(keys))]
-			s.autoLeased(it, now)
-		}
-	})
 }
