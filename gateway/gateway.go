@@ -101,14 +101,15 @@ type Gateway struct {
 func New(cfg *config.Config, o Options) (*Gateway, error) {
 	tracing := o.TracerProvider != nil
 	o.fill()
+	logLimit := telemetry.NewLogLimiter(5, 10*time.Second, o.Now)
 	g := &Gateway{
 		tracing:  tracing,
 		hot:      ratelimit.NewHotKeys(ratelimit.HotKeysOptions{}),
 		opts:     o,
 		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
 		retiring: map[*ratelimit.Stack]*time.Timer{},
-		logLimit: telemetry.NewLogLimiter(5, 10*time.Second, o.Now),
-		slots:    newSlotState(o.Logger, o.Metrics),
+		logLimit: logLimit,
+		slots:    newSlotState(o.Logger, o.Metrics, logLimit),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)
 	if err != nil {

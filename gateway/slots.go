@@ -37,7 +37,11 @@ type policySlots struct {
 	inflight atomic.Int64
 }
 
-func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics) *slotState {
+// A release or renewal that fails is counted in the store errors and
+// logged at warn (at most a few lines per op and period, by logLimit):
+// a failed release keeps its slots until their slot_ttl, a failed
+// renewal may lose them.
+func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics, logLimit *telemetry.LogLimiter) *slotState {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &slotState{queues: newSlotQueues(), instance: hex.EncodeToString(b[:])}
@@ -48,7 +52,12 @@ func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics) *slotState {
 			}
 		},
 		OnError: func(op string, err error) {
-			logger.LogAttrs(context.Background(), slog.LevelDebug, "concurrency slot "+op+" failed", slog.String("error", err.Error()))
+			ctx := context.Background()
+			metrics.StoreError(ctx, ratelimit.FailureKind(err))
+			if ok, suppressed := logLimit.Allow("slot " + op); ok {
+				logger.LogAttrs(ctx, slog.LevelWarn, "concurrency slot "+op+" failed",
+					slog.String("error", err.Error()), slog.Int("suppressed", suppressed))
+			}
 		},
 		Lost: func(lost []ratelimit.LostSlot) { s.lost(lost, logger, metrics) },
 	})

@@ -12,16 +12,20 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
-// TestConcurrencySlotLostOnRedis: a request holds the one slot of its
-// policy in Redis; the slot's key goes (deleted, as an eviction would
-// leave it). The next renewal counts it in
-// quotagate_concurrency_slots_lost_total{policy} (0 before) and logs it at
-// warn with the policy; the request runs on to its answer, and another
-// request takes the freed capacity meanwhile. That one's slot then expires
-// unrenewed, and is counted and freed the same way.
-func TestConcurrencySlotLostOnRedis(t *testing.T) {
+// redisSlotGateway is a gateway of slotConfig on a real Redis, in front
+// of a holding upstream, with its metrics and JSON logs, warmed up.
+type redisSlotGateway struct {
+	*slotFixture
+	srv  *redistest.Server
+	tel  *telemetry.Providers
+	logs *lockedBuffer
+}
+
+func newRedisSlotGateway(t *testing.T) *redisSlotGateway {
+	t.Helper()
 	srv := redistest.StartStandalone(t)
 	tel, m := newTestMetrics(t)
 	logs := &lockedBuffer{}
@@ -44,16 +48,6 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	t.Cleanup(func() { _ = gw.Close() })
 	f.gw = gw
 	sf := &slotFixture{fixture: f, up: up}
-	lostLine := func(n string) string { return `quotagate_concurrency_slots_lost_total{policy="inflight"} ` + n + "\n" }
-	scrape := func() string {
-		rec := httptest.NewRecorder()
-		tel.Metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		return rec.Body.String()
-	}
-	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_lost_total{policy="queued"} 0`+"\n") {
-		t.Errorf("fresh /metrics lacks the lost-slot counters at 0")
-	}
-
 	// Warm the pool (and load the script) first: a decision that misses
 	// the 1 s store deadline on a loaded machine would let a request
 	// through without a slot, which is not what this test is about.
@@ -66,6 +60,28 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("missed deadline: Redis did not decide within its 1 s deadline for 10 s: %v %v", err, d.Failure)
 		}
+	}
+	return &redisSlotGateway{slotFixture: sf, srv: srv, tel: tel, logs: logs}
+}
+
+// TestConcurrencySlotLostOnRedis: a request holds the one slot of its
+// policy in Redis; the slot's key goes (deleted, as an eviction would
+// leave it). The next renewal counts it in
+// quotagate_concurrency_slots_lost_total{policy} (0 before) and logs it at
+// warn with the policy; the request runs on to its answer, and another
+// request takes the freed capacity meanwhile. That one's slot then expires
+// unrenewed, and is counted and freed the same way.
+func TestConcurrencySlotLostOnRedis(t *testing.T) {
+	rg := newRedisSlotGateway(t)
+	sf, f, gw, up, srv, tel, logs := rg.slotFixture, rg.fixture, rg.fixture.gw, rg.up, rg.srv, rg.tel, rg.logs
+	lostLine := func(n string) string { return `quotagate_concurrency_slots_lost_total{policy="inflight"} ` + n + "\n" }
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		tel.Metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_lost_total{policy="queued"} 0`+"\n") {
+		t.Errorf("fresh /metrics lacks the lost-slot counters at 0")
 	}
 
 	first := sf.start("/held/a")
