@@ -58,7 +58,7 @@ type Config struct {
 	KeyPrefix string
 	// Logger receives the store's line saying whether decisions run as
 	// a Redis function or as EVALSHA scripts (see RedisOptions.Logger);
-	// nil means slog.Default().
+	// nil logs nothing.
 	Logger *slog.Logger
 }
 

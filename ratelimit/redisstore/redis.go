@@ -31,7 +31,8 @@ type RedisOptions struct {
 	Coalesce CoalesceOptions
 	// Logger receives the one line that says how decisions run: as a
 	// Redis function (info), or as EVALSHA scripts because the server
-	// cannot or will not run functions (warn). nil means slog.Default().
+	// cannot or will not run functions (warn). nil logs nothing (so
+	// that benchmarks and tests that build many stores print nothing).
 	Logger *slog.Logger
 }
 

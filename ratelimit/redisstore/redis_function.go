@@ -79,7 +79,7 @@ func (r *runner) pipeline() redis.Pipeliner {
 
 func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &runner{client: client, log: log}
 }
