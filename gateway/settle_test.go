@@ -55,7 +55,7 @@ next:
 // max_body) is read for max_tokens. Each key KEYn is its own tenant tn.
 const settleConfig = `
 server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, max_body_bytes: 2097152}
-store: {kind: redis, redis: {addrs: [REDIS], timeout: 100ms}}
+store: {kind: redis, redis: {addrs: [REDIS], timeout: TIMEOUT}}
 identity:
   api_keys:
 KEYS
@@ -105,6 +105,15 @@ type settleFixture struct {
 
 func newSettleFixture(t *testing.T) *settleFixture {
 	t.Helper()
+	// A store timeout no loaded machine reaches: a decision that missed
+	// it would fail open and show as a wrong answer.
+	return newSettleFixtureTimeout(t, time.Second)
+}
+
+// newSettleFixtureTimeout is newSettleFixture with the store's timeout set
+// to timeout, for a test that waits for calls to time out.
+func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture {
+	t.Helper()
 	sf := &settleFixture{srv: redistest.StartStandalone(t), release: make(chan struct{})}
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
@@ -112,7 +121,7 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	for i := 1; i <= 16; i++ {
 		fmt.Fprintf(&keys, "    - {key_sha256: %s, tenant: t%d, tier: t}\n", sha256Hex("KEY"+strconv.Itoa(i)), i)
 	}
-	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String()).Replace(settleConfig)
+	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String(), "TIMEOUT", timeout.String()).Replace(settleConfig)
 	f := &fixture{clock: newTestClock(), path: writeConfig(t, text), upstream: newUpstream(t)} // the recorder only answers quota checks
 	cfg, err := config.Load(f.path, testGetenv)
 	if err != nil {
@@ -411,7 +420,7 @@ func TestSettleStreamsBeforeSettling(t *testing.T) {
 // frozen) is retried with the same id; when Redis comes back both calls
 // run, and the refund is applied exactly once.
 func TestSettleRetriedOnceApplied(t *testing.T) {
-	sf := newSettleFixture(t)
+	sf := newSettleFixtureTimeout(t, 250*time.Millisecond)
 	if resp, _ := sf.post(t, 1, "/v1/chat/header?u=500", `{}`, nil); resp.StatusCode != http.StatusOK { // warm the pool
 		t.Fatalf("warm-up: %d", resp.StatusCode)
 	}
@@ -429,7 +438,7 @@ func TestSettleRetriedOnceApplied(t *testing.T) {
 		return n
 	}
 	// tenant 2: 1000 - 300 reserved; the response reports 100. Both
-	// settlement calls time out (100ms each) while Redis is frozen.
+	// settlement calls time out (250ms each) while Redis is frozen.
 	before := calls()
 	resp, _ := sf.post(t, 2, "/v1/chat/header-pause?u=100", `{"max_tokens":300}`, nil)
 	sf.srv.Resume()
