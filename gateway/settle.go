@@ -72,8 +72,9 @@ func maxCost(rc config.Route) int64 {
 // max, since the upstream acts on a body the gateway could not read the
 // reservation from (content-coded, without the field, longer than
 // max_body); else reserve. A request that asks for more than max, or whose
-// stated reservation is not a whole number of units, is answered 400; one
-// whose body cannot be read 400 or 413.
+// stated reservation is not one whole number of units (a header stated
+// twice is not), is answered 400; one whose body cannot be read 400 or
+// 413.
 func (g *Gateway) costStage() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +99,7 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				return
 			case errors.Is(err, usage.ErrMalformed):
 				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
-					Message: "the reservation the request states is not a whole number of units: " + err.Error(), RequestID: st.requestID})
+					Message: "the reservation the request states is not one whole number of units: " + err.Error(), RequestID: st.requestID})
 				return
 			case err != nil:
 				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,

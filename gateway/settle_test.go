@@ -233,6 +233,13 @@ func (sf *settleFixture) postBody(t *testing.T, n int, path string, body io.Read
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
+	return sf.send(t, req)
+}
+
+// send sends req to the gateway and returns its response and body once
+// its settlement is done.
+func (sf *settleFixture) send(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -624,6 +631,19 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		}
 		if got := sf.remaining(t, 16)["tokens"]; got != 1000 {
 			t.Errorf("a 413 took %d tokens", 1000-got)
+		}
+		// X-Max-Tokens twice on a request without a body: the upstream
+		// may read either line (or both), so it states nothing the
+		// gateway can reserve: 400 naming the header, nothing reserved.
+		req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/missing", http.NoBody)
+		req.Header.Set("X-API-Key", "KEY13")
+		req.Header["X-Max-Tokens"] = []string{"1", "400"}
+		hresp, b := sf.send(t, req)
+		if hresp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "X-Max-Tokens") {
+			t.Errorf("X-Max-Tokens twice: %d %s, want 400 naming the header", hresp.StatusCode, b)
+		}
+		if got := sf.remaining(t, 13)["tokens"]; got != 1000 {
+			t.Errorf("a repeated X-Max-Tokens reserved %d tokens", 1000-got)
 		}
 	})
 }

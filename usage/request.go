@@ -50,8 +50,10 @@ func (s RequestSource) Validate() error {
 // max when found is false and src has JSON).
 //
 // Header: for a request without a body, or when src has no JSON; present
-// when the request has the field, even with an empty value; its first
-// value counts.
+// when the request has the field, even with an empty value. A field that
+// repeats is malformed: servers and frameworks read the first, the last
+// or all values joined, so the upstream may act on another than the
+// gateway would reserve.
 //
 // It returns found=false when no source is present; an error wrapping
 // ErrMalformed when the first present source does not hold a usage (a
@@ -83,6 +85,9 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 	vs := r.Header.Values(src.Header)
 	if len(vs) == 0 {
 		return 0, false, nil
+	}
+	if len(vs) > 1 {
+		return 0, false, fmt.Errorf("usage: request header %s stated %d times: %w", src.Header, len(vs), ErrMalformed)
 	}
 	n, ok := parseUnits(vs[0])
 	if !ok {

@@ -54,12 +54,16 @@ func TestFromRequest(t *testing.T) {
 		{"header malformed", ``, "5x", "", 0, false, true},
 		{"header empty", ``, "", "", 0, false, true},
 		{"header negative", ``, "-1", "", 0, false, true},
+		// Repeated, the upstream may read the last or both: "1|40000" is
+		// two X-Max-Tokens lines.
+		{"header twice", ``, "1|40000", "", 0, false, true},
+		{"header twice, same value", ``, "5|5", "", 0, false, true},
 		{"header malformed, not read with a body", `{}`, "5x", "", 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("POST", "http://x/", strings.NewReader(tc.body))
 			if tc.header != "-" {
-				req.Header.Set("X-Max-Tokens", tc.header)
+				req.Header["X-Max-Tokens"] = strings.Split(tc.header, "|")
 			}
 			if tc.ce != "" {
 				req.Header.Set("Content-Encoding", tc.ce)
