@@ -141,3 +141,28 @@ func splitEvery(s string, n int) []string {
 	}
 	return append(out, s)
 }
+
+// TestFromRequestNestedAmbiguous: on a nested path, a repeated or
+// case-folded key at any level of the path states nothing; the same keys
+// off the path do not matter.
+func TestFromRequestNestedAmbiguous(t *testing.T) {
+	src := RequestSource{JSON: "params.max_tokens"}
+	for _, tc := range []struct {
+		body  string
+		units uint64
+		found bool
+	}{
+		{`{"params":{"max_tokens":5}}`, 5, true},
+		{`{"params":{"max_tokens":5},"Params":{"max_tokens":900}}`, 0, false},
+		{`{"params":{"max_tokens":5},"params":{"max_tokens":900}}`, 0, false},
+		{`{"params":{"max_tokens":5,"MAX_TOKENS":900}}`, 0, false},
+		{`{"params":{"max_tokens":5},"other":{"max_tokens":1,"MAX_TOKENS":2},"MAX_TOKENS":3}`, 5, true},
+		{`{"params":[{"max_tokens":5}],"params":{"max_tokens":6}}`, 0, false},
+	} {
+		req, _ := http.NewRequest("POST", "http://x/", strings.NewReader(tc.body))
+		n, found, err := FromRequest(req, src, 0)
+		if err != nil || n != tc.units || found != tc.found {
+			t.Errorf("%s: got %d, %v, %v; want %d, %v", tc.body, n, found, err, tc.units, tc.found)
+		}
+	}
+}
