@@ -54,9 +54,11 @@ func TestFaultRedisKilledAndRestarted(t *testing.T) {
 	runOutage(t, gw, outage{fault: "Redis killed, restarted empty after 2 s", inject: rs.Kill, heal: rs.Restart, storeFills: 2})
 }
 
-// TestFaultScriptFlush: SCRIPT FLUSH every 20 ms while two gateways take
-// traffic on policies that fail closed. The gateways must load the script
-// again on NOSCRIPT without failing a request: zero 5xx, zero unanswered,
+// TestFaultScriptFlush: FUNCTION FLUSH and SCRIPT FLUSH every 20 ms while
+// two gateways take traffic on policies that fail closed. The gateways
+// must load their function library again (or, where functions are
+// unavailable, the script on NOSCRIPT) without failing a request: zero
+// 5xx, zero unanswered,
 // and the limit still holds exactly (a burst of 30 at 1 per hour admits
 // exactly 30 units to the tenant that exhausts it).
 func TestFaultScriptFlush(t *testing.T) {
@@ -86,7 +88,9 @@ func TestFaultScriptFlush(t *testing.T) {
 			case <-stop:
 				return
 			case <-tick.C:
-				if _, err := rs.Do("SCRIPT", "FLUSH"); err == nil {
+				_, errF := rs.Do("FUNCTION", "FLUSH")
+				_, errS := rs.Do("SCRIPT", "FLUSH")
+				if errF == nil && errS == nil {
 					flushes++
 				}
 			}
@@ -104,7 +108,7 @@ func TestFaultScriptFlush(t *testing.T) {
 
 	s := summarize(outs, nil)
 	tight := summarize(outs, byLabel("tight"))
-	t.Logf("%d SCRIPT FLUSHes: %s (tight tenant %s, %d admitted), worst %v", flushes, s.mix(), tight.mix(), tight.admitted, s.worst())
+	t.Logf("%d FUNCTION and SCRIPT FLUSHes: %s (tight tenant %s, %d admitted), worst %v", flushes, s.mix(), tight.mix(), tight.admitted, s.worst())
 	failed := s.unanswered
 	for code, n := range s.status {
 		if code >= 500 {
@@ -112,16 +116,16 @@ func TestFaultScriptFlush(t *testing.T) {
 		}
 	}
 	if failed > 0 || !s.only(200, 429) {
-		t.Errorf("%d failed requests during SCRIPT FLUSH (%s), want 0", failed, s.mix())
+		t.Errorf("%d failed requests during FUNCTION and SCRIPT FLUSH (%s), want 0", failed, s.mix())
 	}
 	if tight.admitted != burst || tight.status[429] == 0 {
 		t.Errorf("tight tenant: %s, admitted %d, want exactly %d and then 429", tight.mix(), tight.admitted, burst)
 	}
 	if flushes < 20 {
-		t.Errorf("only %d SCRIPT FLUSHes ran", flushes)
+		t.Errorf("only %d FUNCTION and SCRIPT FLUSHes ran", flushes)
 	}
 	recordFault(t, faultRecord{
-		Fault:      fmt.Sprintf("SCRIPT FLUSH every 20 ms (%d times) during traffic", flushes),
+		Fault:      fmt.Sprintf("FUNCTION FLUSH and SCRIPT FLUSH every 20 ms (%d times) during traffic", flushes),
 		Expect:     "zero failed requests; limit exact",
 		Mix:        s.mix(),
 		Worst:      s.worst(),

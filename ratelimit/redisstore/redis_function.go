@@ -90,7 +90,9 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 // after the library is loaded on the node that owns their keys, and when
 // the server has no functions or refuses them the runner falls back to
 // EVALSHA and sends them again as EVALSHA. Nothing ran in either case, so
-// nothing is done twice.
+// nothing is done twice. A call whose function is missing again after the
+// load (another FUNCTION FLUSH came between) is sent as EVAL with the
+// script's source.
 func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds []*redis.Cmd) {
 	var missing, refused []int
 	for i, cmd := range cmds {
@@ -109,6 +111,15 @@ func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds [
 		switch err := r.load(ctx, live, missing); {
 		case err == nil:
 			r.resend(ctx, live, cmds, missing, true)
+			// A FUNCTION FLUSH between the load and the call leaves the
+			// function missing again: such a call runs as EVAL with the
+			// source, which no flush can race, as NOSCRIPT's last resort
+			// does.
+			for _, i := range missing {
+				if redis.HasErrorPrefix(cmds[i].Err(), "Function not found") {
+					cmds[i] = decideScript.Eval(ctx, r.client, live[i].keys, live[i].argv()...)
+				}
+			}
 		case loadRefused(err):
 			r.fallBack(err)
 			refused = append(refused, missing...)
