@@ -274,3 +274,18 @@ func TestRedisTokenBucketStoredFormat(t *testing.T) {
 		t.Errorf("after a change of per: %v, want %v", got, want)
 	}
 }
+
+// TestRedisFunctionParsesManyDistinctLimits: the library remembers parsed
+// argument texts between calls in a table it empties at 4096 entries;
+// decisions across that many distinct limits stay exact.
+func TestRedisFunctionParsesManyDistinctLimits(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := newRedisStore(t, []string{srv.Addr}, nil, 10*time.Second)
+	prefix := redistest.KeyPrefix(t)
+	for burst := int64(2); burst < 4400; burst++ {
+		d, err := s.Decide(context.Background(), []ratelimit.Item{tb(fmt.Sprintf("%s{many}%d", prefix, burst), 1, burst, time.Hour, 1)})
+		if err != nil || !d.Allowed || d.Results[0].Remaining != burst-1 {
+			t.Fatalf("burst %d: %+v, %v; want admitted with %d remaining", burst, d, err, burst-1)
+		}
+	}
+}

@@ -65,11 +65,11 @@ if mode == 's' then n = n - 1 end
 local items = {}
 for i = 1, n do
   local b = 2 + (i - 1) * 11
-  local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
+  local alg = ALGORITHMS[cached_number(ARGV[b + 1])]
   if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
   -- Values that are mostly 0 are parsed only when they are not (each
   -- tonumber is a strtod).
-  local lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
+  local lim = {rate = cached_number(ARGV[b + 2]), per = cached_number(ARGV[b + 3]), burst = cached_number(ARGV[b + 4]),
                holder = ARGV[b + 11]}
   if ARGV[b + 9] ~= '0' then
     lim.cs, lim.ce, lim.cn = tonumber(ARGV[b + 8]), tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])
@@ -79,7 +79,7 @@ for i = 1, n do
   items[i] = {
     alg = alg,
     lim = lim,
-    cost = tonumber(ARGV[b + 5]),
+    cost = cached_number(ARGV[b + 5]),
     shadow = ARGV[b + 6] == '1',
     want = want,
   }
@@ -145,8 +145,10 @@ if mode == 's' then
   return adjust(function(it, s) return it.alg.settle(s, it.lim, it.cost, it.want) end, false)
 end
 
+-- The reply is written in place: each item's values as if the group is
+-- admitted, corrected below when it is not.
 local admitted = 1
-local values = {}
+local reply = {0}
 for i = 1, n do
   local it = items[i]
   local w = state_for(KEYS[i], it)
@@ -170,7 +172,9 @@ for i = 1, n do
   end
   local a = 0
   if allowed then a = 1 end
-  values[i] = {a, rem0, retry, reset0, rem1, reset1, taken, debt or 0}
+  local o = 1 + (i - 1) * 8
+  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = a, rem1, retry, reset1
+  reply[o + 5], reply[o + 6], reply[o + 7], reply[o + 8] = rem0, reset0, taken, debt or 0
 end
 if mode ~= 'd' then admitted = 0 end
 
@@ -179,21 +183,13 @@ if admitted == 1 then
     local w = work[key]
     if w.dirty then w.alg.save(key, w.s, w.lim, false) end
   end
+else
+  -- Nothing was consumed: remaining and reset as before, nothing taken.
+  for i = 1, n do
+    local o = 1 + (i - 1) * 8
+    reply[o + 2], reply[o + 4], reply[o + 7] = reply[o + 5], reply[o + 6], 0
+  end
 end
-
-local reply = {admitted}
-for i = 1, n do
-  local v = values[i]
-  local rem, reset, taken = v[2], v[4], 0
-  if admitted == 1 then rem, reset, taken = v[5], v[6], v[7] end
-  reply[#reply + 1] = v[1]
-  reply[#reply + 1] = rem
-  reply[#reply + 1] = v[3]
-  reply[#reply + 1] = reset
-  reply[#reply + 1] = v[2]
-  reply[#reply + 1] = v[4]
-  reply[#reply + 1] = taken
-  reply[#reply + 1] = v[8]
-end
-reply[#reply + 1] = now
+reply[1] = admitted
+reply[1 + n * 8 + 1] = now
 return reply

@@ -74,6 +74,25 @@ local function int_text(x)
   return string.format('%d', x)
 end
 
+-- tonumber(s) for arguments that repeat from call to call (an item's
+-- algorithm, a policy's rate, per and burst, a cost), remembered so that
+-- each distinct text is parsed (strtod) once. A function library keeps
+-- the table between calls (an EVALSHA script starts it empty each call);
+-- it is emptied when it holds 4096 texts, so it stays small whatever the
+-- callers send.
+local num_cache, num_cached = {}, 0
+local function cached_number(s)
+  local v = num_cache[s]
+  if v == nil then
+    v = tonumber(s)
+    if v ~= nil then
+      if num_cached >= 4096 then num_cache, num_cached = {}, 0 end
+      num_cache[s], num_cached = v, num_cached + 1
+    end
+  end
+  return v
+end
+
 -- Sets the key's time to live to us microseconds rounded up to whole
 -- milliseconds, at least 1 ms.
 local function expire_us(key, us)
