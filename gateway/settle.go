@@ -208,10 +208,18 @@ func brokenOff(res usage.Result) bool {
 
 // onUpstreamFailure is the proxy's OnFailure: the upstream did not serve
 // the request (502, 503 or 504 from the gateway, before any byte of a
-// response), so the whole reservation goes back.
-func (g *Gateway) onUpstreamFailure(r *http.Request, _ int) {
+// response). For 502 and 503 the whole reservation goes back. A 504 came
+// after the upstream had the whole request and worked on it until the
+// timeout, which a caller can bring about on purpose (a large output,
+// unstreamed): its reservation stands, counted missing, or timed-out
+// requests would load the upstream without using quota.
+func (g *Gateway) onUpstreamFailure(r *http.Request, status int) {
 	st := stateFrom(r.Context())
 	if st == nil || st.settle == nil || !st.settle.claim() {
+		return
+	}
+	if status == http.StatusGatewayTimeout {
+		g.settleMissing(r.Context(), st.settle)
 		return
 	}
 	g.settle(r.Context(), st.settle, 0)

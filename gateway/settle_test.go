@@ -67,6 +67,7 @@ policies:
 upstreams:
   llm:  {url: UPSTREAM}
   dead: {url: DEAD}
+  slow: {url: UPSTREAM, timeout: 200ms}
 routes:
   - name: chat
     method: POST
@@ -91,6 +92,12 @@ routes:
     upstream: dead
     policies: [tokens, requests]
     cost: {reserve: 100, settle_from: {header: X-Usage}}
+  - name: slow
+    method: POST
+    path: /v1/slow
+    upstream: slow
+    policies: [tokens]
+    cost: {reserve: 100, reserve_from: {json: max_tokens}, max: 500, settle_from: {header: X-Usage}}
 `
 
 // settleFixture is a gateway on a real Redis (on the fixture's clock),
@@ -188,6 +195,8 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":%s}}\n\n", u)
 		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	case "/v1/slow": // works on until the gateway gives up on it
 		<-r.Context().Done()
 	case "missing":
 		w.Header().Set("Content-Type", "application/json")
@@ -646,4 +655,26 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 			t.Errorf("a repeated X-Max-Tokens reserved %d tokens", 1000-got)
 		}
 	})
+}
+
+// TestSettleUpstreamTimeoutKeepsReservation: an upstream that had the
+// whole request and did not answer within its timeout (504) may have
+// worked on it all along, and a caller can make that happen on purpose
+// (a large max_tokens, no streaming): the reservation stands, counted
+// missing, rather than going back as for an upstream never reached.
+func TestSettleUpstreamTimeoutKeepsReservation(t *testing.T) {
+	sf := newSettleFixture(t)
+	resp, body := sf.post(t, 1, "/v1/slow", `{"max_tokens":400}`, nil)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d: %s; want 504", resp.StatusCode, body)
+	}
+	if got := sf.remaining(t, 1)["tokens"]; got != 600 {
+		t.Errorf("after a 504: remaining %d, want 600 (the reservation of 400 stands)", got)
+	}
+	fams := sf.obs.scrape(t)
+	for result, want := range map[string]float64{"missing": 1, "refund": 0} {
+		if got := counterValue(fams, "quotagate_settlements_total", map[string]string{"policy": "tokens", "result": result}); got != want {
+			t.Errorf("quotagate_settlements_total{policy=tokens,result=%s} = %v, want %v", result, got, want)
+		}
+	}
 }
