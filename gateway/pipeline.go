@@ -39,7 +39,7 @@ type pipeline struct {
 // failures (see proxy.Options); nil functions are not called.
 type proxyHooks struct {
 	observe func(resp *http.Response)
-	failure func(r *http.Request, status int)
+	failure func(r *http.Request, status int, written bool)
 }
 
 // buildPipeline compiles cfg. prev, when not nil, is the pipeline being
@@ -116,6 +116,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 			},
 			ObserveResponse: hooks.observe,
 			OnFailure:       hooks.failure,
+			WatchWrite:      settlePending,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upstreams.%s: %w", name, err)

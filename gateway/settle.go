@@ -208,21 +208,32 @@ func brokenOff(res usage.Result) bool {
 
 // onUpstreamFailure is the proxy's OnFailure: the upstream did not serve
 // the request (502, 503 or 504 from the gateway, before any byte of a
-// response). For 502 and 503 the whole reservation goes back. A 504 came
-// after the upstream had the whole request and worked on it until the
-// timeout, which a caller can bring about on purpose (a large output,
-// unstreamed): its reservation stands, counted missing, or timed-out
-// requests would load the upstream without using quota.
-func (g *Gateway) onUpstreamFailure(r *http.Request, status int) {
+// response). When an attempt wrote the whole request to the upstream, the
+// reservation stands, counted missing: the upstream may have worked on it
+// before it timed out (504) or hung up without an answer (502), and a
+// caller can bring either about on purpose (a large output, unstreamed; a
+// request that crashes the upstream's worker), or such requests would load
+// the upstream without using quota. Otherwise (the connection refused, DNS,
+// TLS, the upstream breaker or shedder's 503) the upstream never had the
+// request and the whole reservation goes back.
+func (g *Gateway) onUpstreamFailure(r *http.Request, status int, written bool) {
 	st := stateFrom(r.Context())
 	if st == nil || st.settle == nil || !st.settle.claim() {
 		return
 	}
-	if status == http.StatusGatewayTimeout {
+	if written {
 		g.settleMissing(r.Context(), st.settle)
 		return
 	}
 	g.settle(r.Context(), st.settle, 0)
+}
+
+// settlePending is the proxy's WatchWrite: only a request holding a
+// reservation needs to know whether it reached the upstream when it
+// fails.
+func settlePending(in *http.Request) bool {
+	st := stateFrom(in.Context())
+	return st != nil && st.settle != nil
 }
 
 // endSettle settles as missing a reservation that neither a response nor

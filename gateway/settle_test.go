@@ -160,7 +160,8 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 // upstream answers /v1/chat/{mode} and /v1/window/{mode} with the usage
 // ?u= in the place mode names: header (header-pause freezes Redis first),
 // json, sse, sse-gated (the usage event only once release is closed),
-// missing (a JSON body without it), or cross (see crossWindow).
+// missing (a JSON body without it), hangup (no answer: the connection
+// closes after the request was read), or cross (see crossWindow).
 func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	u := r.URL.Query().Get("u")
@@ -198,6 +199,10 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	case "/v1/slow": // works on until the gateway gives up on it
 		<-r.Context().Done()
+	case "hangup": // had the whole request (read above), then closes without an answer
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
 	case "missing":
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"c1","error":"model overloaded"}`)
@@ -670,6 +675,30 @@ func TestSettleUpstreamTimeoutKeepsReservation(t *testing.T) {
 	}
 	if got := sf.remaining(t, 1)["tokens"]; got != 600 {
 		t.Errorf("after a 504: remaining %d, want 600 (the reservation of 400 stands)", got)
+	}
+	fams := sf.obs.scrape(t)
+	for result, want := range map[string]float64{"missing": 1, "refund": 0} {
+		if got := counterValue(fams, "quotagate_settlements_total", map[string]string{"policy": "tokens", "result": result}); got != want {
+			t.Errorf("quotagate_settlements_total{policy=tokens,result=%s} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+// TestSettleUpstreamHangupKeepsReservation: an upstream that read the
+// whole request and then closed the connection without answering (a
+// worker that crashed after the work, which a caller may bring about on
+// purpose) makes the gateway answer 502, as an upstream never reached
+// does, but the reservation stands, counted missing: the upstream had the
+// request. (TestSettleFromResponses/upstream_failure_refunds: a refused
+// connection, which no request reached, gives it all back.)
+func TestSettleUpstreamHangupKeepsReservation(t *testing.T) {
+	sf := newSettleFixture(t)
+	resp, body := sf.post(t, 1, "/v1/chat/hangup", `{"max_tokens":400}`, nil)
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status %d: %s; want 502", resp.StatusCode, body)
+	}
+	if got := sf.remaining(t, 1); got["tokens"] != 600 || got["requests"] != 9600 {
+		t.Errorf("after the upstream hung up: remaining %v, want tokens 600 (the reservation of 400 stands), requests 9600 (not settled)", got)
 	}
 	fams := sf.obs.scrape(t)
 	for result, want := range map[string]float64{"missing": 1, "refund": 0} {

@@ -13,18 +13,19 @@ type errorFunnel struct {
 	upstream  string
 	log       *slog.Logger
 	write     func(w http.ResponseWriter, r *http.Request, status int, code, message string)
-	onFailure func(r *http.Request, status int) // Options.OnFailure, may be nil
+	onFailure func(r *http.Request, status int, written bool) // Options.OnFailure, may be nil
 }
 
 // fail answers a request the proxy could not forward or got no response
-// for: it tells onFailure when the upstream did not serve it, then writes
-// the error. Every such answer passes here, the breaker's and the
-// shedder's refusals included.
+// for: it tells onFailure when the upstream did not serve it (and whether
+// the upstream had the whole request), then writes the error. Every such
+// answer passes here, the breaker's and the shedder's refusals included
+// (with the inbound request, which no attempt wrote).
 func (f *errorFunnel) fail(w http.ResponseWriter, r *http.Request, status int, code, message string) {
 	if f.onFailure != nil {
 		switch status {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			f.onFailure(r, status)
+			f.onFailure(r, status, wroteInFull(r))
 		}
 	}
 	f.write(w, r, status, code, message)

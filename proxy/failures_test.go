@@ -155,7 +155,7 @@ func TestClientGoneIs499(t *testing.T) {
 	defer up.Close()
 	var failures atomic.Int64
 	f := newFixture(t, up.URL, time.Minute, nil, func(o *Options) {
-		o.OnFailure = func(*http.Request, int) { failures.Add(1) }
+		o.OnFailure = func(*http.Request, int, bool) { failures.Add(1) }
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", f.front.URL+"/x", nil)

@@ -220,32 +220,39 @@ func waitArrival(t *testing.T, arrived <-chan struct{}) {
 	}
 }
 
-// failures records OnFailure calls.
-type failures struct {
-	mu       sync.Mutex
-	statuses []int
+// failure is one OnFailure call.
+type failure struct {
+	status  int // negative when the request lost the inbound context
+	written bool
 }
 
-func (fl *failures) add(r *http.Request, status int) {
+// failures records OnFailure calls.
+type failures struct {
+	mu    sync.Mutex
+	calls []failure
+}
+
+func (fl *failures) add(r *http.Request, status int, written bool) {
 	if !inbound(r) {
 		status = -status // the request lost the inbound context
 	}
 	fl.mu.Lock()
-	fl.statuses = append(fl.statuses, status)
+	fl.calls = append(fl.calls, failure{status, written})
 	fl.mu.Unlock()
 }
 
-func (fl *failures) get() []int {
+func (fl *failures) get() []failure {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	return append([]int(nil), fl.statuses...)
+	return append([]failure(nil), fl.calls...)
 }
 
 // TestOnFailure: OnFailure is called once for each answer the proxy gives
 // itself because the upstream did not serve the request (502, the open
 // breaker's 503, 504, the shedder's 503), not for a served response, and
-// ObserveResponse never sees those requests. (TestClientGoneIs499: not
-// for a client that left.)
+// ObserveResponse never sees those requests. written is true only for the
+// 504, whose upstream had the request. (TestClientGoneIs499: not for a
+// client that left; TestOnFailureWritten: more on written.)
 func TestOnFailure(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -260,7 +267,7 @@ func TestOnFailure(t *testing.T) {
 		f := newFixture(t, raw, time.Minute, after, opts...)
 		return f, fl, wt
 	}
-	wantFailures := func(name string, fl *failures, wt *watcher, want ...int) {
+	wantFailures := func(name string, fl *failures, wt *watcher, want ...failure) {
 		t.Helper()
 		if got := fl.get(); !slices.Equal(got, want) {
 			t.Errorf("%s: OnFailure statuses %v, want %v", name, got, want)
@@ -279,11 +286,11 @@ func TestOnFailure(t *testing.T) {
 		if status, _ := getStatus(t, f, "/x"); status != http.StatusBadGateway {
 			t.Fatalf("got %d, want 502", status)
 		}
-		wantFailures("502", fl, wt, http.StatusBadGateway)
+		wantFailures("502", fl, wt, failure{http.StatusBadGateway, false})
 		if status, _ := getStatus(t, f, "/x"); status != http.StatusServiceUnavailable {
 			t.Fatalf("got %d, want 503 from the open breaker", status)
 		}
-		wantFailures("503", fl, wt, http.StatusBadGateway, http.StatusServiceUnavailable)
+		wantFailures("503", fl, wt, failure{http.StatusBadGateway, false}, failure{http.StatusServiceUnavailable, false})
 	})
 
 	t.Run("504", func(t *testing.T) {
@@ -300,7 +307,7 @@ func TestOnFailure(t *testing.T) {
 		if status := <-got; status != http.StatusGatewayTimeout {
 			t.Fatalf("got %d, want 504", status)
 		}
-		wantFailures("504", fl, wt, http.StatusGatewayTimeout)
+		wantFailures("504", fl, wt, failure{http.StatusGatewayTimeout, true})
 	})
 
 	t.Run("shed 503", func(t *testing.T) {
@@ -328,7 +335,7 @@ func TestOnFailure(t *testing.T) {
 		if status, _ := getStatus(t, f, "/x"); status != http.StatusServiceUnavailable {
 			t.Fatalf("got %d, want 503 from the shedder", status)
 		}
-		wantFailures("shed", fl, wt, http.StatusServiceUnavailable)
+		wantFailures("shed", fl, wt, failure{http.StatusServiceUnavailable, false})
 		close(gate)
 		if status := <-held; status != http.StatusOK {
 			t.Errorf("held request: %d", status)

@@ -29,7 +29,8 @@
 //     read the usage it reports as the body passes (package usage);
 //   - sends every failure before the response headers through one error
 //     funnel (see Options.WriteError), which also tells Options.OnFailure
-//     when the upstream did not serve the request.
+//     when the upstream did not serve the request, and whether it had
+//     received the whole request all the same.
 //
 // A failure after the response headers (the upstream drops the connection
 // mid-body, the client stops reading) cannot become an error status. The
@@ -144,7 +145,21 @@ type Options struct {
 	// the exchange off and the upstream may have received the request. r
 	// is the outbound request for 502 and 504 and the inbound one for
 	// 503; either carries the inbound request's context.
-	OnFailure func(r *http.Request, status int)
+	//
+	// written reports whether an attempt wrote the whole request (line,
+	// headers and body) to the upstream, which may then have acted on it
+	// however the exchange ended: a connection the upstream reset or
+	// closed after reading the request, a malformed response, a refused
+	// 101, a timeout while it worked. It is false when no attempt wrote
+	// it all (a refused connection, DNS, TLS, an upstream that hung up
+	// mid-body, a 503), and for a request WatchWrite did not select.
+	OnFailure func(r *http.Request, status int, written bool)
+	// WatchWrite, when not nil, selects the inbound requests whose
+	// failures report written (see OnFailure): finding it out costs a
+	// net/http/httptrace.ClientTrace, a few small allocations per request,
+	// which requests whose failures are all handled alike need not pay.
+	// nil selects every request when OnFailure is set.
+	WatchWrite func(in *http.Request) bool
 }
 
 // Error codes passed to Options.WriteError.
@@ -215,6 +230,10 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	}
 	target := *up.URL
 	setHeaders, allowUpgrade := o.SetHeaders, o.AllowUpgrade
+	watch := o.WatchWrite
+	if watch == nil && o.OnFailure != nil {
+		watch = func(*http.Request) bool { return true }
+	}
 	var h http.Handler = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
@@ -224,6 +243,9 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			stripUpgrade(pr.Out.Header, upgradeAllowed(pr, allowUpgrade))
 			if setHeaders != nil {
 				setHeaders(pr.Out)
+			}
+			if watch != nil && watch(pr.In) {
+				pr.Out = watchWrite(pr.Out)
 			}
 		},
 		ModifyResponse: modifyResponse(o.ObserveResponse),
