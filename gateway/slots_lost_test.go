@@ -66,11 +66,14 @@ func newRedisSlotGateway(t *testing.T) *redisSlotGateway {
 
 // TestConcurrencySlotLostOnRedis: a request holds the one slot of its
 // policy in Redis; the slot's key goes (deleted, as an eviction would
-// leave it). The next renewal counts it in
-// quotagate_concurrency_slots_lost_total{policy} (0 before) and logs it at
-// warn with the policy; the request runs on to its answer, and another
-// request takes the freed capacity meanwhile. That one's slot then expires
-// unrenewed, and is counted and freed the same way.
+// leave it). The next renewal takes it back, so the next request still
+// finds the policy full, and counts nothing. The key goes again, and
+// another holder fills it before the renewal: the renewal counts the slot
+// in quotagate_concurrency_slots_lost_total{policy} (0 before) and logs it
+// at warn with the policy; the request runs on to its answer, and once the
+// other holder is gone another request takes the capacity meanwhile. That
+// one's slot then expires unrenewed while the key is full, and is counted
+// and freed the same way.
 func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	rg := newRedisSlotGateway(t)
 	sf, f, gw, up, srv, tel, logs := rg.slotFixture, rg.fixture, rg.fixture.gw, rg.up, rg.srv, rg.tel, rg.logs
@@ -95,10 +98,26 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	if len(keys) != 1 {
 		t.Fatalf("slot keys in Redis: %v, want one", keys)
 	}
-	srv.MustDo(t, "DEL", keys[0].(string))
+	key := keys[0].(string)
+	srv.MustDo(t, "DEL", key)
 	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if body := scrape(); !strings.Contains(body, lostLine("0")) {
+		t.Errorf("a slot taken back was counted lost")
+	}
+	if w := f.do(http.MethodGet, "/held/x", map[string]string{"X-Api-Key": freeKey}, nil); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a second request after the slot was taken back: %d, want 429", w.Code)
+	}
+	// other fills the key (until far in the future, whichever clock the
+	// store decides on), a's member gone: a's slot is lost.
+	const other = "9000000000000000"
+	srv.MustDo(t, "DEL", key)
+	srv.MustDo(t, "ZADD", key, other, "other")
+	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.MustDo(t, "ZREM", key, "other")
 	if body := scrape(); !strings.Contains(body, lostLine("1")) {
 		t.Errorf("after the renewal /metrics lacks %q", lostLine("1"))
 	}
@@ -113,14 +132,16 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	// b's slot expires unrenewed (its score, the time it is free from, is
 	// set in the past, as after an outage longer than slot_ttl): the next
 	// renewal counts it too, and c gets its capacity.
-	holders, _ := srv.MustDo(t, "ZRANGE", keys[0].(string), "0", "-1").([]any)
+	holders, _ := srv.MustDo(t, "ZRANGE", key, "0", "-1").([]any)
 	if len(holders) != 1 {
 		t.Fatalf("holders of the slot key: %v, want b's alone", holders)
 	}
-	srv.MustDo(t, "ZADD", keys[0].(string), "XX", "1", holders[0].(string))
+	srv.MustDo(t, "ZADD", key, "XX", "1", holders[0].(string))
+	srv.MustDo(t, "ZADD", key, other, "other")
 	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	srv.MustDo(t, "ZREM", key, "other")
 	if body := scrape(); !strings.Contains(body, lostLine("2")) {
 		t.Errorf("after b's slot expired /metrics lacks %q", lostLine("2"))
 	}

@@ -361,24 +361,39 @@ func (sh *memShard) sweep(now int64) {
 // Release frees the slots of items (see SlotStore). It fails only for
 // invalid items, a done ctx or a closed store.
 func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
-	return s.eachSlot(ctx, items, nil, func(st State, it *Item, _ int64) (State, bool) {
+	return s.eachSlot(ctx, items, nil, func(st State, held bool, it *Item, _ int64) (State, bool) {
+		if !held {
+			return st, false
+		}
 		return releaseSlot(&st, it.Holder), true
 	})
 }
 
-// Renew extends the slots of items still held to Limit.Per from now, and
-// returns the indexes of the items whose slot was not (see SlotStore). It
-// fails only as Release does, and then reports none lost.
+// Renew extends the slots of items to Limit.Per from now, taking back
+// those no longer held while their key has room, and returns the indexes
+// of the items whose slot was lost (see SlotStore). It fails only as
+// Release does, and then reports none lost.
 func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
+	return s.renew(ctx, items, true)
+}
+
+// renew is Renew; without retake a slot no longer held is lost, room or
+// not (for the local shares of a Stack, which renew slots held in its
+// backend as well).
+func (s *MemoryStore) renew(ctx context.Context, items []Item, retake bool) ([]int, error) {
 	var lost []int
-	err := s.eachSlot(ctx, items, &lost, func(st State, it *Item, now int64) (State, bool) {
-		i := slices.IndexFunc(st.Holds, func(h Hold) bool { return h.Holder == it.Holder && h.Expires > now })
-		if i < 0 {
+	err := s.eachSlot(ctx, items, &lost, func(st State, held bool, it *Item, now int64) (State, bool) {
+		live := liveHolds(&st, now)
+		exp := now + it.Limit.Per.Microseconds()
+		if i := slices.IndexFunc(live, func(h Hold) bool { return h.Holder == it.Holder }); i >= 0 {
+			live = slices.Clone(live)
+			live[i].Expires = exp
+		} else if !retake || int64(len(live)) >= it.Limit.Max {
 			return st, false
+		} else {
+			live = append(slices.Clip(live), Hold{Holder: it.Holder, Expires: exp})
 		}
-		st.Holds = slices.Clone(st.Holds)
-		st.Holds[i].Expires = now + it.Limit.Per.Microseconds()
-		return st, true
+		return State{Per: it.Limit.Per.Microseconds(), Holds: live}, true
 	})
 	if err != nil {
 		return nil, err
@@ -386,13 +401,15 @@ func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
 	return lost, nil
 }
 
-// eachSlot replaces the state of the live concurrency entry of each item's
-// key by f's, under its shard's lock, and then sets the entry's expiry
-// from its holds (removing it when none is left). When missed is not nil,
-// it appends to it the indexes of the items that had no live entry or for
-// which f returned false (their entry is left as it was). f gets the state
-// by value, so that the entry never escapes to the heap.
-func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(st State, it *Item, now int64) (State, bool)) error {
+// eachSlot replaces the concurrency state of each item's key by f's, under
+// its shard's lock, and then sets the key's expiry from its holds
+// (removing it when none is left). f gets the state by value (so that the
+// entry never escapes to the heap) and held, false when the key is absent
+// or expired (the state is then empty); a key of another algorithm is
+// left alone. When missed is not nil, it appends to it the indexes of the
+// items whose key held another algorithm or for which f returned false
+// (their key is left as it was).
+func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(st State, held bool, it *Item, now int64) (State, bool)) error {
 	if err := CheckSlotItems(items); err != nil {
 		return err
 	}
@@ -407,15 +424,23 @@ func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int,
 		sh := &s.shards[maphash.String(s.seed, it.Key)&s.mask]
 		sh.mu.Lock()
 		now := s.now().UnixMicro()
-		e, ok := sh.keys[it.Key]
-		if ok = ok && e.alg == Concurrency && e.expires > now; ok {
-			e.st, ok = f(e.st, it, now)
+		e, found := sh.keys[it.Key]
+		held := found && e.expires > now
+		ok := !held || e.alg == Concurrency
+		if ok {
+			if !held {
+				e = memEntry{alg: Concurrency}
+			}
+			e.st, ok = f(e.st, held, it, now)
 		}
 		if ok {
 			live := liveHolds(&e.st, now)
 			if _, last := holdSpan(live); len(live) > 0 {
 				e.st.Holds, e.expires = live, now+ttlMillis(last-now).Microseconds()
 				sh.keys[it.Key] = e
+				if !found && len(sh.keys) >= sh.sweepAt {
+					sh.sweep(now)
+				}
 			} else {
 				delete(sh.keys, it.Key)
 			}

@@ -370,12 +370,16 @@ type SlotStore interface {
 	// Limit.Per.
 	Release(ctx context.Context, items []Item) error
 	// Renew extends each slot still held by an item's Holder to Limit.Per
-	// from the store's current time. A slot that has already expired is not
-	// taken again: its request runs on without it. lost lists, in
-	// increasing order, the indexes of the items whose slot Renew found no
-	// longer held (expired, released, or its key deleted or evicted); an
-	// item that a failed part of the call concerned is never among them,
-	// whatever the error. Items as for Release.
+	// from the store's current time. A Holder whose slot is no longer held
+	// (expired, or its key deleted or evicted) takes it back, to the same
+	// expiry, when the key has room: fewer than Limit.Max live slots, its
+	// expired ones not counted. When it has none (or holds another
+	// algorithm's state) the slot is lost: its request runs on without it.
+	// lost lists, in increasing order, the indexes of the items whose slot
+	// was lost; an item that a failed part of the call concerned is never
+	// among them, whatever the error. Renew is for the slots of requests
+	// still running: a released slot would be taken back too. Items as for
+	// Release.
 	Renew(ctx context.Context, items []Item) (lost []int, err error)
 }
 

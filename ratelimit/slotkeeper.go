@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -206,6 +207,14 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 			}
 		}
 		k.mu.Lock()
+		var again []Item // the items of holders released meanwhile, not lost
+		for j, ref := range r.refs {
+			if _, held := k.held[ref.h]; !held {
+				if _, isLost := slices.BinarySearch(gone, j); !isLost {
+					again = append(again, r.items[j])
+				}
+			}
+		}
 		for _, j := range gone {
 			if j < 0 || j >= len(r.refs) {
 				continue
@@ -223,6 +232,16 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 			}
 		}
 		k.mu.Unlock()
+		if len(again) > 0 {
+			// Released while the renewal ran: the renewal may have taken
+			// back a slot that the release had freed.
+			if err := s.Release(ctx, again); err != nil && k.opts.OnError != nil {
+				k.opts.OnError("release", err)
+			}
+			if k.opts.Released != nil {
+				k.opts.Released(again)
+			}
+		}
 	}
 	if len(lost) > 0 && k.opts.Lost != nil {
 		k.opts.Lost(lost)

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -112,9 +113,17 @@ func TestSlotKeeperReportsLostSlotsOnce(t *testing.T) {
 	ha := k.Hold(slots, []ratelimit.Item{a1, a2}, true, "request a")
 	k.Hold(slots, []ratelimit.Item{b1}, true, "request b")
 
-	// a2's slot goes (as if deleted from the store) while its request runs.
+	// a2's slot goes (as if deleted from the store) while its request
+	// runs, and other requests fill its key, so that it cannot be taken
+	// back.
 	if err := store.Release(ctx, []ratelimit.Item{a2}); err != nil {
 		t.Fatal(err)
+	}
+	for i := range 5 {
+		it := slotItem("{a}t", fmt.Sprintf("other%d", i), 5, ratelimit.OnErrorOpen)
+		if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
+			t.Fatalf("fill: %+v, %v", d, err)
+		}
 	}
 	for range 3 {
 		clock.Add(20 * time.Second)
@@ -136,8 +145,10 @@ func TestSlotKeeperReportsLostSlotsOnce(t *testing.T) {
 }
 
 // TestStackRenewLostInBothStores: a Stack reports a slot lost only when
-// neither the backend nor the local shares hold it, so a slot taken on the
-// local share while the backend was down is not lost.
+// the backend could not take it back and the local shares do not hold it,
+// so a slot taken on the local share while the backend was down is not
+// lost. The backend takes back the first slot it finds missing (local's,
+// while it has room), and only that: the second (gone's) finds it full.
 func TestStackRenewLostInBothStores(t *testing.T) {
 	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
@@ -147,16 +158,21 @@ func TestStackRenewLostInBothStores(t *testing.T) {
 	defer s.Close()
 	defer backend.Close()
 	ctx := context.Background()
-	remote, local := slotItem("{t}s", "remote", 5, ratelimit.OnErrorLocal), slotItem("{t}s", "local", 5, ratelimit.OnErrorLocal)
+	remote, local := slotItem("{t}s", "remote", 2, ratelimit.OnErrorLocal), slotItem("{t}s", "local", 2, ratelimit.OnErrorLocal)
 	if d, err := backend.Decide(ctx, []ratelimit.Item{remote}); err != nil || !d.Allowed {
 		t.Fatalf("remote: %+v, %v", d, err)
 	}
 	if d, err := s.Decide(ctx, []ratelimit.Item{local}); err != nil || !d.Allowed || d.Failure == nil {
 		t.Fatalf("local: %+v, %v; want admitted on the local share", d, err)
 	}
-	lost, err := s.Renew(ctx, []ratelimit.Item{remote, local, slotItem("{t}s", "gone", 5, ratelimit.OnErrorLocal)})
+	lost, err := s.Renew(ctx, []ratelimit.Item{remote, local, slotItem("{t}s", "gone", 2, ratelimit.OnErrorLocal)})
 	if err != nil || !slices.Equal(lost, []int{2}) {
 		t.Errorf("lost %v, err %v; want [2]", lost, err)
+	}
+	peek := remote
+	peek.Cost, peek.Holder = 0, ""
+	if d, err := backend.Decide(ctx, []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 0 {
+		t.Errorf("backend after the renewal: %+v, %v; want full (remote and local)", d, err)
 	}
 }
 
@@ -223,5 +239,55 @@ func TestSlotKeeperGathersReleases(t *testing.T) {
 	peek.Cost = 0
 	if d, err := store.Decide(context.Background(), []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 5 {
 		t.Errorf("after the releases: %+v, %v; want 5 slots free", d, err)
+	}
+}
+
+// releasingSlots runs before, once, as a renewal starts: after the
+// SlotKeeper gathered its items, before the store renews them.
+type releasingSlots struct {
+	ratelimit.Slots
+	before func()
+}
+
+func (r *releasingSlots) Renew(ctx context.Context, items []ratelimit.Item) ([]int, error) {
+	if f := r.before; f != nil {
+		r.before = nil
+		f()
+	}
+	return r.Slots.Renew(ctx, items)
+}
+
+// TestSlotKeeperReleaseDuringRenewal: a request that ends while a renewal
+// of its slot is under way is released before the renewal reaches the
+// store, which then takes the slot back (its key has room); the keeper
+// releases it again, so that no slot outlives its request.
+func TestSlotKeeperReleaseDuringRenewal(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer store.Close()
+	var lost [][]ratelimit.LostSlot
+	k := ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{Lost: func(l []ratelimit.LostSlot) { lost = append(lost, l) }})
+	defer k.Close()
+	ctx := context.Background()
+	a, b := slotItem("{a}s", "a", 2, ratelimit.OnErrorOpen), slotItem("{a}s", "b", 2, ratelimit.OnErrorOpen)
+	for _, it := range []ratelimit.Item{a, b} {
+		if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
+			t.Fatalf("take %s: %+v, %v", it.Holder, d, err)
+		}
+	}
+	slots := &releasingSlots{Slots: store}
+	ha := k.Hold(slots, []ratelimit.Item{a}, true, "request a")
+	k.Hold(slots, []ratelimit.Item{b}, true, "request b")
+	slots.before = ha.Release
+	if err := k.RenewAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	peek := a
+	peek.Cost, peek.Holder = 0, ""
+	if d, err := store.Decide(ctx, []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 1 {
+		t.Errorf("after the renewal: %+v, %v; want b's slot alone held", d, err)
+	}
+	if len(lost) != 0 {
+		t.Errorf("Lost calls %+v, want none", lost)
 	}
 }

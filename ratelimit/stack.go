@@ -136,15 +136,17 @@ func (s *Stack) Release(ctx context.Context, items []Item) error {
 	return errors.Join(err, s.top.local.Release(ctx, items))
 }
 
-// Renew extends the concurrency slots of items still held (see
-// SlotStore), in the backend and in the local shares, as Release. A slot
-// is lost when neither holds it; while the backend's breaker is open, or
+// Renew extends the concurrency slots of items (see SlotStore), in the
+// backend and in the local shares, as Release. Only the backend takes back
+// a slot it no longer holds (the local shares hold only the slots taken
+// while it was down): a slot is lost when the backend lost it and the
+// local shares do not hold it. While the backend's breaker is open, or
 // when the backend keeps no slots, no slot is known to be lost.
 func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	local, lerr := s.top.local.Renew(ctx, items)
+	local, lerr := s.top.local.renew(ctx, items, false)
 	if !s.backendSlots() {
 		return nil, lerr
 	}

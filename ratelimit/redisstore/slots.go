@@ -39,9 +39,10 @@ func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error 
 	return nil
 }
 
-// Renew extends the concurrency slots of items still held to their
-// Limit.Per from now, on the store's clock, and returns the indexes of
-// the items whose slot was no longer held (see ratelimit.SlotStore).
+// Renew extends the concurrency slots of items to their Limit.Per from
+// now, on the store's clock, taking back those no longer held while their
+// key has room, and returns the indexes of the items whose slot was lost
+// (see ratelimit.SlotStore).
 //
 // Items are renewed in as few script calls as the deployment allows, sent
 // together (one pipeline per node): on a Cluster one call per hash slot,
@@ -97,8 +98,8 @@ func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelim
 }
 
 // lostOf checks a renewal reply for the items idx, one flag each (1
-// renewed, 0 no longer held), and appends to lost the indexes of those
-// not renewed. Any surprise is an error wrapping ErrUnavailable, and then
+// renewed, 2 taken back, 0 lost), and appends to lost the indexes of those
+// lost. Any surprise is an error wrapping ErrUnavailable, and then
 // nothing is appended.
 func lostOf(v any, idx []int, lost *[]int) error {
 	arr, ok := v.([]any)
@@ -106,8 +107,8 @@ func lostOf(v any, idx []int, lost *[]int) error {
 		return fmt.Errorf("%w: renewal replied %T %v, want %d flags", ratelimit.ErrUnavailable, v, v, len(idx))
 	}
 	for i, e := range arr {
-		if f, ok := e.(int64); !ok || f != 0 && f != 1 {
-			return fmt.Errorf("%w: renewal reply value %d is %v, want 0 or 1", ratelimit.ErrUnavailable, i, e)
+		if f, ok := e.(int64); !ok || f < 0 || f > 2 {
+			return fmt.Errorf("%w: renewal reply value %d is %v, want 0, 1 or 2", ratelimit.ErrUnavailable, i, e)
 		}
 	}
 	for i, e := range arr {

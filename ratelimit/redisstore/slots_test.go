@@ -63,19 +63,45 @@ func TestRedisRenewBatchesOnePrimary(t *testing.T) {
 		}
 	}
 
+	// Slots 5 and 200 go and others fill their keys: they are lost. Slot
+	// 6 goes with room: it is taken back. Slot 7's key now holds a string:
+	// lost, and the string stays.
 	srv.MustDo(t, "DEL", held[5].Key)
 	srv.MustDo(t, "ZREM", held[200].Key, held[200].Holder)
+	fillSlots(t, srv, held[5].Key, clock.Now().Add(time.Hour))
+	fillSlots(t, srv, held[200].Key, clock.Now().Add(time.Hour))
+	srv.MustDo(t, "DEL", held[6].Key)
+	srv.MustDo(t, "SET", held[7].Key, "x")
 	clock.Add(16 * time.Second)
-	if lost, err := s.Renew(ctx, held); err != nil || !slices.Equal(lost, []int{5, 200}) {
-		t.Errorf("after deleting slots 5 and 200: lost %v, err %v; want [5 200]", lost, err)
+	if lost, err := s.Renew(ctx, held); err != nil || !slices.Equal(lost, []int{5, 7, 200}) {
+		t.Errorf("after deleting slots 5, 6, 7 and 200: lost %v, err %v; want [5 7 200]", lost, err)
 	}
-	clock.Add(31 * time.Second) // everything expired
+	want = strconv.FormatInt(clock.Now().Add(30*time.Second).UnixMicro(), 10)
+	if sc := srv.MustDo(t, "ZSCORE", held[6].Key, held[6].Holder); sc != want {
+		t.Errorf("slot 6 taken back to expire at %v, want %s", sc, want)
+	}
+	if ttl, _ := srv.MustDo(t, "PTTL", held[6].Key).(int64); ttl < 29_000 {
+		t.Errorf("slot 6's key taken back with a PTTL of %d ms, want about 30 s", ttl)
+	}
+	if v := srv.MustDo(t, "GET", held[7].Key); v != "x" {
+		t.Errorf("the string under slot 7's key is %v after the renewal, want x", v)
+	}
+	clock.Add(31 * time.Second) // everything expired: taken back, with room
 	lost, err = s.Renew(ctx, held[:3])
-	if err != nil || !slices.Equal(lost, []int{0, 1, 2}) {
-		t.Errorf("after expiry: lost %v, err %v; want [0 1 2]", lost, err)
+	if err != nil || len(lost) != 0 {
+		t.Errorf("after expiry: lost %v, err %v; want none", lost, err)
 	}
-	if d := mustDecide(t, s, renewSlot(held[0].Key, "next")); !d.Allowed || d.Results[0].Remaining != 9 {
-		t.Errorf("the capacity of a lost slot was not free: %+v", d)
+	if d := mustDecide(t, s, renewSlot(held[0].Key, "next")); !d.Allowed || d.Results[0].Remaining != 8 {
+		t.Errorf("a slot taken back is not counted: %+v", d)
+	}
+}
+
+// fillSlots fills key with renewSlot's Max members of other holders,
+// expiring at until.
+func fillSlots(t *testing.T, srv *redistest.Server, key string, until time.Time) {
+	t.Helper()
+	for i := range renewSlot("", "").Limit.Max {
+		srv.MustDo(t, "ZADD", key, strconv.FormatInt(until.UnixMicro(), 10), "other"+strconv.FormatInt(i, 10))
 	}
 }
 
@@ -114,9 +140,11 @@ func TestRedisRenewBatchesCluster(t *testing.T) {
 	if got, want := scriptCalls(t, c.Nodes()...)-before, int64(len(slots)); got != want {
 		t.Errorf("a round of %d slots in %d hash slots took %d script calls, want %d", len(held), want, got, want)
 	}
-	// A deleted slot is reported on the node that owns it.
+	// A deleted slot whose key others filled is reported on the node that
+	// owns it.
 	last := held[len(held)-1]
 	c.PrimaryForKey(last.Key).MustDo(t, "DEL", last.Key)
+	fillSlots(t, c.PrimaryForKey(last.Key), last.Key, time.Now().Add(time.Hour))
 	if lost, err := s.Renew(ctx, held); err != nil || !slices.Equal(lost, []int{len(held) - 1}) {
 		t.Errorf("after deleting the last slot: lost %v, err %v; want [%d]", lost, err, len(held)-1)
 	}

@@ -122,15 +122,51 @@ func testSlots(t *testing.T, newStore NewStore) {
 		e.set(100)
 		e.wantSlot("h2 expired, h1 renewed", e.slot("s", "h3"), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
 		e.wantSlot("full", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 9 * sec, ResetAfter: 10 * sec})
-		// An expired slot is not taken again by a late renewal.
-		// It reports them lost, and only them.
+		// An expired slot is not taken back while the key is full: a late
+		// renewal reports it lost, and only it.
 		e.renew([]int{0, 2}, e.slot("s", "h2"), e.slot("s", "h3"), e.slot("s", "gone"))
 		e.release(e.slot("s", "h3"))
 		e.wantSlot("h2 stays expired", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 9 * sec})
 		e.set(190)
 		e.wantSlot("h1 expires at last", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
-		e.renew([]int{0}, e.slot("s", "h1"))
-		e.wantSlot("h1 not revived", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 2})
+		// With room, a late renewal takes its slot back.
+		e.renew(nil, e.slot("s", "h1"))
+		e.wantSlot("h1 taken back", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
+	})
+	t.Run("renew_takes_back_with_room", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
+		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
+		// Both members go under their holders (as a failover or an
+		// eviction would drop them), the key with the last one.
+		e.release(e.slot("s", "h1"), e.slot("s", "h2"))
+		e.set(30)
+		e.renew(nil, e.slot("s", "h1"))
+		e.wantSlot("h1's slot counted again", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
+		e.wantAllowed("h3 on the one slot left", e.one(e.slot("s", "h3")), true)
+		e.wantSlot("h4 while full", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 10 * sec, ResetAfter: 10 * sec})
+		// h2's slot is lost: h1 and h3 fill the key.
+		e.renew([]int{1}, e.slot("s", "h1"), e.slot("s", "h2"))
+		e.release(e.slot("s", "h3"))
+		// An expired member, with room, is taken back too, to a full
+		// Per from the renewal.
+		e.set(200)
+		e.renew(nil, e.slot("s", "h1"))
+		e.wantSlot("h1 taken back after expiring", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
+	})
+	t.Run("renew_lost_when_full", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.set(0)
+		e.wantAllowed("h1", e.one(e.slot("s", "h1")), true)
+		e.release(e.slot("s", "h1")) // h1's member goes under it
+		e.wantAllowed("h2", e.one(e.slot("s", "h2")), true)
+		e.wantAllowed("h3", e.one(e.slot("s", "h3")), true)
+		e.set(30)
+		e.renew([]int{0}, e.slot("s", "h1"), e.slot("s", "h2"))
+		e.wantSlot("h1 not counted", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 7 * sec, ResetAfter: 10 * sec})
+		e.release(e.slot("s", "h3"))
+		e.wantSlot("h4 on h3's slot", e.slot("s", "h4"), ratelimit.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec})
 	})
 	t.Run("all_or_nothing", func(t *testing.T) {
 		e := newEnv(t, newStore)

@@ -115,14 +115,28 @@ ALGORITHMS[5] = {
   end,
 
   -- Renews the holder's slot to now + per when it is still live, and makes
-  -- the key live at least as long. Returns 1 when renewed, 0 otherwise.
+  -- the key live at least as long. A holder whose slot is gone (expired,
+  -- or its member or key removed) takes it back when the set, without its
+  -- expired members, holds fewer than lim.rate live slots. Returns 1 when
+  -- renewed, 2 when taken back, 0 when lost (the set is full, or the key
+  -- holds another algorithm's state, which a renewal never replaces).
   renew = function(key, lim, now)
-    if zset_type(key) ~= 'zset' then return 0 end
-    local sc = redis.call('ZSCORE', key, lim.holder)
-    if not sc or tonumber(sc) <= now then return 0 end
-    redis.call('ZADD', key, 'XX', now + lim.per, lim.holder)
+    local t = zset_type(key)
+    local r = 2
+    if t == 'zset' then
+      local sc = redis.call('ZSCORE', key, lim.holder)
+      if sc and tonumber(sc) > now then
+        r = 1
+      else
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now))
+        if redis.call('ZCARD', key) >= lim.rate then return 0 end
+      end
+    elseif t ~= 'none' then
+      return 0
+    end
+    redis.call('ZADD', key, now + lim.per, lim.holder)
     local ms = cdiv(lim.per, 1000)
     if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
-    return 1
+    return r
   end,
 }
