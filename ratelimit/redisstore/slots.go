@@ -14,8 +14,9 @@ import (
 // maxSlotItems bounds the items of one renewal or release script call, so
 // that a renewal round of many slots never runs one long script that holds up
 // the decisions queued behind it on its node: each item costs the script
-// five commands, about 10 µs of server time, so a full call runs well
-// under a millisecond.
+// at most five commands, seven for a renewal that takes its slot back
+// (about 10 to 15 µs of server time), so a full call runs well under a
+// millisecond.
 const maxSlotItems = 64
 
 // Release frees the concurrency slots of items (see ratelimit.SlotStore),
