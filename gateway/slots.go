@@ -60,6 +60,11 @@ func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics, logLimit *tel
 			}
 		},
 		Lost: func(lost []ratelimit.LostSlot) { s.lost(lost, logger, metrics) },
+		Retaken: func(retaken []ratelimit.LostSlot) {
+			for policy, n := range s.perPolicy(retaken) {
+				metrics.SlotsRetaken(context.Background(), policy, n)
+			}
+		},
 	})
 	return s
 }
@@ -71,20 +76,25 @@ func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics, logLimit *tel
 // capacity is already free, so requests waiting here for the key try again.
 func (s *slotState) lost(lost []ratelimit.LostSlot, logger *slog.Logger, metrics *telemetry.Metrics) {
 	ctx := context.Background()
-	per := map[string]int64{}
 	for _, l := range lost {
-		hs, ok := l.Owner.(*heldSlots)
-		if !ok || l.Index >= len(hs.policies) {
-			continue
-		}
-		per[hs.policies[l.Index].name]++
 		s.queues.notify(l.Item.Key)
 	}
-	for policy, n := range per {
+	for policy, n := range s.perPolicy(lost) {
 		metrics.SlotsLost(ctx, policy, n)
 		logger.LogAttrs(ctx, slog.LevelWarn, "concurrency slots lost: their requests run on without them",
 			slog.String("policy", policy), slog.Int64("slots", n))
 	}
+}
+
+// perPolicy counts slots by the name of their concurrency policy.
+func (s *slotState) perPolicy(slots []ratelimit.LostSlot) map[string]int64 {
+	per := map[string]int64{}
+	for _, l := range slots {
+		if hs, ok := l.Owner.(*heldSlots); ok && l.Index < len(hs.policies) {
+			per[hs.policies[l.Index].name]++
+		}
+	}
+	return per
 }
 
 // holder returns a name no other request of the fleet holds a slot under:

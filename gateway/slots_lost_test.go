@@ -78,13 +78,17 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	rg := newRedisSlotGateway(t)
 	sf, f, gw, up, srv, tel, logs := rg.slotFixture, rg.fixture, rg.fixture.gw, rg.up, rg.srv, rg.tel, rg.logs
 	lostLine := func(n string) string { return `quotagate_concurrency_slots_lost_total{policy="inflight"} ` + n + "\n" }
+	retakenLine := func(n string) string {
+		return `quotagate_concurrency_slots_retaken_total{policy="inflight"} ` + n + "\n"
+	}
 	scrape := func() string {
 		rec := httptest.NewRecorder()
 		tel.Metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		return rec.Body.String()
 	}
-	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_lost_total{policy="queued"} 0`+"\n") {
-		t.Errorf("fresh /metrics lacks the lost-slot counters at 0")
+	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_lost_total{policy="queued"} 0`+"\n") ||
+		!strings.Contains(body, retakenLine("0")) || !strings.Contains(body, `quotagate_concurrency_slots_retaken_total{policy="queued"} 0`+"\n") {
+		t.Errorf("fresh /metrics lacks the lost-slot and retaken-slot counters at 0")
 	}
 
 	first := sf.start("/held/a")
@@ -103,8 +107,8 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if body := scrape(); !strings.Contains(body, lostLine("0")) {
-		t.Errorf("a slot taken back was counted lost")
+	if body := scrape(); !strings.Contains(body, lostLine("0")) || !strings.Contains(body, retakenLine("1")) {
+		t.Errorf("after the slot was taken back /metrics lacks %q or %q", lostLine("0"), retakenLine("1"))
 	}
 	if w := f.do(http.MethodGet, "/held/x", map[string]string{"X-Api-Key": freeKey}, nil); w.Code != http.StatusTooManyRequests {
 		t.Fatalf("a second request after the slot was taken back: %d, want 429", w.Code)
@@ -159,7 +163,7 @@ func TestConcurrencySlotLostOnRedis(t *testing.T) {
 	if err := gw.slots.keeper.RenewAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if body := scrape(); !strings.Contains(body, lostLine("2")) {
-		t.Errorf("a lost slot was counted again")
+	if body := scrape(); !strings.Contains(body, lostLine("2")) || !strings.Contains(body, retakenLine("1")) {
+		t.Errorf("a lost or retaken slot was counted again")
 	}
 }

@@ -61,8 +61,9 @@ type MemoryStore struct {
 }
 
 var (
-	_ SlotStore = (*MemoryStore)(nil)
-	_ Settler   = (*MemoryStore)(nil)
+	_ SlotStore     = (*MemoryStore)(nil)
+	_ RenewReporter = (*MemoryStore)(nil)
+	_ Settler       = (*MemoryStore)(nil)
 )
 
 type memShard struct {
@@ -361,11 +362,11 @@ func (sh *memShard) sweep(now int64) {
 // Release frees the slots of items (see SlotStore). It fails only for
 // invalid items, a done ctx or a closed store.
 func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
-	return s.eachSlot(ctx, items, nil, func(st State, held bool, it *Item, _ int64) (State, bool) {
+	return s.eachSlot(ctx, items, nil, func(st State, held bool, i int, _ int64) (State, bool) {
 		if !held {
 			return st, false
 		}
-		return releaseSlot(&st, it.Holder), true
+		return releaseSlot(&st, items[i].Holder), true
 	})
 }
 
@@ -374,15 +375,23 @@ func (s *MemoryStore) Release(ctx context.Context, items []Item) error {
 // of the items whose slot was lost (see SlotStore). It fails only as
 // Release does, and then reports none lost.
 func (s *MemoryStore) Renew(ctx context.Context, items []Item) ([]int, error) {
+	r, err := s.renew(ctx, items, true)
+	return r.Lost, err
+}
+
+// RenewReport is Renew, reporting the slots taken back too (see
+// RenewReporter).
+func (s *MemoryStore) RenewReport(ctx context.Context, items []Item) (Renewal, error) {
 	return s.renew(ctx, items, true)
 }
 
-// renew is Renew; without retake a slot no longer held is lost, room or
-// not (for the local shares of a Stack, which renew slots held in its
-// backend as well).
-func (s *MemoryStore) renew(ctx context.Context, items []Item, retake bool) ([]int, error) {
-	var lost []int
-	err := s.eachSlot(ctx, items, &lost, func(st State, held bool, it *Item, now int64) (State, bool) {
+// renew is RenewReport; without retake a slot no longer held is lost,
+// room or not (for the local shares of a Stack, which renew slots held in
+// its backend as well).
+func (s *MemoryStore) renew(ctx context.Context, items []Item, retake bool) (Renewal, error) {
+	var r Renewal
+	err := s.eachSlot(ctx, items, &r.Lost, func(st State, held bool, k int, now int64) (State, bool) {
+		it := &items[k]
 		live := liveHolds(&st, now)
 		exp := now + it.Limit.Per.Microseconds()
 		if i := slices.IndexFunc(live, func(h Hold) bool { return h.Holder == it.Holder }); i >= 0 {
@@ -392,24 +401,26 @@ func (s *MemoryStore) renew(ctx context.Context, items []Item, retake bool) ([]i
 			return st, false
 		} else {
 			live = append(slices.Clip(live), Hold{Holder: it.Holder, Expires: exp})
+			r.Retaken = append(r.Retaken, k)
 		}
 		return State{Per: it.Limit.Per.Microseconds(), Holds: live}, true
 	})
 	if err != nil {
-		return nil, err
+		return Renewal{}, err
 	}
-	return lost, nil
+	return r, nil
 }
 
 // eachSlot replaces the concurrency state of each item's key by f's, under
 // its shard's lock, and then sets the key's expiry from its holds
 // (removing it when none is left). f gets the state by value (so that the
 // entry never escapes to the heap) and held, false when the key is absent
-// or expired (the state is then empty); a key of another algorithm is
+// or expired (the state is then empty), and the item's index; a key of
+// another algorithm is
 // left alone. When missed is not nil, it appends to it the indexes of the
 // items whose key held another algorithm or for which f returned false
 // (their key is left as it was).
-func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(st State, held bool, it *Item, now int64) (State, bool)) error {
+func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int, f func(st State, held bool, i int, now int64) (State, bool)) error {
 	if err := CheckSlotItems(items); err != nil {
 		return err
 	}
@@ -431,7 +442,7 @@ func (s *MemoryStore) eachSlot(ctx context.Context, items []Item, missed *[]int,
 			if !held {
 				e = memEntry{alg: Concurrency}
 			}
-			e.st, ok = f(e.st, held, it, now)
+			e.st, ok = f(e.st, held, i, now)
 		}
 		if ok {
 			live := liveHolds(&e.st, now)

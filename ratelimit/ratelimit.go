@@ -383,6 +383,20 @@ type SlotStore interface {
 	Renew(ctx context.Context, items []Item) (lost []int, err error)
 }
 
+// Renewal is what a renewal (see SlotStore.Renew) found of its items: the
+// indexes, each in increasing order, of those whose slot was lost and of
+// those whose slot it took back.
+type Renewal struct {
+	Lost, Retaken []int
+}
+
+// RenewReporter is a Slots whose renewals also report the slots they took
+// back: RenewReport is Renew with the whole Renewal. MemoryStore, Stack and
+// redisstore.RedisStore are RenewReporters.
+type RenewReporter interface {
+	RenewReport(ctx context.Context, items []Item) (Renewal, error)
+}
+
 var (
 	// ErrUnavailable means the store could not decide: the caller applies
 	// its failure policy (open, closed -> HTTP 503, or local).

@@ -30,9 +30,15 @@ type SlotKeeperOptions struct {
 	// reported once, no longer renewed, and not released. Their requests
 	// run on; the capacity they held is free for others already.
 	Lost func(lost []LostSlot)
+	// Retaken, when set, is called after a round of renewals with the
+	// slots that it found gone and took back (see SlotStore.Renew), if
+	// any, as far as their Slots is a RenewReporter. They are held and
+	// renewed as before.
+	Retaken func(retaken []LostSlot)
 }
 
-// LostSlot is a held slot that a renewal found gone.
+// LostSlot is a held slot that a renewal found gone (and lost, or took
+// back).
 type LostSlot struct {
 	// Owner is the owner given to Hold.
 	Owner any
@@ -192,12 +198,19 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 	}
 	k.mu.Unlock()
 	var first error
-	var lost []LostSlot
+	var lost, retaken []LostSlot
 	for s, r := range by {
 		if len(r.items) == 0 {
 			continue
 		}
-		gone, err := s.Renew(ctx, r.items)
+		var rn Renewal
+		var err error
+		if rr, ok := s.(RenewReporter); ok {
+			rn, err = rr.RenewReport(ctx, r.items)
+		} else {
+			rn.Lost, err = s.Renew(ctx, r.items)
+		}
+		gone := rn.Lost
 		if err != nil {
 			if k.opts.OnError != nil {
 				k.opts.OnError("renew", err)
@@ -231,6 +244,15 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 				lost = append(lost, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
 			}
 		}
+		for _, j := range rn.Retaken {
+			if j < 0 || j >= len(r.refs) {
+				continue
+			}
+			h, i := r.refs[j].h, r.refs[j].i
+			if _, held := k.held[h]; held {
+				retaken = append(retaken, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
+			}
+		}
 		k.mu.Unlock()
 		if len(again) > 0 {
 			// Released while the renewal ran: the renewal may have taken
@@ -245,6 +267,9 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 	}
 	if len(lost) > 0 && k.opts.Lost != nil {
 		k.opts.Lost(lost)
+	}
+	if len(retaken) > 0 && k.opts.Retaken != nil {
+		k.opts.Retaken(retaken)
 	}
 	return first
 }

@@ -291,3 +291,51 @@ func TestSlotKeeperReleaseDuringRenewal(t *testing.T) {
 		t.Errorf("Lost calls %+v, want none", lost)
 	}
 }
+
+// TestSlotKeeperReportsRetakenSlots: a renewal that takes back a slot it
+// found gone reports it (owner and index) as taken back, not lost, and
+// keeps renewing it.
+func TestSlotKeeperReportsRetakenSlots(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer store.Close()
+	var lost, retaken [][]ratelimit.LostSlot
+	k := ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{
+		Lost:    func(l []ratelimit.LostSlot) { lost = append(lost, l) },
+		Retaken: func(r []ratelimit.LostSlot) { retaken = append(retaken, r) },
+	})
+	defer k.Close()
+	ctx := context.Background()
+	a1, a2 := slotItem("{a}s", "a1", 5, ratelimit.OnErrorOpen), slotItem("{a}t", "a2", 5, ratelimit.OnErrorOpen)
+	if d, err := store.Decide(ctx, []ratelimit.Item{a1, a2}); err != nil || !d.Allowed {
+		t.Fatalf("take: %+v, %v", d, err)
+	}
+	slots := &countingSlots{Slots: store}
+	k.Hold(slots, []ratelimit.Item{a1, a2}, true, "request a")
+	if err := store.Release(ctx, []ratelimit.Item{a2}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		clock.Add(20 * time.Second)
+		if err := k.RenewAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// countingSlots hides RenewReport: nothing is reported taken back.
+	if len(lost) != 0 || len(retaken) != 0 {
+		t.Fatalf("through a plain Slots: Lost %+v, Retaken %+v; want neither", lost, retaken)
+	}
+	// Request b's slot is gone from the start (as if dropped by a
+	// failover), in a key of its own.
+	k.Hold(store, []ratelimit.Item{slotItem("{b}s", "b1", 5, ratelimit.OnErrorOpen)}, true, "request b")
+	clock.Add(20 * time.Second)
+	if err := k.RenewAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(lost) != 0 || len(retaken) != 1 || len(retaken[0]) != 1 || retaken[0][0].Owner != "request b" || retaken[0][0].Index != 0 {
+		t.Fatalf("Lost %+v, Retaken %+v; want request b's slot 0 taken back alone", lost, retaken)
+	}
+	if !slices.Equal(slots.renewed, []int{2, 2, 2}) {
+		t.Errorf("items renewed per round through the plain Slots %v, want [2 2 2]", slots.renewed)
+	}
+}

@@ -143,32 +143,47 @@ func (s *Stack) Release(ctx context.Context, items []Item) error {
 // local shares do not hold it. While the backend's breaker is open, or
 // when the backend keeps no slots, no slot is known to be lost.
 func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
+	r, err := s.RenewReport(ctx, items)
+	return r.Lost, err
+}
+
+// RenewReport is Renew, reporting the slots the backend took back too
+// (see RenewReporter; none when the backend's Slots is not one).
+func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) {
 	if len(items) == 0 {
-		return nil, nil
+		return Renewal{}, nil
 	}
 	local, lerr := s.top.local.renew(ctx, items, false)
 	if !s.backendSlots() {
-		return nil, lerr
+		return Renewal{}, lerr
 	}
-	remote, err := s.slots.Renew(ctx, items)
+	var remote Renewal
+	var err error
+	if rr, ok := s.slots.(RenewReporter); ok {
+		remote, err = rr.RenewReport(ctx, items)
+	} else {
+		remote.Lost, err = s.slots.Renew(ctx, items)
+	}
 	if lerr != nil {
-		return nil, errors.Join(err, lerr)
+		return Renewal{}, errors.Join(err, lerr)
 	}
 	// Both lists are increasing: keep the indexes in both.
-	var lost []int
-	for i, j := 0, 0; i < len(remote) && j < len(local); {
+	r := Renewal{Retaken: remote.Retaken}
+	for i, j := 0, 0; i < len(remote.Lost) && j < len(local.Lost); {
 		switch {
-		case remote[i] < local[j]:
+		case remote.Lost[i] < local.Lost[j]:
 			i++
-		case remote[i] > local[j]:
+		case remote.Lost[i] > local.Lost[j]:
 			j++
 		default:
-			lost = append(lost, remote[i])
+			r.Lost = append(r.Lost, remote.Lost[i])
 			i, j = i+1, j+1
 		}
 	}
-	return lost, err
+	return r, err
 }
+
+var _ RenewReporter = (*Stack)(nil)
 
 // backendSlots reports whether slots are released and renewed in the
 // backend: it keeps slots and its breaker lets calls through.

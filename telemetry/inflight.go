@@ -21,6 +21,7 @@ type slotInstruments struct {
 	inflight  metric.Int64ObservableGauge
 	queueWait metric.Float64Histogram
 	lost      metric.Int64Counter
+	retaken   metric.Int64Counter
 	policies  *optCache[string]   // policy
 	reg       metric.Registration // inflight callback, guarded by Metrics.mu
 }
@@ -41,6 +42,11 @@ func (m *Metrics) initSlots() error {
 	}
 	s.lost, err = m.meter.Int64Counter("quotagate.concurrency.slots.lost",
 		metric.WithDescription("Concurrency slots that a renewal found no longer held while their request ran, by policy."))
+	if err != nil {
+		return err
+	}
+	s.retaken, err = m.meter.Int64Counter("quotagate.concurrency.slots.retaken",
+		metric.WithDescription("Concurrency slots that a renewal found no longer held while their request ran, and took back, by policy."))
 	if err != nil {
 		return err
 	}
@@ -68,10 +74,22 @@ func (m *Metrics) SlotsLost(ctx context.Context, policy string, n int64) {
 	m.slots.lost.Add(ctx, n, m.slots.policies.get(policy).add...)
 }
 
-// primeSlots exports the lost-slot counter of each concurrency policy at 0.
+// SlotsRetaken adds n to quotagate_concurrency_slots_retaken_total{policy}:
+// slots of concurrency policy (from the configuration) that a renewal found
+// expired or gone while their requests still ran, and took back.
+func (m *Metrics) SlotsRetaken(ctx context.Context, policy string, n int64) {
+	if m == nil {
+		return
+	}
+	m.slots.retaken.Add(ctx, n, m.slots.policies.get(policy).add...)
+}
+
+// primeSlots exports the lost-slot and retaken-slot counters of each
+// concurrency policy at 0.
 func (m *Metrics) primeSlots(ctx context.Context, policies []string) {
 	for _, p := range policies {
 		m.slots.lost.Add(ctx, 0, m.slots.policies.get(p).add...)
+		m.slots.retaken.Add(ctx, 0, m.slots.policies.get(p).add...)
 	}
 }
 

@@ -31,8 +31,9 @@ type Series struct {
 	Stages []string
 	// Ops label quotagate_store_call_duration_seconds.
 	Ops []string
-	// QueuePolicies label quotagate_queue_wait_seconds and
-	// quotagate_concurrency_slots_lost_total: the concurrency policies
+	// QueuePolicies label quotagate_queue_wait_seconds,
+	// quotagate_concurrency_slots_lost_total and
+	// quotagate_concurrency_slots_retaken_total: the concurrency policies
 	// (with or without a queue).
 	QueuePolicies []string
 }

@@ -19,6 +19,8 @@ import (
 // millisecond.
 const maxSlotItems = 64
 
+var _ ratelimit.RenewReporter = (*RedisStore)(nil)
+
 // Release frees the concurrency slots of items (see ratelimit.SlotStore),
 // in script calls grouped as Renew's and sent together. A failure wraps
 // ErrUnavailable; the slots it concerns then expire on their own.
@@ -56,26 +58,34 @@ func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error 
 // A failure wraps ErrUnavailable; the items of the calls that succeeded
 // are still reported.
 func (s *RedisStore) Renew(ctx context.Context, items []ratelimit.Item) ([]int, error) {
+	r, err := s.RenewReport(ctx, items)
+	return r.Lost, err
+}
+
+// RenewReport is Renew, reporting the slots taken back too (see
+// ratelimit.RenewReporter).
+func (s *RedisStore) RenewReport(ctx context.Context, items []ratelimit.Item) (ratelimit.Renewal, error) {
 	if err := ratelimit.CheckSlotItems(items); err != nil {
-		return nil, err
+		return ratelimit.Renewal{}, err
 	}
 	groups, idx, vals, errs, b := s.slotCalls(ctx, modeRenew, items)
-	var lost []int
+	var r ratelimit.Renewal
 	var failed error
 	for g, gr := range groups {
 		err := errs[g]
 		if err == nil {
-			err = lostOf(vals[g], idx[gr.lo:gr.hi], &lost)
+			err = renewalOf(vals[g], idx[gr.lo:gr.hi], &r)
 		}
 		if err != nil && failed == nil {
 			failed = withDeadline(b, err)
 		}
 	}
-	slices.Sort(lost)
+	slices.Sort(r.Lost)
+	slices.Sort(r.Retaken)
 	if failed != nil {
-		return lost, ratelimit.Unavailable("renew", failed)
+		return r, ratelimit.Unavailable("renew", failed)
 	}
-	return lost, nil
+	return r, nil
 }
 
 // slotCalls sends items in script calls of mode, grouped by slotGroups,
@@ -98,11 +108,11 @@ func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelim
 	return groups, idx, vals, errs, b
 }
 
-// lostOf checks a renewal reply for the items idx, one flag each (1
-// renewed, 2 taken back, 0 lost), and appends to lost the indexes of those
-// lost. Any surprise is an error wrapping ErrUnavailable, and then
-// nothing is appended.
-func lostOf(v any, idx []int, lost *[]int) error {
+// renewalOf checks a renewal reply for the items idx, one flag each (1
+// renewed, 2 taken back, 0 lost), and appends to r the indexes of those
+// lost and of those taken back. Any surprise is an error wrapping
+// ErrUnavailable, and then nothing is appended.
+func renewalOf(v any, idx []int, r *ratelimit.Renewal) error {
 	arr, ok := v.([]any)
 	if !ok || len(arr) != len(idx) {
 		return fmt.Errorf("%w: renewal replied %T %v, want %d flags", ratelimit.ErrUnavailable, v, v, len(idx))
@@ -113,8 +123,11 @@ func lostOf(v any, idx []int, lost *[]int) error {
 		}
 	}
 	for i, e := range arr {
-		if e.(int64) == 0 {
-			*lost = append(*lost, idx[i])
+		switch e.(int64) {
+		case 0:
+			r.Lost = append(r.Lost, idx[i])
+		case 2:
+			r.Retaken = append(r.Retaken, idx[i])
 		}
 	}
 	return nil

@@ -56,6 +56,25 @@ func (e *env) renew(lost []int, items ...ratelimit.Item) {
 	}
 }
 
+// renewReport renews items and checks the indexes of those it reports
+// lost and taken back, when the store reports them (see
+// ratelimit.RenewReporter); otherwise as renew.
+func (e *env) renewReport(lost, retaken []int, items ...ratelimit.Item) {
+	e.t.Helper()
+	rr, ok := e.store.(ratelimit.RenewReporter)
+	if !ok {
+		e.renew(lost, items...)
+		return
+	}
+	r, err := rr.RenewReport(context.Background(), items)
+	if err != nil {
+		e.t.Fatalf("RenewReport: %v", err)
+	}
+	if !slices.Equal(r.Lost, lost) || !slices.Equal(r.Retaken, retaken) {
+		e.t.Errorf("RenewReport reported lost %v, taken back %v; want %v, %v", r.Lost, r.Retaken, lost, retaken)
+	}
+}
+
 // wantSlot decides it alone and compares the whole Result.
 func (e *env) wantSlot(what string, it ratelimit.Item, want ratelimit.Result) {
 	e.t.Helper()
@@ -142,17 +161,17 @@ func testSlots(t *testing.T, newStore NewStore) {
 		// eviction would drop them), the key with the last one.
 		e.release(e.slot("s", "h1"), e.slot("s", "h2"))
 		e.set(30)
-		e.renew(nil, e.slot("s", "h1"))
+		e.renewReport(nil, []int{0}, e.slot("s", "h1"))
 		e.wantSlot("h1's slot counted again", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
 		e.wantAllowed("h3 on the one slot left", e.one(e.slot("s", "h3")), true)
 		e.wantSlot("h4 while full", e.slot("s", "h4"), ratelimit.Result{Remaining: 0, RetryAfter: 10 * sec, ResetAfter: 10 * sec})
 		// h2's slot is lost: h1 and h3 fill the key.
-		e.renew([]int{1}, e.slot("s", "h1"), e.slot("s", "h2"))
+		e.renewReport([]int{1}, nil, e.slot("s", "h1"), e.slot("s", "h2"))
 		e.release(e.slot("s", "h3"))
 		// An expired member, with room, is taken back too, to a full
 		// Per from the renewal.
 		e.set(200)
-		e.renew(nil, e.slot("s", "h1"))
+		e.renewReport(nil, []int{0}, e.slot("s", "h1"))
 		e.wantSlot("h1 taken back after expiring", e.slot("s", ""), ratelimit.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec})
 	})
 	t.Run("renew_lost_when_full", func(t *testing.T) {
