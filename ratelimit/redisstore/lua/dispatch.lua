@@ -39,8 +39,9 @@
 -- holder's slot. Reply: {1}.
 --
 -- Renew extends each concurrency item's slot, when its holder still holds
--- it, to now + per. Reply: per item, 1 when renewed, 0 when its holder no
--- longer held it (or the item is not a concurrency item).
+-- it, to now + per; a holder whose slot is gone takes it back when the key
+-- has room. Reply: per item, 1 when renewed, 2 when taken back, 0 when
+-- lost (the key was full, or the item is not a concurrency item).
 --
 -- Settle applies each item's cost as a signed delta, a refund to what the
 -- reservation made at its want charged (see the algorithms' settle), and sets each changed key's expiry from its new state, unless
