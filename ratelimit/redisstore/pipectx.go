@@ -75,15 +75,21 @@ func (c *pipeCtx) Done() <-chan struct{} {
 	return c.done
 }
 
-// fire closes done, unless the timer was stopped, or this is a late run
-// from an earlier use whose deadline has not yet come for this one.
+// fire closes done, unless the timer was stopped. A late run from an
+// earlier use, before this use's deadline, sets the timer again for it:
+// left alone, done would never close, as the run consumed the timer.
 func (c *pipeCtx) fire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.armed && !c.closed && !time.Now().Before(c.at) {
-		close(c.done)
-		c.closed, c.armed = true, false
+	if !c.armed || c.closed {
+		return
 	}
+	if d := time.Until(c.at); d > 0 {
+		c.timer.Reset(d)
+		return
+	}
+	close(c.done)
+	c.closed, c.armed = true, false
 }
 
 // Err is context.DeadlineExceeded once the deadline has passed, else nil.

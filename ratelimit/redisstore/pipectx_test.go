@@ -55,3 +55,20 @@ func TestPipeCtx(t *testing.T) {
 	}
 	c.stop()
 }
+
+// TestPipeCtxLateFire: a run of the timer that comes before the deadline
+// of the use it finds (a late run from an earlier use, which consumed the
+// timer) sets the timer again, so that done still closes at the deadline.
+func TestPipeCtxLateFire(t *testing.T) {
+	var c pipeCtx
+	c.start(time.Now().Add(20 * time.Millisecond))
+	done := c.Done()
+	c.timer.Stop() // the timer has run: only the late run below is left
+	c.fire()       // ... and it comes before the deadline
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("done never closed after a timer run that came before the deadline")
+	}
+	c.stop()
+}
