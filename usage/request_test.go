@@ -27,6 +27,9 @@ func TestFromRequest(t *testing.T) {
 		// key in another case, a stream decoder the second value.
 		{"json key twice", `{"max_tokens":30000,"max_tokens":1}`, "700", "", 0, false, false},
 		{"json key in another case", `{"max_tokens":1,"Max_Tokens":30000}`, "-", "", 0, false, false},
+		{"json key twice, once escaped", `{"max_tokens":1,"max\u005ftokens":30000}`, "-", "", 0, false, false},
+		{"json key twice, both escaped", `{"m\u0061x_tokens":30000,"max_tok\u0065ns":1}`, "-", "", 0, false, false},
+		{"json key escaped, once", `{"max\u005Ftokens":30}`, "-", "", 30, true, false},
 		{"json key with a Kelvin sign", `{"max_to\u212Aens":30000,"max_tokens":1}`, "-", "", 0, false, false},
 		{"json key folded, not on the path", `{"MAX_TOKENS":30000}`, "-", "", 0, false, false},
 		{"json second value", `{"max_tokens":1} {"max_tokens":30000}`, "-", "", 0, false, false},
