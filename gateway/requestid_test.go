@@ -17,6 +17,8 @@ func TestSetRequestID(t *testing.T) {
 		{"unsafe character", []string{"abc 123"}, false},
 		{"too long", []string{strings.Repeat("a", 129)}, false},
 		{"sent twice: kept, set once", []string{"abc", "abc"}, true},
+		{"sent twice, differing: the first kept, set once", []string{"abc", "other"}, true},
+		{"sent twice, the first unsafe: replaced", []string{"a b", "abc"}, false},
 	}
 	for _, c := range cases {
 		req, resp := http.Header{}, http.Header{}
