@@ -246,7 +246,7 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 	// A batch with nothing leased passes straight through: the wrapped
 	// store validates it. Otherwise every item is validated here, once,
 	// before any block is touched; DecideReserve trusts that.
-	idx, err := s.leasedItems(items)
+	idx, plans, err := s.leasedItems(items)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -254,11 +254,13 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 		return s.inner.Decide(ctx, items)
 	}
 	if err := ctx.Err(); err != nil {
+		unregister(idx, plans)
 		return Decision{}, Unavailable("decide", err)
 	}
-	plans := make([]plan, len(items))
 	for _, i := range idx {
-		plans[i].b = s.blockFor(items[i])
+		if plans[i].b == nil {
+			plans[i].b = s.blockFor(items[i])
+		}
 	}
 	if err := s.takeLocal(ctx, items, idx, plans); err != nil {
 		s.settle(items, idx, plans, nil, nil, false)
@@ -312,39 +314,59 @@ func (s *LeaseStore) Decide(ctx context.Context, items []Item) (Decision, error)
 // block pay off. When there is one, it first validates every item and
 // lease, so that nothing fails validation once blocks are touched; when
 // there is none, it checks only the leases (the wrapped store validates
-// the items).
-func (s *LeaseStore) leasedItems(items []Item) ([]int, error) {
+// the items). plans has one entry per item once an item is leased; the
+// leased Auto items' blocks are in it already, registered under the same
+// shard lock as their decision's demand estimate (see autoLeased).
+func (s *LeaseStore) leasedItems(items []Item) (idx []int, plans []plan, err error) {
 	for i, it := range items {
 		if err := it.Lease.check(it.Algorithm); err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
+			return nil, nil, fmt.Errorf("item %d: %w", i, err)
 		}
 	}
-	var idx []int
 	var now time.Time
 	for i, it := range items {
 		if !leased(it) {
 			continue
 		}
+		var b *block
 		if it.Lease.Auto {
 			if now.IsZero() {
 				now = s.now()
 			}
-			if !s.autoLeased(it, now) {
+			var ok bool
+			if b, ok = s.autoLeased(it, now); !ok {
 				s.stats.passed.Add(1)
 				continue
 			}
 		}
+		if plans == nil {
+			plans = make([]plan, len(items))
+		}
+		plans[i].b = b
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	for i, it := range items {
 		if err := ValidateItem(it); err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
+			unregister(idx, plans)
+			return nil, nil, fmt.Errorf("item %d: %w", i, err)
 		}
 	}
-	return idx, nil
+	return idx, plans, nil
+}
+
+// unregister undoes the registrations of the blocks in plans (see
+// register) when Decide fails before using them.
+func unregister(idx []int, plans []plan) {
+	for _, i := range idx {
+		if b := plans[i].b; b != nil {
+			b.mu.Lock()
+			b.users--
+			b.mu.Unlock()
+		}
+	}
 }
 
 // blockFor returns the key's block, creating it, and registers the caller
@@ -353,6 +375,12 @@ func (s *LeaseStore) blockFor(it Item) *block {
 	sh := s.shard(it.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return sh.register(it)
+}
+
+// register returns the key's block in sh, creating it, and registers the
+// caller as a user. sh.mu is held.
+func (sh *leaseShard) register(it Item) *block {
 	b := sh.blocks[it.Key]
 	if b == nil {
 		b = &block{}

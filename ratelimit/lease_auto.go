@@ -83,7 +83,11 @@ func (a *autoRate) observe(now time.Time, cost int64, ttl time.Duration) {
 // autoLeased records a decision of the Auto item it at now and reports
 // whether to lease it: while its demand is engaged, or while this
 // instance holds or is reserving units of the key (they are used before
-// the store is asked again).
+// the store is asked again). When it is leased and valid (see
+// ValidateItem), b is the key's block with the caller registered as a
+// user (see blockFor), so that a leased decision takes the shard's lock
+// once; an invalid item registers nothing (b is nil), its batch fails
+// validation before any block is used.
 //
 // A key enters the auto table only once the shard's heat sketch
 // estimates its demand at autoAdmit costs or more, and, while the
@@ -94,7 +98,7 @@ func (a *autoRate) observe(now time.Time, cost int64, ttl time.Duration) {
 // less than the estimate when the decisions came over time): an estimate
 // that collisions inflated never engages a lease by itself, the key must
 // still be asked autoEngage − autoAdmit costs more.
-func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
+func (s *LeaseStore) autoLeased(it Item, now time.Time) (b *block, leased bool) {
 	h := s.hash(it.Key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
@@ -107,11 +111,11 @@ func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
 		cost := float64(it.Cost)
 		est := sh.heat.add(h, now, it.Cost, it.Lease.TTL)
 		if est < autoAdmit*cost {
-			return sh.holds(it.Key, now)
+			return sh.registerHeld(it, now)
 		}
 		if len(sh.auto) >= s.autoCap {
 			if a = s.evictColder(sh, now, est/cost); a == nil {
-				return sh.holds(it.Key, now)
+				return sh.registerHeld(it, now)
 			}
 		} else {
 			a = new(autoRate)
@@ -121,7 +125,29 @@ func (s *LeaseStore) autoLeased(it Item, now time.Time) bool {
 		sh.auto[it.Key] = a
 	}
 	a.observe(now, it.Cost, it.Lease.TTL)
-	return a.engaged || sh.holds(it.Key, now)
+	if a.engaged {
+		return sh.registerValid(it), true
+	}
+	return sh.registerHeld(it, now)
+}
+
+// registerHeld is autoLeased's answer for a key not engaged: leased when
+// this instance holds units of it (see holds). sh.mu is held.
+func (sh *leaseShard) registerHeld(it Item, now time.Time) (*block, bool) {
+	if !sh.holds(it.Key, now) {
+		return nil, false
+	}
+	return sh.registerValid(it), true
+}
+
+// registerValid registers the caller with the key's block (see register)
+// and returns it, unless it is invalid (nil): a block's item must stay one
+// the store accepts, for its units to be given back. sh.mu is held.
+func (sh *leaseShard) registerValid(it Item) *block {
+	if ValidateItem(it) != nil {
+		return nil
+	}
+	return sh.register(it)
 }
 
 // evictColder makes room in sh's full auto table for a key of heat (in

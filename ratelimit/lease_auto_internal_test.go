@@ -57,7 +57,7 @@ func TestAutoTableAdmitsByHeat(t *testing.T) {
 		for i := range n {
 			it.Key = name + strconv.Itoa(i)
 			for range times {
-				if s.autoLeased(it, now) {
+				if _, ok := s.autoLeased(it, now); ok {
 					t.Fatalf("spray key %s leased", it.Key)
 				}
 			}
@@ -79,7 +79,7 @@ func TestAutoTableAdmitsByHeat(t *testing.T) {
 	it.Key = "hot"
 	engagedAt := 0
 	for i := 1; i <= 10; i++ {
-		if s.autoLeased(it, now) && engagedAt == 0 {
+		if _, ok := s.autoLeased(it, now); ok && engagedAt == 0 {
 			engagedAt = i
 		}
 	}
