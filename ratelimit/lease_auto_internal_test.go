@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -179,5 +180,47 @@ func BenchmarkAutoLeasedColdKeys(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestAutoLeasedUnregistersOnInvalidBatch: a leased Auto item registers
+// with its block as its decision is recorded; when another item of the
+// batch then fails validation, the registration is undone, so that the
+// block can still be forgotten once idle.
+func TestAutoLeasedUnregistersOnInvalidBatch(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := NewLeaseStore(nil, LeaseOptions{Now: func() time.Time { return now }, SweepEvery: -1})
+	it := Item{Key: "k", Algorithm: TokenBucket, Limit: Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1,
+		Lease: Lease{Auto: true, TTL: time.Second}}
+	engaged := false
+	for range autoEngage + 2 {
+		idx, plans, err := s.leasedItems([]Item{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(idx) > 0 {
+			engaged = true
+			unregister(idx, plans)
+		}
+	}
+	if !engaged {
+		t.Fatal("the key never engaged")
+	}
+	bad := Item{Algorithm: TokenBucket, Limit: it.Limit} // no key
+	if _, _, err := s.leasedItems([]Item{it, bad}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("batch with an item without a key: %v, want ErrInvalid", err)
+	}
+	sh := s.shard("k")
+	sh.mu.Lock()
+	b := sh.blocks["k"]
+	sh.mu.Unlock()
+	if b == nil {
+		t.Fatal("no block for the engaged key")
+	}
+	b.mu.Lock()
+	users := b.users
+	b.mu.Unlock()
+	if users != 0 {
+		t.Errorf("block users after the failed batch: %d, want 0", users)
 	}
 }
