@@ -1,10 +1,9 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"slices"
-
-	"context"
 
 	"github.com/redis/go-redis/v9"
 
