@@ -1,6 +1,12 @@
 package redisstore
 
-import "testing"
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
 
 // TestKeySlot checks keySlot against slots Redis Cluster computes
 // (CLUSTER KEYSLOT), hash tags included: a wrong slot would group items of
@@ -31,6 +37,34 @@ func TestKeySlot(t *testing.T) {
 	} {
 		if keySlot(c.key) != keySlot(c.same) || hashTag(c.key) != c.same {
 			t.Errorf("keySlot(%q) = %d (tag %q), want the slot of %q, %d", c.key, keySlot(c.key), hashTag(c.key), c.same, keySlot(c.same))
+		}
+	}
+}
+
+// TestRenewalOfRejectsMalformed: a renewal reply other than one flag of 0,
+// 1 or 2 per item is ErrUnavailable and reports nothing, whatever a store
+// or a proxy in front of it sends.
+func TestRenewalOfRejectsMalformed(t *testing.T) {
+	idx := []int{4, 7, 9}
+	var r ratelimit.Renewal
+	if err := renewalOf([]any{int64(1), int64(0), int64(2)}, idx, &r); err != nil ||
+		!slices.Equal(r.Lost, []int{7}) || !slices.Equal(r.Retaken, []int{9}) {
+		t.Fatalf("well-formed reply: %+v, %v; want lost [7], retaken [9]", r, err)
+	}
+	for name, v := range map[string]any{
+		"nil":          nil,
+		"not an array": "OK",
+		"count":        []any{int64(3)}, // the reply of a store before per-item flags
+		"short":        []any{int64(1), int64(0)},
+		"long":         []any{int64(1), int64(0), int64(2), int64(1)},
+		"flag 3":       []any{int64(1), int64(0), int64(3)},
+		"flag -1":      []any{int64(0), int64(-1), int64(1)},
+		"string flag":  []any{int64(0), "1", int64(1)},
+		"nil flag":     []any{int64(0), nil, int64(1)},
+	} {
+		var r ratelimit.Renewal
+		if err := renewalOf(v, idx, &r); !errors.Is(err, ratelimit.ErrUnavailable) || r.Lost != nil || r.Retaken != nil {
+			t.Errorf("%s: %+v, %v; want ratelimit.ErrUnavailable and nothing reported", name, r, err)
 		}
 	}
 }
