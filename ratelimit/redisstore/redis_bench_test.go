@@ -65,15 +65,18 @@ func benchDecide(b *testing.B, s ratelimit.Store, conc int) {
 	})
 }
 
-// commandCalls returns the number of commands the server has run, from
-// INFO commandstats: all of them (those that scripts run included, INFO
-// itself left out), the script calls alone (FCALL, EVALSHA and EVAL), which are
-// the round trips, and the server time those script calls took, in µs.
-func commandCalls(b testing.TB, srv *redistest.Server) (total, scripts, scriptUS int64) {
-	info, _ := srv.MustDo(b, "INFO", "commandstats").(string)
+// commandStat is one command's line of INFO commandstats.
+type commandStat struct{ calls, usec int64 }
+
+// commandStats returns, per commandstats name (cmdstat_fcall, ...), the
+// calls the server has run and the server time (µs) they took.
+func commandStats(tb testing.TB, srv *redistest.Server) map[string]commandStat {
+	tb.Helper()
+	info, _ := srv.MustDo(tb, "INFO", "commandstats").(string)
+	stats := map[string]commandStat{}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || name == "cmdstat_info" {
+		if !ok {
 			continue
 		}
 		n, rest, _ := strings.Cut(rest, ",usec=")
@@ -81,12 +84,26 @@ func commandCalls(b testing.TB, srv *redistest.Server) (total, scripts, scriptUS
 		v, err := strconv.ParseInt(n, 10, 64)
 		u, err2 := strconv.ParseInt(us, 10, 64)
 		if err != nil || err2 != nil {
-			b.Fatalf("commandstats line %q: %v %v", line, err, err2)
+			tb.Fatalf("commandstats line %q: %v %v", line, err, err2)
 		}
-		total += v
+		stats[name] = commandStat{v, u}
+	}
+	return stats
+}
+
+// commandCalls returns the number of commands the server has run, from
+// INFO commandstats: all of them (those that scripts run included, INFO
+// itself left out), the script calls alone (FCALL, EVALSHA and EVAL), which are
+// the round trips, and the server time those script calls took, in µs.
+func commandCalls(b testing.TB, srv *redistest.Server) (total, scripts, scriptUS int64) {
+	for name, st := range commandStats(b, srv) {
+		if name == "cmdstat_info" {
+			continue
+		}
+		total += st.calls
 		if name == "cmdstat_fcall" || name == "cmdstat_evalsha" || name == "cmdstat_eval" {
-			scripts += v
-			scriptUS += u
+			scripts += st.calls
+			scriptUS += st.usec
 		}
 	}
 	return total, scripts, scriptUS

@@ -40,24 +40,8 @@ func (w *syncBuffer) String() string {
 // has run (INFO commandstats).
 func scriptCallsByKind(t testing.TB, srv *redistest.Server) (fcall, evalsha int64) {
 	t.Helper()
-	info, _ := srv.MustDo(t, "INFO", "commandstats").(string)
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		var n int64
-		if _, err := fmt.Sscanf(rest, "%d", &n); err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		switch name {
-		case "cmdstat_fcall":
-			fcall += n
-		case "cmdstat_evalsha", "cmdstat_eval":
-			evalsha += n
-		}
-	}
-	return fcall, evalsha
+	stats := commandStats(t, srv)
+	return stats["cmdstat_fcall"].calls, stats["cmdstat_evalsha"].calls + stats["cmdstat_eval"].calls
 }
 
 // libraries returns the names of the function libraries loaded on srv.
