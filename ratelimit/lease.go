@@ -187,7 +187,8 @@ func NewLeaseStore(inner Reserver, opts LeaseOptions) *LeaseStore {
 	if keys <= 0 {
 		keys = autoMaxKeys
 	}
-	s.autoCap = (keys + len(s.shards) - 1) / len(s.shards)
+	// Rounded up without overflow: keys near the largest int stay positive.
+	s.autoCap = keys/len(s.shards) + min(keys%len(s.shards), 1)
 	for i := range s.shards {
 		s.shards[i].blocks = make(map[string]*block)
 		s.shards[i].auto = make(map[string]*autoRate)

@@ -224,3 +224,17 @@ func TestAutoLeasedUnregistersOnInvalidBatch(t *testing.T) {
 		t.Errorf("block users after the failed batch: %d, want 0", users)
 	}
 }
+
+// TestAutoKeysLargest: the largest AutoKeys bounds each shard's table by a
+// positive share (a rounding that overflowed would make every table full
+// and keep every key untracked).
+func TestAutoKeysLargest(t *testing.T) {
+	s := NewLeaseStore(nil, LeaseOptions{SweepEvery: -1, AutoKeys: math.MaxInt})
+	if s.autoCap <= 0 {
+		t.Fatalf("autoCap %d for AutoKeys MaxInt, want positive", s.autoCap)
+	}
+	s = NewLeaseStore(nil, LeaseOptions{SweepEvery: -1, AutoKeys: 1})
+	if s.autoCap != 1 {
+		t.Fatalf("autoCap %d for AutoKeys 1, want 1", s.autoCap)
+	}
+}
