@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,10 @@ func TestRollingDeployCoexists(t *testing.T) {
 	}
 	if admitted != 10 {
 		t.Errorf("admitted %d of 20 on a burst of 10, want 10", admitted)
+	}
+	// Both modes ran: otherwise the interleaving proves nothing.
+	if stats := admin.Info(ctx, "commandstats").Val(); !strings.Contains(stats, "cmdstat_evalsha:calls=") || !strings.Contains(stats, "cmdstat_fcall:calls=") {
+		t.Errorf("commandstats show no EVALSHA or no FCALL:\n%s", stats)
 	}
 	libs, err := admin.FunctionList(ctx, redis.FunctionListQuery{}).Result()
 	if err != nil {
