@@ -81,6 +81,10 @@ type Options struct {
 	// off), present TLS.ServerCert and ask clients for a certificate
 	// signed by TLS.CA (tls-auth-clients yes). Addr is the TLS address.
 	TLS *TLSFiles
+	// Args are more redis-server arguments, appended to the harness's
+	// own (a later argument overrides an earlier one), such as
+	// "--rename-command", "FCALL", "" for a server without FCALL.
+	Args []string
 }
 
 // StartStandaloneWith starts an empty standalone server set up as o says
@@ -155,6 +159,7 @@ func newServerWith(bin, dir string, cluster bool, o Options) (*Server, error) {
 				"--cluster-require-full-coverage", "yes",
 			)
 		}
+		s.args = append(s.args, o.Args...)
 		if lastErr = s.launch(bin); lastErr == nil {
 			return s, nil
 		}

@@ -367,7 +367,7 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	}
 	ctx, cancel := batchContext(owner, live)
 	defer cancel()
-	fn := !r.evalsha.Load()
+	fn, probe := r.useFunction()
 	cmds := make([]*redis.Cmd, len(live))
 	pipe := r.pipeline()
 	for i, call := range live {
@@ -378,7 +378,7 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	r.pipes.Put(pipe)
 	stampUnanswered(cmds, err)
 	if fn {
-		r.recoverFunction(ctx, live, cmds)
+		r.recoverFunction(ctx, live, cmds, probe)
 	}
 	recoverScript(ctx, r.client, live, cmds)
 	for i, call := range live {

@@ -29,10 +29,12 @@ type RedisOptions struct {
 	// Coalesce configures the batching of concurrent script calls into
 	// pipelines; the zero value turns it on with its defaults.
 	Coalesce CoalesceOptions
-	// Logger receives the one line that says how decisions run: as a
-	// Redis function (info), or as EVALSHA scripts because the server
-	// cannot or will not run functions (warn). nil logs nothing (so
-	// that benchmarks and tests that build many stores print nothing).
+	// Logger receives the lines that say how decisions run: as a Redis
+	// function (info), or as EVALSHA scripts because the server cannot or
+	// will not run functions (warn), and as a function again when a later
+	// try finds it can (info; tried at most once a minute). nil logs
+	// nothing (so that benchmarks and tests that build many stores print
+	// nothing).
 	Logger *slog.Logger
 }
 

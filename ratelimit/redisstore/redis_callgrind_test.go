@@ -97,7 +97,9 @@ func callgrindRun(b *testing.B, valgrind, server string, evalsha bool, items, de
 		b.Fatal(err)
 	}
 	s := NewRedisStore(client, RedisOptions{Coalesce: CoalesceOptions{Disabled: true}, Logger: slog.New(slog.DiscardHandler)})
-	s.run.evalsha.Store(evalsha)
+	if evalsha {
+		s.run.pinEvalsha()
+	}
 	batch := make([]ratelimit.Item, items)
 	for i := range batch {
 		batch[i] = ratelimit.Item{Key: fmt.Sprintf("{cg}:%d", i), Algorithm: ratelimit.TokenBucket,

@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -52,15 +52,28 @@ func assembleLibrary(body string) (name, src string) {
 	return name, text(name)
 }
 
-// runner sends the script calls of one client, as FCALL until the client
-// meets a server that cannot run the library, then as EVALSHA for good.
+// reprobeEvery is how long a runner that fell back to EVALSHA sends
+// EVALSHA before it tries FCALL again (see runner.useFunction): a server
+// upgraded to functions, or an ACL that now grants them, gets them back
+// within that time, at the cost of at most one pipeline per interval sent
+// twice when the server still refuses.
+const reprobeEvery = time.Minute
+
+// runner sends the script calls of one client: as FCALL while the server
+// runs the library, as EVALSHA after a server without functions (or an
+// ACL that refuses them) turned it down, with one FCALL pipeline per
+// reprobeEvery to see whether it still does.
 type runner struct {
 	client redis.UniversalClient
 	log    *slog.Logger
-	// evalsha is set once a server has no FUNCTION or FCALL command or
-	// refused them (an ACL without +fcall or +function, a managed Redis):
-	// from then on every call is an EVALSHA.
-	evalsha atomic.Bool
+	// now is the clock of the fallback and the probes; time.Now but in
+	// tests.
+	now func() time.Time
+	// evalshaSince is 0 while calls are FCALLs. Once a server had no
+	// FUNCTION or FCALL command or refused them (an ACL without +fcall or
+	// +function, a managed Redis), it holds when (Unix ns, at least 1) the
+	// runner fell back or last probed; see useFunction.
+	evalshaSince atomic.Int64
 	// announced is set once the mode in use has been logged.
 	announced atomic.Bool
 	// pipes holds pipelines of client for reuse: one that has run (Exec)
@@ -81,8 +94,30 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &runner{client: client, log: log}
+	return &runner{client: client, log: log, now: time.Now}
 }
+
+// useFunction reports how to send the next pipeline: as FCALL (fn) or as
+// EVALSHA. After a fallback it is EVALSHA, except for one pipeline once
+// reprobeEvery has passed since the fallback or the last probe (or the
+// clock went back), which is sent as FCALL with probe set: its success
+// brings FCALL back for every call (see recoverFunction).
+func (r *runner) useFunction() (fn, probe bool) {
+	since := r.evalshaSince.Load()
+	if since == 0 {
+		return true, false
+	}
+	now := unixStamp(r.now())
+	if now >= since && now-since < int64(reprobeEvery) {
+		return false, false
+	}
+	// One caller wins the probe of this interval; the others send EVALSHA.
+	won := r.evalshaSince.CompareAndSwap(since, now)
+	return won, won
+}
+
+// unixStamp is t in Unix ns, at least 1 (0 means "not fallen back").
+func unixStamp(t time.Time) int64 { return max(t.UnixNano(), 1) }
 
 // recoverFunction handles the FCALLs of cmds (the calls live sent) that
 // did not run: those whose function the server lacks (it restarted
@@ -92,25 +127,30 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 // EVALSHA and sends them again as EVALSHA. Nothing ran in either case, so
 // nothing is done twice. A call whose function is missing again after the
 // load (another FUNCTION FLUSH came between) is sent as EVAL with the
-// script's source.
-func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds []*redis.Cmd) {
+// script's source. Any other failure, of a call or of the load (a timeout,
+// a dropped connection, LOADING, READONLY...), is the calls' error, as
+// for EVALSHA, and changes no mode. probe marks a pipeline sent as FCALL
+// after a fallback (see useFunction): when one of its calls runs and none
+// is refused, FCALL is back for every call.
+func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds []*redis.Cmd, probe bool) {
 	var missing, refused []int
+	var cause error // of the refusal
+	ran := false
 	for i, cmd := range cmds {
 		switch err := cmd.Err(); {
 		case err == nil:
-			if !r.announced.Load() {
-				r.announce()
-			}
+			ran = true
 		case redis.HasErrorPrefix(err, "Function not found"):
 			missing = append(missing, i)
 		case fcallRefused(err):
 			refused = append(refused, i)
+			cause = err
 		}
 	}
 	if len(missing) > 0 {
 		switch err := r.load(ctx, live, missing); {
 		case err == nil:
-			r.resend(ctx, live, cmds, missing, true)
+			ran = r.resend(ctx, live, cmds, missing, true) || ran
 			// A FUNCTION FLUSH between the load and the call leaves the
 			// function missing again: such a call runs as EVAL with the
 			// source, which no flush can race, as NOSCRIPT's last resort
@@ -121,8 +161,8 @@ func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds [
 				}
 			}
 		case loadRefused(err):
-			r.fallBack(err)
 			refused = append(refused, missing...)
+			cause = err
 		default:
 			for _, i := range missing {
 				cmds[i].SetErr(fmt.Errorf("loading function library %s: %w", libraryName, err))
@@ -130,33 +170,36 @@ func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds [
 		}
 	}
 	if len(refused) > 0 {
-		r.fallBack(cmds[refused[0]].Err())
+		r.fallBack(cause)
 		r.resend(ctx, live, cmds, refused, false)
+		return
+	}
+	if ran {
+		r.functionsRan(probe)
 	}
 }
 
-// fcallRefused reports whether err says that the server cannot or will
-// not run FCALL at all (not an error of the call itself).
+// fcallRefused reports whether err, the error of an FCALL, says that the
+// server cannot or will not run FCALL at all: it has no such command
+// (Redis 6, a rename-command, a managed Redis that removed it) or the
+// user may not run it (NOPERM naming 'fcall'; a NOPERM for the keys
+// would refuse EVALSHA as well). Any other error is the call's own.
 func fcallRefused(err error) bool {
 	return redis.HasErrorPrefix(err, "unknown command") ||
 		redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall'")
 }
 
 // loadRefused reports whether err, the error of FUNCTION LOAD, is the
-// server's refusal (no such command, no permission, a managed Redis that
-// forbids it) rather than a passing state such as a timeout, a loading or
-// busy server, or a failover in progress.
+// server's refusal to load functions: it has no such command or
+// subcommand, no Lua engine for functions, or the user may not run it
+// (NOPERM). Anything else (a timeout, a dropped connection, LOADING, BUSY,
+// READONLY, OOM, MASTERDOWN, a failover in progress...) passes, and is no
+// reason to give functions up.
 func loadRefused(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "OOM", "NOREPLICAS"} {
-		if redis.HasErrorPrefix(err, p) {
-			return false
-		}
-	}
-	return true
+	return redis.HasErrorPrefix(err, "unknown command") ||
+		redis.HasErrorPrefix(err, "unknown subcommand") ||
+		redis.HasErrorPrefix(err, "NOPERM") ||
+		redis.HasErrorPrefix(err, "Engine ") && strings.HasSuffix(err.Error(), " not found")
 }
 
 // load loads the library on the nodes that own the keys of the calls
@@ -192,8 +235,9 @@ func loadLibrary(ctx context.Context, c redis.Cmdable) error {
 }
 
 // resend sends the calls idx again, as FCALL when fn is set, otherwise as
-// EVALSHA, and puts their new commands in cmds.
-func (r *runner) resend(ctx context.Context, live []*scriptCall, cmds []*redis.Cmd, idx []int, fn bool) {
+// EVALSHA, puts their new commands in cmds and reports whether one of
+// them ran.
+func (r *runner) resend(ctx context.Context, live []*scriptCall, cmds []*redis.Cmd, idx []int, fn bool) bool {
 	pipe := r.client.Pipeline()
 	again := make([]*redis.Cmd, len(idx))
 	for k, i := range idx {
@@ -203,28 +247,37 @@ func (r *runner) resend(ctx context.Context, live []*scriptCall, cmds []*redis.C
 	}
 	_, err := pipe.Exec(ctx)
 	stampUnanswered(again, err)
-	if fn && !r.announced.Load() {
-		for _, cmd := range again {
-			if cmd.Err() == nil {
-				r.announce()
-				break
-			}
+	for _, cmd := range again {
+		if cmd.Err() == nil {
+			return true
 		}
 	}
+	return false
 }
 
-// announce logs, once, that decisions run as the function library.
-func (r *runner) announce() {
-	if r.announced.CompareAndSwap(false, true) {
+// functionsRan is called when FCALLs ran: a probe's success brings FCALL
+// back for every call (logged at info), and the first success is logged
+// once. A pipeline sent before a fallback and answered after it is no
+// probe, and changes nothing.
+func (r *runner) functionsRan(probe bool) {
+	if probe {
+		if r.evalshaSince.Swap(0) != 0 {
+			r.announced.Store(true)
+			r.log.Info("redis store: Redis functions available again, decisions run as a Redis function", slog.String("library", libraryName))
+		}
+		return
+	}
+	if !r.announced.Load() && r.evalshaSince.Load() == 0 && r.announced.CompareAndSwap(false, true) {
 		r.log.Info("redis store: decisions run as a Redis function", slog.String("library", libraryName))
 	}
 }
 
-// fallBack makes every later call an EVALSHA, logging why once.
+// fallBack makes later calls EVALSHAs (see useFunction), logging why when
+// the runner was on FCALL.
 func (r *runner) fallBack(cause error) {
-	if r.evalsha.CompareAndSwap(false, true) {
+	if r.evalshaSince.Swap(unixStamp(r.now())) == 0 {
 		r.announced.Store(true)
-		r.log.Warn("redis store: Redis functions unavailable, decisions run as EVALSHA scripts (each call rebuilds the script's tables: more Redis CPU per decision)",
+		r.log.Warn("redis store: Redis functions unavailable, decisions run as EVALSHA scripts (each call rebuilds the script's tables: more Redis CPU per decision); FCALL is tried again every minute",
 			slog.String("library", libraryName), slog.String("cause", cause.Error()))
 	}
 }

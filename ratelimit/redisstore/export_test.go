@@ -1,0 +1,13 @@
+package redisstore
+
+import "time"
+
+// ReprobeEvery is reprobeEvery, for the tests of package redisstore_test.
+const ReprobeEvery = reprobeEvery
+
+// SetModeClock makes now the clock of s's fallback to EVALSHA and of its
+// tries of FCALL after it (see runner.useFunction).
+func SetModeClock(s *RedisStore, now func() time.Time) { s.run.now = now }
+
+// FellBack reports whether s sends its calls as EVALSHA.
+func FellBack(s *RedisStore) bool { return s.run.evalshaSince.Load() != 0 }
