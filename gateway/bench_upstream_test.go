@@ -6,10 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/proxy"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
@@ -23,7 +26,33 @@ import (
 // the gateway's own per-request allocations plus the reverse proxy's and
 // the Transport's:
 // go test -run '^$' -bench PipelineUpstream -benchmem ./gateway
+//
+// The redis case is the same request deciding on a real redis-server
+// through the stack cmd/quotagate opens (coalescer, breaker, leases,
+// fallback); the difference between the two is the gateway's own cost of
+// a Redis decision (allocs/op, or instructions under callgrind with
+// QG_BENCH_REDIS set).
 func BenchmarkPipelineUpstream(b *testing.B) {
+	b.Run("memory", func(b *testing.B) {
+		benchPipelineUpstream(b, func(c config.Store) (*ratelimit.Stack, error) {
+			return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
+		})
+	})
+	b.Run("redis", func(b *testing.B) {
+		// QG_BENCH_REDIS names a running redis-server to use instead of
+		// starting one: under valgrind, which cannot follow the child.
+		addr := os.Getenv("QG_BENCH_REDIS")
+		if addr == "" {
+			addr = redistest.StartStandalone(b).Addr
+		}
+		benchPipelineUpstream(b, func(c config.Store) (*ratelimit.Stack, error) {
+			c.Redis.Addrs, c.Redis.Timeout = []string{addr}, time.Second
+			return openRedisStack(c, "", nil), nil
+		})
+	})
+}
+
+func benchPipelineUpstream(b *testing.B, open func(config.Store) (*ratelimit.Stack, error)) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true}`)
@@ -48,9 +77,7 @@ func BenchmarkPipelineUpstream(b *testing.B) {
 		Metrics:        m,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
-		},
+		OpenStore:      open,
 	})
 	if err != nil {
 		b.Fatal(err)

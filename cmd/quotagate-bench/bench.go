@@ -141,13 +141,14 @@ func measure(ctx context.Context, e *env, c *contender, up *proc, round int, spe
 		groups = append(groups, e.redis.proc.pgid)
 	}
 	var (
-		before, after         map[int]uint64
-		selfBefore, selfAfter uint64
-		cmdBefore, cmdAfter   cmdCounts
-		fbBefore, fbAfter     uint64
-		errStart, errEnd      error
+		before, after           map[int]uint64
+		selfBefore, selfAfter   uint64
+		cmdBefore, cmdAfter     cmdCounts
+		readsBefore, readsAfter uint64
+		fbBefore, fbAfter       uint64
+		errStart, errEnd        error
 	)
-	snapshot := func(ticks *map[int]uint64, self *uint64, cmds *cmdCounts, fb *uint64) error {
+	snapshot := func(ticks *map[int]uint64, self *uint64, cmds *cmdCounts, reads, fb *uint64) error {
 		var err error
 		if *ticks, err = cpuTicks(groups); err != nil {
 			return err
@@ -157,6 +158,9 @@ func measure(ctx context.Context, e *env, c *contender, up *proc, round int, spe
 		}
 		if usesRedis {
 			if *cmds, err = e.redis.commandStats(ctx); err != nil {
+				return err
+			}
+			if *reads, err = e.redis.readsProcessed(ctx); err != nil {
 				return err
 			}
 		}
@@ -170,14 +174,14 @@ func measure(ctx context.Context, e *env, c *contender, up *proc, round int, spe
 	var profErr chan error
 	res, err := runLoad(ctx, spec,
 		func() {
-			errStart = snapshot(&before, &selfBefore, &cmdBefore, &fbBefore)
+			errStart = snapshot(&before, &selfBefore, &cmdBefore, &readsBefore, &fbBefore)
 			if e.profileDir != "" && c.admin != "" {
 				profErr = make(chan error, 1)
 				path := filepath.Join(e.profileDir, fmt.Sprintf("%s-%s-r%d.pprof", c.name, spec.Mix, round))
 				go func() { profErr <- cpuProfile(ctx, c.admin, max(1, int(spec.Duration.Seconds())), path) }()
 			}
 		},
-		func() { errEnd = snapshot(&after, &selfAfter, &cmdAfter, &fbAfter) })
+		func() { errEnd = snapshot(&after, &selfAfter, &cmdAfter, &readsAfter, &fbAfter) })
 	if profErr != nil {
 		if err := <-profErr; err != nil {
 			return nil, fmt.Errorf("CPU profile: %w", err)
@@ -203,6 +207,9 @@ func measure(ctx context.Context, e *env, c *contender, up *proc, round int, spe
 		s.RedisTicks = after[e.redis.proc.pgid] - before[e.redis.proc.pgid]
 		all, scripts := cmdAfter.delta(cmdBefore)
 		s.RedisCmds, s.RedisScripts = &all, &scripts
+		// The snapshot's own INFO calls are 2 reads; not worth subtracting.
+		reads := readsAfter - readsBefore
+		s.RedisReads = &reads
 	}
 	if c.admin != "" {
 		d := fbAfter - fbBefore
@@ -235,7 +242,7 @@ func notes(cores int) []string {
 			"CPU per request is the better measure of each contender's own cost", cores),
 		"cpu µs/req: utime+stime of the contender's process group (/proc, 10 ms ticks) over the measured time / requests; " +
 			"redis µs/req: the same for redis-server; gen µs/req: the load generator",
-		"redis cmd/req: INFO commandstats delta / requests, counting commands called from scripts too; fallbacks: quotagate decisions made by on_store_error (store failed or missed its deadline)",
+		"redis cmd/req: INFO commandstats delta / requests, counting commands called from scripts too; redis reads/req: INFO stats total_reads_processed delta / requests (socket reads by redis-server; below 1 when requests share pipelines); fallbacks: quotagate decisions made by on_store_error (store failed or missed its deadline)",
 		"rps/evalsha, rps/nginx: throughput ratio; cpu/evalsha, cpu/nginx: ratio of CPU per request of contender + redis-server",
 		"latency: log-linear histogram (buckets within 0.8%), from sending the request to reading the whole answer, closed loop",
 	}

@@ -347,8 +347,8 @@ func TestAggregateRatios(t *testing.T) {
 		l.Latency.Record(time.Millisecond)
 		s := sample{Round: round, Mix: mixOne, Contender: c, Load: l, ContenderTicks: cTicks, RedisTicks: rTicks}
 		if redis {
-			cmds, scripts := 4*reqs, reqs
-			s.RedisCmds, s.RedisScripts = &cmds, &scripts
+			cmds, scripts, reads := 4*reqs, reqs, reqs/4
+			s.RedisCmds, s.RedisScripts, s.RedisReads = &cmds, &scripts, &reads
 		}
 		return s
 	}
@@ -362,7 +362,7 @@ func TestAggregateRatios(t *testing.T) {
 		t.Fatalf("%d rows, want 3 (bare did not run)", len(rows))
 	}
 	qg := rows[1]
-	if qg.RPS != 2000 || len(qg.RPSRounds) != 2 || qg.CPUus != 100 || *qg.RedisCPUus != 0 || *qg.RedisCmds != 4 {
+	if qg.RPS != 2000 || len(qg.RPSRounds) != 2 || qg.CPUus != 100 || *qg.RedisCPUus != 0 || *qg.RedisCmds != 4 || *qg.RedisReads != 0.25 {
 		t.Errorf("quotagate-redis row: %+v", qg)
 	}
 	if *qg.RPSvsEvalsha != 2 || *qg.CPUvsEvalsha != 0.5 || *qg.RPSvsNginx != 0.5 || *qg.CPUvsNginx != 10 {
@@ -372,6 +372,18 @@ func TestAggregateRatios(t *testing.T) {
 	var b strings.Builder
 	if err := writeTable(&b, &Report{Rows: rows}); err != nil || !strings.Contains(b.String(), "2.00x") {
 		t.Errorf("table: %v\n%s", err, b.String())
+	}
+}
+
+func TestParseReadsProcessed(t *testing.T) {
+	n, err := parseReadsProcessed("# Stats\r\ntotal_commands_processed:9\r\ntotal_reads_processed:1234\r\ntotal_writes_processed:1200\r\n")
+	if err != nil || n != 1234 {
+		t.Errorf("got %d, %v; want 1234", n, err)
+	}
+	for _, bad := range []string{"# Stats\r\n", "total_reads_processed:x\r\n"} {
+		if _, err := parseReadsProcessed(bad); err == nil || !strings.Contains(err.Error(), "total_reads_processed") {
+			t.Errorf("%q: error %v, want one naming total_reads_processed", bad, err)
+		}
 	}
 }
 

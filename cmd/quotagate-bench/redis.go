@@ -127,6 +127,32 @@ func parseCommandStats(s string) (cmdCounts, error) {
 	return out, nil
 }
 
+// readsProcessed reads total_reads_processed from INFO stats: the socket
+// reads redis-server has made (one read can carry many pipelined
+// commands, so reads per request below 1 mean requests shared reads).
+func (r *redisServer) readsProcessed(ctx context.Context) (uint64, error) {
+	s, err := r.client.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO stats: %w", err)
+	}
+	return parseReadsProcessed(s)
+}
+
+// parseReadsProcessed finds the line "total_reads_processed:N" of INFO
+// stats.
+func parseReadsProcessed(s string) (uint64, error) {
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO stats: total_reads_processed: %w", err)
+			}
+			return n, nil
+		}
+	}
+	return 0, errors.New("INFO stats: no total_reads_processed (redis-server older than 6.2?)")
+}
+
 // benchOverhead names commands the bench itself sends; they are left out of
 // the per-request counts.
 var benchOverhead = map[string]bool{"info": true, "ping": true, "flushall": true, "hello": true, "client|setinfo": true}

@@ -22,6 +22,9 @@ type sample struct {
 	ContenderTicks, RedisTicks, UpstreamTicks, LoadgenTicks uint64
 	// Redis command calls during the measured part (nil: no Redis).
 	RedisCmds, RedisScripts *uint64
+	// RedisReads is redis-server's socket reads during the measured part
+	// (nil: no Redis).
+	RedisReads *uint64
 	// StoreFallbacks is quotagate's fallback decisions (nil: not quotagate).
 	StoreFallbacks *uint64
 }
@@ -60,6 +63,10 @@ type Row struct {
 	// script calls; and top-level script calls (EVAL/EVALSHA/FCALL).
 	RedisCmds    *float64 `json:"redis_cmds_per_req,omitempty"`
 	RedisScripts *float64 `json:"redis_scripts_per_req,omitempty"`
+	// RedisReads is redis-server's socket reads per request: 1 for one
+	// call per request on its own connection, less when pipelines carry
+	// several requests' calls.
+	RedisReads *float64 `json:"redis_reads_per_req,omitempty"`
 	// StoreFallbacks is quotagate decisions made by on_store_error: open
 	// because the store failed or missed its deadline.
 	StoreFallbacks *uint64 `json:"store_fallbacks,omitempty"`
@@ -109,8 +116,8 @@ func aggregateOne(samples []sample, mix, c string) (Row, bool) {
 	r := Row{Keys: mix, Contender: c}
 	var h hist
 	var elapsed time.Duration
-	var cTicks, rTicks, uTicks, gTicks, cmds, scripts, fallbacks uint64
-	var hasRedis, hasQG, found bool
+	var cTicks, rTicks, uTicks, gTicks, cmds, scripts, reads, fallbacks uint64
+	var hasRedis, hasReads, hasQG, found bool
 	for _, s := range samples {
 		if s.Mix != mix || s.Contender != c {
 			continue
@@ -136,6 +143,10 @@ func aggregateOne(samples []sample, mix, c string) (Row, bool) {
 			hasRedis = true
 			cmds += *s.RedisCmds
 			scripts += *s.RedisScripts
+		}
+		if s.RedisReads != nil {
+			hasReads = true
+			reads += *s.RedisReads
 		}
 		if s.StoreFallbacks != nil {
 			hasQG = true
@@ -163,6 +174,10 @@ func aggregateOne(samples []sample, mix, c string) (Row, bool) {
 	if hasRedis {
 		rc, cm, sc := per(ticksToMicros(rTicks)), per(float64(cmds)), per(float64(scripts))
 		r.RedisCPUus, r.RedisCmds, r.RedisScripts = &rc, &cm, &sc
+	}
+	if hasReads {
+		rd := per(float64(reads))
+		r.RedisReads = &rd
 	}
 	if hasQG {
 		r.StoreFallbacks = &fallbacks
@@ -222,7 +237,7 @@ func writeTable(w io.Writer, rep *Report) error {
 	}
 	fmt.Fprintf(w, "settings: %s\n\n", formatSettings(rep.Settings))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "keys\tcontender\treq/s\tp50\tp99\tp99.9\t200\t429\tother\tcpu µs/req\tredis µs/req\tredis cmd/req\tfallbacks\tgen µs/req\trps/evalsha\tcpu/evalsha\trps/nginx\tcpu/nginx\t")
+	fmt.Fprintln(tw, "keys\tcontender\treq/s\tp50\tp99\tp99.9\t200\t429\tother\tcpu µs/req\tredis µs/req\tredis cmd/req\treads/req\tfallbacks\tgen µs/req\trps/evalsha\tcpu/evalsha\trps/nginx\tcpu/nginx\t")
 	for _, r := range rep.Rows {
 		pct := func(n uint64) string {
 			if r.Requests == 0 {
@@ -230,10 +245,10 @@ func writeTable(w io.Writer, rep *Report) error {
 			}
 			return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(r.Requests))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t\n",
 			r.Keys, r.Contender, r.RPS, fmtUS(r.P50us), fmtUS(r.P99us), fmtUS(r.P999us),
 			pct(r.OK), pct(r.Limit), pct(r.Other), r.CPUus, optF(r.RedisCPUus, "%.1f"),
-			optF(r.RedisCmds, "%.2f"), optU(r.StoreFallbacks), r.GenCPUus,
+			optF(r.RedisCmds, "%.2f"), optF(r.RedisReads, "%.2f"), optU(r.StoreFallbacks), r.GenCPUus,
 			optF(r.RPSvsEvalsha, "%.2fx"), optF(r.CPUvsEvalsha, "%.2fx"),
 			optF(r.RPSvsNginx, "%.2fx"), optF(r.CPUvsNginx, "%.2fx"))
 	}

@@ -89,8 +89,13 @@ type scriptCall struct {
 	// keys among them.
 	args []any
 	keys []string
-	// pctx is the context of the pipelines this call writes as owner.
-	pctx pipeCtx
+	// pctx is the context of the pipelines this call writes as owner;
+	// batch and cmds are their calls and commands, kept for the next
+	// pipeline this call writes (emptied after each, so that they hold no
+	// other call or reply).
+	pctx  pipeCtx
+	batch []*scriptCall
+	cmds  []*redis.Cmd
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
@@ -269,20 +274,29 @@ func (c *coalescer) await(call *scriptCall, queued bool) (any, error) {
 				queue = c.queue
 			}
 		}
+		// The non-blocking tries are single-case selects, which cost
+		// far less than a select over all the cases below.
+		if slots != nil {
+			select {
+			case slots <- struct{}{}:
+				c.write(call, !queued)
+				<-c.slots
+				continue
+			default:
+			}
+		}
 		select {
-		case slots <- struct{}{}:
-			c.write(call, !queued)
-			<-c.slots
-			continue
 		case <-call.done:
 			return call.finish()
 		default:
 		}
-		select {
-		case queue <- call:
-			queued = true
-			continue
-		default:
+		if queue != nil {
+			select {
+			case queue <- call:
+				queued = true
+				continue
+			default:
+			}
 		}
 		select {
 		case slots <- struct{}{}:
@@ -323,7 +337,7 @@ func (c *coalescer) leave(call *scriptCall, queued bool, err error) error {
 // withOwner (owner is not in the queue), as one pipeline bounded by the
 // deadline of owner, the writer's own call.
 func (c *coalescer) write(owner *scriptCall, withOwner bool) {
-	batch := make([]*scriptCall, 0, 8)
+	batch := owner.batch[:0]
 	if withOwner {
 		batch = append(batch, owner)
 	}
@@ -337,6 +351,8 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 		break
 	}
 	sendPipeline(owner, c.run, batch, true)
+	clear(batch)
+	owner.batch = batch[:0]
 }
 
 // sendPipeline sends calls as one pipeline of script calls (FCALL, or
@@ -365,10 +381,16 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := batchContext(owner, live)
-	defer cancel()
+	ctx := batchContext(owner, live)
+	if ctx == &owner.pctx {
+		defer owner.pctx.stop()
+	}
 	fn, probe := r.useFunction()
-	cmds := make([]*redis.Cmd, len(live))
+	cmds := resize(owner.cmds, len(live))
+	defer func() {
+		clear(cmds)
+		owner.cmds = cmds[:0]
+	}()
 	pipe := r.pipeline()
 	for i, call := range live {
 		cmds[i] = call.cmd(ctx, fn)
@@ -441,14 +463,14 @@ func stampUnanswered(cmds []*redis.Cmd, execErr error) {
 // has none at the latest deadline of calls, or never if one of them has
 // none. It carries no values and no cancellation of the callers: a caller
 // that leaves does not cut the pipeline that also carries other callers'
-// decisions. With a deadline it is owner's pipeCtx, which the returned
-// function releases.
-func batchContext(owner *scriptCall, calls []*scriptCall) (context.Context, func()) {
+// decisions. With a deadline it is owner's pipeCtx, started, which the
+// caller must stop once the pipeline is done.
+func batchContext(owner *scriptCall, calls []*scriptCall) context.Context {
 	at := owner.b.at
 	if at.IsZero() {
 		for _, call := range calls {
 			if call.b.at.IsZero() {
-				return context.Background(), func() {}
+				return context.Background()
 			}
 			if call.b.at.After(at) {
 				at = call.b.at
@@ -456,5 +478,5 @@ func batchContext(owner *scriptCall, calls []*scriptCall) (context.Context, func
 		}
 	}
 	owner.pctx.start(at)
-	return &owner.pctx, owner.pctx.stop
+	return &owner.pctx
 }
