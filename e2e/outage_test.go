@@ -75,10 +75,11 @@ type outageResult struct {
 //   - every request is answered, with 200, 429 or 503 only, and 503 only on
 //     the route whose policy fails closed;
 //   - while the fault lasts, on_store_error open answers 200, closed answers
-//     503 problem+json limiter_unavailable with Retry-After, and local
-//     admits at most this instance's share of the limit, then denies (and
-//     its fallback admits exactly the share over the run, by the metric
-//     quotagate_decisions_total{stage="fallback"});
+//     503 problem+json limiter_unavailable with Retry-After (see
+//     checkClosedDuring), and local admits the tenant sent then its share
+//     of the limit, then denies; over the run the fallback admits no tenant
+//     more than its share, and quotagate_decisions_total{stage="fallback"}
+//     counts what it admitted (see checkLocalShares);
 //   - requests during the fault are answered within the store deadline plus
 //     latencyMargin (99th percentile; every one under 500 ms), and once the
 //     circuit breaker is open (from 300 ms into the fault) the median
@@ -110,9 +111,11 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 		}}.run(t)
 	}()
 	time.Sleep(500 * time.Millisecond) // traffic on a healthy store first
-	res.faultStart = time.Now()
 	faulty.Store(true)
 	o.inject()
+	// The fault is in place from here: a request started between the
+	// switch of tenant and this point may still have met a healthy store.
+	res.faultStart = time.Now()
 	time.Sleep(time.Second)
 	readyDuring := readyzStatus(gw)
 	time.Sleep(time.Second)
@@ -156,9 +159,7 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 	if !res.all["open"].only(200) || !res.all["local"].only(200, 429) || !res.all["closed"].only(200, 503) {
 		t.Errorf("unexpected statuses: open %s, local %s, closed %s", res.all["open"].mix(), res.all["local"].mix(), res.all["closed"].mix())
 	}
-	if d := res.during["closed"]; d.n == 0 || d.status[503] != d.n {
-		t.Errorf("closed policy during the fault: %s, want only 503", d.mix())
-	}
+	checkClosedDuring(t, outs, during)
 	if d := res.during["open"]; d.n == 0 || d.status[200] != d.n {
 		t.Errorf("open policy during the fault: %s, want only 200", d.mix())
 	}
@@ -169,16 +170,9 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 			checked = true
 		}
 	}
-	// Over the run the local policy admits at most its limit from Redis
-	// (again after Redis came back empty) plus this instance's share; while
-	// the fault lasts, only from the share, and then denies.
-	// The fault tenant's requests still in flight at the heal (at most one
-	// per worker) may be decided by the healed Redis from its own bucket.
-	maxLocal := localBurst*o.storeFills + localShare + 6
-	if l, d := res.all["local"], res.during["local"]; l.status[200] > maxLocal || d.status[200] > localShare || d.status[429] == 0 {
-		t.Errorf("local policy admitted %d over the run (at most %d allowed) and %d during the fault (share %d), with %d denials during it",
-			l.status[200], maxLocal, d.status[200], localShare, d.status[429])
-	}
+	// The local policy admits, per tenant, at most its share from the
+	// fallback and its limit per store fill from Redis.
+	checkLocalShares(t, gw, outs, o.storeFills)
 	// Latency bounds are bounds on time: past them on a busy machine the
 	// run missed a deadline. A request of the fault that lasted the whole
 	// fault, though, was answered only because the store came back: the
@@ -196,11 +190,6 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 		t.Errorf("the circuit breaker never opened during the fault (median latency from 300 ms into it %v)", afterOpen.pct(50))
 	} else if p := afterOpen.pct(50); p >= faultTimeout {
 		proctest.Overrun(t, "median latency once the breaker is open: %v over %d requests, want under the deadline %v", p, afterOpen.n, faultTimeout)
-	}
-	// Exactly the share was admitted on it, whenever the fallback decided
-	// (the fault, and any store failure around it).
-	if n := gw.metric("quotagate_decisions_total", "policy=p_local", "stage=fallback", "result=allowed"); n != localShare {
-		t.Errorf("quotagate_decisions_total{policy=p_local,stage=fallback,result=allowed} = %v, want exactly the share %d", n, localShare)
 	}
 	if readyDuring != http.StatusServiceUnavailable {
 		t.Errorf("/readyz during the fault answered %d, want 503", readyDuring)
@@ -236,6 +225,28 @@ func runOutage(t *testing.T, gw *gateway, o outage) outageResult {
 			over, res.during["local"].status[200], localShare, res.all["local"].status[200], localBurst, res.during["open"].status[200]),
 	})
 	return res
+}
+
+// checkClosedDuring asserts that the fail-closed route answered 503 to
+// every request of the fault (those during selects). A 200 is an answer of
+// the store; while the fault lasts none comes within the deadline, so one
+// taking at least the deadline means the gateway saw its deadline pass
+// only after the late answer had come, as a busy machine may run a timer
+// late: a missed deadline. A 200 in less than the deadline is a wrong
+// answer, as is any other status.
+func checkClosedDuring(t *testing.T, outs []outcome, during func(outcome) bool) {
+	t.Helper()
+	d := summarize(outs, func(o outcome) bool { return o.label == "closed" && during(o) })
+	late := summarize(outs, func(o outcome) bool {
+		return o.label == "closed" && during(o) && o.status == http.StatusOK && o.latency() >= faultTimeout
+	})
+	switch {
+	case d.n == 0 || d.status[503]+late.n != d.n:
+		t.Errorf("closed policy during the fault: %s (%d of the 200s took the deadline %v or more), want only 503", d.mix(), late.n, faultTimeout)
+	case late.n > 0:
+		proctest.Overrun(t, "closed policy during the fault: %s; %d requests were answered by the store after the deadline %v, the fastest in %v",
+			d.mix(), late.n, faultTimeout, late.pct(0))
+	}
 }
 
 // checkUnavailable asserts the documented shape of a store-failure 503.
