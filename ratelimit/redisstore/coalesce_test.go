@@ -47,7 +47,13 @@ func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 
 func countedStore(t *testing.T, addr string, opts redisstore.RedisOptions) (*redisstore.RedisStore, *pipelineCounter) {
 	t.Helper()
-	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{addr}})
+	return countedClientStore(t, redisstore.RedisClientOptions{Addrs: []string{addr}}, opts)
+}
+
+// countedClientStore is countedStore on a client made with co.
+func countedClientStore(t *testing.T, co redisstore.RedisClientOptions, opts redisstore.RedisOptions) (*redisstore.RedisStore, *pipelineCounter) {
+	t.Helper()
+	client := redisstore.NewRedisClient(co)
 	h := &pipelineCounter{}
 	client.AddHook(h)
 	s := redisstore.NewRedisStore(client, opts)
@@ -125,51 +131,78 @@ func TestCoalesceBatchesConcurrentCalls(t *testing.T) {
 	}
 }
 
-// TestCoalesceAbandonedCallsNeverSent: calls whose deadline passes while
-// they wait behind a stuck pipeline return at their deadline and are
-// never sent; at most the call in flight consumes once Redis is back.
+// TestCoalesceAbandonedCallsNeverSent: calls queued behind a stuck
+// pipeline (Redis paused, one writer slot) return when their deadline
+// passes, while that pipeline is still stuck, and are never sent: the
+// first writer once Redis is back takes them from the queue with its own
+// call and skips them, so only the call that was in flight consumes.
+// Nothing is timed: the stuck call's deadline (and socket timeouts) are a
+// minute, the queued calls' deadline 60 ms, and a queued call that waited
+// for the stuck one would return after it.
 func TestCoalesceAbandonedCallsNeverSent(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	const timeout = 60 * time.Millisecond
-	s, _ := countedStore(t, srv.Addr, redisstore.RedisOptions{
-		Timeout:  timeout,
-		Coalesce: redisstore.CoalesceOptions{Writers: 1, MaxBatch: 1},
-	})
+	s, h := countedClientStore(t,
+		redisstore.RedisClientOptions{Addrs: []string{srv.Addr}, ReadTimeout: time.Minute, WriteTimeout: time.Minute},
+		redisstore.RedisOptions{Timeout: time.Minute, Coalesce: redisstore.CoalesceOptions{Writers: 1, MaxBatch: 16}})
 	it := tb(redistest.KeyPrefix(t)+"{stuck}k", 1, 100, time.Hour, 1)
 	peek := it
 	peek.Cost = 0
 	storetest.WarmUp(t, s, []ratelimit.Item{peek})
+	sent0 := h.cmds.Load()
 
 	srv.Pause()
+	stuckDone := make(chan struct{})
+	var stuck ratelimit.Decision
+	var stuckErr error
+	go func() {
+		defer close(stuckDone)
+		stuck, stuckErr = s.Decide(context.Background(), []ratelimit.Item{it})
+	}()
+	// Once its pipeline is sent, the stuck call holds the one writer slot.
+	for h.cmds.Load() == sent0 {
+		select {
+		case <-stuckDone:
+			srv.Resume()
+			t.Fatalf("a call to the paused Redis returned before it was sent: %v", stuckErr)
+		case <-time.After(time.Millisecond): // polling the hook's count
+		}
+	}
+
+	const queued = 9
+	var after atomic.Int64 // queued callers that returned after the stuck call
 	var wg sync.WaitGroup
-	var late atomic.Int64
-	for range 10 {
+	for range queued {
 		wg.Go(func() {
-			start := time.Now()
-			_, err := s.Decide(context.Background(), []ratelimit.Item{it})
-			if time.Since(start) > timeout+100*time.Millisecond {
-				late.Add(1)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+			defer cancel()
+			_, err := s.Decide(ctx, []ratelimit.Item{it})
+			select {
+			case <-stuckDone:
+				after.Add(1)
+			default:
 			}
 			if !errors.Is(err, ratelimit.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("err = %v, want ErrUnavailable wrapping DeadlineExceeded", err)
+				t.Errorf("queued call: err = %v, want ErrUnavailable wrapping DeadlineExceeded", err)
 			}
 		})
 	}
 	wg.Wait()
+	sentPaused := h.cmds.Load() - sent0
 	srv.Resume()
-	if late.Load() > 0 {
-		t.Errorf("%d callers returned well after their deadline", late.Load())
+	<-stuckDone
+	if n := after.Load(); n > 0 {
+		t.Errorf("%d of %d queued callers returned only after the stuck call (%v): they waited for it past their deadline", n, queued, stuckErr)
 	}
-	var rem int64
-	for range 20 { // the first calls after the resume may meet a dead connection
-		d, err := s.Decide(context.Background(), []ratelimit.Item{peek})
-		if err == nil {
-			rem = d.Results[0].Remaining
-			break
-		}
+	if sentPaused != 1 {
+		t.Errorf("%d calls sent while Redis was paused, want only the stuck one", sentPaused)
 	}
-	if rem < 99 {
-		t.Fatalf("remaining %d after 10 timed-out calls, want >= 99: abandoned calls were sent", rem)
+	if stuckErr != nil || !stuck.Allowed {
+		t.Fatalf("the stuck call once Redis was back: %+v, %v; want allowed", stuck, stuckErr)
+	}
+	rem := mustDecide(t, s, peek).Results[0].Remaining
+	if sent := h.cmds.Load() - sent0; rem != 99 || sent != 2 {
+		t.Fatalf("remaining %d after the stuck call and %d abandoned ones, %d calls sent with the peek; want 99 and 2: abandoned calls were sent",
+			rem, queued, sent)
 	}
 }
 
