@@ -171,28 +171,22 @@ func (k *SlotKeeper) Len() int {
 // RenewAll renews every held slot not yet found lost now: one Renew per
 // store, under ctx, and then reports the slots found lost (see
 // SlotKeeperOptions.Lost). It returns the first failure (see
-// SlotKeeperOptions.OnError).
+// SlotKeeperOptions.OnError). A store's reply that is not a Renewal of
+// its items (an index out of range, twice, or out of order) is that
+// store's failure, and reports nothing.
 func (k *SlotKeeper) RenewAll(ctx context.Context) error {
-	type slotRef struct {
-		h *Held
-		i int
-	}
-	type round struct {
-		items []Item
-		refs  []slotRef
-	}
 	k.mu.Lock()
-	by := map[Slots]*round{}
+	by := map[Slots]*renewRound{}
 	for h := range k.held {
 		r := by[h.slots]
 		if r == nil {
-			r = &round{}
+			r = &renewRound{}
 			by[h.slots] = r
 		}
 		for i, it := range h.items {
 			if h.lost == nil || !h.lost[i] {
 				r.items = append(r.items, it)
-				r.refs = append(r.refs, slotRef{h, i})
+				r.refs = append(r.refs, heldRef{h, i})
 			}
 		}
 	}
@@ -203,14 +197,7 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 		if len(r.items) == 0 {
 			continue
 		}
-		var rn Renewal
-		var err error
-		if rr, ok := s.(RenewReporter); ok {
-			rn, err = rr.RenewReport(ctx, r.items)
-		} else {
-			rn.Lost, err = s.Renew(ctx, r.items)
-		}
-		gone := rn.Lost
+		rn, err := renewWith(ctx, s, r.items)
 		if err != nil {
 			if k.opts.OnError != nil {
 				k.opts.OnError("renew", err)
@@ -219,41 +206,7 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 				first = err
 			}
 		}
-		k.mu.Lock()
-		var again []Item // the items of holders released meanwhile, not lost
-		for j, ref := range r.refs {
-			if _, held := k.held[ref.h]; !held {
-				if _, isLost := slices.BinarySearch(gone, j); !isLost {
-					again = append(again, r.items[j])
-				}
-			}
-		}
-		for _, j := range gone {
-			if j < 0 || j >= len(r.refs) {
-				continue
-			}
-			h, i := r.refs[j].h, r.refs[j].i
-			if _, held := k.held[h]; !held {
-				continue // released meanwhile: the release freed it
-			}
-			if h.lost == nil {
-				h.lost = make([]bool, len(h.items))
-			}
-			if !h.lost[i] {
-				h.lost[i] = true
-				lost = append(lost, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
-			}
-		}
-		for _, j := range rn.Retaken {
-			if j < 0 || j >= len(r.refs) {
-				continue
-			}
-			h, i := r.refs[j].h, r.refs[j].i
-			if _, held := k.held[h]; held {
-				retaken = append(retaken, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
-			}
-		}
-		k.mu.Unlock()
+		again := k.applyRenewal(r, rn, &lost, &retaken)
 		if len(again) > 0 {
 			// Released while the renewal ran: the renewal may have taken
 			// back a slot that the release had freed.
@@ -272,6 +225,56 @@ func (k *SlotKeeper) RenewAll(ctx context.Context) error {
 		k.opts.Retaken(retaken)
 	}
 	return first
+}
+
+// heldRef is item i of a Held.
+type heldRef struct {
+	h *Held
+	i int
+}
+
+// renewRound is one store's part of a RenewAll: the items renewed, and
+// whose each is.
+type renewRound struct {
+	items []Item
+	refs  []heldRef
+}
+
+// applyRenewal marks the slots that rn (checked: see Renewal.check) found
+// lost in r, appends those of holders still held to lost and those taken
+// back to retaken, and returns the items of holders released while the
+// renewal ran that it did not find lost: their release may have come
+// before the renewal took them back.
+func (k *SlotKeeper) applyRenewal(r *renewRound, rn Renewal, lost, retaken *[]LostSlot) (again []Item) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for j, ref := range r.refs {
+		if _, held := k.held[ref.h]; !held {
+			if _, isLost := slices.BinarySearch(rn.Lost, j); !isLost {
+				again = append(again, r.items[j])
+			}
+		}
+	}
+	for _, j := range rn.Lost {
+		h, i := r.refs[j].h, r.refs[j].i
+		if _, held := k.held[h]; !held {
+			continue // released meanwhile: the release freed it
+		}
+		if h.lost == nil {
+			h.lost = make([]bool, len(h.items))
+		}
+		if !h.lost[i] {
+			h.lost[i] = true
+			*lost = append(*lost, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
+		}
+	}
+	for _, j := range rn.Retaken {
+		h, i := r.refs[j].h, r.refs[j].i
+		if _, held := k.held[h]; held {
+			*retaken = append(*retaken, LostSlot{Owner: h.owner, Index: i, Item: h.items[i]})
+		}
+	}
+	return again
 }
 
 // loop renews every held slot each period, a third of the shortest Per

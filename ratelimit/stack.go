@@ -148,7 +148,10 @@ func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
 }
 
 // RenewReport is Renew, reporting the slots the backend took back too
-// (see RenewReporter; none when the backend's Slots is not one).
+// (see RenewReporter; none when the backend's Slots is not one). A reply
+// of the backend that is not a Renewal of items (an index out of range,
+// twice, or out of order) is its failure, wrapping ErrUnavailable, and
+// reports nothing.
 func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) {
 	if len(items) == 0 {
 		return Renewal{}, nil
@@ -157,13 +160,7 @@ func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) 
 	if !s.backendSlots() {
 		return Renewal{}, lerr
 	}
-	var remote Renewal
-	var err error
-	if rr, ok := s.slots.(RenewReporter); ok {
-		remote, err = rr.RenewReport(ctx, items)
-	} else {
-		remote.Lost, err = s.slots.Renew(ctx, items)
-	}
+	remote, err := renewWith(ctx, s.slots, items)
 	if lerr != nil {
 		return Renewal{}, errors.Join(err, lerr)
 	}
