@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,6 +47,9 @@ type Fallback struct {
 	local *MemoryStore
 	retry time.Duration
 	fleet func() int64
+	// localSlots is set, for good, before the first Concurrency item is
+	// decided on the local shares: until then they hold no slot.
+	localSlots atomic.Bool
 }
 
 // NewFallback puts a Fallback on inner, which it owns: Close closes it.
@@ -90,6 +94,9 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 		case it.OnError == OnErrorClosed && !it.Shadow:
 			d.Allowed, d.Unavailable, d.RetryAfter = false, true, f.retry
 		case it.OnError == OnErrorLocal:
+			if it.Algorithm == Concurrency && !f.localSlots.Load() {
+				f.localSlots.Store(true)
+			}
 			share := LocalShare(it.Limit, it.Algorithm, fleet, it.Cost)
 			local = append(local, Item{Key: it.Key, Algorithm: it.Algorithm, Limit: share, Cost: it.Cost, Shadow: it.Shadow, Holder: it.Holder})
 			at = append(at, i)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,5 +130,75 @@ func TestStackRefusesBadRenewals(t *testing.T) {
 				t.Errorf("RenewReport: %+v, %v; want nothing reported and ErrUnavailable", r, err)
 			}
 		})
+	}
+}
+
+// TestStackRenewsLocallyOnlyAfterLocalSlots: while the backend has taken
+// every slot, a Stack's renewal does no work in its local shares (it never
+// reads their clock). Once a slot was taken there (the backend failed),
+// it renews there too: a slot that only the local shares hold, and that
+// the backend, full, cannot take back, is not lost.
+func TestStackRenewsLocallyOnlyAfterLocalSlots(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: func() time.Time { return t0 }})
+	defer backend.Close()
+	var reads atomic.Int64
+	inner := &flakyStore{}
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Slots: backend, DenialCacheSize: -1,
+		Now: func() time.Time { reads.Add(1); return t0 }})
+	defer s.Close()
+	ctx := context.Background()
+	slot := func(holder string) ratelimit.Item {
+		it := hourSlot(holder)
+		it.Limit.Max, it.OnError = 3, ratelimit.OnErrorLocal
+		return it
+	}
+	remote := []ratelimit.Item{slot("a"), slot("b"), slot("c")}
+	if d, err := backend.Decide(ctx, remote); err != nil || !d.Allowed {
+		t.Fatalf("backend: %+v, %v", d, err)
+	}
+	reads.Store(0)
+	if r, err := s.RenewReport(ctx, remote); err != nil || r.Lost != nil || r.Retaken != nil {
+		t.Fatalf("RenewReport: %+v, %v; want nothing lost or taken back", r, err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("a renewal with no slot ever taken locally read the local clock %d times, want 0", n)
+	}
+
+	inner.set(errDown)
+	if d, err := s.Decide(ctx, []ratelimit.Item{slot("d")}); err != nil || !d.Allowed || d.Failure == nil {
+		t.Fatalf("d: %+v, %v; want admitted on the local share", d, err)
+	}
+	inner.set(nil)
+	reads.Store(0)
+	if r, err := s.RenewReport(ctx, append(remote, slot("d"))); err != nil || r.Lost != nil {
+		t.Errorf("RenewReport after a local slot: %+v, %v; want none lost", r, err)
+	}
+	if n := reads.Load(); n < 4 {
+		t.Errorf("a renewal after a local slot read the local clock %d times, want one per item", n)
+	}
+}
+
+// BenchmarkStackRenewReport renews 1000 slots held in a memory backend
+// through a Stack whose local shares never held one: one keeper round.
+func BenchmarkStackRenewReport(b *testing.B) {
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	defer backend.Close()
+	s := ratelimit.NewStack(backend, ratelimit.StackOptions{})
+	defer s.Close()
+	items := make([]ratelimit.Item, 1000)
+	for i := range items {
+		items[i] = hourSlot(fmt.Sprint(i))
+		items[i].Key, items[i].Limit.Max = fmt.Sprintf("{r}%d", i%100), 10
+	}
+	ctx := context.Background()
+	if d, err := backend.Decide(ctx, items); err != nil || !d.Allowed {
+		b.Fatalf("%+v, %v", d, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := s.RenewReport(ctx, items); err != nil || r.Lost != nil {
+			b.Fatalf("%+v, %v", r, err)
+		}
 	}
 }

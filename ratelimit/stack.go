@@ -151,13 +151,21 @@ func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
 // (see RenewReporter; none when the backend's Slots is not one). A reply
 // of the backend that is not a Renewal of items (an index out of range,
 // twice, or out of order) is its failure, wrapping ErrUnavailable, and
-// reports nothing.
+// reports nothing. While the backend is used, the local shares are
+// renewed only once a Concurrency item was decided there: before, they
+// hold no slot.
 func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) {
 	if len(items) == 0 {
 		return Renewal{}, nil
 	}
+	backend := s.backendSlots()
+	if backend && !s.top.localSlots.Load() {
+		// The local shares have never held a slot: renewing there would
+		// find each item gone, renew nothing and list every item.
+		return renewWith(ctx, s.slots, items)
+	}
 	local, lerr := s.top.local.renew(ctx, items, false)
-	if !s.backendSlots() {
+	if !backend {
 		return Renewal{}, lerr
 	}
 	remote, err := renewWith(ctx, s.slots, items)
