@@ -40,8 +40,13 @@ func storeFallback(t *testing.T, gw *gateway, d time.Duration) (all summary, by 
 	if s := by["closed"]; !s.only(503) || s.n == 0 {
 		t.Errorf("fail-closed route: %s, want 503 only", s.mix())
 	}
-	if s := by["local"]; !s.only(200, 429) || s.admitted != localBurst/2 {
-		t.Errorf("fail-local route: %s, %d admitted, want exactly the share %d then 429", s.mix(), s.admitted, localBurst/2)
+	// A busy machine may send too few requests in d to use up the share:
+	// then nothing is denied yet.
+	switch s := by["local"]; {
+	case !s.only(200, 429) || s.admitted > localShare || s.status[429] > 0 && s.admitted != localShare:
+		t.Errorf("fail-local route: %s, %d admitted, want exactly the share %d then 429", s.mix(), s.admitted, localShare)
+	case s.status[429] == 0:
+		proctest.Overrun(t, "fail-local route: only %d requests in %v, too few to use up the share %d", s.n, d, localShare)
 	}
 	return all, by
 }

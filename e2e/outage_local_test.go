@@ -20,15 +20,15 @@ type localTally struct {
 	store, fallback map[int]int // by status
 }
 
-// tallyLocal sorts the answered outcomes of /local that keep selects by
-// tenant (API key) and decider. An answer that advertises neither the
-// burst nor the share fails t: it says nothing of what decided it.
-func tallyLocal(t *testing.T, outs []outcome, keep func(outcome) bool) map[string]*localTally {
+// tallyLocal sorts the answered outcomes of /local by tenant (API key)
+// and decider. An answer that advertises neither the burst nor the share
+// fails t: it says nothing of what decided it.
+func tallyLocal(t *testing.T, outs []outcome) map[string]*localTally {
 	t.Helper()
 	by := map[string]*localTally{}
 	bad := 0
 	for _, o := range outs {
-		if o.label != "local" || o.status == 0 || !keep(o) {
+		if o.label != "local" || o.status == 0 {
 			continue
 		}
 		lt := by[o.key]
@@ -67,7 +67,7 @@ func tallyLocal(t *testing.T, outs []outcome, keep func(outcome) bool) map[strin
 // working, not over-admission.
 func checkLocalShares(t *testing.T, gw *gateway, outs []outcome, storeFills int) {
 	t.Helper()
-	tenants := tallyLocal(t, outs, func(outcome) bool { return true })
+	tenants := tallyLocal(t, outs)
 	keys := make([]string, 0, len(tenants))
 	seen := 0
 	for k, lt := range tenants {
