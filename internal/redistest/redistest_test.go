@@ -1,13 +1,22 @@
 package redistest
 
 import (
+	"io"
+	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-func TestMain(m *testing.M) { os.Exit(RunMain(m)) }
+func TestMain(m *testing.M) {
+	if to := os.Getenv("REDISTEST_PROXY_TO"); to != "" {
+		os.Exit(proxy(to, os.Args))
+	}
+	os.Exit(RunMain(m))
+}
 
 func TestStandaloneLifecycle(t *testing.T) {
 	start := time.Now()
@@ -125,5 +134,65 @@ func TestTLSAndPassword(t *testing.T) {
 	noCert.tls.Certificates = nil
 	if _, err := noCert.Do("PING"); err == nil {
 		t.Fatal("PING without a client certificate answered")
+	}
+}
+
+// TestWrappedStartRetries: a server started under a wrapper command is
+// retried on other ports when its start fails, as any server is: here the
+// wrapper's first run exits at once (as redis-server does when its port
+// was taken), or puts another server on the port (a proxy to one), which
+// the harness must not take for its own. Shutdown then stops the server
+// cleanly.
+func TestWrappedStartRetries(t *testing.T) {
+	other := StartStandalone(t)
+	for _, c := range []struct{ name, first string }{
+		{"exits", `exit 1`},
+		{"other_server", `REDISTEST_PROXY_TO=` + other.Addr + ` exec "` + os.Args[0] + `" "$@"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs := filepath.Join(t.TempDir(), "runs")
+			script := `r=$1; shift; echo run >> "$r"; if [ "$(wc -l < "$r")" -eq 1 ]; then ` + c.first + `; fi; exec "$@"`
+			s := StartStandaloneWith(t, Options{Wrap: []string{"sh", "-c", script, "wrapper", runs}})
+			if b, _ := os.ReadFile(runs); strings.Count(string(b), "run") != 2 {
+				t.Errorf("the wrapper ran %d times, want 2 (a failed start, then the server)", strings.Count(string(b), "run"))
+			}
+			if s.MustDo(t, "SET", "k", "v"); other.MustDo(t, "GET", "k") != nil {
+				t.Error("the harness took the other server for its own")
+			}
+			s.Shutdown(t, StartTimeout)
+			if _, err := s.Do("PING"); err == nil {
+				t.Error("PING answered after Shutdown")
+			}
+		})
+	}
+}
+
+// proxy is the test binary run as a wrapper (see TestWrappedStartRetries)
+// in place of redis-server: it listens on the port of redis-server's
+// arguments and forwards every connection to the server at to.
+func proxy(to string, args []string) int {
+	i := slices.Index(args, "--port")
+	if i < 0 || i+1 >= len(args) {
+		return 2
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+args[i+1])
+	if err != nil {
+		return 1
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 1
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() { _, _ = io.Copy(u, c) }()
+			_, _ = io.Copy(c, u)
+		}()
 	}
 }

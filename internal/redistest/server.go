@@ -11,6 +11,7 @@ package redistest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +47,10 @@ type Server struct {
 	// started with Options (AUTH after connecting; TLS instead of TCP).
 	password string
 	tls      *tls.Config
+	// wrap and startTimeout are Options.Wrap and Options.StartTimeout
+	// (0: the package's StartTimeout).
+	wrap         []string
+	startTimeout time.Duration
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -85,6 +92,16 @@ type Options struct {
 	// own (a later argument overrides an earlier one), such as
 	// "--rename-command", "FCALL", "" for a server without FCALL.
 	Args []string
+	// Wrap, when set, is a command that runs the server: redis-server's
+	// path and arguments are appended to it, as in valgrind
+	// --tool=callgrind. It must run redis-server in its own process
+	// (valgrind does; a shell script must exec it). A start that fails
+	// (its port taken meanwhile) is retried on other ports, as always.
+	Wrap []string
+	// StartTimeout bounds how long each start may take until the server
+	// answers PING; 0 means the package's StartTimeout. A server under
+	// valgrind needs a minute or more on a busy machine.
+	StartTimeout time.Duration
 }
 
 // StartStandaloneWith starts an empty standalone server set up as o says
@@ -121,9 +138,11 @@ func newServerWith(bin, dir string, cluster bool, o Options) (*Server, error) {
 			return nil, err
 		}
 		s := &Server{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-			dir:  dir,
-			port: ports[0],
+			Addr:         net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+			dir:          dir,
+			port:         ports[0],
+			wrap:         o.Wrap,
+			startTimeout: o.StartTimeout,
 		}
 		s.args = []string{
 			"--port", strconv.Itoa(s.port),
@@ -187,13 +206,18 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// launch starts the process and waits until it answers PING.
+// launch starts the process and waits until it answers PING, as itself:
+// a server that another process started on the same port in the meantime
+// is not taken for it.
 func (s *Server) launch(bin string) error {
 	// The log file is appended to across restarts; start each run clean.
 	logPath := filepath.Join(s.dir, "redis.log")
 	_ = os.Remove(logPath)
 	_ = os.Remove(filepath.Join(s.dir, "nodes.conf"))
 	cmd := exec.Command(bin, s.args...)
+	if len(s.wrap) > 0 {
+		cmd = exec.Command(s.wrap[0], slices.Concat(s.wrap[1:], []string{bin}, s.args)...)
+	}
 	cmd.SysProcAttr = procAttr()
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
@@ -208,7 +232,11 @@ func (s *Server) launch(bin string) error {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	if err := waitPing(s.ping, done, StartTimeout); err != nil {
+	err := waitPing(s.ping, done, cmp.Or(s.startTimeout, StartTimeout))
+	if err == nil {
+		err = s.checkPID(cmd.Process.Pid)
+	}
+	if err != nil {
 		_ = cmd.Process.Kill()
 		<-done
 		log, _ := os.ReadFile(logPath)
@@ -261,6 +289,48 @@ func (s *Server) ping() error {
 		return fmt.Errorf("PING answered %v", r)
 	}
 	return nil
+}
+
+// checkPID fails unless the server that answers on s.Addr runs as
+// process pid.
+func (s *Server) checkPID(pid int) error {
+	info, err := s.Do("INFO", "server")
+	if err != nil {
+		return err
+	}
+	str, _ := info.(string)
+	for _, line := range strings.Split(str, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("the server on %s is process %s, not the one started (%d)", s.Addr, v, pid)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("INFO server of %s has no process_id", s.Addr)
+}
+
+// Shutdown stops the server as SHUTDOWN NOSAVE does, so that it exits
+// cleanly (and a Wrap such as valgrind writes its output), and waits up
+// to timeout for the process to exit; past that it kills it and fails tb.
+// It panics on the shared server.
+func (s *Server) Shutdown(tb testing.TB, timeout time.Duration) {
+	if s.shared {
+		panic("redistest: Shutdown on the shared server; start a private one with StartStandalone")
+	}
+	tb.Helper()
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	_, _ = s.Do("SHUTDOWN", "NOSAVE") // the connection drops
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.kill()
+		tb.Fatalf("redistest: %s did not exit within %v of SHUTDOWN", s.Addr, timeout)
+	}
 }
 
 // Do sends one command to the server on a fresh connection and returns the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,13 +41,12 @@ func BenchmarkRedisServerInstructions(b *testing.B) {
 	if err != nil {
 		b.Skip("valgrind not on PATH")
 	}
-	server := redistest.RedisServerPath(b)
 	for _, mode := range []string{"fcall", "evalsha"} {
 		for _, n := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/items=%d", mode, n), func(b *testing.B) {
 				const few, many = 200, 1200
-				lo := callgrindRun(b, valgrind, server, mode == "evalsha", n, few)
-				hi := callgrindRun(b, valgrind, server, mode == "evalsha", n, many)
+				lo := callgrindRun(b, valgrind, mode == "evalsha", n, few)
+				hi := callgrindRun(b, valgrind, mode == "evalsha", n, many)
 				b.ReportMetric(float64(hi-lo)/(many-few), "instructions/decision")
 			})
 		}
@@ -58,40 +56,13 @@ func BenchmarkRedisServerInstructions(b *testing.B) {
 // callgrindRun starts redis-server under callgrind, makes decisions
 // decisions of items token buckets each (as EVALSHA when evalsha is set),
 // stops the server and returns the instructions it executed in all.
-func callgrindRun(b *testing.B, valgrind, server string, evalsha bool, items, decisions int) int64 {
-	dir := b.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	out := filepath.Join(dir, "callgrind.out")
-	cmd := exec.Command(valgrind, "--tool=callgrind", "--callgrind-out-file="+out, server,
-		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	exited := false
-	defer func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	addr := "127.0.0.1:" + port
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) { // valgrind starts slowly
-		if c, err := net.Dial("tcp", addr); err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Since(start) > 2*time.Minute {
-			b.Fatal("redis-server under valgrind did not listen in 2 minutes")
-		}
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+func callgrindRun(b *testing.B, valgrind string, evalsha bool, items, decisions int) int64 {
+	out := filepath.Join(b.TempDir(), "callgrind.out")
+	srv := redistest.StartStandaloneWith(b, redistest.Options{
+		Wrap:         []string{valgrind, "--tool=callgrind", "--callgrind-out-file=" + out},
+		StartTimeout: 2 * time.Minute, // valgrind starts slowly
+	})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
 	ctx := context.Background()
 	if err := client.Ping(ctx).Err(); err != nil {
 		b.Fatal(err)
@@ -110,14 +81,8 @@ func callgrindRun(b *testing.B, valgrind, server string, evalsha bool, items, de
 			b.Fatalf("decide: %+v, %v", d, err)
 		}
 	}
-	_ = client.Do(ctx, "shutdown", "nosave").Err() // the connection drops
 	_ = s.Close()
-	select {
-	case <-done:
-		exited = true
-	case <-time.After(2 * time.Minute):
-		b.Fatal("redis-server under valgrind did not exit")
-	}
+	srv.Shutdown(b, 2*time.Minute)
 	f, err := os.Open(out)
 	if err != nil {
 		b.Fatal(err)
