@@ -32,10 +32,10 @@ func (s *RedisStore) Release(ctx context.Context, items []ratelimit.Item) error 
 		it.Cost = 1
 		one[i] = it
 	}
-	_, _, _, errs, b := s.slotCalls(ctx, modeRefund, one)
-	for _, err := range errs {
+	sent := s.slotCalls(ctx, modeRefund, one)
+	for _, err := range sent.errs {
 		if err != nil {
-			return ratelimit.Unavailable("release", withDeadline(b, err))
+			return ratelimit.Unavailable("release", withDeadline(sent.bound, err))
 		}
 	}
 	return nil
@@ -67,16 +67,16 @@ func (s *RedisStore) RenewReport(ctx context.Context, items []ratelimit.Item) (r
 	if err := ratelimit.CheckSlotItems(items); err != nil {
 		return ratelimit.Renewal{}, err
 	}
-	groups, idx, vals, errs, b := s.slotCalls(ctx, modeRenew, items)
+	sent := s.slotCalls(ctx, modeRenew, items)
 	var r ratelimit.Renewal
 	var failed error
-	for g, gr := range groups {
-		err := errs[g]
+	for g, gr := range sent.groups {
+		err := sent.errs[g]
 		if err == nil {
-			err = renewalOf(vals[g], idx[gr.lo:gr.hi], &r)
+			err = renewalOf(sent.vals[g], sent.idx[gr.lo:gr.hi], &r)
 		}
 		if err != nil && failed == nil {
-			failed = withDeadline(b, err)
+			failed = withDeadline(sent.bound, err)
 		}
 	}
 	slices.Sort(r.Lost)
@@ -87,13 +87,24 @@ func (s *RedisStore) RenewReport(ctx context.Context, items []ratelimit.Item) (r
 	return r, nil
 }
 
+// slotReplies is what slotCalls sent and got back.
+type slotReplies struct {
+	// groups are the calls' items, as ranges of idx (see slotGroups).
+	groups []group
+	idx    []int
+	// vals and errs are each call's reply or error.
+	vals []any
+	errs []error
+	// bound is the deadline they ran under.
+	bound bound
+}
+
 // slotCalls sends items in script calls of mode, grouped by slotGroups,
-// together, under one Timeout, and returns the groups, the layout of their
-// items, each call's reply or error and the bound they ran under.
-func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelimit.Item) ([]group, []int, []any, []error, bound) {
+// together, under one Timeout.
+func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelimit.Item) slotReplies {
 	b := newBound(ctx, s.opts.Timeout)
 	if len(items) == 0 {
-		return nil, nil, nil, nil, b
+		return slotReplies{bound: b}
 	}
 	nowUS, useNow := s.now()
 	idx := make([]int, len(items))
@@ -104,7 +115,7 @@ func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelim
 		calls[g].build(mode, nowUS, useNow, items, idx[gr.lo:gr.hi], nil)
 	}
 	vals, errs := s.exchange(calls)
-	return groups, idx, vals, errs, b
+	return slotReplies{groups: groups, idx: idx, vals: vals, errs: errs, bound: b}
 }
 
 // renewalOf checks a renewal reply for the items idx, one flag each (1
