@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,26 +65,54 @@ func countedClientStore(t *testing.T, co redisstore.RedisClientOptions, opts red
 
 // TestCoalesceLoneCallsGoAlone: calls made one after another each go out
 // in a pipeline of their own, at once (a writer never waits for company).
+//
+// Nothing is timed. The store runs in a synctest bubble, whose clock moves
+// only while every goroutine in it waits on a timer, a sleep or a channel;
+// waiting on Redis's reply is network I/O, which does not move it. So the
+// bubble's clock standing still across the calls shows that none of them
+// waited for a batch to fill or for a timer, however slow the machine.
 func TestCoalesceLoneCallsGoAlone(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	s, h := countedStore(t, srv.Addr, redisstore.RedisOptions{Timeout: time.Second})
-	it := tb(redistest.KeyPrefix(t)+"{lone}k", 1000, 1000, time.Second, 1)
-	storetest.WarmUp(t, s, []ratelimit.Item{it})
-	p0 := h.pipelines.Load()
-	const n = 50
-	start := time.Now()
-	for range n {
-		mustDecide(t, s, it)
-	}
-	elapsed := time.Since(start)
-	if got := h.pipelines.Load() - p0; got != n {
-		t.Fatalf("%d sequential decisions went out in %d pipelines, want %d", n, got, n)
-	}
-	// A writer that waited for a batch to fill (or for a timer) would add
-	// at least its wait to each call; a round trip here is well under 1ms.
-	if per := elapsed / n; per > 5*time.Millisecond {
-		t.Fatalf("sequential decisions took %v each", per)
-	}
+	prefix := redistest.KeyPrefix(t)
+	inBubble(t, func(t *testing.T) {
+		client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}})
+		h := &pipelineCounter{}
+		client.AddHook(h)
+		s := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: time.Second})
+		defer func() { _ = s.Close() }()
+		it := tb(prefix+"{lone}k", 1000, 1000, time.Second, 1)
+		storetest.WarmUp(t, s, []ratelimit.Item{it})
+		p0, c0 := h.pipelines.Load(), h.cmds.Load()
+		const n = 50
+		start := time.Now()
+		for range n {
+			mustDecide(t, s, it)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("%d sequential decisions waited %v on timers: a lone call waited for company", n, waited)
+		}
+		if pipes, cmds := h.pipelines.Load()-p0, h.cmds.Load()-c0; pipes != n || cmds != n {
+			t.Fatalf("%d sequential decisions went out as %d calls in %d pipelines, want %d in %d", n, cmds, pipes, n, n)
+		}
+	})
+}
+
+// inBubble runs f in a synctest bubble (see synctest.Test) with every
+// sync.Pool emptied before and after: the store and go-redis pool objects
+// that hold channels and timers (script calls, go-redis's timers), and a
+// bubble's channels and timers must not be used outside it, nor another
+// bubble's inside. Two collections empty a pool (the first moves its items
+// aside, the second drops them), and no other test runs meanwhile: the
+// package's tests are not parallel.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	runtime.GC()
+	runtime.GC()
+	defer func() {
+		runtime.GC()
+		runtime.GC()
+	}()
+	synctest.Test(t, f)
 }
 
 // TestCoalesceBatchesConcurrentCalls: concurrent decisions share
