@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // waitFor bounds how long a test waits for something that should happen at
@@ -101,7 +102,7 @@ func TestBodyLimitIsExact(t *testing.T) {
 				t.Errorf("exactly max_body_bytes (chunked %v): upstream read %d bytes, %v", chunked, r.n, r.err)
 			}
 		case <-time.After(waitFor):
-			t.Fatal("the upstream never reported")
+			proctest.FatalOverrun(t, "the upstream did not report the body it read within %v", waitFor)
 		}
 	}
 
@@ -122,7 +123,7 @@ func TestBodyLimitIsExact(t *testing.T) {
 				t.Errorf("chunked %d bytes: upstream read %d bytes, err %v; want an incomplete body of at most %d", size, r.n, r.err, limit)
 			}
 		case <-time.After(waitFor):
-			t.Fatal("the upstream never reported")
+			proctest.FatalOverrun(t, "the upstream did not report the body it read within %v", waitFor)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
@@ -84,7 +85,7 @@ func TestRetiredStoreClosesAfterGrace(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for stores.opened[0].closes.Load() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("deadline: the retired store was not closed 10s after its 1ms grace")
+			proctest.FatalOverrun(t, "the retired store was not closed 10s after its 1ms grace")
 		}
 		time.Sleep(time.Millisecond) // polling the timer's effect; there is no clock to inject into time.AfterFunc
 	}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // serve runs f's gateway on real listeners and returns the public and admin
@@ -89,7 +91,7 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 		}
 		c.Close()
 		if time.Now().After(deadline) {
-			t.Fatal("listener still accepts during shutdown")
+			proctest.FatalOverrun(t, "the listener still accepted connections 5 s after shutdown began")
 		}
 		time.Sleep(10 * time.Millisecond) // polling the listener's state, not synchronizing
 	}

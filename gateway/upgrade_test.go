@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/upgradetest"
 )
 
@@ -124,7 +125,7 @@ func TestWebSocketOnAWebSocketRoute(t *testing.T) {
 	deadline := time.Now().Add(waitFor)
 	for !strings.Contains(logs.String(), `"route":"ws","status":101`) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no access line with status 101 after the tunnel closed:\n%s", logs.String())
+			proctest.FatalOverrun(t, "no access line with status 101 within %v of the tunnel closing:\n%s", waitFor, logs.String())
 		}
 		time.Sleep(5 * time.Millisecond) // the line is written when the tunnel's copy ends
 	}
@@ -181,7 +182,7 @@ func TestWebSocketMetrics(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s after the tunnel closed:\n%s", want, body)
+			proctest.FatalOverrun(t, "no %s within %v of the tunnel closing:\n%s", want, waitFor, body)
 		}
 		time.Sleep(5 * time.Millisecond) // the request is recorded when the tunnel's copy ends
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // resettingUpstream resets every connection until healthy is set, then
@@ -136,7 +138,7 @@ func TestShedFreeTierWhileEnterprisePasses(t *testing.T) {
 	select {
 	case <-o.upstream.arrived:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the held request did not reach the upstream")
+		proctest.FatalOverrun(t, "the held request did not reach the upstream within 10 s")
 	}
 	w := o.do("GET", "/v1/open", bearer(freeKey), nil)
 	problemBody(t, w, http.StatusServiceUnavailable, codeOverloaded)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // getStatus sends GET path to the fixture and returns status and body.
@@ -125,7 +127,7 @@ func TestTimeoutIs504Manual(t *testing.T) {
 	select {
 	case <-arrived:
 	case <-time.After(waitFor):
-		t.Fatal("request never reached the upstream")
+		proctest.FatalOverrun(t, "the request did not reach the upstream within %v", waitFor)
 	}
 	if n := clock.fire(); n != 1 {
 		t.Fatalf("fired %d timers, want 1", n)
@@ -136,7 +138,7 @@ func TestTimeoutIs504Manual(t *testing.T) {
 			t.Errorf("got %d %q, want 504", r.status, r.body)
 		}
 	case <-time.After(waitFor):
-		t.Fatal("no answer after the timeout fired")
+		proctest.FatalOverrun(t, "no answer within %v of the timeout firing", waitFor)
 	}
 	wantOneError(t, f, http.StatusGatewayTimeout, CodeTimeout)
 }
@@ -170,7 +172,7 @@ func TestClientGoneIs499(t *testing.T) {
 	select {
 	case <-arrived:
 	case <-time.After(waitFor):
-		t.Fatal("request never reached the upstream")
+		proctest.FatalOverrun(t, "the request did not reach the upstream within %v", waitFor)
 	}
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -180,7 +182,7 @@ func TestClientGoneIs499(t *testing.T) {
 	select {
 	case <-upCanceled:
 	case <-time.After(waitFor):
-		t.Fatal("the upstream request was not canceled")
+		proctest.FatalOverrun(t, "the upstream request was not canceled within %v", waitFor)
 	}
 	wantOneError(t, f, StatusClientClosedRequest, CodeClientClosed)
 	if n := failures.Load(); n != 0 {
@@ -253,7 +255,7 @@ func TestClientAbortsUploadIs499(t *testing.T) {
 	select {
 	case <-bodyStarted:
 	case <-time.After(waitFor):
-		t.Fatal("the body never reached the upstream")
+		proctest.FatalOverrun(t, "the body did not reach the upstream within %v", waitFor)
 	}
 	conn.Close()
 	f.waitServed(t)

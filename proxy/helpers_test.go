@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/syncbuf"
 )
 
@@ -94,7 +95,7 @@ func (f *fixture) waitServed(t *testing.T) {
 	select {
 	case <-f.served:
 	case <-time.After(waitFor):
-		t.Fatal("the proxy handler did not return")
+		proctest.FatalOverrun(t, "the proxy handler did not return within %v", waitFor)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/upgradetest"
 	"github.com/quotagate/quotagate/usage"
 )
@@ -42,7 +43,7 @@ func (w *watcher) result(t *testing.T) usage.Result {
 	case r := <-w.results:
 		return r
 	case <-time.After(waitFor):
-		t.Fatal("done was not called")
+		proctest.FatalOverrun(t, "done was not called within %v", waitFor)
 		return usage.Result{}
 	}
 }
@@ -216,7 +217,7 @@ func waitArrival(t *testing.T, arrived <-chan struct{}) {
 	select {
 	case <-arrived:
 	case <-time.After(waitFor):
-		t.Fatal("request never reached the upstream")
+		proctest.FatalOverrun(t, "the request did not reach the upstream within %v", waitFor)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 var tiers = []string{"enterprise", "pro", "free", "anonymous"}
@@ -167,7 +169,7 @@ func TestShedderOverRealUpstream(t *testing.T) {
 	select {
 	case <-arrived:
 	case <-time.After(waitFor):
-		t.Fatal("the gated request did not reach the upstream")
+		proctest.FatalOverrun(t, "the gated request did not reach the upstream within %v", waitFor)
 	}
 	resp := get("/fast", "free")
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // postStatus posts body to path through f and returns the status.
@@ -92,7 +94,7 @@ func TestOnFailureWritten(t *testing.T) {
 			select {
 			case <-gone:
 			case <-time.After(waitFor):
-				t.Error("the upstream never read the first part")
+				proctest.Overrun(t, "the upstream did not read the first part within %v", waitFor)
 			}
 			return 0, io.EOF
 		}), strings.NewReader("the rest"))

@@ -14,6 +14,8 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // otlpReceiver is an in-test OTLP/HTTP trace endpoint that decodes what
@@ -124,7 +126,7 @@ routes: [{name: items.get, method: GET, path: "/items/{id}", upstream: up, polic
 		span = rc.find("quotagate.stage.global")
 	}
 	if span == nil {
-		t.Fatal("no denied global-stage span arrived")
+		proctest.FatalOverrun(t, "no denied global-stage span arrived within 10 s")
 	}
 	attrs := map[string]string{}
 	for _, a := range span.Attributes {

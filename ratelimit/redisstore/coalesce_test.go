@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
@@ -256,7 +257,7 @@ func TestCoalesceClosedStore(t *testing.T) {
 		if !errors.Is(err, ratelimit.ErrUnavailable) {
 			t.Fatalf("Decide after Close: %v, want ErrUnavailable", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Decide after Close hung")
+	case <-time.After(missAfter):
+		proctest.FatalOverrun(t, "Decide after Close had not returned after %v", missAfter)
 	}
 }
