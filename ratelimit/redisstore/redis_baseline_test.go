@@ -16,9 +16,8 @@ import (
 // decision as the store benchmarks (two token buckets of 1,000,000 units,
 // cost 1, on the server clock), on keys spread over 1000 random tags.
 func baselineArgs() []string {
-	item := []string{"1", "1000000", "1000000", "1000000", "1", "0", "0", "0", "0", "0", ""}
-	args := []string{"fcall", libraryName, "2", "{t__rand_int__}:tenant", "{t__rand_int__}:route:transfers", modeDecide, ""}
-	return append(append(args, item...), item...)
+	item := "1,1000000,1000000,1000000,1,0,0,0,0,0"
+	return []string{"fcall", libraryName, "2", "{t__rand_int__}:tenant", "{t__rand_int__}:route:transfers", modeDecide, "", item, item}
 }
 
 // BenchmarkRedisBaseline runs redis-benchmark with 16-command pipelines

@@ -130,6 +130,76 @@ return out`)
 	}
 }
 
+// TestLuaDivisions checks the scripts' fdiv and cdiv, which divide with
+// the % operator, against big.Int on a real Redis, over the whole range
+// the scripts use: dividends up to 2^53 in magnitude (cdiv takes negative
+// ones), divisors from 1 to 2^53 - 1.
+func TestLuaDivisions(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := redis.NewScript(string(prelude) + `
+local out = {}
+for i = 1, #ARGV, 2 do
+  local a, b = tonumber(ARGV[i]), tonumber(ARGV[i+1])
+  local f = -1
+  if a >= 0 then f = fdiv(a, b) end
+  out[#out + 1] = f
+  out[#out + 1] = cdiv(a, b)
+end
+return out`)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	const maxExactF = int64(1) << 53
+	rng := rand.New(rand.NewPCG(3, 4))
+	edge := []int64{0, 1, 2, 3, 7, 999, 1000, 1_000_000, 3_600_000_000, maxExactF - 1, maxExactF, maxExactF / 3, maxExactF/3 + 1, 1 << 40}
+	pick := func() int64 {
+		switch rng.IntN(4) {
+		case 0:
+			return edge[rng.IntN(len(edge))]
+		case 1:
+			return rng.Int64N(1 << 20)
+		}
+		return rng.Int64N(maxExactF + 1)
+	}
+	var args []any
+	var want []int64
+	for range 4000 {
+		a, b := pick(), pick()
+		if b == 0 || b == maxExactF {
+			b = 1
+		}
+		if rng.IntN(4) == 0 {
+			a = -a
+		}
+		f := int64(-1)
+		if a >= 0 {
+			f = a / b
+		}
+		q, m := new(big.Int).DivMod(big.NewInt(a), big.NewInt(b), new(big.Int)) // Euclidean: floor for b > 0
+		if m.Sign() != 0 {
+			q.Add(q, big.NewInt(1))
+		}
+		args = append(args, a, b)
+		want = append(want, f, q.Int64())
+	}
+	got, err := script.Run(context.Background(), c, nil, args...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			op := "fdiv"
+			if i%2 == 1 {
+				op = "cdiv"
+			}
+			t.Errorf("%s(%v, %v) = %d, want %d", op, args[i/2*2], args[i/2*2+1], got[i], want[i])
+		}
+	}
+}
+
 // TestScriptCallReuse: a call rebuilt for other items (other values, other
 // shapes) sends exactly the arguments a fresh call would, of the same
 // types.
@@ -171,17 +241,36 @@ func TestScriptCallReuse(t *testing.T) {
 			}
 		}
 	}
-	// The layout the script reads: name, digest, numkeys, keys, mode, now, items
-	// (the last value of an item is its holder, "" but for concurrency).
-	c := &scriptCall{}
-	c.build(modeDecide, 0, false, []ratelimit.Item{a}, []int{0}, nil)
-	want := []any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", int(ratelimit.TokenBucket), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(1), 0, int64(0), int64(0), int64(0), int64(0), ""}
-	if len(c.args) != len(want) {
-		t.Fatalf("args %#v, want %#v", c.args, want)
-	}
-	for i := range want {
-		if c.args[i] != want[i] {
-			t.Errorf("arg %d = %#v, want %#v", i, c.args[i], want[i])
+	// The layout the script reads: name, digest, numkeys, keys, mode, now,
+	// one spec per item, then the holders when an item names one.
+	conc := ratelimit.Item{Key: "{t1}c", Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 3, Per: time.Minute}, Cost: 1, Holder: "h1"}
+	for _, c := range []struct {
+		name  string
+		mode  string
+		items []ratelimit.Item
+		want  []int64
+		args  []any
+	}{
+		{"one bucket", modeDecide, []ratelimit.Item{a}, nil,
+			[]any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0,0"}},
+		{"shadow log, reserving bucket", modeEval, []ratelimit.Item{b, a}, []int64{0, 7},
+			[]any{"evalsha", decideScript.Hash(), 2, "{t2}b", "{t1}a", "e", "", "4,300,60000000,0,2,1,0,0,0,0", "1,1000000,1000000,1000000,1,0,7,0,0,0"}},
+		{"holders", modeDecide, []ratelimit.Item{a, conc}, nil,
+			[]any{"evalsha", decideScript.Hash(), 2, "{t1}a", "{t1}c", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0,0", "5,3,60000000,0,1,0,0,0,0,0", "", "h1"}},
+	} {
+		call := &scriptCall{}
+		idx := make([]int, len(c.items))
+		for i := range idx {
+			idx[i] = i
+		}
+		call.build(c.mode, 0, false, c.items, idx, c.want)
+		if len(call.args) != len(c.args) {
+			t.Fatalf("%s: args %#v, want %#v", c.name, call.args, c.args)
+		}
+		for i := range c.args {
+			if call.args[i] != c.args[i] {
+				t.Errorf("%s: arg %d = %#v, want %#v", c.name, i, call.args[i], c.args[i])
+			}
 		}
 	}
 }

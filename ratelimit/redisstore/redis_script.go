@@ -31,6 +31,8 @@ var luaOrder = []string{
 	"lua/slidingwindow.lua",
 	"lua/slidinglog.lua",
 	"lua/concurrency.lua",
+	"lua/items.lua",
+	"lua/state.lua",
 }
 
 const luaEntry = "lua/dispatch.lua"
@@ -40,7 +42,10 @@ const luaEntry = "lua/dispatch.lua"
 // point. Run sends EVALSHA and, when the server does not know the digest
 // (after a restart or SCRIPT FLUSH), EVAL with the source, which also
 // caches it again.
-var decideScript = redis.NewScript(assembleBody() + "return decide(KEYS, ARGV)\n")
+// Before Redis 5 a script that reads TIME and then writes must ask to be
+// replicated by its effects; functions always are.
+var decideScript = redis.NewScript(assembleBody() +
+	"if redis.replicate_commands then redis.replicate_commands() end\nreturn decide(KEYS, ARGV)\n")
 
 // assembleBody returns the source that the script and the function library
 // share: the prelude and algorithms, then the local function
@@ -76,9 +81,6 @@ const (
 	modeSettle = "s"
 )
 
-// argsPerItem is the number of ARGV values that describe one item.
-const argsPerItem = 11
-
 // valuesPerResult is the number of integers the script returns per item:
 // allowed, remaining, retry (µs), reset (µs), remaining and reset as they
 // were before this call consumed anything, the units taken, and the
@@ -90,16 +92,29 @@ const valuesPerResult = 8
 var decideSHA any = decideScript.Hash()
 
 // build sets the call's EVALSHA arguments for the items of one group:
-// KEYS, then ARGV = mode, now ("" for the server clock), and argsPerItem
-// values per item. want, when not nil, holds per batch item the units to
-// reserve (see DecideReserve); 0 means the item's cost.
+// KEYS, then ARGV = mode, now ("" for the server clock), each item's spec
+// (see specFields) and, when an item names a Holder (and mode is not
+// settle), each item's holder. want, when not nil, holds per batch item
+// the units to reserve (see DecideReserve); 0 means the item's cost.
 //
-// A reused call keeps the boxed values of its previous command where they
-// are unchanged (typically the limits of the same policies), so that it
-// rebuilds a command without allocating for them.
+// A reused call keeps its previous command's spec texts and boxed values
+// where they are unchanged (typically the limits of the same policies), so
+// that it rebuilds a command without allocating for them.
 func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) {
 	n := len(idx)
-	size := 3 + n + 2 + argsPerItem*n
+	holders := false
+	if mode != modeSettle {
+		for _, j := range idx {
+			if items[j].Holder != "" {
+				holders = true
+				break
+			}
+		}
+	}
+	size := 5 + 2*n
+	if holders {
+		size += n
+	}
 	if cap(c.args) < size {
 		c.args = append(make([]any, 0, size), c.args...)
 	}
@@ -121,34 +136,47 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 	}
 	for i, j := range idx {
 		it := items[j]
-		shadow := 0
+		f := specFields{algorithm: int64(it.Algorithm), rate: rateArg(it), per: it.Limit.Per.Microseconds(),
+			burst: burstArg(it), cost: it.Cost}
 		if it.Shadow {
-			shadow = 1
+			f.shadow = 1
 		}
-		var w int64
 		if want != nil {
-			w = want[j]
+			f.want = want[j]
 		}
-		p := 5 + n + argsPerItem*i
-		c.setInt(p, int(it.Algorithm))
-		c.setInt64(p+1, rateArg(it))
-		c.setInt64(p+2, it.Limit.Per.Microseconds())
-		c.setInt64(p+3, burstArg(it))
-		c.setInt64(p+4, it.Cost)
-		c.setInt(p+5, shadow)
-		c.setInt64(p+6, w)
-		var cs, ce, cn int64
 		if cal := it.Limit.Calendar; cal.Set() {
 			if !calRead {
 				calNow, calRead = time.Now().UnixMicro(), true
 			}
-			cs, ce, cn = calendarArgs(cal, calNow)
+			f.cs, f.ce, f.cn = calendarArgs(cal, calNow)
 		}
-		c.setInt64(p+7, cs)
-		c.setInt64(p+8, ce)
-		c.setInt64(p+9, cn)
-		c.setString(p+10, it.Holder)
+		var buf [specMax]byte
+		c.setBytes(5+n+i, f.appendText(buf[:0]))
+		if holders {
+			c.setString(5+2*n+i, it.Holder)
+		}
 	}
+}
+
+// specFields are the values of one item's spec, in the order of its text.
+type specFields struct {
+	algorithm, rate, per, burst, cost, shadow, want, cs, ce, cn int64
+}
+
+// specMax is the longest spec text: ten signed 64-bit integers in
+// decimal and nine commas.
+const specMax = 10*20 + 9
+
+// appendText appends the spec of an item as the script reads it
+// (lua/items.lua): the values in decimal, separated by commas.
+func (f specFields) appendText(b []byte) []byte {
+	for k, v := range [...]int64{f.algorithm, f.rate, f.per, f.burst, f.cost, f.shadow, f.want, f.cs, f.ce, f.cn} {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return b
 }
 
 // rateArg is the script's rate argument of it: the rate, or for
@@ -197,16 +225,10 @@ func calendarArgs(c ratelimit.Calendar, nowUS int64) (start, end, next int64) {
 	return start, end, next
 }
 
-// setInt, setInt64 and setString set argument p to v, keeping the boxed
-// value already there when it is equal.
+// setInt, setString and setBytes set argument p to v (setBytes: to v's
+// text), keeping the boxed value already there when it is equal.
 func (c *scriptCall) setInt(p int, v int) {
 	if old, ok := c.args[p].(int); !ok || old != v {
-		c.args[p] = v
-	}
-}
-
-func (c *scriptCall) setInt64(p int, v int64) {
-	if old, ok := c.args[p].(int64); !ok || old != v {
 		c.args[p] = v
 	}
 }
@@ -214,6 +236,12 @@ func (c *scriptCall) setInt64(p int, v int64) {
 func (c *scriptCall) setString(p int, v string) {
 	if old, ok := c.args[p].(string); !ok || old != v {
 		c.args[p] = v
+	}
+}
+
+func (c *scriptCall) setBytes(p int, v []byte) {
+	if old, ok := c.args[p].(string); !ok || old != string(v) {
+		c.args[p] = string(v)
 	}
 }
 

@@ -50,6 +50,7 @@ local function earliest(s)
 end
 
 ALGORITHMS[5] = {
+  holds = true, -- items name their holder in lim.holder
   load = function(key, lim, now)
     local s = {now = now, n = 0, add = {}, rem = {}}
     if not key then return s end
@@ -103,7 +104,7 @@ ALGORITHMS[5] = {
     end
     for _, h in ipairs(s.rem) do redis.call('ZREM', key, h) end
     for _, a in ipairs(s.add) do redis.call('ZADD', key, a[2], a[1]) end
-    if not keep_ttl and s.last then expire_us(key, s.last - s.now) end
+    if not keep_ttl and s.last then expire_us(key, s.last - s.now, lim.ttl_memo) end
   end,
 
   -- Refunding a slot is releasing it: its holder's member goes (from a

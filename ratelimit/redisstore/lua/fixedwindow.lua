@@ -23,7 +23,7 @@ end
 ALGORITHMS[2] = {
   load = function(key, lim, now)
     if lim.ce and lim.ce > 0 then return load_calendar(key, lim, now) end
-    local into = math.fmod(now, lim.per)
+    local into = now % lim.per
     local w = (now - into) / lim.per
     local s = {now = now, w = w, window = w, count = 0, kept = false}
     local v = hget_numbers(key, 'a', 'w', 'n', 'p')
@@ -56,7 +56,7 @@ ALGORITHMS[2] = {
       if l < 1 then l = 1 end
       return l
     end
-    return (s.window - s.w) * lim.per + lim.per - math.fmod(s.now, lim.per)
+    return (s.window - s.w) * lim.per + lim.per - s.now % lim.per
   end,
 
   report = function(s, lim, cost, allowed)
@@ -82,7 +82,7 @@ ALGORITHMS[2] = {
     local p = lim.per
     if s.cal then p = s.p end
     redis.call('HSET', key, 'a', 2, 'w', s.window, 'n', s.count, 'p', p)
-    if not keep_ttl then expire_us(key, ALGORITHMS[2].left(s, lim)) end
+    if not keep_ttl then expire_us(key, ALGORITHMS[2].left(s, lim), lim.ttl_memo) end
   end,
 
   give = function(s, lim, cost)

@@ -2,14 +2,21 @@
 --
 -- Lua numbers are doubles: integers are exact below 2^53, and every value
 -- kept or compared here stays below that bound (the Go side validates
--- limits so that Burst*Per and Rate*Per are at most 2^53). Divisions use
--- math.fmod, which is exact, so quotients are exact too.
+-- limits so that Burst*Per and Rate*Per are at most 2^53).
+--
+-- Divisions use the % operator, a % b = a - floor(a / b) * b, which is
+-- exact for integers 0 <= a <= 2^53 and 0 < b < 2^53: the rounded
+-- quotient a / b can only reach the next integer q + 1 when the true
+-- quotient is within half a unit in the last place below it, which needs
+-- a > 2^53, so floor(a / b) is the true quotient and the product and
+-- difference are exact integers (TestLuaDivisions checks this). (math.fmod is exact too, but a call of a C function
+-- costs the Lua VM as much as some 30 of its own instructions.)
 
 local MAX_EXACT = 9007199254740992 -- 2^53
 
 -- floor(a / b) for a >= 0, b > 0.
 local function fdiv(a, b)
-  return (a - math.fmod(a, b)) / b
+  return (a - a % b) / b
 end
 
 -- ceil(a / b) for b > 0 and any integer a.
@@ -19,7 +26,7 @@ local function cdiv(a, b)
     if q == 0 then return 0 end
     return -q
   end
-  local r = math.fmod(a, b)
+  local r = a % b
   local q = (a - r) / b
   if r > 0 then q = q + 1 end
   return q
@@ -34,8 +41,8 @@ local function muldiv(a, b, c)
   -- Multiply in base 2^16 limbs (little-endian), then divide bit by bit.
   local A, B, P = {}, {}, {0, 0, 0, 0, 0, 0, 0, 0}
   for i = 1, 4 do
-    A[i] = math.fmod(a, 65536); a = (a - A[i]) / 65536
-    B[i] = math.fmod(b, 65536); b = (b - B[i]) / 65536
+    A[i] = a % 65536; a = (a - A[i]) / 65536
+    B[i] = b % 65536; b = (b - B[i]) / 65536
   end
   for i = 1, 4 do
     for j = 1, 4 do P[i + j - 1] = P[i + j - 1] + A[i] * B[j] end
@@ -43,7 +50,7 @@ local function muldiv(a, b, c)
   local carry = 0
   for k = 1, 8 do
     local v = P[k] + carry
-    P[k] = math.fmod(v, 65536)
+    P[k] = v % 65536
     carry = (v - P[k]) / 65536
   end
   local q, rem = 0, 0
@@ -74,31 +81,41 @@ local function int_text(x)
   return string.format('%d', x)
 end
 
--- tonumber(s) for arguments that repeat from call to call (an item's
--- algorithm, a policy's rate, per and burst, a cost), remembered so that
--- each distinct text is parsed (strtod) once. A function library keeps
--- the table between calls (an EVALSHA script starts it empty each call);
--- it is emptied when it holds 4096 texts, so it stays small whatever the
--- callers send.
-local num_cache, num_cached = {}, 0
-local function cached_number(s)
-  local v = num_cache[s]
-  if v == nil then
-    v = tonumber(s)
-    if v ~= nil then
-      if num_cached >= 4096 then num_cache, num_cached = {}, 0 end
-      num_cache[s], num_cached = v, num_cached + 1
-    end
-  end
-  return v
+-- int_text(x) through a memo of one value, memo.text_of and memo.text:
+-- writing the same number as the last time costs a comparison instead of
+-- a formatting (a call of a C function, which costs the Lua VM as much as
+-- some 30 of its own instructions). A parsed item's lim serves as the memo
+-- (see items.lua): the level a token bucket keeps after one admission from
+-- full, and the time to live that follows, are the same for every key of
+-- a policy.
+local function memo_text(x, memo)
+  if memo.text_of == x then return memo.text end
+  local t = int_text(x)
+  memo.text_of, memo.text = x, t
+  return t
+end
+
+-- The time (µs) of the call being run and its decimal text, as the entry
+-- point read them (TIME's reply, or the caller's argument), so that the
+-- time is written without formatting it again.
+local call_now, call_now_text = 0, '0'
+
+-- ZEROS[k] pads a number of k < 6 digits to 6.
+local ZEROS = {'00000', '0000', '000', '00', '0', ''}
+
+-- int_text(x) for a time x (µs), usually the call's own.
+local function time_text(x)
+  if x == call_now then return call_now_text end
+  return int_text(x)
 end
 
 -- Sets the key's time to live to us microseconds rounded up to whole
--- milliseconds, at least 1 ms.
-local function expire_us(key, us)
+-- milliseconds, at least 1 ms; memo is a memo_text memo of its own for
+-- the text of the milliseconds.
+local function expire_us(key, us, memo)
   local ms = cdiv(us, 1000)
   if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', key, int_text(ms))
+  redis.call('PEXPIRE', key, memo_text(ms, memo))
 end
 
 -- Reads a hash's fields as numbers; a missing field is nil. A nil key
@@ -132,6 +149,8 @@ end
 --                                capacity, to what the reservation made
 --                                at at (µs; 0 unknown) charged, a charge
 --                                even past it (debt); true when s changed
--- lim has fields rate, per (µs), burst; s carries the time it was
--- normalised to as s.now.
+--   holds                        optional: true when an item names the
+--                                holder of a slot, in lim.holder
+-- lim has fields rate, per (µs), burst and more (see items.lua); s
+-- carries the time it was normalised to as s.now.
 local ALGORITHMS = {}

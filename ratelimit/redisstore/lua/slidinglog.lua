@@ -74,7 +74,7 @@ ALGORITHMS[4] = {
     end
     if s.stale then redis.call('DEL', key) end
     redis.call('HSET', key, 'a', 4, 'p', lim.per, 'e', cmsgpack.pack(flat))
-    if not keep_ttl then expire_us(key, s.at[n] + lim.per - s.real) end
+    if not keep_ttl then expire_us(key, s.at[n] + lim.per - s.real, lim.ttl_memo) end
   end,
 
   give = function(s, lim, cost)

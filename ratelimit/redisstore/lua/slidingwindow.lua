@@ -95,7 +95,7 @@ ALGORITHMS[3] = {
     local out = {}
     for i = first, #s.c do out[#out + 1] = string.format('%d', s.c[i]) end
     redis.call('HSET', key, 'a', 3, 'p', lim.per, 'n', lim.burst, 'w', s.k, 'b', table.concat(out, ','))
-    if not keep_ttl then expire_us(key, ALGORITHMS[3].left(s, lim)) end
+    if not keep_ttl then expire_us(key, ALGORITHMS[3].left(s, lim), lim.ttl_memo) end
   end,
 
   -- Refund: the cost comes off the buckets, newest first, never below 0.

@@ -3,14 +3,26 @@
 
 ALGORITHMS[1] = {
   load = function(key, lim, now)
-    local cap = lim.burst * lim.per
-    local s = {cap = cap, now = now, level = cap, stamp = now}
-    local v = hget_numbers(key, 'a', 'l', 's', 'p')
-    s.stale = v[1] ~= nil and v[1] ~= 1
-    if v[1] ~= 1 or not v[2] or not v[3] or not v[4] or v[4] <= 0 then
-      return s -- absent (or written by another algorithm): full
+    local cap = lim.cap
+    local s = {cap = cap, now = now, level = cap, stamp = now, stale = false, same = false}
+    if not key then return s end
+    local v = redis.call('HMGET', key, 'a', 'l', 's', 'p')
+    -- Every version writes a as '1' and p as per's integer text, so that
+    -- the usual state is recognised without parsing them.
+    local a = v[1]
+    if a ~= '1' then
+      a = a and tonumber(a) -- false when absent, nil when not a number
+      if a then s.stale = a ~= 1 end
+      if a ~= 1 then return s end -- absent (or another algorithm's): full
     end
-    local level, stamp, per = v[2], v[3], v[4]
+    local per = v[4]
+    if per == lim.per_text then
+      per = lim.per
+    else
+      per = per and tonumber(per)
+    end
+    local level, stamp = v[2] and tonumber(v[2]), v[3] and tonumber(v[3])
+    if not level or not stamp or not per or per <= 0 then return s end
     s.same = per == lim.per -- a and p hold what save would write
     -- A level below 0 is a debt (a settlement charged past the bucket),
     -- kept down to cap - 2^53 so that every sum below stays exact. A
@@ -27,10 +39,21 @@ ALGORITHMS[1] = {
     else
       stamp = now
     end
-    if elapsed >= cdiv(cap - level, lim.rate) then
+    -- Full once elapsed reaches ceil((cap - level) / rate). The divisions
+    -- here and in report are written out: they run on every decision, and
+    -- a Lua function call costs as much as some 7 of the VM's instructions.
+    local rate, need = lim.rate, cap - level
+    if need <= 0 then
       level = cap
     else
-      level = level + elapsed * lim.rate
+      local r = need % rate
+      local until_full = (need - r) / rate
+      if r > 0 then until_full = until_full + 1 end
+      if elapsed >= until_full then
+        level = cap
+      else
+        level = level + elapsed * rate
+      end
     end
     s.level, s.stamp = level, stamp
     return s
@@ -51,13 +74,21 @@ ALGORITHMS[1] = {
   end,
 
   report = function(s, lim, cost, allowed)
-    local retry = 0
-    if not allowed then retry = cdiv(cost * lim.per - s.level, lim.rate) end
-    local reset = 0
-    if s.level < s.cap then reset = cdiv(s.cap - s.level, lim.rate) end
-    local debt = 0
-    if s.level < 0 then debt = cdiv(-s.level, lim.per) end
-    return ALGORITHMS[1].avail(s, lim), retry, reset, debt
+    local level, per, rate = s.level, lim.per, lim.rate
+    local avail, retry, reset, debt = 0, 0, 0, 0
+    if not allowed then retry = cdiv(cost * per - level, rate) end
+    if level > 0 then
+      avail = (level - level % per) / per -- as avail
+    elseif level < 0 then
+      debt = cdiv(-level, per)
+    end
+    local need = s.cap - level
+    if need > 0 then
+      local r = need % rate
+      reset = (need - r) / rate
+      if r > 0 then reset = reset + 1 end
+    end
+    return avail, retry, reset, debt
   end,
 
   save = function(key, s, lim, keep_ttl)
@@ -67,16 +98,16 @@ ALGORITHMS[1] = {
     end
     if s.same then
       -- Only the level and the stamp change; a and p stay as they are.
-      redis.call('HSET', key, 'l', int_text(s.level), 's', int_text(s.stamp))
+      redis.call('HSET', key, 'l', memo_text(s.level, lim.level_memo), 's', time_text(s.stamp))
     else
       if s.stale then redis.call('DEL', key) end
-      redis.call('HSET', key, 'a', '1', 'l', int_text(s.level), 's', int_text(s.stamp), 'p', int_text(lim.per))
+      redis.call('HSET', key, 'a', '1', 'l', memo_text(s.level, lim.level_memo), 's', time_text(s.stamp), 'p', lim.per_text)
     end
     -- Full again reset µs after the stamp, which is ahead of now when the
     -- clock went back.
     local ahead = s.stamp - s.now
     if ahead < 0 then ahead = 0 end
-    if not keep_ttl then expire_us(key, cdiv(s.cap - s.level, lim.rate) + ahead) end
+    if not keep_ttl then expire_us(key, cdiv(s.cap - s.level, lim.rate) + ahead, lim.ttl_memo) end
   end,
 
   give = function(s, lim, cost)

@@ -1,0 +1,169 @@
+-- The working states of one call's keys, and what the modes do with them.
+-- These functions are built once when the library loads (a script builds
+-- them on every call); a call passes them its own tables.
+--
+-- An item is {alg, lim, cost, shadow, want} (see dispatch.lua). A working
+-- state is {alg, lim, s, dirty}: the algorithm and limit it was loaded or
+-- last changed with, the algorithm's state, and whether the call changed
+-- it.
+
+-- The working state of key for item it. work maps the call's keys to their
+-- working states and order lists the keys in the order they were first
+-- loaded. A key whose working state belongs to another algorithm is read
+-- afresh, as absent when that state was changed in this call.
+local function state_for(work, order, key, it, now)
+  local w = work[key]
+  if w and w.alg == it.alg then return w end
+  local fresh = {alg = it.alg, lim = it.lim, s = false, dirty = false}
+  if w and w.dirty then
+    -- Keep the changed state unless this item changes the key in turn.
+    fresh.s = it.alg.load(nil, it.lim, now)
+    fresh.s.stale = true
+    return fresh
+  end
+  fresh.s = it.alg.load(key, it.lim, now)
+  if not w then order[#order + 1] = key end
+  work[key] = fresh
+  return fresh
+end
+
+-- Saves the changed working states of work, in order; keep_ttl keeps each
+-- key's expiry.
+local function save_changed(work, order, keep_ttl)
+  for k = 1, #order do
+    local key = order[k]
+    local w = work[key]
+    if w.dirty then w.alg.save(key, w.s, w.lim, keep_ttl) end
+  end
+end
+
+-- Refund ('r') and settle ('s'): applies change(it, s) to the state of
+-- each of the n items (true when it changed the state) and saves the
+-- changed keys, keeping their expiry when keep_ttl.
+local function adjust(keys, items, n, now, change, keep_ttl)
+  local work, order = {}, {}
+  for i = 1, n do
+    local it = items[i]
+    local w = state_for(work, order, keys[i], it, now)
+    if it.cost ~= 0 and change(it, w.s) then
+      w.dirty, w.lim = true, it.lim
+      work[keys[i]] = w
+    end
+  end
+  save_changed(work, order, keep_ttl)
+  return {1}
+end
+
+local function refund_item(it, s)
+  return it.cost > 0 and it.alg.give(s, it.lim, it.cost)
+end
+
+local function settle_item(it, s)
+  return it.alg.settle(s, it.lim, it.cost, it.want)
+end
+
+-- Judges item it against its state s: whether it fits, and if so takes
+-- its units (its cost, or for a reservation up to want) from s. Writes the
+-- item's eight reply values after reply[o] as if the group is admitted
+-- (see dispatch.lua) and returns whether it fits and the units it took.
+local function judge(it, s, reply, o)
+  local alg, lim, cost = it.alg, it.lim, it.cost
+  local allowed = alg.fits(s, lim, cost)
+  local rem0, retry, reset0, debt = alg.report(s, lim, cost, allowed)
+  local rem1, reset1, taken = rem0, reset0, 0
+  if allowed and cost > 0 then
+    taken = cost
+    if it.want > cost and alg.avail then
+      local a = alg.avail(s, lim)
+      if a > it.want then a = it.want end
+      if a > taken then taken = a end
+    end
+    alg.take(s, lim, taken)
+    local _
+    rem1, _, reset1 = alg.report(s, lim, cost, true)
+  end
+  local a = 0
+  if allowed then a = 1 end
+  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = a, rem1, retry, reset1
+  reply[o + 5], reply[o + 6], reply[o + 7], reply[o + 8] = rem0, reset0, taken, debt or 0
+  return allowed, taken
+end
+
+-- Tables that a call fills and gives up when it ends, kept from call to
+-- call so that a call allocates none (each allocation is work for the
+-- Lua garbage collector too): the call's items, the replies of decide and
+-- evaluate by number of items (up to 16), and the state each item took
+-- from. A call overwrites every entry it reads, and Redis has turned a
+-- reply into its answer before the next call begins.
+local call_items, replies, took = {}, {}, {}
+
+-- An array of 2 + 8 * n zeros, the reply of n items.
+local function reply_of(n)
+  local r = replies[n]
+  if r then return r end
+  r = {}
+  for k = 1, 2 + 8 * n do r[k] = 0 end
+  if n <= 16 then replies[n] = r end
+  return r
+end
+
+-- Decide ('d') and evaluate ('e') of the n items: judges them in order
+-- and, when every non-shadow item fits and commit is set, saves what they
+-- took. Returns the reply (see dispatch.lua).
+local function decide_items(keys, items, n, now, commit)
+  local admitted = 1
+  local reply = reply_of(n)
+  -- Keys that appear once (the usual batch) need no table of states by
+  -- key: each item's state is its own.
+  local distinct = true
+  for i = 2, n do
+    local k = keys[i]
+    for j = 1, i - 1 do
+      if keys[j] == k then distinct = false end
+    end
+  end
+  local work, order
+  local taken_by = took
+  if distinct then
+    for i = 1, n do
+      local it = items[i]
+      local s = it.alg.load(keys[i], it.lim, now)
+      local allowed, taken = judge(it, s, reply, 1 + (i - 1) * 8)
+      if not allowed and not it.shadow then admitted = 0 end
+      taken_by[i] = taken > 0 and s
+    end
+  else
+    work, order = {}, {}
+    for i = 1, n do
+      local it = items[i]
+      local w = state_for(work, order, keys[i], it, now)
+      local allowed, taken = judge(it, w.s, reply, 1 + (i - 1) * 8)
+      if not allowed and not it.shadow then admitted = 0 end
+      if taken > 0 then
+        w.dirty, w.lim = true, it.lim
+        work[keys[i]] = w
+      end
+    end
+  end
+  if not commit then admitted = 0 end
+
+  if admitted == 1 then
+    if distinct then
+      for i = 1, n do
+        local s = taken_by[i]
+        if s then items[i].alg.save(keys[i], s, items[i].lim, false) end
+      end
+    else
+      save_changed(work, order, false)
+    end
+  else
+    -- Nothing was consumed: remaining and reset as before, nothing taken.
+    for i = 1, n do
+      local o = 1 + (i - 1) * 8
+      reply[o + 2], reply[o + 4], reply[o + 7] = reply[o + 5], reply[o + 6], 0
+    end
+  end
+  reply[1] = admitted
+  reply[1 + n * 8 + 1] = now
+  return reply
+end
