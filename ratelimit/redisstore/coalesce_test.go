@@ -68,8 +68,9 @@ func countedClientStore(t *testing.T, co redisstore.RedisClientOptions, opts red
 // in a pipeline of their own, at once (a writer never waits for company).
 //
 // Nothing is timed. The store runs in a synctest bubble, whose clock moves
-// only while every goroutine in it waits on a timer, a sleep or a channel;
-// waiting on Redis's reply is network I/O, which does not move it. So the
+// only when every goroutine in it is blocked on a timer, a sleep or a
+// channel; waiting for Redis's reply is network I/O, which does not move
+// it. So the
 // bubble's clock standing still across the calls shows that none of them
 // waited for a batch to fill or for a timer, however slow the machine.
 func TestCoalesceLoneCallsGoAlone(t *testing.T) {
@@ -99,12 +100,13 @@ func TestCoalesceLoneCallsGoAlone(t *testing.T) {
 }
 
 // inBubble runs f in a synctest bubble (see synctest.Test) with every
-// sync.Pool emptied before and after: the store and go-redis pool objects
-// that hold channels and timers (script calls, go-redis's timers), and a
-// bubble's channels and timers must not be used outside it, nor another
-// bubble's inside. Two collections empty a pool (the first moves its items
-// aside, the second drops them), and no other test runs meanwhile: the
-// package's tests are not parallel.
+// sync.Pool emptied before and after. The store pools its script calls
+// and go-redis its timers, and both hold channels or timers, which must
+// not be used outside the bubble that made them: emptying the pools keeps
+// earlier objects out of this bubble and its objects out of later tests.
+// Two collections empty a pool (the first moves its items aside, the
+// second drops them). No other test runs meanwhile: the package's tests
+// are not parallel.
 func inBubble(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	runtime.GC()
