@@ -251,15 +251,19 @@ func (sf *settleFixture) postBody(t *testing.T, n int, path string, body io.Read
 }
 
 // send sends req to the gateway and returns its response and body once
-// its settlement is done.
+// its settlement is done. A body that breaks off fails the test: its
+// settlement is then not the one the test wants to see.
 func (sf *settleFixture) send(t *testing.T, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s %s: status %d, body broke off after %q: %v", req.Method, req.URL.Path, resp.StatusCode, b, err)
+	}
 	sf.gw.settling.Wait()
 	return resp, string(b)
 }

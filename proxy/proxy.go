@@ -244,6 +244,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			if setHeaders != nil {
 				setHeaders(pr.Out)
 			}
+			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength)
 			if watch != nil && watch(pr.In) {
 				pr.Out = watchWrite(pr.Out)
 			}

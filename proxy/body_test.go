@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lateBody is an inbound request body whose reads past its length (the
+// transport's check that nothing follows) wait until gate closes, as the
+// transport's write does when its goroutine runs late.
+type lateBody struct {
+	io.ReadCloser
+	left int64
+	gate <-chan struct{}
+}
+
+func (b *lateBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		select {
+		case <-b.gate:
+		case <-time.After(waitFor):
+		}
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// TestRequestBodyReadAfterResponseStarts: the front server closes the
+// inbound body when the response starts, and the transport may only then
+// make its last read of a request body of known length (to check that
+// nothing follows). The stream from the upstream must go on to its end,
+// and the request counts as written.
+func TestRequestBodyReadAfterResponseStarts(t *testing.T) {
+	firstSeen := make(chan struct{}) // the client has the first event
+	writeOK := make(chan struct{})   // the transport wrote the whole request
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, err := io.ReadAll(r.Body); err != nil || string(b) != `{"max_tokens":300}` {
+			t.Errorf("upstream got body %q, %v", b, err)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-writeOK:
+			io.WriteString(w, "data: two\n\n")
+		case <-r.Context().Done(): // the proxy closed the connection
+		case <-time.After(waitFor):
+		}
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	transport := NewTransport(TransportOptions{})
+	t.Cleanup(transport.CloseIdleConnections)
+	h, err := newHandler(Upstream{Name: "test", URL: u}, Options{Transport: transport}, stdAfterFunc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = &lateBody{ReadCloser: r.Body, left: r.ContentLength, gate: firstSeen}
+		trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+			wrote <- info.Err
+			if info.Err == nil {
+				close(writeOK)
+			}
+		}}
+		h.ServeHTTP(w, r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
+	}))
+	t.Cleanup(front.Close)
+
+	resp, err := http.Post(front.URL+"/v1/chat", "application/json", strings.NewReader(`{"max_tokens":300}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var first strings.Builder
+	for first.Len() == 0 || !strings.HasSuffix(first.String(), "\n\n") {
+		line, err := br.ReadString('\n')
+		first.WriteString(line)
+		if err != nil {
+			t.Fatalf("first event: %q, %v", first.String(), err)
+		}
+	}
+	close(firstSeen)
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "data: two\n\n" {
+		t.Errorf("after the first event: %q, %v; want the second event and the end", rest, err)
+	}
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Errorf("writing the request: %v, want it written whole", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the transport never finished writing the request")
+	}
+}
+
+// TestSizedBody: a body of known length passes exactly that many bytes,
+// the last with io.EOF, and never reads the inbound body past them; a
+// shorter inbound body still ends short, so that the transport reports
+// the mismatch.
+func TestSizedBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		n        int64
+		want     string
+		reads    int // reads of the inbound body
+	}{
+		{"exact", "abcdef", 6, "abcdef", 3},
+		{"longer inbound", "abcdefgh", 6, "abcdef", 3},
+		{"shorter inbound", "abcd", 6, "abcd", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &countingReader{r: strings.NewReader(tc.in)}
+			b := sizeBody(io.NopCloser(in), tc.n)
+			var got []byte
+			buf := make([]byte, 2)
+			for {
+				n, err := b.Read(buf)
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if string(got) != tc.want || in.reads != tc.reads {
+				t.Errorf("got %q in %d inbound reads, want %q in %d", got, in.reads, tc.want, tc.reads)
+			}
+			reads := in.reads
+			if n, err := b.Read(buf); n != 0 || err != io.EOF {
+				t.Errorf("read after the end: %d, %v; want 0, EOF", n, err)
+			}
+			if int64(len(got)) == tc.n && in.reads != reads {
+				t.Error("the read after the end read the inbound body")
+			}
+		})
+	}
+	if b := sizeBody(http.NoBody, 0); b != http.NoBody {
+		t.Errorf("length 0: %T, want the body itself", b)
+	}
+}
+
+// countingReader counts the reads of r.
+type countingReader struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.reads++
+	return c.r.Read(p)
+}
