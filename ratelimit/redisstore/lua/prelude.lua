@@ -137,11 +137,13 @@ end
 --                                another algorithm wrote the key
 --   fits(s, lim, cost) -> bool
 --   take(s, lim, cost)           consume cost
---   avail(s, lim) -> units       optional: whole units available now, so
---                                that an item can reserve a block
 --   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us, debt
 --                                (debt: units owed beyond empty after a
 --                                settlement; optional, nil is 0)
+--   judge(it, s, reply, o) -> allowed, taken  in place of the three above:
+--                                what state.lua's judge does with them,
+--                                and reserving up to it.want (see
+--                                dispatch.lua)
 --   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
 --   give(s, lim, cost) -> bool   refund cost; true when s changed
 --   settle(s, lim, delta, at) -> bool  apply a signed settlement (see

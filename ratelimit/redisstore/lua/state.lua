@@ -63,21 +63,18 @@ local function settle_item(it, s)
 end
 
 -- Judges item it against its state s: whether it fits, and if so takes
--- its units (its cost, or for a reservation up to want) from s. Writes the
--- item's eight reply values after reply[o] as if the group is admitted
--- (see dispatch.lua) and returns whether it fits and the units it took.
+-- its units (its cost, or for a reservation up to want, which only an
+-- algorithm's own judge can do) from s. Writes the item's eight reply
+-- values after reply[o] as if the group is admitted (see dispatch.lua)
+-- and returns whether it fits and the units it took.
 local function judge(it, s, reply, o)
   local alg, lim, cost = it.alg, it.lim, it.cost
+  if alg.judge then return alg.judge(it, s, reply, o) end
   local allowed = alg.fits(s, lim, cost)
   local rem0, retry, reset0, debt = alg.report(s, lim, cost, allowed)
   local rem1, reset1, taken = rem0, reset0, 0
   if allowed and cost > 0 then
     taken = cost
-    if it.want > cost and alg.avail then
-      local a = alg.avail(s, lim)
-      if a > it.want then a = it.want end
-      if a > taken then taken = a end
-    end
     alg.take(s, lim, taken)
     local _
     rem1, _, reset1 = alg.report(s, lim, cost, true)

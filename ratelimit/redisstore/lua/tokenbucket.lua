@@ -59,26 +59,16 @@ ALGORITHMS[1] = {
     return s
   end,
 
-  fits = function(s, lim, cost)
-    return s.level >= cost * lim.per
-  end,
-
-  take = function(s, lim, cost)
-    s.level = s.level - cost * lim.per
-  end,
-
-  -- Whole units available now.
-  avail = function(s, lim)
-    if s.level <= 0 then return 0 end
-    return fdiv(s.level, lim.per)
-  end,
-
-  report = function(s, lim, cost, allowed)
-    local level, per, rate = s.level, lim.per, lim.rate
+  -- judge (see state.lua) in one function: fits, report, take and report
+  -- again would be a call of a Lua function each.
+  judge = function(it, s, reply, o)
+    local lim, cost = it.lim, it.cost
+    local per, rate, level = lim.per, lim.rate, s.level
+    local allowed = level >= cost * per
     local avail, retry, reset, debt = 0, 0, 0, 0
     if not allowed then retry = cdiv(cost * per - level, rate) end
     if level > 0 then
-      avail = (level - level % per) / per -- as avail
+      avail = (level - level % per) / per
     elseif level < 0 then
       debt = cdiv(-level, per)
     end
@@ -88,7 +78,31 @@ ALGORITHMS[1] = {
       reset = (need - r) / rate
       if r > 0 then reset = reset + 1 end
     end
-    return avail, retry, reset, debt
+    local a, rem1, reset1, taken = 0, avail, reset, 0
+    if allowed then
+      a = 1
+      if cost > 0 then
+        -- A reservation takes what the bucket holds, up to want, never
+        -- less than cost (which fits: avail >= cost).
+        taken = cost
+        local want = it.want
+        if want > cost then
+          taken = avail
+          if taken > want then taken = want end
+          if taken < cost then taken = cost end
+        end
+        level = level - taken * per
+        s.level = level
+        rem1 = avail - taken -- level stays >= 0 and drops by whole units
+        need = s.cap - level
+        local r = need % rate
+        reset1 = (need - r) / rate
+        if r > 0 then reset1 = reset1 + 1 end
+      end
+    end
+    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = a, rem1, retry, reset1
+    reply[o + 5], reply[o + 6], reply[o + 7], reply[o + 8] = avail, reset, taken, debt
+    return allowed, taken
   end,
 
   save = function(key, s, lim, keep_ttl)
