@@ -25,18 +25,28 @@ ALGORITHMS[2] = {
     if lim.ce and lim.ce > 0 then return load_calendar(key, lim, now) end
     local into = now % lim.per
     local w = (now - into) / lim.per
-    local s = {now = now, w = w, window = w, count = 0, kept = false}
-    local v = hget_numbers(key, 'a', 'w', 'n', 'p')
-    s.stale = v[1] ~= nil and v[1] ~= 2
-    if v[1] ~= 2 or not v[2] or not v[3] or v[4] ~= lim.per then
+    local s = {now = now, w = w, window = w, count = 0, kept = false, stale = false, same = false}
+    if not key then return s end
+    local v = redis.call('HMGET', key, 'a', 'w', 'n', 'p')
+    -- Every version writes a as '2' and p as per's integer text, so that
+    -- the usual state is recognised without parsing them.
+    local a = v[1]
+    if a ~= '2' then
+      a = a and tonumber(a) -- false when absent, nil when not a number
+      if a then s.stale = a ~= 2 end
+      if a ~= 2 then return s end
+    end
+    local p = v[4]
+    local stored, count = v[2] and tonumber(v[2]), v[3] and tonumber(v[3])
+    if not stored or not count or p ~= lim.per_text and not (p and tonumber(p) == lim.per) then
       -- Absent, written by another algorithm, or counted on the grid of
       -- another window length: start afresh.
       return s
     end
-    local stored = v[2]
     if stored >= w then
-      -- Same window, or the clock went back: keep the stored window.
-      s.window, s.count, s.kept = stored, v[3], true
+      -- Same window, or the clock went back: keep the stored window, whose
+      -- a, w and p are what save would write.
+      s.window, s.count, s.kept, s.same = stored, count, true, true
     end
     return s
   end,
@@ -78,10 +88,14 @@ ALGORITHMS[2] = {
       redis.call('DEL', key)
       return
     end
-    if s.stale then redis.call('DEL', key) end
-    local p = lim.per
-    if s.cal then p = s.p end
-    redis.call('HSET', key, 'a', 2, 'w', s.window, 'n', s.count, 'p', p)
+    if s.same then
+      redis.call('HSET', key, 'n', memo_text(s.count, lim.value_memo))
+    else
+      if s.stale then redis.call('DEL', key) end
+      local p = lim.per_text
+      if s.cal then p = int_text(s.p) end
+      redis.call('HSET', key, 'a', '2', 'w', memo_text(s.window, lim.window_memo), 'n', memo_text(s.count, lim.value_memo), 'p', p)
+    end
     if not keep_ttl then expire_us(key, ALGORITHMS[2].left(s, lim), lim.ttl_memo) end
   end,
 

@@ -17,9 +17,10 @@
 --
 -- An item is {alg, lim, cost, shadow, want}, never changed once parsed
 -- but for the memos: lim holds rate, per, burst, per_text (per's text as
--- the spec gives it), cap (burst * per), two memo_text memos of the
--- limit's own (level_memo for a token bucket's level, ttl_memo for
--- expire_us), and for a calendar window cs, ce and cn.
+-- the spec gives it), cap (burst * per), three memo_text memos of the
+-- limit's own (value_memo for a token bucket's level or a window's count,
+-- window_memo for a fixed window's number, ttl_memo for expire_us), and
+-- for a calendar window cs, ce and cn.
 local item_cache, items_cached = {}, 0
 
 -- A spec's ten integers; only cost (a settlement's delta) may be
@@ -35,7 +36,8 @@ local function parse_item(spec)
   local alg = ALGORITHMS[a + 0]
   if not alg then return nil, redis.error_reply('ERR unknown algorithm ' .. a) end
   local lim = {rate = rate + 0, per = per + 0, burst = burst + 0, per_text = per, cap = burst * per,
-               level_memo = {text_of = false, text = ''}, ttl_memo = {text_of = false, text = ''}}
+               value_memo = {text_of = false, text = ''}, ttl_memo = {text_of = false, text = ''},
+               window_memo = {text_of = false, text = ''}}
   if ce ~= '0' then lim.cs, lim.ce, lim.cn = cs + 0, ce + 0, cn + 0 end
   local it = {alg = alg, lim = lim, cost = cost + 0, shadow = shadow == '1', want = want + 0}
   if items_cached >= 4096 then item_cache, items_cached = {}, 0 end
@@ -55,6 +57,7 @@ end
 local function held_by(it, holder)
   local l = it.lim
   return {alg = it.alg, lim = {rate = l.rate, per = l.per, burst = l.burst, per_text = l.per_text, cap = l.cap,
-                               level_memo = l.level_memo, ttl_memo = l.ttl_memo, holder = holder},
+                               value_memo = l.value_memo, ttl_memo = l.ttl_memo, window_memo = l.window_memo,
+                               holder = holder},
           cost = it.cost, shadow = it.shadow, want = it.want}
 end

@@ -112,10 +112,10 @@ ALGORITHMS[1] = {
     end
     if s.same then
       -- Only the level and the stamp change; a and p stay as they are.
-      redis.call('HSET', key, 'l', memo_text(s.level, lim.level_memo), 's', time_text(s.stamp))
+      redis.call('HSET', key, 'l', memo_text(s.level, lim.value_memo), 's', time_text(s.stamp))
     else
       if s.stale then redis.call('DEL', key) end
-      redis.call('HSET', key, 'a', '1', 'l', memo_text(s.level, lim.level_memo), 's', time_text(s.stamp), 'p', lim.per_text)
+      redis.call('HSET', key, 'a', '1', 'l', memo_text(s.level, lim.value_memo), 's', time_text(s.stamp), 'p', lim.per_text)
     end
     -- Full again reset µs after the stamp, which is ahead of now when the
     -- clock went back.
