@@ -228,11 +228,12 @@ func (g *Gateway) onUpstreamFailure(r *http.Request, status int, written bool) {
 	g.settle(r.Context(), st.settle, 0)
 }
 
-// settlePending is the proxy's WatchWrite: only a request holding a
+// settlePending is the proxy's WatchWrite (out is the outbound request,
+// with the inbound request's context): only a request holding a
 // reservation needs to know whether it reached the upstream when it
 // fails.
-func settlePending(in *http.Request) bool {
-	st := stateFrom(in.Context())
+func settlePending(out *http.Request) bool {
+	st := stateFrom(out.Context())
 	return st != nil && st.settle != nil
 }
 

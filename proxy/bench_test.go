@@ -33,7 +33,8 @@ func BenchmarkProxySmall(b *testing.B) {
 		name      string
 		timeout   time.Duration
 		onFailure func(*http.Request, int, bool)
-	}{{"no-timeout", 0, nil}, {"timeout", 10 * time.Second, nil}, {"watch-write", 0, onFailure}} {
+	}{{"no-timeout", 0, nil}, {"timeout", 10 * time.Second, nil}, {"watch-write", 0, onFailure},
+		{"timeout+watch-write", 10 * time.Second, onFailure}} {
 		h, err := New(Upstream{Name: "bench", URL: u, Timeout: c.timeout}, Options{Transport: transport, OnFailure: c.onFailure})
 		if err != nil {
 			b.Fatal(err)

@@ -22,10 +22,16 @@ type errorFunnel struct {
 // answer passes here, the breaker's and the shedder's refusals included
 // (with the inbound request, which no attempt wrote).
 func (f *errorFunnel) fail(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	f.failWritten(w, r, status, code, message, false)
+}
+
+// failWritten is fail for an exchange that wrote the whole request when
+// written is true.
+func (f *errorFunnel) failWritten(w http.ResponseWriter, r *http.Request, status int, code, message string, written bool) {
 	if f.onFailure != nil {
 		switch status {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			f.onFailure(r, status, wroteInFull(r))
+			f.onFailure(r, status, written)
 		}
 	}
 	f.write(w, r, status, code, message)
@@ -50,7 +56,7 @@ func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) 
 		slog.String("request_id", r.Header.Get("X-Request-Id")),
 		slog.String("error", err.Error()),
 	)
-	f.fail(w, r, status, code, message)
+	f.failWritten(w, r, status, code, message, wroteInFull(err))
 }
 
 // classify maps the error of an exchange to a status, a code and a message

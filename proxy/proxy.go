@@ -154,12 +154,15 @@ type Options struct {
 	// it all (a refused connection, DNS, TLS, an upstream that hung up
 	// mid-body, a 503), and for a request WatchWrite did not select.
 	OnFailure func(r *http.Request, status int, written bool)
-	// WatchWrite, when not nil, selects the inbound requests whose
-	// failures report written (see OnFailure): finding it out costs a
-	// net/http/httptrace.ClientTrace, a few small allocations per request,
+	// WatchWrite, when not nil, selects the requests whose failures
+	// report written (see OnFailure): finding it out costs a
+	// net/http/httptrace.ClientTrace, a few small allocations per request
+	// (fewer when the upstream has a Timeout, whose exchange they share),
 	// which requests whose failures are all handled alike need not pay.
-	// nil selects every request when OnFailure is set.
-	WatchWrite func(in *http.Request) bool
+	// It is asked once per request, with the outbound request, whose
+	// context is the inbound request's. nil selects every request when
+	// OnFailure is set.
+	WatchWrite func(out *http.Request) bool
 }
 
 // Error codes passed to Options.WriteError.
@@ -210,9 +213,11 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if transport == nil {
 		transport = NewTransport(TransportOptions{})
 	}
-	if up.Timeout > 0 {
-		transport = &headerTimeout{next: transport, timeout: up.Timeout, after: after}
+	watch := o.WatchWrite
+	if watch == nil && o.OnFailure != nil {
+		watch = func(*http.Request) bool { return true }
 	}
+	transport = &exchanges{next: transport, timeout: up.Timeout, after: after, watch: watch}
 	if o.Breaker != nil || o.Shedder != nil {
 		transport = &outcomeTransport{next: transport}
 	}
@@ -230,10 +235,6 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	}
 	target := *up.URL
 	setHeaders, allowUpgrade := o.SetHeaders, o.AllowUpgrade
-	watch := o.WatchWrite
-	if watch == nil && o.OnFailure != nil {
-		watch = func(*http.Request) bool { return true }
-	}
 	var h http.Handler = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
@@ -245,9 +246,6 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 				setHeaders(pr.Out)
 			}
 			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength)
-			if watch != nil && watch(pr.In) {
-				pr.Out = watchWrite(pr.Out)
-			}
 		},
 		ModifyResponse: modifyResponse(o.ObserveResponse),
 		Transport:      transport,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,13 +82,18 @@ func NewTransport(o TransportOptions) *http.Transport {
 // wraps context.DeadlineExceeded, so the funnel maps it to 504.
 var errHeaderTimeout = fmt.Errorf("no response headers within the upstream timeout: %w", context.DeadlineExceeded)
 
-// headerTimeout bounds each round trip until the response headers arrive,
-// and no longer: the response body is read under a context that the timer
-// can no longer cancel.
-type headerTimeout struct {
+// exchanges is the transport under every handler: it bounds each round
+// trip until the response headers arrive (timeout, when positive), and no
+// longer, so that the response body is read under a context the timer can
+// no longer cut; and it finds out, for the requests watch selects,
+// whether the whole request was written (see Options.OnFailure). A round
+// trip that needs neither the timer nor the watch costs no allocation
+// here.
+type exchanges struct {
 	next    http.RoundTripper
-	timeout time.Duration
+	timeout time.Duration // 0 = none
 	after   afterFunc
+	watch   func(out *http.Request) bool // nil = none
 }
 
 // States of an exchange's race between its timer and its response headers.
@@ -97,15 +103,26 @@ const (
 	timedOut
 )
 
-// exchange is one round trip under headerTimeout, in one allocation: the
-// timer's side of the race, the context it cancels, and, once the response
-// arrived, its body, which releases the context when closed.
+// exchange is one round trip, in one allocation: the timer's side of the
+// race, the context it cancels, whether the request was written, and, once
+// the response arrived, its body, which releases the context when closed.
 type exchange struct {
 	io.ReadCloser // the response body; nil until the response arrived
 	// state decides the race between the timer and the response headers:
 	// whoever moves it from pending first wins, and the loser does nothing.
-	state  atomic.Int32
-	cancel context.CancelCauseFunc
+	state atomic.Int32
+	// written is set once an attempt wrote the whole request (see
+	// watchedExchange). Next to state, it takes no room of its own.
+	written atomic.Bool
+	cancel  context.CancelCauseFunc // nil without a timeout
+}
+
+// watchedExchange is an exchange whose write is watched, with its trace
+// in the same allocation. The trace is kept out of exchange, which it
+// would double in size, for the exchanges not watched.
+type watchedExchange struct {
+	exchange
+	trace httptrace.ClientTrace
 }
 
 // expire is the timer's side: it cuts the exchange unless the response
@@ -116,41 +133,78 @@ func (e *exchange) expire() {
 	}
 }
 
+// release ends the round trip's context, when it has its own.
+func (e *exchange) release() {
+	if e.cancel != nil {
+		e.cancel(nil)
+	}
+}
+
 // Close closes the response body and releases the round trip's context.
 func (e *exchange) Close() error {
 	err := e.ReadCloser.Close()
-	e.cancel(nil)
+	e.release()
 	return err
 }
 
-func (t *headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(req.Context())
-	e := &exchange{cancel: cancel}
-	timer := t.after(t.timeout, e.expire)
+func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
+	watch := t.watch != nil && t.watch(req)
+	if t.timeout <= 0 && !watch {
+		return t.next.RoundTrip(req)
+	}
+	var e *exchange
+	ctx := req.Context()
+	if watch {
+		we := &watchedExchange{}
+		e = &we.exchange
+		we.trace.WroteRequest = e.wroteRequest
+		ctx = httptrace.WithClientTrace(ctx, &we.trace)
+	} else {
+		e = &exchange{}
+	}
+	var timer stopper
+	if t.timeout > 0 {
+		ctx, e.cancel = context.WithCancelCause(ctx)
+		timer = t.after(t.timeout, e.expire)
+	}
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
-	timer.Stop()
+	if timer != nil {
+		timer.Stop()
+	}
 	if !e.state.CompareAndSwap(pending, arrived) {
 		// The timer won. If a response made it anyway, its body is cut off
 		// by the canceled context: report the timeout instead.
 		if resp != nil {
 			resp.Body.Close()
 		}
-		cancel(errHeaderTimeout)
-		return nil, fmt.Errorf("after %v: %w", t.timeout, errHeaderTimeout)
+		e.cancel(errHeaderTimeout)
+		return nil, e.mark(fmt.Errorf("after %v: %w", t.timeout, errHeaderTimeout))
 	}
 	if err != nil {
-		cancel(nil)
-		return nil, err
+		e.release()
+		return nil, e.mark(err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body must stay the transport's read-write connection; the
-		// context ends with the inbound request.
+		// context ends with the inbound request. The reverse proxy refuses
+		// an unasked switch after this returns (refuseUnaskedSwitch), as
+		// a failure of an exchange that wrote the request when it did.
+		if e.written.Load() && resp.Request != nil && refuseUnaskedSwitch(resp) != nil {
+			resp.Request = resp.Request.WithContext(context.WithValue(resp.Request.Context(), switchedWrittenKey{}, true))
+		}
 		return resp, nil
+	}
+	if e.cancel == nil {
+		return resp, nil // no context to release
 	}
 	e.ReadCloser = resp.Body
 	resp.Body = e
 	return resp, nil
 }
+
+// switchedWrittenKey marks the context of a 101's request that was
+// written whole (the only response whose refusal is a failure).
+type switchedWrittenKey struct{}
 
 // bufferSize is the size of the buffers that copy response bodies.
 const bufferSize = 32 << 10

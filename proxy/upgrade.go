@@ -50,15 +50,47 @@ func stripUpgrade(h http.Header, allowed bool) {
 	h.Del("Http2-Settings")
 }
 
+// errOtherSwitch is the cause of a 502 for an upstream that switched to
+// another protocol than the request asked for.
+var errOtherSwitch = errors.New("the upstream switched to another protocol than the request asked for")
+
 // refuseUnaskedSwitch is the reverse proxy's ModifyResponse: a 101 to a
-// request forwarded without an upgrade becomes a 502 through the error
-// funnel instead of a tunnel.
+// request forwarded without an upgrade, or naming another protocol than
+// the request asked for, becomes a 502 through the error funnel instead
+// of a tunnel, marked as written when the exchange wrote the request (see
+// exchanges.RoundTrip).
 func refuseUnaskedSwitch(res *http.Response) error {
 	if res.StatusCode != http.StatusSwitchingProtocols {
 		return nil
 	}
-	if res.Request == nil || res.Request.Header.Get("Upgrade") == "" {
+	if res.Request == nil {
 		return errUnaskedSwitch
 	}
-	return nil
+	var err error
+	switch asked := upgradeType(res.Request.Header); {
+	case asked == "":
+		err = errUnaskedSwitch
+	case !strings.EqualFold(asked, upgradeType(res.Header)):
+		// The reverse proxy would refuse it too, but without the mark.
+		err = errOtherSwitch
+	default:
+		return nil
+	}
+	if res.Request.Context().Value(switchedWrittenKey{}) != nil {
+		return writtenErr{err}
+	}
+	return err
+}
+
+// upgradeType is the protocol h asks to switch to: its Upgrade, when its
+// Connection names "upgrade"; "" otherwise.
+func upgradeType(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
 }

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quotagate/quotagate/internal/upgradetest"
 )
@@ -62,10 +64,21 @@ func TestOnlyPermittedWebSocketUpgradesAreForwarded(t *testing.T) {
 // not forwarded as an upgrade gets no tunnel: the client gets a 502 through
 // the error funnel, whatever Upgrade the 101 names (none, h2c, websocket),
 // and so does a 101 naming another protocol than the permitted WebSocket
-// handshake asked for.
+// handshake asked for. The upstream had the request: OnFailure hears that
+// it was written, with or without an upstream timeout.
 func TestUnaskedSwitchIs502(t *testing.T) {
 	up := upgradetest.NewUpstream(t)
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.AllowUpgrade = func(*http.Request) bool { return true } })
+	for _, timeout := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprint("timeout ", timeout), func(t *testing.T) { unaskedSwitch(t, up.URL, timeout) })
+	}
+}
+
+func unaskedSwitch(t *testing.T, upstream string, timeout time.Duration) {
+	fl := &failures{}
+	f := newFixture(t, upstream, timeout, nil, func(o *Options) {
+		o.AllowUpgrade = func(*http.Request) bool { return true }
+		o.OnFailure = fl.add
+	})
 	requests := []string{
 		"GET /101-h2c HTTP/1.1\r\nHost: x\r\n\r\n",
 		"GET /101- HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -82,6 +95,9 @@ func TestUnaskedSwitchIs502(t *testing.T) {
 		f.waitServed(t)
 		if errs := f.errs.get(); len(errs) != i+1 || errs[i] != (errorCall{http.StatusBadGateway, CodeUnavailable}) {
 			t.Errorf("request %d: WriteError calls %v", i, errs)
+		}
+		if got := fl.get(); len(got) != i+1 || got[i] != (failure{http.StatusBadGateway, true}) {
+			t.Errorf("request %d: OnFailure calls %v, want the last {502 true}", i, got)
 		}
 	}
 }

@@ -1,51 +1,44 @@
 package proxy
 
 import (
-	"context"
-	"net/http"
+	"errors"
 	"net/http/httptrace"
-	"sync/atomic"
 )
 
-// writeWatch finds out whether an exchange wrote the whole request to the
-// upstream (see Options.WatchWrite). The transport may make several
+// writtenErr marks the error of an exchange that wrote the whole request
+// to the upstream (see Options.OnFailure). The transport may make several
 // attempts (it retries an idempotent request on a fresh connection when a
 // reused one failed); any attempt that wrote the request counts, since the
-// upstream then had it whatever became of the later ones.
-type writeWatch struct {
-	written atomic.Bool
-	trace   httptrace.ClientTrace
-}
+// upstream then had it whatever became of the later ones. It unwraps to
+// the exchange's error, so the funnel classifies it as that error.
+type writtenErr struct{ error }
 
-// writeWatchKey is the context key of an exchange's *writeWatch.
-type writeWatchKey struct{}
+func (e writtenErr) Unwrap() error { return e.error }
 
-// watchWrite returns out with a context that records, for wroteInFull,
-// whether the transport wrote the whole request. It costs a few small
-// allocations: a copy of out, two context values and the trace.
-func watchWrite(out *http.Request) *http.Request {
-	w := &writeWatch{}
-	w.trace.WroteRequest = w.wroteRequest
-	ctx := httptrace.WithClientTrace(out.Context(), &w.trace)
-	return out.WithContext(context.WithValue(ctx, writeWatchKey{}, w))
+// wroteInFull reports whether err is the error of an exchange that wrote
+// the whole request (an exchange the proxy watched: see
+// Options.WatchWrite). It is false for nil and for errors from elsewhere.
+func wroteInFull(err error) bool {
+	var w writtenErr
+	return errors.As(err, &w)
 }
 
 // wroteRequest is the trace's WroteRequest: the request line, headers and
 // body were all written (and flushed) when info.Err is nil.
-func (w *writeWatch) wroteRequest(info httptrace.WroteRequestInfo) {
+func (e *exchange) wroteRequest(info httptrace.WroteRequestInfo) {
 	if info.Err == nil {
-		w.written.Store(true)
+		e.written.Store(true)
 	}
 }
 
-// wroteInFull reports whether an attempt of the exchange of the outbound
-// request r wrote the whole request to the upstream. It is false when r was
-// not watched (watchWrite), and for a request the proxy answered without
-// contacting the upstream. The HTTP/1 transport reports each attempt's
-// write before its RoundTrip returns, so the error funnel, which runs
-// after, sees it; over HTTP/2 a round trip cut by its context returns
-// without waiting for the write, which then counts only if it had ended.
-func wroteInFull(r *http.Request) bool {
-	w, _ := r.Context().Value(writeWatchKey{}).(*writeWatch)
-	return w != nil && w.written.Load()
+// mark returns err marked as written when an attempt of e wrote the whole
+// request. The HTTP/1 transport reports each attempt's write before its
+// RoundTrip returns an error; over HTTP/2 a round trip cut by its context
+// returns without waiting for the write, which then counts only if it had
+// ended.
+func (e *exchange) mark(err error) error {
+	if e.written.Load() {
+		return writtenErr{err}
+	}
+	return err
 }
