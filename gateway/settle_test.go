@@ -53,6 +53,10 @@ next:
 // upstream. POST /v1/window/{mode} does the same with a fixed window of
 // 10 s. Request bodies are limited to 2 MiB, of which 1 MiB (the default
 // max_body) is read for max_tokens. Each key KEYn is its own tenant tn.
+// Both token buckets refill slowly: Redis expires a bucket's key once it
+// would be full in real time, and a check that a loaded machine delays
+// past that would find a full bucket (requests refilled 300 units in
+// 300 ms when it took 1000 a second).
 const settleConfig = `
 server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, max_body_bytes: 2097152}
 store: {kind: redis, redis: {addrs: [REDIS], timeout: TIMEOUT}}
@@ -62,7 +66,7 @@ KEYS
 tiers: {t: {}}
 policies:
   tokens:   {limits: {"*": {rate: 1000, per: 1000s, burst: 1000}}}
-  requests: {limits: {"*": {rate: 1000, per: 1s, burst: 10000}}}
+  requests: {limits: {"*": {rate: 10000, per: 1000s, burst: 10000}}}
   window:   {algorithm: fixed_window, limits: {"*": {rate: 1000, per: 10s}}}
 upstreams:
   llm:  {url: UPSTREAM}
