@@ -16,11 +16,12 @@
 -- small whatever the callers send.
 --
 -- An item is {alg, lim, cost, shadow, want}, never changed once parsed
--- but for the memos: lim holds rate, per, burst, per_text (per's text as
--- the spec gives it), cap (burst * per), three memo_text memos of the
--- limit's own (value_memo for a token bucket's level or a window's count,
--- window_memo for a fixed window's number, ttl_memo for expire_us), and
--- for a calendar window cs, ce and cn.
+-- but for the memos: lim holds rate, per, burst, per_text and burst_text
+-- (their texts as the spec gives them), cap (burst * per), three
+-- memo_text memos of the limit's own (value_memo for a token bucket's
+-- level or a window's count, window_memo for a window's or bucket's
+-- number, ttl_memo for expire_us), and for a calendar window cs, ce and
+-- cn.
 local item_cache, items_cached = {}, 0
 
 -- A spec's ten integers; only cost (a settlement's delta) may be
@@ -35,7 +36,7 @@ local function parse_item(spec)
   if not a then return nil, redis.error_reply('ERR malformed item ' .. spec) end
   local alg = ALGORITHMS[a + 0]
   if not alg then return nil, redis.error_reply('ERR unknown algorithm ' .. a) end
-  local lim = {rate = rate + 0, per = per + 0, burst = burst + 0, per_text = per, cap = burst * per,
+  local lim = {rate = rate + 0, per = per + 0, burst = burst + 0, per_text = per, burst_text = burst, cap = burst * per,
                value_memo = {text_of = false, text = ''}, ttl_memo = {text_of = false, text = ''},
                window_memo = {text_of = false, text = ''}}
   if ce ~= '0' then lim.cs, lim.ce, lim.cn = cs + 0, ce + 0, cn + 0 end
@@ -56,7 +57,7 @@ end
 -- names the holder (the parsed item is shared between calls and holders).
 local function held_by(it, holder)
   local l = it.lim
-  return {alg = it.alg, lim = {rate = l.rate, per = l.per, burst = l.burst, per_text = l.per_text, cap = l.cap,
+  return {alg = it.alg, lim = {rate = l.rate, per = l.per, burst = l.burst, per_text = l.per_text, burst_text = l.burst_text, cap = l.cap,
                                value_memo = l.value_memo, ttl_memo = l.ttl_memo, window_memo = l.window_memo,
                                holder = holder},
           cost = it.cost, shadow = it.shadow, want = it.want}

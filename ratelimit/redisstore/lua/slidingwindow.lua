@@ -19,9 +19,13 @@ ALGORITHMS[3] = {
     for i = 1, N + 1 do s.c[i] = 0 end
     local v = {}
     if key then v = redis.call('HMGET', key, 'a', 'p', 'n', 'w', 'b') end
-    local a = tonumber(v[1])
+    -- Every version writes a, p and n as integer text, so that the usual
+    -- state is recognised without parsing them.
+    local a = v[1]
+    if a == '3' then a = 3 else a = tonumber(a) end
     s.stale = a ~= nil and (a ~= 3 or v[3] == nil)
-    if a ~= 3 or tonumber(v[2]) ~= P or tonumber(v[3]) ~= N or not v[4] or not v[5] then
+    if a ~= 3 or v[2] ~= lim.per_text and tonumber(v[2]) ~= P or v[3] ~= lim.burst_text and tonumber(v[3]) ~= N
+      or not v[4] or not v[5] then
       -- Absent, written by another algorithm or format, or counted on the
       -- grid of another window length or bucket count: start afresh.
       return s
@@ -30,7 +34,9 @@ ALGORITHMS[3] = {
     local w = tonumber(v[4])
     if w > k then k = w; s.k = w end
     local counts = {}
-    for x in string.gmatch(v[5], '[^,]+') do counts[#counts + 1] = tonumber(x) end
+    -- The counts are decimal integers, which arithmetic converts (x + 0)
+    -- without a call of tonumber.
+    for x in string.gmatch(v[5], '[^,]+') do counts[#counts + 1] = x + 0 end
     local first = w - #counts + 1
     for i = 1, #counts do
       local j = first + i - 1 - (k - N)
@@ -92,9 +98,19 @@ ALGORITHMS[3] = {
       return
     end
     if s.stale then redis.call('DEL', key) end
-    local out = {}
-    for i = first, #s.c do out[#out + 1] = string.format('%d', s.c[i]) end
-    redis.call('HSET', key, 'a', 3, 'p', lim.per, 'n', lim.burst, 'w', s.k, 'b', table.concat(out, ','))
+    -- table.concat writes a number with %.14g, which is its integer text
+    -- below 10^14; a larger count is formatted first.
+    local out, big = {}, false
+    for i = first, #s.c do
+      local c = s.c[i]
+      out[#out + 1] = c
+      if c >= 1e14 then big = true end
+    end
+    if big then
+      for i = 1, #out do out[i] = int_text(out[i]) end
+    end
+    redis.call('HSET', key, 'a', '3', 'p', lim.per_text, 'n', lim.burst_text, 'w', memo_text(s.k, lim.window_memo),
+      'b', table.concat(out, ','))
     if not keep_ttl then expire_us(key, ALGORITHMS[3].left(s, lim), lim.ttl_memo) end
   end,
 
