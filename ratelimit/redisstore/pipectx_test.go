@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // TestPipeCtx: a pipeline context ends at its deadline, says so in Err and
@@ -61,14 +63,21 @@ func TestPipeCtx(t *testing.T) {
 // timer) sets the timer again, so that done still closes at the deadline.
 func TestPipeCtxLateFire(t *testing.T) {
 	var c pipeCtx
-	c.start(time.Now().Add(20 * time.Millisecond))
+	deadline := time.Now().Add(20 * time.Millisecond)
+	c.start(deadline)
 	done := c.Done()
 	c.timer.Stop() // the timer has run: only the late run below is left
 	c.fire()       // ... and it comes before the deadline
+	// Whether fire set the timer again is the answer; how soon done then
+	// closes is the scheduler's.
+	if !c.timer.Stop() {
+		t.Fatal("a timer run that came before the deadline left the timer unset: done would never close")
+	}
+	c.timer.Reset(time.Until(deadline))
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		t.Fatal("done never closed after a timer run that came before the deadline")
+		proctest.FatalOverrun(t, "done not closed a minute after its 20ms deadline, with the timer set")
 	}
 	c.stop()
 }
