@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -83,20 +82,7 @@ func benchPipelineUpstream(b *testing.B, open func(config.Store) (*ratelimit.Sta
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = gw.Close() })
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			r := httptest.NewRequestWithContext(context.Background(), "POST", "/v1/transfers/42", nil)
-			r.Header.Set("Authorization", "Bearer bench-key-0")
-			w := &discardWriter{h: http.Header{}}
-			gw.ServeHTTP(w, r)
-			if w.code != http.StatusOK {
-				b.Errorf("status %d", w.code)
-				return
-			}
-		}
-	})
+	benchAdmitted(b, gw)
 }
 
 // TestAdmittedRequestAllocs guards the admitted path's allocations (the
