@@ -40,15 +40,27 @@ func (r Renewal) check(n int) error {
 			}
 		}
 	}
-	for i, j := 0, 0; i < len(r.Lost) && j < len(r.Retaken); {
-		switch {
-		case r.Lost[i] < r.Retaken[j]:
-			i++
-		case r.Lost[i] > r.Retaken[j]:
-			j++
-		default:
-			return fmt.Errorf("%w: a renewal of %d items reported index %d both lost and taken back", ErrUnavailable, n, r.Lost[i])
-		}
+	if both := intersectSorted(r.Lost, r.Retaken); len(both) > 0 {
+		return fmt.Errorf("%w: a renewal of %d items reported index %d both lost and taken back", ErrUnavailable, n, both[0])
 	}
 	return nil
+}
+
+// intersectSorted returns the values in both a and b, each strictly
+// increasing, in increasing order (nil when there are none: it allocates
+// only for a common value).
+func intersectSorted(a, b []int) []int {
+	var both []int
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] < b[j]:
+			i++
+		case a[i] > b[j]:
+			j++
+		default:
+			both = append(both, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	return both
 }

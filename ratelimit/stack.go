@@ -173,19 +173,7 @@ func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) 
 		return Renewal{}, errors.Join(err, lerr)
 	}
 	// Both lists are increasing: keep the indexes in both.
-	r := Renewal{Retaken: remote.Retaken}
-	for i, j := 0, 0; i < len(remote.Lost) && j < len(local.Lost); {
-		switch {
-		case remote.Lost[i] < local.Lost[j]:
-			i++
-		case remote.Lost[i] > local.Lost[j]:
-			j++
-		default:
-			r.Lost = append(r.Lost, remote.Lost[i])
-			i, j = i+1, j+1
-		}
-	}
-	return r, err
+	return Renewal{Retaken: remote.Retaken, Lost: intersectSorted(remote.Lost, local.Lost)}, err
 }
 
 var _ RenewReporter = (*Stack)(nil)
