@@ -113,15 +113,21 @@ func benchAdmitted(b *testing.B, gw *Gateway) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
-			r.Header.Set("Authorization", "Bearer bench-key-0")
-			w := &discardWriter{h: http.Header{}}
-			gw.ServeHTTP(w, r)
-			if w.code != http.StatusOK {
+			if code := admitOnce(gw); code != http.StatusOK {
 				// Not Fatalf: this is not the benchmark's goroutine.
-				b.Errorf("status %d", w.code)
+				b.Errorf("status %d", code)
 				return
 			}
 		}
 	})
+}
+
+// admitOnce sends the benchmark's admitted request with key 0 through gw
+// and returns the status it was answered.
+func admitOnce(gw *Gateway) int {
+	r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
+	r.Header.Set("Authorization", "Bearer bench-key-0")
+	w := &discardWriter{h: http.Header{}}
+	gw.ServeHTTP(w, r)
+	return w.code
 }

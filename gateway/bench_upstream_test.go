@@ -93,12 +93,8 @@ func benchPipelineUpstream(b *testing.B, open func(config.Store) (*ratelimit.Sta
 func TestAdmittedRequestAllocs(t *testing.T) {
 	gw := benchGateway(t, 1)
 	n := testing.AllocsPerRun(200, func() {
-		r := httptest.NewRequest("POST", "/v1/transfers/42", nil)
-		r.Header.Set("Authorization", "Bearer bench-key-0")
-		w := &discardWriter{h: http.Header{}}
-		gw.ServeHTTP(w, r)
-		if w.code != http.StatusOK {
-			t.Fatalf("status %d", w.code)
+		if code := admitOnce(gw); code != http.StatusOK {
+			t.Fatalf("status %d", code)
 		}
 	})
 	t.Logf("%v allocations per admitted request", n)
