@@ -618,6 +618,10 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		{"whitespace after the value", strings.NewReader(`{"max_tokens":2}` + " \r\n"), nil, 2},
 		{"no body, header", http.NoBody, map[string]string{"X-Max-Tokens": "40"}, 40},
 		{"no body, nothing", http.NoBody, nil, 500},
+		// Without a Content-Length (chunked) the body is still read: a
+		// header cannot state less than the body asks for.
+		{"chunked", &pieces{s: `{"max_tokens":400}`, n: 5}, map[string]string{"X-Max-Tokens": "1"}, 400},
+		{"chunked, field past max_body", &pieces{s: long, n: 64 << 10}, map[string]string{"X-Max-Tokens": "1"}, 500},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := i + 1
@@ -658,13 +662,13 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		// may read either line (or both), so it states nothing the
 		// gateway can reserve: 400 naming the header, nothing reserved.
 		req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/missing", http.NoBody)
-		req.Header.Set("X-API-Key", "KEY13")
+		req.Header.Set("X-API-Key", "KEY14")
 		req.Header["X-Max-Tokens"] = []string{"1", "400"}
 		hresp, b := sf.send(t, req)
 		if hresp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "X-Max-Tokens") {
 			t.Errorf("X-Max-Tokens twice: %d %s, want 400 naming the header", hresp.StatusCode, b)
 		}
-		if got := sf.remaining(t, 13)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 14)["tokens"]; got != 1000 {
 			t.Errorf("a repeated X-Max-Tokens reserved %d tokens", 1000-got)
 		}
 	})
