@@ -54,6 +54,23 @@ func TestFromRequest(t *testing.T) {
 		{"json fraction", `{"max_tokens":5.5}`, "-", "", 0, false, true},
 		{"json too large", `{"max_tokens":9007199254740993}`, "-", "", 0, false, true},
 		{"json object", `{"max_tokens":{}}`, "-", "", 0, false, true},
+		// Numbers a lenient decoder reads as a whole count, or as another
+		// one, are not one: an exponent (1e9 is 10^9 to many decoders),
+		// a zero fraction, a negative zero, a number past 2^53 (rounded
+		// by float decoders), a string of digits.
+		{"json exponent", `{"max_tokens":1e9}`, "1", "", 0, false, true},
+		{"json exponent, capital", `{"max_tokens":4E2}`, "-", "", 0, false, true},
+		{"json zero fraction", `{"max_tokens":1.0}`, "-", "", 0, false, true},
+		{"json negative zero", `{"max_tokens":-0}`, "-", "", 0, false, true},
+		{"json far too large", `{"max_tokens":100000000000000000000000}`, "-", "", 0, false, true},
+		{"json escaped digits", `{"max_tokens":"\u0035"}`, "-", "", 0, false, true},
+		// Bodies that are not JSON (a leading zero, a byte-order mark,
+		// a trailing comma) state nothing, whatever the header says:
+		// a lenient upstream may still read a value from them.
+		{"json leading zero", `{"max_tokens":0400}`, "1", "", 0, false, false},
+		{"json byte-order mark", "\ufeff{\"max_tokens\":400}", "1", "", 0, false, false},
+		{"json trailing comma", `{"max_tokens":400,}`, "1", "", 0, false, false},
+		{"json spaces around the value", "{ \"max_tokens\" :\t400 \n}", "1", "", 400, true, false},
 		{"header malformed", ``, "5x", "", 0, false, true},
 		{"header empty", ``, "", "", 0, false, true},
 		{"header negative", ``, "-1", "", 0, false, true},
