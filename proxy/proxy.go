@@ -152,7 +152,11 @@ type Options struct {
 	// closed after reading the request, a malformed response, a refused
 	// 101, a timeout while it worked. It is false when no attempt wrote
 	// it all (a refused connection, DNS, TLS, an upstream that hung up
-	// mid-body, a 503), and for a request WatchWrite did not select.
+	// mid-body, a 503), and for a request WatchWrite did not select. A
+	// request with "Expect: 100-continue" counts as written once its
+	// headers are, even when the upstream fails before asking for the
+	// body: an upstream may act on the headers alone, and the body is
+	// the caller's to hold back.
 	OnFailure func(r *http.Request, status int, written bool)
 	// WatchWrite, when not nil, selects the requests whose failures
 	// report written (see OnFailure): finding it out costs a

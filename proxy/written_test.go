@@ -104,6 +104,28 @@ func TestOnFailureWritten(t *testing.T) {
 		want(t, fl, failure{http.StatusBadGateway, false})
 	})
 
+	// With "Expect: 100-continue", an upstream that fails without asking
+	// for the body had the request all the same: it may act on the
+	// headers alone, and a caller who could make its body count as
+	// unwritten would get back what such an upstream used.
+	t.Run("Expect: 100-continue, failed before asking for the body", func(t *testing.T) {
+		f, fl, _ := setup(t, func(w http.ResponseWriter, r *http.Request) {
+			resetConn(t, w) // without reading: no 100 Continue, no body
+		})
+		req, _ := http.NewRequest("POST", f.front.URL+"/x", strings.NewReader(strings.Repeat("x", 100)))
+		req.Header.Set("Expect", "100-continue")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("got %d, want 502", resp.StatusCode)
+		}
+		want(t, fl, failure{http.StatusBadGateway, true})
+	})
+
 	t.Run("written, then the retry refused", func(t *testing.T) {
 		var (
 			up    *httptest.Server
