@@ -200,6 +200,32 @@ return out`)
 	}
 }
 
+// TestSettlementSpecsNotKept: the texts of settlements, each new (a
+// delta and a reservation's time), do not fill the table of parsed items
+// that a decision's repeating text is kept in. The calls run in one
+// script, which keeps the table from call to call as the library does.
+func TestSettlementSpecsNotKept(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	script := redis.NewScript(assembleBody() + `
+local before = items_cached
+for i = 1, 3 do
+  local r = decide({KEYS[1], KEYS[2]}, {'s', '1000000', '1,10,1000000,10,-1,0,' .. i .. '000000,0,0,0', '60000'})
+  if type(r) ~= 'table' then return r end
+end
+for i = 1, 2 do decide({KEYS[1]}, {'d', '1000000', '1,10,1000000,10,1,0,0,0,0,0'}) end
+return items_cached - before`)
+	prefix := redistest.KeyPrefix(t)
+	got, err := script.Run(context.Background(), c, []string{prefix + "{k}b", prefix + "{k}m"}).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 1 {
+		t.Errorf("three settlements and two decisions of one text kept %d texts, want 1 (the decision's)", got)
+	}
+}
+
 // TestScriptCallReuse: a call rebuilt for other items (other values, other
 // shapes) sends exactly the arguments a fresh call would, of the same
 // types.

@@ -62,10 +62,11 @@ local mode = ARGV[1]
 
 local n = #KEYS
 if mode == 's' then n = n - 1 end
-local holders = mode ~= 's' and ARGV[2 + n + 1] ~= nil
+local keep = mode ~= 's' -- see items.lua
+local holders = keep and ARGV[2 + n + 1] ~= nil
 local items = call_items -- see state.lua
 for i = 1, n do
-  local it, err = item_of(ARGV[2 + i])
+  local it, err = item_of(ARGV[2 + i], keep)
   if not it then return err end
   if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + i] or '') end
   items[i] = it

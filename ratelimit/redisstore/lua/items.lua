@@ -13,7 +13,10 @@
 -- item is parsed once per distinct text and kept in a table that the
 -- function library keeps between calls (an EVALSHA script starts it empty
 -- each call). The table is emptied when it holds 4096 texts, so it stays
--- small whatever the callers send.
+-- small whatever the callers send. A settlement's texts are never kept:
+-- its cost is the request's own delta and its want the reservation's
+-- time, so each text is new, and keeping it would only push out the texts
+-- that repeat.
 --
 -- An item is {alg, lim, cost, shadow, want}, never changed once parsed
 -- but for the memos: lim holds rate, per, burst, per_text and burst_text
@@ -28,10 +31,11 @@ local item_cache, items_cached = {}, 0
 -- negative.
 local SPEC = '^(%d+),(%d+),(%d+),(%d+),(%-?%d+),([01]),(%d+),(%d+),(%d+),(%d+)$'
 
--- The item of spec, or nil and an error reply when spec is malformed. The
--- pattern admits only decimal digits, so arithmetic converts the captured
--- texts (x + 0) without a call of tonumber for each.
-local function parse_item(spec)
+-- The item of spec, or nil and an error reply when spec is malformed,
+-- kept in the table when keep is set. The pattern admits only decimal
+-- digits, so arithmetic converts the captured texts (x + 0) without a call
+-- of tonumber for each.
+local function parse_item(spec, keep)
   local a, rate, per, burst, cost, shadow, want, cs, ce, cn = string.match(spec, SPEC)
   if not a then return nil, redis.error_reply('ERR malformed item ' .. spec) end
   local alg = ALGORITHMS[a + 0]
@@ -41,16 +45,17 @@ local function parse_item(spec)
                window_memo = {text_of = false, text = ''}}
   if ce ~= '0' then lim.cs, lim.ce, lim.cn = cs + 0, ce + 0, cn + 0 end
   local it = {alg = alg, lim = lim, cost = cost + 0, shadow = shadow == '1', want = want + 0}
+  if not keep then return it end
   if items_cached >= 4096 then item_cache, items_cached = {}, 0 end
   item_cache[spec], items_cached = it, items_cached + 1
   return it
 end
 
--- The item of spec (see parse_item).
-local function item_of(spec)
+-- The item of spec (see parse_item); keep is false for a settlement.
+local function item_of(spec, keep)
   local it = item_cache[spec]
   if it then return it end
-  return parse_item(spec)
+  return parse_item(spec, keep)
 end
 
 -- The item it for the holder of a concurrency slot: a copy whose lim
