@@ -167,3 +167,41 @@ func storedState(c *redis.Client, key string) string {
 	}
 	return typ
 }
+
+// TestTwoLimitsOnOneKeySavedWithTheLast: when items of two limits (two
+// window lengths) change one key in a call, the key is saved with the
+// limit of the last one, its per included, as every earlier version did,
+// even when the key held the first one's per before: a state saved under
+// one per and read under another would count on the wrong grid.
+func TestTwoLimitsOnOneKeySavedWithTheLast(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := loadLibrary(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	prefix := redistest.KeyPrefix(t)
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.FixedWindow} {
+		key := prefix + "{two}:" + alg.String()
+		long := ratelimit.Item{Key: key, Algorithm: alg, Limit: ratelimit.Limit{Rate: 10, Per: 2 * time.Second, Burst: 10}, Cost: 1}
+		short := long
+		short.Limit.Per = time.Second
+		now := int64(1_700_000_000_000_000)
+		for _, items := range [][]ratelimit.Item{{long}, {long, short}} {
+			call := &scriptCall{}
+			idx := make([]int, len(items))
+			for i := range idx {
+				idx[i] = i
+			}
+			call.build(modeDecide, now, true, items, idx, nil)
+			if err := c.Do(ctx, call.cmd(ctx, true).Args()...).Err(); err != nil {
+				t.Fatalf("%v: %v", alg, err)
+			}
+			now += 100_000
+		}
+		if p := c.HGet(ctx, key, "p").Val(); p != "1000000" {
+			t.Errorf("%v: a key changed last by a limit of per 1s holds p = %q (%s), want 1000000", alg, p, storedState(c, key))
+		}
+	}
+}

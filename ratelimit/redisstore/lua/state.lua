@@ -27,6 +27,15 @@ local function state_for(work, order, key, it, now)
   return fresh
 end
 
+-- Marks the working state w changed by item it, to be saved with its
+-- limit. The state's same (its key holds the fields other than the
+-- count or level as save would write them with the limit it was loaded
+-- with) does not hold for another item's limit, whose per save writes.
+local function changed_by(w, it)
+  if w.lim ~= it.lim then w.s.same = false end
+  w.dirty, w.lim = true, it.lim
+end
+
 -- Saves the changed working states of work, in order; keep_ttl keeps each
 -- key's expiry.
 local function save_changed(work, order, keep_ttl)
@@ -46,7 +55,7 @@ local function adjust(keys, items, n, now, change, keep_ttl)
     local it = items[i]
     local w = state_for(work, order, keys[i], it, now)
     if it.cost ~= 0 and change(it, w.s) then
-      w.dirty, w.lim = true, it.lim
+      changed_by(w, it)
       work[keys[i]] = w
     end
   end
@@ -137,7 +146,7 @@ local function decide_items(keys, items, n, now, commit)
       local allowed, taken = judge(it, w.s, reply, 1 + (i - 1) * 8)
       if not allowed and not it.shadow then admitted = 0 end
       if taken > 0 then
-        w.dirty, w.lim = true, it.lim
+        changed_by(w, it)
         work[keys[i]] = w
       end
     end
