@@ -202,3 +202,44 @@ func BenchmarkStackRenewReport(b *testing.B) {
 		}
 	}
 }
+
+// TestStackReleasesLocallyOnlyAfterLocalSlots: a Stack's release does no
+// work in its local shares (it never reads their clock) until a slot was
+// taken there; from then on it frees the slots they hold.
+func TestStackReleasesLocallyOnlyAfterLocalSlots(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: func() time.Time { return t0 }})
+	defer backend.Close()
+	var reads atomic.Int64
+	inner := &flakyStore{}
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Slots: backend, DenialCacheSize: -1,
+		Now: func() time.Time { reads.Add(1); return t0 }})
+	defer s.Close()
+	ctx := context.Background()
+	slot := func(holder string) ratelimit.Item {
+		it := hourSlot(holder)
+		it.Limit.Max, it.OnError = 1, ratelimit.OnErrorLocal
+		return it
+	}
+	if d, err := backend.Decide(ctx, []ratelimit.Item{slot("a")}); err != nil || !d.Allowed {
+		t.Fatalf("backend: %+v, %v", d, err)
+	}
+	reads.Store(0)
+	if err := s.Release(ctx, []ratelimit.Item{slot("a")}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("a release with no slot ever taken locally read the local clock %d times, want 0", n)
+	}
+
+	inner.set(errDown)
+	if d, err := s.Decide(ctx, []ratelimit.Item{slot("b")}); err != nil || !d.Allowed || d.Failure == nil {
+		t.Fatalf("b: %+v, %v; want admitted on the local share", d, err)
+	}
+	if err := s.Release(ctx, []ratelimit.Item{slot("b")}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if d, err := s.Decide(ctx, []ratelimit.Item{slot("c")}); err != nil || !d.Allowed {
+		t.Errorf("c after b's release: %+v, %v; want admitted on the local share, freed", d, err)
+	}
+}

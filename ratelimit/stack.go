@@ -123,8 +123,9 @@ func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
 // Decide (see SlotStore), in the backend and in the local shares (a slot
 // taken while the backend was down lives there). The backend is skipped
 // while its breaker is open: its slots then free themselves after their
-// Limit.Per. It returns the failures joined; a slot whose release failed
-// frees itself the same way.
+// Limit.Per. The local shares are skipped until a Concurrency item was
+// decided there: before, they hold no slot. It returns the failures
+// joined; a slot whose release failed frees itself the same way.
 func (s *Stack) Release(ctx context.Context, items []Item) error {
 	if len(items) == 0 {
 		return nil
@@ -133,7 +134,10 @@ func (s *Stack) Release(ctx context.Context, items []Item) error {
 	if s.backendSlots() {
 		err = s.slots.Release(ctx, items)
 	}
-	return errors.Join(err, s.top.local.Release(ctx, items))
+	if s.top.localSlots.Load() {
+		err = errors.Join(err, s.top.local.Release(ctx, items))
+	}
+	return err
 }
 
 // Renew extends the concurrency slots of items (see SlotStore), in the
