@@ -350,6 +350,9 @@ func (s *LeaseStore) leasedItems(items []Item) (idx []int, plans []plan, err err
 		return nil, nil, nil
 	}
 	for i, it := range items {
+		if plans[i].b != nil {
+			continue // validated as its block was registered (registerValid)
+		}
 		if err := ValidateItem(it); err != nil {
 			unregister(idx, plans)
 			return nil, nil, fmt.Errorf("item %d: %w", i, err)
