@@ -1,4 +1,4 @@
-#!lua name=quotagate_9e23f3cb0852
+#!lua name=quotagate_b1116abf5878
 -- lua/prelude.lua
 -- Shared arithmetic for the rate limit scripts.
 --
@@ -68,39 +68,12 @@ local function muldiv(a, b, c)
   return q
 end
 
--- The decimal text of an integer x with |x| <= 2^53: the digits Redis
--- writes for a number argument (it formats with %.17g, which prints such
--- a value as a plain integer), at a fraction of the cost of that
--- floating-point conversion.
-local function int_text(x)
-  return string.format('%d', x)
-end
-
--- tonumber(s) for arguments that repeat from call to call (an item's
--- algorithm, a policy's rate, per and burst, a cost), remembered so that
--- each distinct text is parsed (strtod) once. A function library keeps
--- the table between calls (an EVALSHA script starts it empty each call);
--- it is emptied when it holds 4096 texts, so it stays small whatever the
--- callers send.
-local num_cache, num_cached = {}, 0
-local function cached_number(s)
-  local v = num_cache[s]
-  if v == nil then
-    v = tonumber(s)
-    if v ~= nil then
-      if num_cached >= 4096 then num_cache, num_cached = {}, 0 end
-      num_cache[s], num_cached = v, num_cached + 1
-    end
-  end
-  return v
-end
-
 -- Sets the key's time to live to us microseconds rounded up to whole
 -- milliseconds, at least 1 ms.
 local function expire_us(key, us)
   local ms = cdiv(us, 1000)
   if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', key, int_text(ms))
+  redis.call('PEXPIRE', key, ms)
 end
 
 -- Reads a hash's fields as numbers; a missing field is nil. A nil key
@@ -152,7 +125,6 @@ ALGORITHMS[1] = {
       return s -- absent (or written by another algorithm): full
     end
     local level, stamp, per = v[2], v[3], v[4]
-    s.same = per == lim.per -- a and p hold what save would write
     -- A level below 0 is a debt (a settlement charged past the bucket),
     -- kept down to cap - 2^53 so that every sum below stays exact. A
     -- change of per forgives it.
@@ -206,13 +178,8 @@ ALGORITHMS[1] = {
       redis.call('DEL', key) -- a full bucket is the same as an absent one
       return
     end
-    if s.same then
-      -- Only the level and the stamp change; a and p stay as they are.
-      redis.call('HSET', key, 'l', int_text(s.level), 's', int_text(s.stamp))
-    else
-      if s.stale then redis.call('DEL', key) end
-      redis.call('HSET', key, 'a', '1', 'l', int_text(s.level), 's', int_text(s.stamp), 'p', int_text(lim.per))
-    end
+    if s.stale then redis.call('DEL', key) end
+    redis.call('HSET', key, 'a', 1, 'l', s.level, 's', s.stamp, 'p', lim.per)
     -- Full again reset µs after the stamp, which is ahead of now when the
     -- clock went back.
     local ahead = s.stamp - s.now
@@ -649,31 +616,17 @@ local function zset_type(key)
 end
 
 -- Counts the live slots of the key load found (once): s.n, and the
--- latest expiry s.last. The earliest, which only a denial reports, is
--- read by earliest when one needs it.
+-- earliest and latest expiry s.first and s.last.
 local function count(s)
   local key = s.uncounted
   if not key then return end
   s.uncounted = nil
   s.n = redis.call('ZCOUNT', key, after(s.now), '+inf')
   if s.n > 0 then
-    local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(s.now), 'WITHSCORES', 'LIMIT', 0, 1)
-    s.last = tonumber(l[2])
-    s.stored_first = key
-  end
-end
-
--- The earliest expiry of the live slots: the stored ones' (read once) and
--- those taken in this call (s.first until then), or nil when none.
-local function earliest(s)
-  local key = s.stored_first
-  if key then
-    s.stored_first = nil
     local f = redis.call('ZRANGEBYSCORE', key, after(s.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local e = tonumber(f[2])
-    if not s.first or e < s.first then s.first = e end
+    local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(s.now), 'WITHSCORES', 'LIMIT', 0, 1)
+    s.first, s.last = tonumber(f[2]), tonumber(l[2])
   end
-  return s.first
 end
 
 ALGORITHMS[5] = {
@@ -713,7 +666,7 @@ ALGORITHMS[5] = {
     if remaining < 0 then remaining = 0 end
     local retry = 0
     if not allowed then
-      retry = (earliest(s) or s.now) - s.now
+      retry = (s.first or s.now) - s.now
       if retry < 1 then retry = 1 end
     end
     local reset = 0
@@ -742,29 +695,15 @@ ALGORITHMS[5] = {
   end,
 
   -- Renews the holder's slot to now + per when it is still live, and makes
-  -- the key live at least as long. A holder whose slot is gone (expired,
-  -- or its member or key removed) takes it back when the set, without its
-  -- expired members, holds fewer than lim.rate live slots. Returns 1 when
-  -- renewed, 2 when taken back, 0 when lost (the set is full, or the key
-  -- holds another algorithm's state, which a renewal never replaces).
+  -- the key live at least as long. Returns 1 when renewed, 0 otherwise.
   renew = function(key, lim, now)
-    local t = zset_type(key)
-    local r = 2
-    if t == 'zset' then
-      local sc = redis.call('ZSCORE', key, lim.holder)
-      if sc and tonumber(sc) > now then
-        r = 1
-      else
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now))
-        if redis.call('ZCARD', key) >= lim.rate then return 0 end
-      end
-    elseif t ~= 'none' then
-      return 0
-    end
-    redis.call('ZADD', key, now + lim.per, lim.holder)
+    if zset_type(key) ~= 'zset' then return 0 end
+    local sc = redis.call('ZSCORE', key, lim.holder)
+    if not sc or tonumber(sc) <= now then return 0 end
+    redis.call('ZADD', key, 'XX', now + lim.per, lim.holder)
     local ms = cdiv(lim.per, 1000)
     if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
-    return r
+    return 1
   end,
 }
 
@@ -811,9 +750,8 @@ local function decide(KEYS, ARGV)
 -- holder's slot. Reply: {1}.
 --
 -- Renew extends each concurrency item's slot, when its holder still holds
--- it, to now + per; a holder whose slot is gone takes it back when the key
--- has room. Reply: per item, 1 when renewed, 2 when taken back, 0 when
--- lost (the key was full, or the item is not a concurrency item).
+-- it, to now + per. Reply: per item, 1 when renewed, 0 when its holder no
+-- longer held it (or the item is not a concurrency item).
 --
 -- Settle applies each item's cost as a signed delta, a refund to what the
 -- reservation made at its want charged (see the algorithms' settle), and sets each changed key's expiry from its new state, unless
@@ -838,23 +776,16 @@ if mode == 's' then n = n - 1 end
 local items = {}
 for i = 1, n do
   local b = 2 + (i - 1) * 11
-  local alg = ALGORITHMS[cached_number(ARGV[b + 1])]
+  local alg = ALGORITHMS[tonumber(ARGV[b + 1])]
   if not alg then return redis.error_reply('ERR unknown algorithm ' .. tostring(ARGV[b + 1])) end
-  -- Values that are mostly 0 are parsed only when they are not (each
-  -- tonumber is a strtod).
-  local lim = {rate = cached_number(ARGV[b + 2]), per = cached_number(ARGV[b + 3]), burst = cached_number(ARGV[b + 4]),
-               holder = ARGV[b + 11]}
-  if ARGV[b + 9] ~= '0' then
-    lim.cs, lim.ce, lim.cn = tonumber(ARGV[b + 8]), tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])
-  end
-  local want = 0
-  if ARGV[b + 7] ~= '0' then want = tonumber(ARGV[b + 7]) or 0 end
   items[i] = {
     alg = alg,
-    lim = lim,
-    cost = cached_number(ARGV[b + 5]),
+    lim = {rate = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
+           cs = tonumber(ARGV[b + 8]), ce = tonumber(ARGV[b + 9]), cn = tonumber(ARGV[b + 10]),
+           holder = ARGV[b + 11]},
+    cost = tonumber(ARGV[b + 5]),
     shadow = ARGV[b + 6] == '1',
-    want = want,
+    want = tonumber(ARGV[b + 7]) or 0,
   }
 end
 
@@ -918,10 +849,8 @@ if mode == 's' then
   return adjust(function(it, s) return it.alg.settle(s, it.lim, it.cost, it.want) end, false)
 end
 
--- The reply is written in place: each item's values as if the group is
--- admitted, corrected below when it is not.
 local admitted = 1
-local reply = {0}
+local values = {}
 for i = 1, n do
   local it = items[i]
   local w = state_for(KEYS[i], it)
@@ -945,9 +874,7 @@ for i = 1, n do
   end
   local a = 0
   if allowed then a = 1 end
-  local o = 1 + (i - 1) * 8
-  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = a, rem1, retry, reset1
-  reply[o + 5], reply[o + 6], reply[o + 7], reply[o + 8] = rem0, reset0, taken, debt or 0
+  values[i] = {a, rem0, retry, reset0, rem1, reset1, taken, debt or 0}
 end
 if mode ~= 'd' then admitted = 0 end
 
@@ -956,16 +883,24 @@ if admitted == 1 then
     local w = work[key]
     if w.dirty then w.alg.save(key, w.s, w.lim, false) end
   end
-else
-  -- Nothing was consumed: remaining and reset as before, nothing taken.
-  for i = 1, n do
-    local o = 1 + (i - 1) * 8
-    reply[o + 2], reply[o + 4], reply[o + 7] = reply[o + 5], reply[o + 6], 0
-  end
 end
-reply[1] = admitted
-reply[1 + n * 8 + 1] = now
+
+local reply = {admitted}
+for i = 1, n do
+  local v = values[i]
+  local rem, reset, taken = v[2], v[4], 0
+  if admitted == 1 then rem, reset, taken = v[5], v[6], v[7] end
+  reply[#reply + 1] = v[1]
+  reply[#reply + 1] = rem
+  reply[#reply + 1] = v[3]
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = v[2]
+  reply[#reply + 1] = v[4]
+  reply[#reply + 1] = taken
+  reply[#reply + 1] = v[8]
+end
+reply[#reply + 1] = now
 return reply
 
 end
-redis.register_function{function_name = 'quotagate_9e23f3cb0852', callback = decide}
+redis.register_function{function_name = 'quotagate_b1116abf5878', callback = decide}
