@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // replySlots is a SlotStore whose renewals answer reply, whatever the
@@ -241,5 +242,63 @@ func TestStackReleasesLocallyOnlyAfterLocalSlots(t *testing.T) {
 	}
 	if d, err := s.Decide(ctx, []ratelimit.Item{slot("c")}); err != nil || !d.Allowed {
 		t.Errorf("c after b's release: %+v, %v; want admitted on the local share, freed", d, err)
+	}
+}
+
+// TestStackBreakerOpenWithoutLocalSlots: a slot the backend granted, then
+// the backend's breaker opens. A renewal while it is open renews the slot
+// nowhere: not in the backend (skipped), and not in the local shares,
+// which never held a slot and are not even looked at (their clock is never
+// read); it reports the slot neither lost nor taken back, and once the
+// breaker closes, the backend renews it as before. Items that no store is
+// asked about are still refused when invalid.
+func TestStackBreakerOpenWithoutLocalSlots(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer backend.Close()
+	inner := &flakyStore{}
+	b := ratelimit.NewBreaker(inner, ratelimit.BreakerOptions{Failures: 1, Cooldown: time.Hour, Now: clock.Now})
+	var reads atomic.Int64
+	s := ratelimit.NewStack(b, ratelimit.StackOptions{Breaker: b, Slots: backend, DenialCacheSize: -1,
+		Now: func() time.Time { reads.Add(1); return clock.Now() }})
+	defer s.Close()
+	ctx := context.Background()
+	slot := slotItem("{t}s", "a", 1, ratelimit.OnErrorLocal)
+	if d, err := backend.Decide(ctx, []ratelimit.Item{slot}); err != nil || !d.Allowed {
+		t.Fatalf("backend: %+v, %v", d, err)
+	}
+
+	inner.set(errDown)
+	rate := ratelimit.Item{Key: "{t}r", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 1, Per: time.Hour}, Cost: 1,
+		OnError: ratelimit.OnErrorOpen}
+	if d, err := s.Decide(ctx, []ratelimit.Item{rate}); err != nil || d.Failure == nil || !s.Health().AllDown {
+		t.Fatalf("tripping the breaker: %+v, %v, health %+v; want a failure and the breaker open", d, err, s.Health())
+	}
+	reads.Store(0)
+	clock.Add(20 * time.Second)
+	if r, err := s.RenewReport(ctx, []ratelimit.Item{slot}); err != nil || r.Lost != nil || r.Retaken != nil {
+		t.Errorf("RenewReport with the breaker open: %+v, %v; want nothing reported", r, err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("a renewal with the breaker open and no local slot read the local clock %d times, want 0", n)
+	}
+	invalid := slot
+	invalid.Holder = ""
+	if _, err := s.RenewReport(ctx, []ratelimit.Item{invalid}); !errors.Is(err, ratelimit.ErrInvalid) {
+		t.Errorf("RenewReport of an item without a holder: %v, want ErrInvalid", err)
+	}
+	if err := s.Release(ctx, []ratelimit.Item{invalid}); !errors.Is(err, ratelimit.ErrInvalid) {
+		t.Errorf("Release of an item without a holder: %v, want ErrInvalid", err)
+	}
+
+	// The slot was renewed nowhere: the backend's copy still expires 30 s
+	// after it was taken, and the renewal that reaches it renews it there.
+	inner.set(nil)
+	clock.Add(time.Hour + time.Second)
+	if d, err := s.Decide(ctx, []ratelimit.Item{rate}); err != nil || d.Failure != nil || s.Health().AllDown {
+		t.Fatalf("probe after the cooldown: %+v, %v; want the breaker closed", d, err)
+	}
+	if r, err := s.RenewReport(ctx, []ratelimit.Item{slot}); err != nil || r.Lost != nil || !slices.Equal(r.Retaken, []int{0}) {
+		t.Errorf("RenewReport once the backend is back: %+v, %v; want the expired slot taken back there", r, err)
 	}
 }

@@ -124,17 +124,23 @@ func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
 // taken while the backend was down lives there). The backend is skipped
 // while its breaker is open: its slots then free themselves after their
 // Limit.Per. The local shares are skipped until a Concurrency item was
-// decided there: before, they hold no slot. It returns the failures
-// joined; a slot whose release failed frees itself the same way.
+// decided there: before, they hold no slot. Items that no store is asked
+// about are still checked as SlotStore requires (ErrInvalid). It returns
+// the failures joined; a slot whose release failed frees itself the same
+// way.
 func (s *Stack) Release(ctx context.Context, items []Item) error {
 	if len(items) == 0 {
 		return nil
 	}
+	backend, local := s.backendSlots(), s.top.localSlots.Load()
+	if !backend && !local {
+		return CheckSlotItems(items)
+	}
 	var err error
-	if s.backendSlots() {
+	if backend {
 		err = s.slots.Release(ctx, items)
 	}
-	if s.top.localSlots.Load() {
+	if local {
 		err = errors.Join(err, s.top.local.Release(ctx, items))
 	}
 	return err
@@ -145,7 +151,9 @@ func (s *Stack) Release(ctx context.Context, items []Item) error {
 // a slot it no longer holds (the local shares hold only the slots taken
 // while it was down): a slot is lost when the backend lost it and the
 // local shares do not hold it. While the backend's breaker is open, or
-// when the backend keeps no slots, no slot is known to be lost.
+// when the backend keeps no slots, no slot is known to be lost (nor taken
+// back): a slot the backend granted is renewed nowhere then, and is
+// found out at the first renewal that reaches the backend again.
 func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
 	r, err := s.RenewReport(ctx, items)
 	return r.Lost, err
@@ -155,18 +163,25 @@ func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
 // (see RenewReporter; none when the backend's Slots is not one). A reply
 // of the backend that is not a Renewal of items (an index out of range,
 // twice, or out of order) is its failure, wrapping ErrUnavailable, and
-// reports nothing. While the backend is used, the local shares are
-// renewed only once a Concurrency item was decided there: before, they
-// hold no slot.
+// reports nothing. The local shares are renewed only once a Concurrency
+// item was decided there, whether or not the backend is used: before,
+// they hold no slot. They extend only the slots they hold and never take
+// one back, so a slot the backend granted never moves into them. With
+// neither store to renew (the backend's breaker open, no local slot), the
+// items are only checked as SlotStore requires (ErrInvalid), and nothing
+// is reported.
 func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) {
 	if len(items) == 0 {
 		return Renewal{}, nil
 	}
 	backend := s.backendSlots()
-	if backend && !s.top.localSlots.Load() {
+	if !s.top.localSlots.Load() {
 		// The local shares have never held a slot: renewing there would
 		// find each item gone, renew nothing and list every item.
-		return renewWith(ctx, s.slots, items)
+		if backend {
+			return renewWith(ctx, s.slots, items)
+		}
+		return Renewal{}, CheckSlotItems(items)
 	}
 	local, lerr := s.top.local.renew(ctx, items, false)
 	if !backend {
