@@ -69,9 +69,10 @@ const (
 
 // scriptCall is one script call (one hash-tag group) waiting for its reply.
 //
-// Calls are reused (callPool): a call goes back to the pool only once its
-// caller has received the reply. A call its caller abandoned is left to
-// the writer that may still hold it and is never reused.
+// Calls are reused (see callPool): a call goes back to the pool it came
+// from only once its caller has received the reply. A call its caller
+// abandoned is left to the writer that may still hold it and is never
+// reused.
 type scriptCall struct {
 	b     bound
 	state atomic.Int32
@@ -96,24 +97,35 @@ type scriptCall struct {
 	pctx  pipeCtx
 	batch []*scriptCall
 	cmds  []*redis.Cmd
+
+	// pool is the pool the call goes back to.
+	pool *callPool
 }
 
-var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
+// callPool holds the unused calls of one RedisStore. A call never passes
+// from one store to another, so the channel and timers it holds stay with
+// the store that made them (a store made in a testing/synctest bubble
+// keeps its calls in it, and no call made outside enters it). The zero
+// value is empty and ready for use.
+type callPool struct{ p sync.Pool }
 
-// getCall returns an unused call that will run under b.
-func getCall(b bound) *scriptCall {
-	c := callPool.Get().(*scriptCall)
+// get returns an unused call that will run under b.
+func (p *callPool) get(b bound) *scriptCall {
+	c, _ := p.p.Get().(*scriptCall)
+	if c == nil {
+		c = &scriptCall{done: make(chan struct{}, 1), pool: p}
+	}
 	c.b = b
 	c.state.Store(callQueued)
 	return c
 }
 
 // putCall returns c, whose reply its caller has taken (or which was never
-// sent), to the pool.
+// sent), to its pool.
 func putCall(c *scriptCall) {
 	c.disarm()
 	c.b, c.val, c.err = bound{}, nil, nil
-	callPool.Put(c)
+	c.pool.p.Put(c)
 }
 
 // finish returns the reply of a call whose done has been received, and

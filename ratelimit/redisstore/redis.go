@@ -64,6 +64,7 @@ type RedisStore struct {
 	opts   RedisOptions
 	run    *runner
 	co     *coalescer // nil when coalescing is disabled
+	calls  callPool   // the script calls of every coalescer of the store
 
 	// On a Cluster each primary gets a queue of its own, so that a dead or
 	// frozen primary holds up only the calls bound for it, never a pipeline
@@ -171,10 +172,13 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	return vals, errs
 }
 
+// getCall returns an unused script call of s that will run under b.
+func (s *RedisStore) getCall(b bound) *scriptCall { return s.calls.get(b) }
+
 // call sends one script call for the items idx under b and returns its
 // reply.
 func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) (any, error) {
-	c := getCall(b)
+	c := s.getCall(b)
 	c.build(mode, nowUS, useNow, items, idx, want)
 	if s.co == nil {
 		sendPipeline(c, s.run, []*scriptCall{c}, false)
@@ -361,7 +365,7 @@ func (s *RedisStore) perGroup(ctx context.Context, mode string, items []ratelimi
 	var calls []*scriptCall
 	gidx := make([]int, len(items))
 	for _, gr := range groupItems(items, make([]group, len(items)), gidx) {
-		c := getCall(b)
+		c := s.getCall(b)
 		c.build(mode, nowUS, useNow, items, gidx[gr.lo:gr.hi], nil)
 		calls = append(calls, c)
 	}
@@ -486,7 +490,7 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []ratelimit.Item, gr
 				continue
 			}
 		}
-		c := getCall(b)
+		c := s.getCall(b)
 		c.build(mode, nowUS, useNow, its, gi, nil)
 		callOf[g] = len(calls)
 		calls = append(calls, c)

@@ -56,7 +56,7 @@ func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Se
 	groups := groupItems(sub, make([]group, len(sub)), idx)
 	calls := make([]*scriptCall, len(groups))
 	for g, gr := range groups {
-		c := getCall(b)
+		c := s.getCall(b)
 		c.buildSettle(nowUS, useNow, sub, at, idx[gr.lo:gr.hi], markerKey(sub[idx[gr.lo]].Key, gr.tag, id), ratelimit.SettleWindow)
 		calls[g] = c
 	}

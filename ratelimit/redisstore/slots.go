@@ -111,7 +111,7 @@ func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelim
 	groups := s.slotGroups(items, idx)
 	calls := make([]*scriptCall, len(groups))
 	for g, gr := range groups {
-		calls[g] = getCall(b)
+		calls[g] = s.getCall(b)
 		calls[g].build(mode, nowUS, useNow, items, idx[gr.lo:gr.hi], nil)
 	}
 	vals, errs := s.exchange(calls)
