@@ -11,3 +11,10 @@ func SetModeClock(s *RedisStore, now func() time.Time) { s.run.now = now }
 
 // FellBack reports whether s sends its calls as EVALSHA.
 func FellBack(s *RedisStore) bool { return s.run.evalshaSince.Load() != 0 }
+
+// WithBreakerClock returns c with now as the clock of the circuit
+// breaker's cooldown that Open builds.
+func WithBreakerClock(c Config, now func() time.Time) Config {
+	c.breakerNow = now
+	return c
+}

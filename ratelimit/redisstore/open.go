@@ -60,6 +60,11 @@ type Config struct {
 	// a Redis function or as EVALSHA scripts (see RedisOptions.Logger);
 	// nil logs nothing.
 	Logger *slog.Logger
+
+	// breakerNow is the clock of the circuit breaker's cooldown; nil =
+	// time.Now. Tests set it (see WithBreakerClock) to step past a
+	// cooldown instead of waiting it out.
+	breakerNow func() time.Time
 }
 
 // Open builds the fleet-wide decision stack on Redis: a RedisStore (script
@@ -89,7 +94,7 @@ func Open(c Config) *ratelimit.Stack {
 	// through exists; nothing decides before Open returns.
 	var fleet *ratelimit.Fleet
 	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Fleet: func() int64 { return fleet.Size() }})
-	bo := ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown}
+	bo := ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Now: c.breakerNow}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		bo.Partition = func(ctx context.Context, items []ratelimit.Item) string {
 			if len(items) == 0 {
