@@ -90,8 +90,19 @@ func Open(c Config) *ratelimit.Stack {
 	store := NewRedisStore(client, RedisOptions{Timeout: c.Timeout, Logger: c.Logger})
 	// Items with a lease admit from blocks this instance reserved; the
 	// others pass through to Redis on every decision. Blocks are sized
-	// for the fleet, made below once the breaker its heartbeats go
-	// through exists; nothing decides before Open returns.
+	// for the fleet, but the fleet is made last: its heartbeats go
+	// through the breaker, which is made on the lease store. So fleet is
+	// assigned below, and read only by this closure, which no call can
+	// reach before that assignment (nor race with it):
+	//   - the lease store calls it only when a decision sizes a block
+	//     (LeaseStore.instances); the sweeper NewLeaseStore starts only
+	//     gives expired blocks back and sizes none;
+	//   - nothing decides on the lease store before Open returns: only
+	//     the breaker holds it, and of those Open gives the breaker to,
+	//     the roster runs its own heartbeats through Breaker.Do and
+	//     NewStack makes no decision.
+	// The first decision therefore comes after Open has returned, and
+	// the assignment before.
 	var fleet *ratelimit.Fleet
 	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Fleet: func() int64 { return fleet.Size() }})
 	bo := ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Now: c.breakerNow}
@@ -115,6 +126,7 @@ func Open(c Config) *ratelimit.Stack {
 		key := RosterKey(prefix)
 		fo.Roster = ratelimit.BreakerRoster(NewRedisRoster(client, RosterOptions{Key: key}), breaker, key)
 	}
+	// From here the lease store's Fleet closure (above) has a fleet to read.
 	fleet = ratelimit.NewFleet(fo)
 	return ratelimit.NewStack(breaker, ratelimit.StackOptions{
 		Breaker: breaker,
