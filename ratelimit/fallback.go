@@ -47,9 +47,14 @@ type Fallback struct {
 	local *MemoryStore
 	retry time.Duration
 	fleet func() int64
-	// localSlots is set, for good, before the first Concurrency item is
-	// decided on the local shares: until then they hold no slot.
-	localSlots atomic.Bool
+	now   func() time.Time // the local shares' clock
+	// slotsUntil is 0 while the local shares hold no slot; otherwise a
+	// time on their clock, in µs since the epoch, from which on none of
+	// the slots taken or renewed there is still held: at least the expiry
+	// of each. It is raised after each call that takes or renews a slot
+	// there (before that call returns), and back to 0 by localHolds once
+	// it has passed. See localHolds.
+	slotsUntil atomic.Int64
 }
 
 // NewFallback puts a Fallback on inner, which it owns: Close closes it.
@@ -62,7 +67,11 @@ func NewFallback(inner Store, o FallbackOptions) *Fallback {
 		n := int64(max(o.FleetSize, 1))
 		fleet = func() int64 { return n }
 	}
-	return &Fallback{inner: inner, local: NewMemoryStore(MemoryOptions{Now: o.Now}), retry: o.RetryAfter, fleet: fleet}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Fallback{inner: inner, local: NewMemoryStore(MemoryOptions{Now: now}), retry: o.RetryAfter, fleet: fleet, now: now}
 }
 
 // Decide decides items on the store below, or by their OnError when it
@@ -85,7 +94,8 @@ func (f *Fallback) Decide(ctx context.Context, items []Item) (Decision, error) {
 func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decision {
 	d := Decision{Allowed: true, Results: make([]Result, len(items)), Failure: err}
 	var local []Item
-	var at []int // local[k] is items[at[k]]
+	var at []int              // local[k] is items[at[k]]
+	var slotPer time.Duration // the longest Per of a local Concurrency item
 	fleet := max(f.fleet(), 1)
 	for i := range items {
 		it := &items[i]
@@ -94,8 +104,8 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 		case it.OnError == OnErrorClosed && !it.Shadow:
 			d.Allowed, d.Unavailable, d.RetryAfter = false, true, f.retry
 		case it.OnError == OnErrorLocal:
-			if it.Algorithm == Concurrency && !f.localSlots.Load() {
-				f.localSlots.Store(true)
+			if it.Algorithm == Concurrency {
+				slotPer = max(slotPer, it.Limit.Per)
 			}
 			share := LocalShare(it.Limit, it.Algorithm, fleet, it.Cost)
 			local = append(local, Item{Key: it.Key, Algorithm: it.Algorithm, Limit: share, Cost: it.Cost, Shadow: it.Shadow, Holder: it.Holder})
@@ -106,6 +116,10 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 		return d
 	}
 	ld, lerr := f.local.Decide(ctx, local)
+	if slotPer > 0 {
+		// Read after the Decide: its slots expire at most slotPer from now.
+		f.slotsHeldUntil(f.now().UnixMicro() + slotPer.Microseconds())
+	}
 	if lerr != nil {
 		for _, i := range at {
 			d.Results[i].Fallback = OnErrorOpen
@@ -119,6 +133,69 @@ func (f *Fallback) fallback(ctx context.Context, items []Item, err error) Decisi
 		d.fold(r, items[i].Shadow)
 	}
 	return d
+}
+
+// localHolds reports whether the local shares may hold a slot: one was
+// taken there and the latest expiry given to one (slotsUntil) is still
+// ahead on their clock. Once it has passed, no slot is held there (a
+// release only frees one sooner, and a renewal extends it only while held)
+// and it forgets it, so that the next calls read no clock until a slot is
+// taken there again. It costs an atomic load, and a clock read while
+// slots may be held.
+//
+// A renewal or release of a slot that runs at the same time as a renewal
+// of that slot in the local shares may find slotsUntil passed just before
+// that renewal raises it: the release is then skipped, and the slot frees
+// itself after its Limit.Per, as after a failed release. A clock that
+// steps back makes slots live longer by the step than slotsUntil says, with
+// the same outcome.
+func (f *Fallback) localHolds() bool {
+	until := f.slotsUntil.Load()
+	if until == 0 {
+		return false
+	}
+	if f.now().UnixMicro() < until {
+		return true
+	}
+	// A slot taken or renewed meanwhile has raised it: keep that.
+	f.slotsUntil.CompareAndSwap(until, 0)
+	return false
+}
+
+// slotsHeldUntil raises slotsUntil to until (µs on the local shares'
+// clock) when it is below.
+func (f *Fallback) slotsHeldUntil(until int64) {
+	for {
+		old := f.slotsUntil.Load()
+		if old >= until || f.slotsUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// renewLocal renews the slots of items that the local shares hold (see
+// MemoryStore.renew; it never takes a slot back, so Lost lists every item
+// they do not hold), and raises slotsUntil to cover the slots it renewed.
+func (f *Fallback) renewLocal(ctx context.Context, items []Item) (Renewal, error) {
+	r, err := f.local.renew(ctx, items, false)
+	if err != nil {
+		return r, err
+	}
+	var per time.Duration
+	lost := r.Lost
+	for i := range items {
+		if len(lost) > 0 && lost[0] == i {
+			lost = lost[1:]
+			continue
+		}
+		per = max(per, items[i].Limit.Per)
+	}
+	if per > 0 {
+		// Read after the renewal: it extended each slot to at most per
+		// from now.
+		f.slotsHeldUntil(f.now().UnixMicro() + per.Microseconds())
+	}
+	return r, nil
 }
 
 // LocalShare is one instance's part of limit l of algorithm alg shared by

@@ -187,6 +187,12 @@ func BenchmarkStackRenewReport(b *testing.B) {
 	defer backend.Close()
 	s := ratelimit.NewStack(backend, ratelimit.StackOptions{})
 	defer s.Close()
+	benchRenewRounds(b, s, backend)
+}
+
+// benchRenewRounds takes 1000 slots of 100 keys in backend and renews
+// them through s, one round per iteration.
+func benchRenewRounds(b *testing.B, s *ratelimit.Stack, backend ratelimit.Store) {
 	items := make([]ratelimit.Item, 1000)
 	for i := range items {
 		items[i] = hourSlot(fmt.Sprint(i))
@@ -202,6 +208,31 @@ func BenchmarkStackRenewReport(b *testing.B) {
 			b.Fatalf("%+v, %v", r, err)
 		}
 	}
+}
+
+// BenchmarkStackRenewReportAfterOutage is BenchmarkStackRenewReport on a
+// Stack whose local shares held a slot during an outage that ended long
+// ago: every slot they held has expired.
+func BenchmarkStackRenewReportAfterOutage(b *testing.B) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer backend.Close()
+	inner := &flakyStore{}
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Slots: backend, DenialCacheSize: -1, Now: clock.Now})
+	defer s.Close()
+	ctx := context.Background()
+	inner.set(errDown)
+	out := hourSlot("outage")
+	out.OnError = ratelimit.OnErrorLocal
+	if d, err := s.Decide(ctx, []ratelimit.Item{out}); err != nil || !d.Allowed || d.Failure == nil {
+		b.Fatalf("%+v, %v", d, err)
+	}
+	inner.set(nil)
+	if err := s.Release(ctx, []ratelimit.Item{out}); err != nil {
+		b.Fatal(err)
+	}
+	clock.Add(2 * time.Hour)
+	benchRenewRounds(b, s, backend)
 }
 
 // TestStackReleasesLocallyOnlyAfterLocalSlots: a Stack's release does no
@@ -300,5 +331,86 @@ func TestStackBreakerOpenWithoutLocalSlots(t *testing.T) {
 	}
 	if r, err := s.RenewReport(ctx, []ratelimit.Item{slot}); err != nil || r.Lost != nil || !slices.Equal(r.Retaken, []int{0}) {
 		t.Errorf("RenewReport once the backend is back: %+v, %v; want the expired slot taken back there", r, err)
+	}
+}
+
+// TestStackForgetsExpiredLocalSlots: the local shares are consulted while
+// a slot taken there may be held, for as long as renewals there extend it,
+// and no longer once every such slot has expired: from then on a release
+// or renewal reads their clock once more, then never until a slot is
+// taken there again. Renewals of slots the backend holds, which the local
+// shares do not, keep nothing alive there.
+func TestStackForgetsExpiredLocalSlots(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	defer backend.Close()
+	inner := &flakyStore{}
+	var reads atomic.Int64
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Slots: backend, DenialCacheSize: -1,
+		Now: func() time.Time { reads.Add(1); return clock.Now() }})
+	defer s.Close()
+	ctx := context.Background()
+	// All slots are held 30 s without a renewal. remote is the backend's;
+	// local is taken on the local share while the backend fails, and x
+	// fills local's key in the backend, which thus cannot take it back.
+	remote := slotItem("{t}s", "remote", 1, ratelimit.OnErrorLocal)
+	local, x := slotItem("{t}l", "local", 1, ratelimit.OnErrorLocal), slotItem("{t}l", "x", 1, ratelimit.OnErrorLocal)
+	if d, err := backend.Decide(ctx, []ratelimit.Item{remote, x}); err != nil || !d.Allowed {
+		t.Fatalf("backend: %+v, %v", d, err)
+	}
+	inner.set(errDown)
+	if d, err := s.Decide(ctx, []ratelimit.Item{local}); err != nil || !d.Allowed || d.Failure == nil {
+		t.Fatalf("local: %+v, %v; want admitted on the local share", d, err)
+	}
+	inner.set(nil)
+	renew := func(at string, items ...ratelimit.Item) {
+		t.Helper()
+		if lost, err := backend.Renew(ctx, []ratelimit.Item{x}); err != nil || lost != nil {
+			t.Fatalf("%s: renewing x in the backend: %v, %v", at, lost, err)
+		}
+		if r, err := s.RenewReport(ctx, items); err != nil || r.Lost != nil || r.Retaken != nil {
+			t.Errorf("%s: RenewReport: %+v, %v; want nothing lost or taken back", at, r, err)
+		}
+	}
+	// At 20 s and 40 s local is renewed on the local share: at 40 s it is
+	// held there only thanks to the renewal at 20 s.
+	clock.Add(20 * time.Second)
+	renew("20s", remote, local)
+	clock.Add(20 * time.Second)
+	renew("40s", remote, local)
+	if err := s.Release(ctx, []ratelimit.Item{local}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// local is gone, its last expiry 70 s; remote's renewals at 60 s do
+	// not extend the time the local shares are consulted.
+	clock.Add(20 * time.Second)
+	renew("60s", remote)
+	clock.Add(10 * time.Second)
+	reads.Store(0)
+	renew("70s", remote)
+	if n := reads.Load(); n != 1 {
+		t.Errorf("the first renewal once every local slot expired read the local clock %d times, want 1 (the check)", n)
+	}
+	reads.Store(0)
+	renew("70s, again", remote)
+	if err := s.Release(ctx, []ratelimit.Item{remote}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("a renewal and a release after every local slot expired read the local clock %d times, want 0", n)
+	}
+
+	// A slot taken there again makes them consulted again.
+	inner.set(errDown)
+	if d, err := s.Decide(ctx, []ratelimit.Item{remote}); err != nil || !d.Allowed || d.Failure == nil {
+		t.Fatalf("remote on the local share: %+v, %v", d, err)
+	}
+	inner.set(nil)
+	reads.Store(0)
+	if lost, err := s.Renew(ctx, []ratelimit.Item{remote}); err != nil || lost != nil {
+		t.Errorf("Renew of a slot the local share holds: %v, %v; want none lost", lost, err)
+	}
+	if n := reads.Load(); n < 2 {
+		t.Errorf("a renewal after a new local slot read the local clock %d times, want the check and the renewal", n)
 	}
 }

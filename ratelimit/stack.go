@@ -123,8 +123,9 @@ func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
 // Decide (see SlotStore), in the backend and in the local shares (a slot
 // taken while the backend was down lives there). The backend is skipped
 // while its breaker is open: its slots then free themselves after their
-// Limit.Per. The local shares are skipped until a Concurrency item was
-// decided there: before, they hold no slot. Items that no store is asked
+// Limit.Per. The local shares are skipped while they hold no slot: until
+// a Concurrency item was decided there, and again once every slot taken
+// or renewed there has expired on their clock. Items that no store is asked
 // about are still checked as SlotStore requires (ErrInvalid). It returns
 // the failures joined; a slot whose release failed frees itself the same
 // way.
@@ -132,7 +133,7 @@ func (s *Stack) Release(ctx context.Context, items []Item) error {
 	if len(items) == 0 {
 		return nil
 	}
-	backend, local := s.backendSlots(), s.top.localSlots.Load()
+	backend, local := s.backendSlots(), s.top.localHolds()
 	if !backend && !local {
 		return CheckSlotItems(items)
 	}
@@ -163,10 +164,10 @@ func (s *Stack) Renew(ctx context.Context, items []Item) ([]int, error) {
 // (see RenewReporter; none when the backend's Slots is not one). A reply
 // of the backend that is not a Renewal of items (an index out of range,
 // twice, or out of order) is its failure, wrapping ErrUnavailable, and
-// reports nothing. The local shares are renewed only once a Concurrency
-// item was decided there, whether or not the backend is used: before,
-// they hold no slot. They extend only the slots they hold and never take
-// one back, so a slot the backend granted never moves into them. With
+// reports nothing. The local shares are renewed only while they may hold
+// a slot (as for Release), whether or not the backend is used. They
+// extend only the slots they hold and never take one back, so a slot the
+// backend granted never moves into them, nor keeps them in use. With
 // neither store to renew (the backend's breaker open, no local slot), the
 // items are only checked as SlotStore requires (ErrInvalid), and nothing
 // is reported.
@@ -175,15 +176,15 @@ func (s *Stack) RenewReport(ctx context.Context, items []Item) (Renewal, error) 
 		return Renewal{}, nil
 	}
 	backend := s.backendSlots()
-	if !s.top.localSlots.Load() {
-		// The local shares have never held a slot: renewing there would
-		// find each item gone, renew nothing and list every item.
+	if !s.top.localHolds() {
+		// The local shares hold no slot: renewing there would find each
+		// item gone, renew nothing and list every item.
 		if backend {
 			return renewWith(ctx, s.slots, items)
 		}
 		return Renewal{}, CheckSlotItems(items)
 	}
-	local, lerr := s.top.local.renew(ctx, items, false)
+	local, lerr := s.top.renewLocal(ctx, items)
 	if !backend {
 		return Renewal{}, lerr
 	}
