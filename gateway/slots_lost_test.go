@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
@@ -48,20 +49,37 @@ func newRedisSlotGateway(t *testing.T) *redisSlotGateway {
 	t.Cleanup(func() { _ = gw.Close() })
 	f.gw = gw
 	sf := &slotFixture{fixture: f, up: up}
-	// Warm the pool (and load the script) first: a decision that misses
-	// the 1 s store deadline on a loaded machine would let a request
-	// through without a slot, which is not what this test is about.
-	warm := []ratelimit.Item{{Key: "warm", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, OnError: ratelimit.OnErrorOpen}}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		d, err := gw.live.Load().store.Decide(context.Background(), warm)
-		if err == nil && d.Failure == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("missed deadline: Redis did not decide within its 1 s deadline for 10 s: %v %v", err, d.Failure)
-		}
-	}
+	warmStore(t, gw.live.Load().store)
 	return &redisSlotGateway{slotFixture: sf, srv: srv, tel: tel, logs: logs}
+}
+
+// warmStore warms the store's pool (and loads the script) first: a
+// decision that misses the 1 s store deadline on a loaded machine would
+// let a request through without a slot, which is not what these tests are
+// about. A decision the store did not make in time (a timeout, or the
+// breaker open after a few of them) is tried again after a pause that
+// doubles up to 250 ms, since the breaker's cooldown runs on real time;
+// no decision within 10 s is a missed deadline. Any other answer (an
+// error, or a failure that says the item is invalid) is a wrong one.
+func warmStore(t *testing.T, store *ratelimit.Stack) {
+	t.Helper()
+	warm := []ratelimit.Item{{Key: "warm", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, OnError: ratelimit.OnErrorOpen}}
+	const wait = 10 * time.Second
+	deadline := time.Now().Add(wait)
+	for pause, tries := 10*time.Millisecond, 1; ; pause, tries = min(2*pause, 250*time.Millisecond), tries+1 {
+		d, err := store.Decide(context.Background(), warm)
+		switch {
+		case err != nil:
+			t.Fatalf("warm-up decision: %v; want a decision or a store failure", err)
+		case d.Failure == nil:
+			return
+		case ratelimit.FailureKind(d.Failure) == "invalid":
+			t.Fatalf("warm-up decision failed as invalid: %v", d.Failure)
+		case time.Now().Add(pause).After(deadline):
+			proctest.FatalOverrun(t, "Redis did not decide within its 1 s deadline in %d tries over %v: %v", tries, wait, d.Failure)
+		}
+		time.Sleep(pause) // polling a real Redis; the breaker's cooldown is real time
+	}
 }
 
 // TestConcurrencySlotLostOnRedis: a request holds the one slot of its
