@@ -163,8 +163,10 @@ func (f *Fallback) localHolds() bool {
 }
 
 // slotsHeldUntil raises slotsUntil to until (µs on the local shares'
-// clock) when it is below.
+// clock) when it is below; to 1 at least, since 0 means no slot (a clock
+// before 1970 thus keeps the local shares consulted until it passes 1970).
 func (f *Fallback) slotsHeldUntil(until int64) {
+	until = max(until, 1)
 	for {
 		old := f.slotsUntil.Load()
 		if old >= until || f.slotsUntil.CompareAndSwap(old, until) {

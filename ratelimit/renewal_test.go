@@ -414,3 +414,24 @@ func TestStackForgetsExpiredLocalSlots(t *testing.T) {
 		t.Errorf("a renewal after a new local slot read the local clock %d times, want the check and the renewal", n)
 	}
 }
+
+// TestStackLocalSlotsBeforeEpoch: a local slot taken on a clock before
+// 1970, whose expiry is a negative number of µs, is still released there.
+func TestStackLocalSlotsBeforeEpoch(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(-3600, 0))
+	inner := &flakyStore{}
+	inner.set(errDown)
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Now: clock.Now, DenialCacheSize: -1})
+	defer s.Close()
+	ctx := context.Background()
+	a, b := slotItem("{t}s", "a", 1, ratelimit.OnErrorLocal), slotItem("{t}s", "b", 1, ratelimit.OnErrorLocal)
+	if d, err := s.Decide(ctx, []ratelimit.Item{a}); err != nil || !d.Allowed {
+		t.Fatalf("a: %+v, %v", d, err)
+	}
+	if err := s.Release(ctx, []ratelimit.Item{a}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if d, err := s.Decide(ctx, []ratelimit.Item{b}); err != nil || !d.Allowed {
+		t.Errorf("b after a's release: %+v, %v; want the freed slot", d, err)
+	}
+}
