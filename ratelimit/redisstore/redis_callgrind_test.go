@@ -22,12 +22,15 @@ import (
 // BenchmarkRedisServerInstructions reports the instructions redis-server
 // executes per decision, counted by valgrind's callgrind: a deterministic
 // measure of the server's cost, unlike INFO commandstats' usec on a busy
-// machine. Each case starts redis-server under callgrind twice, runs 200
-// and then 1200 sequential decisions through a RedisStore (uncoalesced,
-// on the server clock, one admitted token-bucket item per hash tag and
-// call, on fixed keys) and reports the difference per decision, so that
-// start-up and shutdown cancel out. Cases: the decision as an FCALL of the
-// library and as the EVALSHA fallback, with one and two items.
+// machine. Each case starts redis-server (at hz 1) under callgrind
+// twice, runs 200 and then 1200 sequential decisions through a RedisStore
+// (uncoalesced, on the server clock, one admitted token-bucket item per
+// hash tag and call, on fixed keys) and reports the difference per
+// decision, so that start-up and shutdown cancel out. Cases: the decision
+// as an FCALL of the library and as the EVALSHA fallback, with one and
+// two items; and as an FCALL, one concurrency item (the same holder each
+// time) and one token bucket reservation whose want changes with every
+// decision (1000 values in turn).
 //
 // It is slow (about a minute per case on a quiet machine) and runs only
 // when QG_CALLGRIND is set and valgrind is on PATH; b.N is ignored:
@@ -41,25 +44,57 @@ func BenchmarkRedisServerInstructions(b *testing.B) {
 	if err != nil {
 		b.Skip("valgrind not on PATH")
 	}
+	run := func(name string, evalsha bool, decide callgrindDecide) {
+		b.Run(name, func(b *testing.B) {
+			const few, many = 200, 1200
+			lo := callgrindRun(b, valgrind, evalsha, decide, few)
+			hi := callgrindRun(b, valgrind, evalsha, decide, many)
+			b.ReportMetric(float64(hi-lo)/(many-few), "instructions/decision")
+		})
+	}
 	for _, mode := range []string{"fcall", "evalsha"} {
 		for _, n := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%s/items=%d", mode, n), func(b *testing.B) {
-				const few, many = 200, 1200
-				lo := callgrindRun(b, valgrind, mode == "evalsha", n, few)
-				hi := callgrindRun(b, valgrind, mode == "evalsha", n, many)
-				b.ReportMetric(float64(hi-lo)/(many-few), "instructions/decision")
-			})
+			run(fmt.Sprintf("%s/items=%d", mode, n), mode == "evalsha", decideBuckets(n))
 		}
+	}
+	run("fcall/concurrency", false, func(ctx context.Context, s *RedisStore, _ int) (ratelimit.Decision, error) {
+		return s.Decide(ctx, []ratelimit.Item{{Key: "{cg}:slots", Algorithm: ratelimit.Concurrency,
+			Limit: ratelimit.Limit{Max: 2, Per: time.Minute}, Cost: 1, Holder: "h"}})
+	})
+	run("fcall/reserve_varying_want", false, func(ctx context.Context, s *RedisStore, i int) (ratelimit.Decision, error) {
+		d, _, err := s.DecideReserve(ctx, []ratelimit.Item{{Key: "{cg}:0", Algorithm: ratelimit.TokenBucket,
+			Limit: ratelimit.Limit{Rate: 10_000_000, Per: time.Second, Burst: 10_000_000}, Cost: 1}}, []int64{2 + int64(i%1000)})
+		return d, err
+	})
+}
+
+// callgrindDecide makes the i-th decision of a callgrindRun.
+type callgrindDecide func(ctx context.Context, s *RedisStore, i int) (ratelimit.Decision, error)
+
+// decideBuckets decides on items admitted token buckets of fixed keys.
+func decideBuckets(items int) callgrindDecide {
+	batch := make([]ratelimit.Item, items)
+	for i := range batch {
+		batch[i] = ratelimit.Item{Key: fmt.Sprintf("{cg}:%d", i), Algorithm: ratelimit.TokenBucket,
+			Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
+	}
+	return func(ctx context.Context, s *RedisStore, _ int) (ratelimit.Decision, error) {
+		return s.Decide(ctx, batch)
 	}
 }
 
 // callgrindRun starts redis-server under callgrind, makes decisions
-// decisions of items token buckets each (as EVALSHA when evalsha is set),
-// stops the server and returns the instructions it executed in all.
-func callgrindRun(b *testing.B, valgrind string, evalsha bool, items, decisions int) int64 {
+// decisions with decide (as EVALSHA when evalsha is set), each of which
+// must admit, stops the server and returns the instructions it executed
+// in all.
+func callgrindRun(b *testing.B, valgrind string, evalsha bool, decide callgrindDecide, decisions int) int64 {
 	out := filepath.Join(b.TempDir(), "callgrind.out")
 	srv := redistest.StartStandaloneWith(b, redistest.Options{
-		Wrap:         []string{valgrind, "--tool=callgrind", "--callgrind-out-file=" + out},
+		Wrap: []string{valgrind, "--tool=callgrind", "--callgrind-out-file=" + out},
+		// serverCron runs hz times per second of wall time, which valgrind
+		// stretches by a load-dependent factor: at the default 10 its work
+		// moved the count per decision by several thousand from run to run.
+		Args:         []string{"--hz", "1", "--dynamic-hz", "no"},
 		StartTimeout: 2 * time.Minute, // valgrind starts slowly
 	})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
@@ -71,13 +106,8 @@ func callgrindRun(b *testing.B, valgrind string, evalsha bool, items, decisions 
 	if evalsha {
 		s.run.pinEvalsha()
 	}
-	batch := make([]ratelimit.Item, items)
-	for i := range batch {
-		batch[i] = ratelimit.Item{Key: fmt.Sprintf("{cg}:%d", i), Algorithm: ratelimit.TokenBucket,
-			Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
-	}
-	for range decisions {
-		if d, err := s.Decide(ctx, batch); err != nil || !d.Allowed {
+	for i := range decisions {
+		if d, err := decide(ctx, s, i); err != nil || !d.Allowed {
 			b.Fatalf("decide: %+v, %v", d, err)
 		}
 	}

@@ -268,14 +268,9 @@ func renewalTakenBack(cur, old any) bool {
 // then every set of keys is given this version's state, and the sequence
 // goes on from it.
 func TestStoredStateCompatibleWithPreviousVersion(t *testing.T) {
-	srv := redistest.StartStandalone(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	c := libraryClient(t)
 	if err := c.FunctionLoad(ctx, prevLibrary).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := loadLibrary(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	prefix := redistest.KeyPrefix(t)
@@ -427,13 +422,8 @@ func storedState(c *redis.Client, key string) string {
 // even when the key held the first one's per before: a state saved under
 // one per and read under another would count on the wrong grid.
 func TestTwoLimitsOnOneKeySavedWithTheLast(t *testing.T) {
-	srv := redistest.StartStandalone(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	if err := loadLibrary(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	c := libraryClient(t)
 	prefix := redistest.KeyPrefix(t)
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.FixedWindow} {
 		key := prefix + "{two}:" + alg.String()

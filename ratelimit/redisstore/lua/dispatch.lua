@@ -66,7 +66,7 @@ local keep = mode ~= 's' -- see items.lua
 local holders = keep and ARGV[2 + n + 1] ~= nil
 local items = call_items -- see state.lua
 for i = 1, n do
-  local it, err = item_of(ARGV[2 + i], keep)
+  local it, err = item_of(ARGV[2 + i], keep, i)
   if not it then return err end
   if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + i] or '') end
   items[i] = it

@@ -28,34 +28,102 @@
 local item_cache, items_cached = {}, 0
 
 -- A spec's ten integers; only cost (a settlement's delta) may be
--- negative.
-local SPEC = '^(%d+),(%d+),(%d+),(%d+),(%-?%d+),([01]),(%d+),(%d+),(%d+),(%d+)$'
+-- negative, and its sign is captured apart from its digits.
+local SPEC = '^(%d+),(%d+),(%d+),(%d+),(%-?)(%d+),([01]),(%d+),(%d+),(%d+),(%d+)$'
 
--- The item of spec, or nil and an error reply when spec is malformed,
--- kept in the table when keep is set. The pattern admits only decimal
--- digits, so arithmetic converts the captured texts (x + 0) without a call
--- of tonumber for each.
-local function parse_item(spec, keep)
-  local a, rate, per, burst, cost, shadow, want, cs, ce, cn = string.match(spec, SPEC)
-  if not a then return nil, redis.error_reply('ERR malformed item ' .. spec) end
+-- The spec's fields by position, for errors.
+local FIELDS = {'alg', 'rate', 'per', 'burst', 'cost', 'shadow', 'want', 'cs', 'ce', 'cn'}
+
+-- The error reply for item i (its position in the call, from 1) whose
+-- field breaks a rule: "ERR quotagate: item <i>: <field> <problem>".
+local function field_error(i, field, problem)
+  return redis.error_reply('ERR quotagate: item ' .. i .. ': ' .. field .. ' ' .. problem)
+end
+
+-- The error reply for item i whose spec does not match SPEC: the first
+-- field that is not what it must be, or the count of fields.
+local function spec_error(i, spec)
+  local k = 0
+  for t in string.gmatch(spec .. ',', '([^,]*),') do
+    k = k + 1
+    local name = FIELDS[k]
+    if not name then break end
+    if name == 'shadow' then
+      if t ~= '0' and t ~= '1' then return field_error(i, name, 'must be 0 or 1') end
+    elseif name == 'cost' then
+      if not string.find(t, '^%-?%d+$') then return field_error(i, name, 'must be an integer') end
+    elseif not string.find(t, '^%d+$') then
+      return field_error(i, name, 'must be a non-negative integer')
+    end
+  end
+  return field_error(i, 'spec', 'must be ten comma-separated integers ' .. table.concat(FIELDS, ',') .. ', got ' .. k)
+end
+
+-- Whether the decimal digits t stand for 2^53 or more, which a double may
+-- not hold exactly (2^53 + 1 reads as 2^53): more than 16 digits, or 16
+-- that compare (as text of one length) at or above 2^53's.
+local function inexact(t)
+  local n = #t
+  return n > 16 or n == 16 and t >= '9007199254740992'
+end
+
+-- Sixteen digits in a row: a spec without them has no inexact field.
+local DIGITS16 = '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d'
+
+-- The item of spec, the i-th of its call, or nil and an error reply naming
+-- the field (see field_error) when spec is what the Go side never sends:
+-- not ten integers, shadow other than 0 or 1, a value of 2^53 or more, an
+-- unknown algorithm, rate 0, per 0 (but for a calendar window), burst 0
+-- for a token bucket or a sliding window (its buckets), a negative cost
+-- outside a settlement (keep unset), or calendar bounds out of order (cs
+-- < ce < cn, or all 0 for no calendar). The item is kept in the table
+-- when keep is set. The checks run only for a text not in the table. The
+-- pattern admits only decimal digits, so arithmetic converts the captured
+-- texts (x + 0) without a call of tonumber for each.
+local function parse_item(spec, keep, i)
+  local a, rate, per, burst, sign, cost, shadow, want, cs, ce, cn = string.match(spec, SPEC)
+  if not a then return nil, spec_error(i, spec) end
+  if string.find(spec, DIGITS16) then
+    local long = inexact(a) and 'alg' or inexact(rate) and 'rate' or inexact(per) and 'per' or
+      inexact(burst) and 'burst' or inexact(cost) and 'cost' or inexact(want) and 'want' or
+      inexact(cs) and 'cs' or inexact(ce) and 'ce' or inexact(cn) and 'cn'
+    if long then return nil, field_error(i, long, 'must be below 2^53') end
+  end
   local alg = ALGORITHMS[a + 0]
-  if not alg then return nil, redis.error_reply('ERR unknown algorithm ' .. a) end
-  local lim = {rate = rate + 0, per = per + 0, burst = burst + 0, per_text = per, burst_text = burst, cap = burst * per,
+  if not alg then return nil, field_error(i, 'alg', 'names no algorithm: ' .. a) end
+  local r, p, b = rate + 0, per + 0, burst + 0
+  local s, e, x = cs + 0, ce + 0, cn + 0
+  if r == 0 then return nil, field_error(i, 'rate', 'must be a positive integer') end
+  if p == 0 and e == 0 then
+    return nil, field_error(i, 'per', 'must be a positive integer (0 only for a calendar window)')
+  end
+  if b == 0 and (alg == ALGORITHMS[1] or alg == ALGORITHMS[3]) then
+    return nil, field_error(i, 'burst', 'must be a positive integer')
+  end
+  local c = cost + 0
+  if sign == '-' then
+    if keep then return nil, field_error(i, 'cost', 'must not be negative outside a settlement') end
+    c = -c
+  end
+  if e == 0 and (s ~= 0 or x ~= 0) then return nil, field_error(i, 'cs', 'and cn must be 0 when ce is 0') end
+  if e ~= 0 and not (s < e and e < x) then return nil, field_error(i, 'ce', 'must lie between cs and cn') end
+  local lim = {rate = r, per = p, burst = b, per_text = per, burst_text = burst, cap = b * p,
                value_memo = {text_of = false, text = ''}, ttl_memo = {text_of = false, text = ''},
                window_memo = {text_of = false, text = ''}}
-  if ce ~= '0' then lim.cs, lim.ce, lim.cn = cs + 0, ce + 0, cn + 0 end
-  local it = {alg = alg, lim = lim, cost = cost + 0, shadow = shadow == '1', want = want + 0}
+  if e ~= 0 then lim.cs, lim.ce, lim.cn = s, e, x end
+  local it = {alg = alg, lim = lim, cost = c, shadow = shadow == '1', want = want + 0}
   if not keep then return it end
   if items_cached >= 4096 then item_cache, items_cached = {}, 0 end
   item_cache[spec], items_cached = it, items_cached + 1
   return it
 end
 
--- The item of spec (see parse_item); keep is false for a settlement.
-local function item_of(spec, keep)
+-- The item of spec, the i-th of its call (see parse_item); keep is false
+-- for a settlement.
+local function item_of(spec, keep, i)
   local it = item_cache[spec]
   if it then return it end
-  return parse_item(spec, keep)
+  return parse_item(spec, keep, i)
 end
 
 -- The item it for the holder of a concurrency slot: a copy whose lim
