@@ -435,3 +435,48 @@ func TestStackLocalSlotsBeforeEpoch(t *testing.T) {
 		t.Errorf("b after a's release: %+v, %v; want the freed slot", d, err)
 	}
 }
+
+// TestStackLocalSlotsReleasedUnderRace: while the backend is down, holders
+// take and release slots on the local shares as their clock runs on, so
+// that the local slots keep expiring and the Stack keeps forgetting and
+// learning again that the local shares hold slots. No release of a live
+// slot is ever skipped: each holder, alone on a key of one slot, always
+// finds it free again. Each holder moves the clock on by 1 ms between
+// taking and releasing its slot (a slot lives 20 ms), and by 25 ms before
+// one slot in ten, which expires every slot then held: the Stack then
+// forgets the local slots while others take new ones.
+func TestStackLocalSlotsReleasedUnderRace(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	inner := &flakyStore{}
+	inner.set(errDown)
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Now: clock.Now, DenialCacheSize: -1})
+	defer s.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var denied atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				if i%10 == 0 {
+					clock.Add(25 * time.Millisecond) // every slot held now expires
+				}
+				it := slotItem(fmt.Sprintf("{t}%d", g), fmt.Sprint(i), 1, ratelimit.OnErrorLocal)
+				it.Limit.Per = 20 * time.Millisecond
+				if d, err := s.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
+					denied.Add(1)
+					continue
+				}
+				clock.Add(time.Millisecond) // others' slots may expire meanwhile
+				if err := s.Release(ctx, []ratelimit.Item{it}); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := denied.Load(); n != 0 {
+		t.Errorf("%d of 4000 slots were denied on a key whose one slot was released before", n)
+	}
+}
