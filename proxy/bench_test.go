@@ -16,9 +16,11 @@ import (
 )
 
 // BenchmarkProxySmall forwards a small GET to a local upstream over real
-// loopback connections, calling the handler directly (no front server).
+// loopback connections, calling the handler directly (no front server),
+// as a direct exchange and through net/http's Transport (std/).
 // watch-write finds out whether the request was written (WatchWrite
-// selects it): its allocs/op over no-timeout's are that cost.
+// selects it): its allocs/op over no-timeout's are that cost. cpu-µs/op
+// is the process's CPU time (the upstream's included) per request.
 func BenchmarkProxySmall(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -26,34 +28,43 @@ func BenchmarkProxySmall(b *testing.B) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	transport := NewTransport(TransportOptions{})
-	defer transport.CloseIdleConnections()
 	onFailure := func(*http.Request, int, bool) {}
-	for _, c := range []struct {
-		name      string
-		timeout   time.Duration
-		onFailure func(*http.Request, int, bool)
-	}{{"no-timeout", 0, nil}, {"timeout", 10 * time.Second, nil}, {"watch-write", 0, onFailure},
-		{"timeout+watch-write", 10 * time.Second, onFailure}} {
-		h, err := New(Upstream{Name: "bench", URL: u, Timeout: c.timeout}, Options{Transport: transport, OnFailure: c.onFailure})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					req := httptest.NewRequest("GET", "/v1/transfers/1", nil)
-					req.Header.Set("X-Request-ID", "bench")
-					rec := httptest.NewRecorder()
-					h.ServeHTTP(rec, req)
-					if rec.Code != http.StatusOK {
-						b.Errorf("status %d", rec.Code)
-						return
+	for _, tr := range []struct {
+		prefix string
+		opts   TransportOptions
+	}{{"", TransportOptions{}}, {"std/", TransportOptions{NoDirect: true}}} {
+		transport := NewTransport(tr.opts)
+		defer transport.CloseIdleConnections()
+		for _, c := range []struct {
+			name      string
+			timeout   time.Duration
+			onFailure func(*http.Request, int, bool)
+		}{{"no-timeout", 0, nil}, {"timeout", 10 * time.Second, nil}, {"watch-write", 0, onFailure},
+			{"timeout+watch-write", 10 * time.Second, onFailure}} {
+			h, err := New(Upstream{Name: "bench", URL: u, Timeout: c.timeout}, Options{Transport: transport, OnFailure: c.onFailure})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(tr.prefix+c.name, func(b *testing.B) {
+				b.ReportAllocs()
+				cpu0, ok0 := benchloop.ProcessCPU()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						req := httptest.NewRequest("GET", "/v1/transfers/1", nil)
+						req.Header.Set("X-Request-ID", "bench")
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, req)
+						if rec.Code != http.StatusOK {
+							b.Errorf("status %d", rec.Code)
+							return
+						}
 					}
+				})
+				if cpu1, ok := benchloop.ProcessCPU(); ok && ok0 {
+					b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 				}
 			})
-		})
+		}
 	}
 }
 

@@ -37,6 +37,22 @@ type TransportOptions struct {
 	ExpectContinueTimeout time.Duration
 	// TLSClientConfig configures TLS to https upstreams; nil = system roots.
 	TLSClientConfig *tls.Config
+	// NoDirect sends every request through net/http's Transport, direct
+	// exchanges included (see Transport).
+	NoDirect bool
+}
+
+// Transport is the gateway's transport to upstreams. A GET, HEAD or
+// OPTIONS request without a body to an http upstream is a direct
+// exchange: written and answered on the caller's goroutine, over
+// connections the Transport keeps alive itself (see direct.go). Every
+// other request goes to the embedded net/http Transport, whose fields
+// may be changed before first use; setting its Proxy, DisableKeepAlives
+// or MaxConnsPerHost turns direct exchanges off, and a DialContext set on
+// it dials them too.
+type Transport struct {
+	*http.Transport
+	direct *directPool // nil = none
 }
 
 // NewTransport returns a transport tuned for a gateway: keep-alive with a
@@ -46,7 +62,7 @@ type TransportOptions struct {
 // through unchanged). It sets no ResponseHeaderTimeout: Upstream.Timeout
 // bounds the wait for response headers per upstream. Share one transport
 // among all handlers.
-func NewTransport(o TransportOptions) *http.Transport {
+func NewTransport(o TransportOptions) *Transport {
 	def := func(v, d time.Duration) time.Duration {
 		if v == 0 {
 			return d
@@ -63,7 +79,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 		Timeout:   def(o.DialTimeout, 5*time.Second),
 		KeepAlive: def(o.KeepAlive, 30*time.Second),
 	}
-	return &http.Transport{
+	t := &Transport{Transport: &http.Transport{
 		Proxy:                 nil,
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
@@ -75,6 +91,43 @@ func NewTransport(o TransportOptions) *http.Transport {
 		MaxConnsPerHost:       o.MaxConnsPerHost,
 		ExpectContinueTimeout: def(o.ExpectContinueTimeout, time.Second),
 		DisableCompression:    true,
+	}}
+	if !o.NoDirect {
+		std := t.Transport
+		t.direct = &directPool{
+			dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if d := std.DialContext; d != nil {
+					return d(ctx, network, addr)
+				}
+				return dialer.DialContext(ctx, network, addr)
+			},
+			idleTimeout:    std.IdleConnTimeout,
+			maxIdlePerHost: std.MaxIdleConnsPerHost,
+			maxIdle:        std.MaxIdleConns,
+			now:            time.Now,
+			headerLimit:    directHeaderLimit,
+			peekIdle:       peekIdle,
+		}
+	}
+	return t
+}
+
+// RoundTrip sends req as a direct exchange when it can be one, and
+// through the net/http Transport otherwise.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.direct != nil && t.Transport.Proxy == nil && !t.Transport.DisableKeepAlives &&
+		t.Transport.MaxConnsPerHost == 0 && directEligible(req) {
+		return t.direct.roundTrip(req)
+	}
+	return t.Transport.RoundTrip(req)
+}
+
+// CloseIdleConnections closes the idle connections of both kinds of
+// exchange.
+func (t *Transport) CloseIdleConnections() {
+	t.Transport.CloseIdleConnections()
+	if t.direct != nil {
+		t.direct.closeIdle()
 	}
 }
 

@@ -1,0 +1,407 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Direct exchanges. net/http's Transport runs every HTTP/1 exchange on
+// two goroutines of the connection (one writes the request, one reads the
+// response) and hands the request and the response between them and the
+// caller over channels: three goroutines take turns per request, each turn
+// a park and a wake-up, which under load is a good part of what a proxied
+// request costs. Most requests a gateway forwards have no body, and their
+// exchange needs none of that: directPool writes such a request and reads
+// its response on the caller's goroutine, over connections it keeps alive
+// itself. Everything else (bodies, upgrades, https and HTTP/2, a proxy)
+// stays with net/http's Transport.
+
+// directEligible reports whether req can be a direct exchange: a request
+// to an http (not https) URL with no body, no trailer, not CONNECT, not
+// asking to upgrade or to close the connection, and not expecting 100
+// Continue.
+func directEligible(req *http.Request) bool {
+	return req.Method != http.MethodConnect && req.URL != nil && req.URL.Scheme == "http" && req.URL.Host != "" &&
+		(req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
+		len(req.TransferEncoding) == 0 && len(req.Trailer) == 0 && !req.Close &&
+		req.Header["Upgrade"] == nil && req.Header["Expect"] == nil
+}
+
+// idempotent reports whether req may be sent again after an attempt the
+// upstream may have received: its method is GET, HEAD, OPTIONS or TRACE,
+// or it carries an Idempotency-Key (or X-Idempotency-Key) header, as
+// net/http's Transport takes it.
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+}
+
+// Limits of a direct exchange.
+const (
+	// directHeaderLimit bounds what an upstream may send before its
+	// response body (informational responses included), as net/http's
+	// Transport does by default.
+	directHeaderLimit = 10 << 20
+	// directMax1xx bounds the informational responses before the final one.
+	directMax1xx = 5
+	// directBufSize is each direct connection's read and write buffer.
+	directBufSize = 4 << 10
+)
+
+// errHeaderLimit is the error of a response whose headers exceed the
+// pool's limit.
+var errHeaderLimit = errors.New("proxy: upstream response headers too large")
+
+// aLongTimeAgo is a deadline that interrupts a connection's pending read
+// or write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// directPool keeps the connections of direct exchanges, per upstream
+// host:port, and sends requests over them. It is safe for concurrent use.
+type directPool struct {
+	// dial opens a connection; it is asked each time, so a dialer replaced
+	// on the transport after it was built is used.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// idleTimeout closes a connection idle this long (> 0).
+	idleTimeout time.Duration
+	// maxIdlePerHost and maxIdle cap the idle connections kept per host and
+	// over all hosts (> 0).
+	maxIdlePerHost, maxIdle int
+	// now is the clock that ages idle connections.
+	now func() time.Time
+	// headerLimit bounds a response's bytes before its body (> 0).
+	headerLimit int64
+	// peekIdle builds a connection's check before reuse (peekIdle).
+	peekIdle func(net.Conn) func() bool
+
+	mu        sync.Mutex
+	idle      map[string][]*directConn // oldest first
+	idleCount int
+	reaper    *time.Timer // nil when no reap is due
+}
+
+// directConn is one upstream connection of a directPool.
+type directConn struct {
+	pool *directPool
+	key  string // host:port
+	conn net.Conn
+	in   connReader // what br reads from conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	// reused is true when the connection served an exchange before the
+	// current one.
+	reused bool
+	// idleSince is when the connection went back to the pool.
+	idleSince time.Time
+	// peek reports whether the idle connection still looks usable: open,
+	// with nothing the upstream sent unasked (see peekIdle).
+	peek func() bool
+}
+
+// connReader counts the bytes read from a connection since the
+// current exchange began and, while limit is not negative, fails a read
+// past limit bytes.
+type connReader struct {
+	conn  net.Conn
+	n     int64
+	limit int64 // < 0 = none
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if r.limit >= 0 {
+		left := r.limit - r.n
+		if left <= 0 {
+			return 0, errHeaderLimit
+		}
+		if int64(len(p)) > left {
+			p = p[:left]
+		}
+	}
+	n, err := r.conn.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
+// hostPort is the address a direct exchange with u connects to.
+func hostPort(u *url.URL) string {
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "80")
+	}
+	return u.Host
+}
+
+// roundTrip sends req, which directEligible accepted, and returns its
+// response; the response body reads from the connection until it ends or
+// is closed, and the connection then serves another exchange when the
+// response allows it. A connection kept from an earlier exchange that
+// fails before the upstream sent a byte of the response (an upstream
+// closes idle connections when it likes) is discarded, and an idempotent
+// request is sent again on another; any other request fails, since the
+// upstream may have received it. Before a kept connection is used, a
+// non-blocking peek at its socket finds most closed ones (peekIdle).
+func (p *directPool) roundTrip(req *http.Request) (*http.Response, error) {
+	if err := validHeader(req.Header); err != nil {
+		return nil, err
+	}
+	ctx := req.Context()
+	key := hostPort(req.URL)
+	for {
+		pc, err := p.get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		resp, retry, err := pc.exchange(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		if !retry || !idempotent(req) || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// validHeader refuses a header net/http's Transport would refuse: an
+// invalid field name or a value with a control character.
+func validHeader(h http.Header) error {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("proxy: invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("proxy: invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
+}
+
+// exchange writes req on pc and reads the response headers. On failure
+// pc is closed, and retry reports whether req may be sent again on
+// another connection: pc had served an exchange before and the upstream
+// sent nothing of a response on it.
+func (pc *directConn) exchange(ctx context.Context, req *http.Request) (resp *http.Response, retry bool, err error) {
+	stop := context.AfterFunc(ctx, pc.interrupt)
+	pc.in.n, pc.in.limit = 0, pc.pool.headerLimit
+	trace := httptrace.ContextClientTrace(ctx)
+	err = req.Write(pc.bw)
+	if err == nil {
+		err = pc.bw.Flush()
+	}
+	if trace != nil && trace.WroteRequest != nil {
+		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
+	}
+	if err == nil {
+		resp, err = pc.readResponse(req, trace)
+	}
+	if err != nil {
+		stop()
+		pc.conn.Close()
+		if ctx.Err() != nil {
+			return nil, false, context.Cause(ctx)
+		}
+		return nil, pc.reused && pc.in.n == 0, err
+	}
+	pc.in.limit = -1
+	keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	if resp.Body == http.NoBody || resp.Body == nil {
+		pc.finish(stop, keep)
+		return resp, false, nil
+	}
+	resp.Body = &directBody{ReadCloser: resp.Body, pc: pc, stop: stop, keep: keep}
+	return resp, false, nil
+}
+
+// readResponse reads the final response to req, passing informational
+// (1xx) responses but 101 to the trace's Got1xxResponse.
+func (pc *directConn) readResponse(req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+	for n := 0; ; n++ {
+		resp, err := http.ReadResponse(pc.br, req)
+		if err != nil {
+			return nil, err
+		}
+		code := resp.StatusCode
+		if code >= 200 || code == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		if n == directMax1xx {
+			return nil, fmt.Errorf("proxy: more than %d informational responses", directMax1xx)
+		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// interrupt makes the connection's pending read or write fail at once;
+// it runs when the exchange's context ends.
+func (pc *directConn) interrupt() { pc.conn.SetDeadline(aLongTimeAgo) }
+
+// finish ends pc's exchange: stop ends the watch of its context, and the
+// connection goes back to the pool when keep is true, the context did not
+// interrupt it, and the upstream sent nothing past the response;
+// otherwise it is closed.
+func (pc *directConn) finish(stop func() bool, keep bool) {
+	if stop() && keep && pc.br.Buffered() == 0 {
+		pc.pool.put(pc)
+		return
+	}
+	pc.conn.Close()
+}
+
+// directBody is the body of a direct exchange's response. Reading it to
+// its end gives the connection back (see directConn.finish); closing it
+// before closes the connection, as does a failed read.
+type directBody struct {
+	io.ReadCloser // net/http's body; never closed, which would drain it
+	pc            *directConn
+	stop          func() bool
+	keep          bool
+	done          atomic.Bool
+}
+
+func (b *directBody) Read(p []byte) (int, error) {
+	if b.done.Load() {
+		return 0, errBodyClosed
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end(err == io.EOF)
+	}
+	return n, err
+}
+
+// errBodyClosed is the error of a read after Close or after the body
+// failed.
+var errBodyClosed = errors.New("proxy: read on closed response body")
+
+// Close ends the exchange; before the body's end it closes the
+// connection, which interrupts a read under way. It always returns nil.
+func (b *directBody) Close() error {
+	b.end(false)
+	return nil
+}
+
+// end finishes the exchange once; complete reports that the body was read
+// to its end.
+func (b *directBody) end(complete bool) {
+	if b.done.CompareAndSwap(false, true) {
+		b.pc.finish(b.stop, b.keep && complete)
+	}
+}
+
+// get returns a connection to key: the most recently used idle one that
+// is still usable, or a new one.
+func (p *directPool) get(ctx context.Context, key string) (*directConn, error) {
+	for {
+		p.mu.Lock()
+		list := p.idle[key]
+		if len(list) == 0 {
+			p.mu.Unlock()
+			break
+		}
+		pc := list[len(list)-1]
+		list[len(list)-1] = nil
+		p.idle[key] = list[:len(list)-1]
+		p.idleCount--
+		p.mu.Unlock()
+		if p.now().Sub(pc.idleSince) < p.idleTimeout && pc.peek() {
+			pc.reused = true
+			return pc, nil
+		}
+		pc.conn.Close()
+	}
+	c, err := p.dial(ctx, "tcp", key)
+	if err != nil {
+		return nil, err
+	}
+	pc := &directConn{pool: p, key: key, conn: c, in: connReader{conn: c, limit: -1}}
+	pc.br = bufio.NewReaderSize(&pc.in, directBufSize)
+	pc.bw = bufio.NewWriterSize(c, directBufSize)
+	pc.peek = p.peekIdle(c)
+	return pc, nil
+}
+
+// put keeps pc for another exchange, or closes it when the pool is full.
+func (p *directPool) put(pc *directConn) {
+	pc.idleSince = p.now()
+	p.mu.Lock()
+	if len(p.idle[pc.key]) >= p.maxIdlePerHost || p.idleCount >= p.maxIdle {
+		p.mu.Unlock()
+		pc.conn.Close()
+		return
+	}
+	if p.idle == nil {
+		p.idle = make(map[string][]*directConn)
+	}
+	p.idle[pc.key] = append(p.idle[pc.key], pc)
+	p.idleCount++
+	if p.reaper == nil {
+		p.reaper = time.AfterFunc(p.idleTimeout, p.reap)
+	}
+	p.mu.Unlock()
+}
+
+// reap closes the connections idle for idleTimeout or longer, and is due
+// again while any stays idle.
+func (p *directPool) reap() {
+	now := p.now()
+	var stale []*directConn
+	p.mu.Lock()
+	for key, list := range p.idle {
+		n := 0
+		for n < len(list) && now.Sub(list[n].idleSince) >= p.idleTimeout {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		stale = append(stale, list[:n]...)
+		clear(list[:n])
+		if n == len(list) {
+			delete(p.idle, key)
+		} else {
+			p.idle[key] = list[n:]
+		}
+		p.idleCount -= n
+	}
+	p.reaper = nil
+	if p.idleCount > 0 {
+		p.reaper = time.AfterFunc(p.idleTimeout, p.reap)
+	}
+	p.mu.Unlock()
+	for _, pc := range stale {
+		pc.conn.Close()
+	}
+}
+
+// closeIdle closes every idle connection.
+func (p *directPool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.idleCount = nil, 0
+	p.mu.Unlock()
+	for _, list := range idle {
+		for _, pc := range list {
+			pc.conn.Close()
+		}
+	}
+}
