@@ -68,7 +68,7 @@ local items = call_items -- see state.lua
 for i = 1, n do
   local it, err = item_of(ARGV[2 + i], keep, i)
   if not it then return err end
-  if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + i] or '') end
+  if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + i] or '', i) end
   items[i] = it
 end
 

@@ -126,12 +126,34 @@ local function item_of(spec, keep, i)
   return parse_item(spec, keep, i)
 end
 
--- The item it for the holder of a concurrency slot: a copy whose lim
--- names the holder (the parsed item is shared between calls and holders).
-local function held_by(it, holder)
-  local l = it.lim
-  return {alg = it.alg, lim = {rate = l.rate, per = l.per, burst = l.burst, per_text = l.per_text, burst_text = l.burst_text, cap = l.cap,
-                               value_memo = l.value_memo, ttl_memo = l.ttl_memo, window_memo = l.window_memo,
-                               holder = holder},
-          cost = it.cost, shadow = it.shadow, want = it.want}
+-- The items that name the holder of a concurrency slot, by position in
+-- the call (up to HELD_KEPT): each a copy of a parsed item whose lim
+-- also holds the holder, kept from call to call so that a call allocates
+-- none. A copy is rewritten when its position's parsed item changes (src;
+-- a parsed item never changes but for its memos, which the copy shares),
+-- and its holder on every call. Positions are per call, so two items of
+-- one call never share a copy, even of one spec with two holders (a batch
+-- of releases), and nothing keeps a copy's lim past its call but the next
+-- call at its position.
+local held_items, HELD_KEPT = {}, 64
+
+-- The item it for the holder of a concurrency slot, the i-th item of the
+-- call: the copy of it at position i (see held_items; a new table past
+-- HELD_KEPT) whose lim names holder.
+local function held_by(it, holder, i)
+  local h = held_items[i]
+  if not h then
+    h = {lim = {}}
+    if i <= HELD_KEPT then held_items[i] = h end
+  end
+  local lim = h.lim
+  if h.src ~= it then
+    local l = it.lim
+    h.src, h.alg, h.cost, h.shadow, h.want = it, it.alg, it.cost, it.shadow, it.want
+    lim.rate, lim.per, lim.burst, lim.per_text, lim.burst_text, lim.cap = l.rate, l.per, l.burst, l.per_text, l.burst_text, l.cap
+    lim.value_memo, lim.ttl_memo, lim.window_memo = l.value_memo, l.ttl_memo, l.window_memo
+    lim.cs, lim.ce, lim.cn = l.cs, l.ce, l.cn
+  end
+  lim.holder = holder
+  return h
 end

@@ -96,11 +96,13 @@ local function judge(it, s, reply, o)
 end
 
 -- Tables that a call fills and gives up when it ends, kept from call to
--- call so that a call allocates none (each allocation is work for the
--- Lua garbage collector too): the call's items, the replies of decide and
--- evaluate by number of items (up to 16), and the state each item took
--- from. A call overwrites every entry it reads, and Redis has turned a
--- reply into its answer before the next call begins.
+-- call so that a call allocates none of them (each allocation is work for
+-- the Lua garbage collector too; the items naming a holder are kept in
+-- items.lua, and an algorithm's load still makes its state): the call's
+-- items, the replies of decide and evaluate by number of items (up to
+-- 16), and the state each item took from. A call overwrites every entry
+-- it reads, and Redis has turned a reply into its answer before the next
+-- call begins.
 local call_items, replies, took = {}, {}, {}
 
 -- An array of 2 + 8 * n zeros, the reply of n items.
