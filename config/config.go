@@ -87,6 +87,11 @@ type Server struct {
 	// MaxLocalCallers bounds the stage 1 limiters kept per tier (default
 	// 1,000,000).
 	MaxLocalCallers int `mapstructure:"max_local_callers"`
+	// UpstreamExchanges is how requests without a body reach http
+	// upstreams: "direct" (default) writes each one and reads its
+	// response on the request's own goroutine; "standard" sends every
+	// request through net/http's Transport. Read at start only.
+	UpstreamExchanges string `mapstructure:"upstream_exchanges"`
 }
 
 // Store selects and configures stage 2, the global decision.
@@ -486,6 +491,7 @@ func (s *Server) setDefaults() {
 	setZero(&s.QuotaPath, "/_quota")
 	setZero(&s.ShutdownTimeout, 10*time.Second)
 	setZero(&s.MaxLocalCallers, 1_000_000)
+	setZero(&s.UpstreamExchanges, "direct")
 }
 
 func (s *Store) setDefaults() {

@@ -211,6 +211,7 @@ var invalidCases = map[string][]string{
 		`server.max_local_callers: must be > 0`,
 		`server.read_header_timeout: must be > 0`,
 		`server.shutdown_timeout: must be > 0`,
+		`server.upstream_exchanges: must be direct or standard, got "fast"`,
 	},
 	"rls_settings.yaml": {
 		`rls.config_files: must name at least one descriptor file when rls.listen or rls.http_listen is set`,

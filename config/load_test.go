@@ -87,6 +87,7 @@ func TestDefaults(t *testing.T) {
 		QuotaPath:         "/_quota",
 		ShutdownTimeout:   10 * time.Second,
 		MaxLocalCallers:   1_000_000,
+		UpstreamExchanges: "direct",
 	}
 	if !reflect.DeepEqual(c.Server, want) {
 		t.Errorf("Server = %+v\nwant %+v", c.Server, want)

@@ -89,6 +89,7 @@ func (c *Config) Redacted() map[string]any {
 			"shutdown_timeout":    dur(s.ShutdownTimeout),
 			"trusted_proxies":     copyList(s.TrustedProxies),
 			"max_local_callers":   s.MaxLocalCallers,
+			"upstream_exchanges":  s.UpstreamExchanges,
 		},
 		"store": map[string]any{
 			"kind":       st.Kind,

@@ -65,6 +65,9 @@ func (c *Config) validateServer(errs *Errors) {
 		errs.addf("server.quota_path", "must be a path starting with /, got %q", s.QuotaPath)
 	}
 	positive(errs, "server.max_local_callers", s.MaxLocalCallers)
+	if s.UpstreamExchanges != "direct" && s.UpstreamExchanges != "standard" {
+		errs.addf("server.upstream_exchanges", "must be direct or standard, got %q", s.UpstreamExchanges)
+	}
 
 	s.TrustedPrefixes = nil
 	for i, raw := range s.TrustedProxies {

@@ -78,7 +78,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Metrics:        metrics,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,
-		Transport:      newTransport(),
+		Transport:      newTransport(cfg.Server),
 	})
 	if err != nil {
 		var invalid config.Errors

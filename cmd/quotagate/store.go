@@ -63,8 +63,8 @@ func openStore(c config.Store, id string, logger *slog.Logger) (*ratelimit.Stack
 }
 
 // newTransport is the shared transport to every upstream.
-func newTransport() http.RoundTripper {
-	return proxy.NewTransport(proxy.TransportOptions{})
+func newTransport(s config.Server) http.RoundTripper {
+	return proxy.NewTransport(proxy.TransportOptions{NoDirect: s.UpstreamExchanges == "standard"})
 }
 
 // redisLog routes go-redis's own log lines (dial failures while Redis is
