@@ -10,8 +10,18 @@ import (
 // carries no values and no cancellation. Each scriptCall holds one and
 // lends it to the pipelines it writes, so that a pipeline allocates no
 // context, timer or channel (context.WithDeadline allocates all three).
-// Its timer is armed only when Done is called (go-redis does when it may
-// wait for a connection), and it is reused.
+//
+// Its timer is set only when Done is called (go-redis calls it on every
+// pipeline, before it takes a connection), and it is not stopped when the
+// pipeline is done: a later use whose deadline is no earlier than the one
+// the timer is set for (the usual case: deadlines grow with time) keeps
+// it, and when it runs it either closes done, sets itself again for the
+// use then in progress, or finds no use and stays unset. So a pipeline
+// pays a timer operation only when the timer is unset or set for later
+// than its deadline: for a call that writes pipeline after pipeline,
+// about once per deadline's length instead of a reset and a stop each.
+// A timer left set keeps its call (and the store the call belongs to)
+// reachable until it runs, at most one deadline after the last pipeline.
 //
 // A pipeCtx is used by one pipeline at a time: start before, stop after
 // (when nothing holds it any more but the commands, which read only its
@@ -19,11 +29,16 @@ import (
 type pipeCtx struct {
 	at time.Time
 
-	mu     sync.Mutex
-	done   chan struct{} // made on first Done; replaced after it closed
-	timer  *time.Timer   // closes done at at; nil until first armed
-	armed  bool
-	closed bool
+	mu    sync.Mutex
+	done  chan struct{} // made on first Done; replaced after it closed
+	timer *time.Timer   // runs fire; nil until first set
+	// set says that a run of the timer is due, at when.
+	set  bool
+	when time.Time
+	// watched says that Done was called in this use: done must close at
+	// at.
+	watched bool
+	closed  bool
 }
 
 var _ context.Context = (*pipeCtx)(nil)
@@ -38,13 +53,11 @@ func (c *pipeCtx) start(at time.Time) {
 	c.mu.Unlock()
 }
 
-// stop disarms the timer; after it c may be started again.
+// stop ends the use; after it c may be started again. The timer is left
+// as it is (see pipeCtx).
 func (c *pipeCtx) stop() {
 	c.mu.Lock()
-	if c.armed {
-		c.timer.Stop()
-		c.armed = false
-	}
+	c.watched = false
 	c.mu.Unlock()
 }
 
@@ -63,33 +76,43 @@ func (c *pipeCtx) Done() <-chan struct{} {
 	if c.done == nil {
 		c.done = make(chan struct{})
 	}
-	if !c.armed && !c.closed {
-		d := time.Until(c.at)
-		if c.timer == nil {
-			c.timer = time.AfterFunc(d, c.fire)
-		} else {
-			c.timer.Reset(d)
+	if !c.closed {
+		c.watched = true
+		if !c.set || c.when.After(c.at) {
+			c.setTimer()
 		}
-		c.armed = true
 	}
 	return c.done
 }
 
-// fire closes done, unless the timer was stopped. A late run from an
-// earlier use, before this use's deadline, sets the timer again for it:
-// left alone, done would never close, as the run consumed the timer.
+// setTimer sets the timer for c.at. c.mu is held.
+func (c *pipeCtx) setTimer() {
+	d := time.Until(c.at)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(d, c.fire)
+	} else {
+		c.timer.Reset(d)
+	}
+	c.set, c.when = true, c.at
+}
+
+// fire closes done if the use in progress watches it and its deadline
+// has passed. A run before that deadline (set for an earlier use's, or
+// one that the use moved) sets the timer again for it, and a run that
+// finds no use watching leaves the timer unset.
 func (c *pipeCtx) fire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.armed || c.closed {
+	c.set = false
+	if !c.watched || c.closed {
 		return
 	}
-	if d := time.Until(c.at); d > 0 {
-		c.timer.Reset(d)
+	if time.Until(c.at) > 0 {
+		c.setTimer()
 		return
 	}
 	close(c.done)
-	c.closed, c.armed = true, false
+	c.closed = true
 }
 
 // Err is context.DeadlineExceeded once the deadline has passed, else nil.

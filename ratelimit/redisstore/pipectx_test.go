@@ -85,3 +85,58 @@ func TestPipeCtxLateFire(t *testing.T) {
 	}
 	c.stop()
 }
+
+// TestPipeCtxKeepsItsTimer: a use whose deadline is no earlier than the
+// one the timer is set for keeps the timer as it is (no reset per
+// pipeline); a use with an earlier deadline sets it again for its own;
+// a run that finds no use watching closes nothing and leaves the timer
+// unset, and the next use's Done sets it.
+func TestPipeCtxKeepsItsTimer(t *testing.T) {
+	var c pipeCtx
+	when := func() (bool, time.Time) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.set, c.when
+	}
+	first := time.Now().Add(time.Hour)
+	c.start(first)
+	c.Done()
+	c.stop()
+	if set, at := when(); !set || !at.Equal(first) {
+		t.Fatalf("after a use: timer set %v for %v, want set for %v (left for the next use)", set, at, first)
+	}
+
+	c.start(first.Add(time.Minute))
+	later := c.Done()
+	if set, at := when(); !set || !at.Equal(first) {
+		t.Fatalf("a use with a later deadline: timer set %v for %v, want kept for %v", set, at, first)
+	}
+	c.stop()
+
+	earlier := time.Now().Add(time.Minute)
+	c.start(earlier)
+	if c.Done() != later {
+		t.Fatal("a use after one whose done did not close got a new channel")
+	}
+	if set, at := when(); !set || !at.Equal(earlier) {
+		t.Fatalf("a use with an earlier deadline: timer set %v for %v, want set for %v", set, at, earlier)
+	}
+	c.stop()
+
+	c.timer.Stop()
+	c.fire() // the run, with no use watching
+	if set, _ := when(); set {
+		t.Fatal("a run that found no use left the timer marked set")
+	}
+	select {
+	case <-later:
+		t.Fatal("a run that found no use closed done")
+	default:
+	}
+	next := time.Now().Add(2 * time.Hour)
+	c.start(next)
+	c.Done()
+	if set, at := when(); !set || !at.Equal(next) || !c.timer.Stop() {
+		t.Fatalf("the next use after an idle run: timer set %v for %v, want set for %v", set, at, next)
+	}
+}
