@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/quotagate/quotagate/internal/gcfloor"
 )
 
 // Memory defaults applied when the process runs under a cgroup v2 memory
@@ -27,6 +29,10 @@ const (
 	// default is 100): the memory limit, not the heap's growth, then
 	// bounds memory, so the collector may run half as often.
 	limitedGOGC = 200
+	// heapFloor is the heap size below which, when GOGC is not set, the
+	// collector does not start a cycle (package gcfloor), capped at a
+	// quarter of the memory limit when one is in force.
+	heapFloor = 64 << 20
 )
 
 // memDefaults is what applyMemoryDefaults sets; a zero field is left
@@ -34,6 +40,10 @@ const (
 type memDefaults struct {
 	limit int64 // bytes for debug.SetMemoryLimit
 	gogc  int   // percent for debug.SetGCPercent
+	// floor is the heap floor for gcfloor.Start (0 = none), before the cap
+	// by a GOMEMLIMIT from the environment, which applyMemoryDefaults
+	// applies.
+	floor int64
 	// why says where limit came from, for the startup log.
 	why string
 }
@@ -41,7 +51,9 @@ type memDefaults struct {
 // memoryDefaults works out the runtime memory settings: GOMEMLIMIT at
 // memLimitPercent of this process's cgroup memory limit (v2 memory.max, or
 // v1 memory.limit_in_bytes) when GOMEMLIMIT is not set, and GOGC at limitedGOGC when GOGC is not set and a memory
-// limit is in force (GOMEMLIMIT's or the cgroup's). It reads
+// limit is in force (GOMEMLIMIT's or the cgroup's), and, when GOGC is not
+// set, a heap floor of heapFloor bytes, at most a quarter of the cgroup's
+// limit. It reads
 // /proc/self/cgroup and /sys/fs/cgroup/<path>/memory.max from root (the
 // real root in production, a fake tree in tests), falling back to
 // /sys/fs/cgroup/memory.max, and the v1 files likewise (see
@@ -52,10 +64,16 @@ func memoryDefaults(root fs.FS, getenv func(string) (string, bool)) (memDefaults
 	_, haveLimit := getenv("GOMEMLIMIT")
 	_, haveGOGC := getenv("GOGC")
 	var d memDefaults
+	if !haveGOGC {
+		d.floor = heapFloor
+	}
 	if !haveLimit {
 		file, raw, err := readMemoryMax(root)
-		if err != nil || raw == "" || raw == "max" {
+		if err != nil {
 			return memDefaults{}, err
+		}
+		if raw == "" || raw == "max" {
+			return d, nil // no limit: only the floor
 		}
 		max, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || max <= 0 {
@@ -63,6 +81,9 @@ func memoryDefaults(root fs.FS, getenv func(string) (string, bool)) (memDefaults
 		}
 		d.limit = max / 100 * memLimitPercent
 		d.why = fmt.Sprintf("%d%% of %s (%d bytes)", memLimitPercent, file, max)
+		if d.floor > d.limit/4 {
+			d.floor = d.limit / 4
+		}
 	}
 	if !haveGOGC {
 		d.gogc = limitedGOGC
@@ -84,8 +105,21 @@ func applyMemoryDefaults(logger *slog.Logger) {
 	if d.gogc > 0 {
 		debug.SetGCPercent(d.gogc)
 	}
-	if d.limit > 0 || d.gogc > 0 {
-		logger.Info("runtime memory defaults", slog.Int64("gomemlimit", d.limit), slog.Int("gogc", d.gogc), slog.String("from", d.why))
+	if d.floor > 0 {
+		// A GOMEMLIMIT from the environment caps the floor as the
+		// cgroup's does (math.MaxInt64 when there is none).
+		if limit := debug.SetMemoryLimit(-1); d.floor > limit/4 {
+			d.floor = limit / 4
+		}
+		base := d.gogc
+		if base == 0 {
+			base = 100
+		}
+		gcfloor.Start(d.floor, base)
+	}
+	if d.limit > 0 || d.gogc > 0 || d.floor > 0 {
+		logger.Info("runtime memory defaults", slog.Int64("gomemlimit", d.limit), slog.Int("gogc", d.gogc),
+			slog.Int64("heap_floor", d.floor), slog.String("from", d.why))
 	}
 }
 

@@ -1,9 +1,17 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 func envOf(vars map[string]string) func(string) (string, bool) {
@@ -24,6 +32,10 @@ func TestMemoryDefaults(t *testing.T) {
 	unlimited := fstest.MapFS{
 		"proc/self/cgroup":                    {Data: []byte("0::/user.slice\n")},
 		"sys/fs/cgroup/user.slice/memory.max": {Data: []byte("max\n")},
+	}
+	small := fstest.MapFS{
+		"proc/self/cgroup":         {Data: []byte("0::/\n")},
+		"sys/fs/cgroup/memory.max": {Data: []byte("134217728")},
 	}
 	v1 := fstest.MapFS{ // cgroup v1 only: no hierarchy 0, no memory.max
 		"proc/self/cgroup": {Data: []byte("4:memory:/docker/abc\n")},
@@ -48,28 +60,30 @@ func TestMemoryDefaults(t *testing.T) {
 		limit     int64
 		gogc      int
 		whyPrefix string
+		floor     int64
 	}{
-		{"container limit", nested, nil, gib / 100 * 90, 200, "90% of /sys/fs/cgroup/kubepods/pod1/ctr/memory.max (1073741824 bytes)"},
-		{"root cgroup limit", rootOnly, nil, 2 * gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory.max"},
-		{"GOMEMLIMIT set: only GOGC", nested, map[string]string{"GOMEMLIMIT": "500MiB"}, 0, 200, ""},
-		{"GOGC set: only the limit", nested, map[string]string{"GOGC": "50"}, gib / 100 * 90, 0, "90%"},
-		{"both set", nested, map[string]string{"GOGC": "50", "GOMEMLIMIT": "1GiB"}, 0, 0, ""},
-		{"unlimited cgroup", unlimited, nil, 0, 0, ""},
-		{"cgroup v1 without a limit file", v1, nil, 0, 0, ""},
-		{"cgroup v1 limit at the root", v1Limited, nil, gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory/memory.limit_in_bytes (1073741824 bytes)"},
-		{"cgroup v1 own cgroup first", v1Own, nil, 2 * gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes"},
-		{"cgroup v1 unlimited", v1Unlimited, nil, 0, 0, ""},
-		{"no cgroup at all", fstest.MapFS{}, nil, 0, 0, ""},
+		{"container limit", nested, nil, gib / 100 * 90, 200, "90% of /sys/fs/cgroup/kubepods/pod1/ctr/memory.max (1073741824 bytes)", 64 << 20},
+		{"root cgroup limit", rootOnly, nil, 2 * gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory.max", 64 << 20},
+		{"GOMEMLIMIT set: only GOGC", nested, map[string]string{"GOMEMLIMIT": "500MiB"}, 0, 200, "", 64 << 20},
+		{"GOGC set: only the limit", nested, map[string]string{"GOGC": "50"}, gib / 100 * 90, 0, "90%", 0},
+		{"both set", nested, map[string]string{"GOGC": "50", "GOMEMLIMIT": "1GiB"}, 0, 0, "", 0},
+		{"unlimited cgroup", unlimited, nil, 0, 0, "", 64 << 20},
+		{"cgroup v1 without a limit file", v1, nil, 0, 0, "", 64 << 20},
+		{"cgroup v1 limit at the root", v1Limited, nil, gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory/memory.limit_in_bytes (1073741824 bytes)", 64 << 20},
+		{"cgroup v1 own cgroup first", v1Own, nil, 2 * gib / 100 * 90, 200, "90% of /sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", 64 << 20},
+		{"cgroup v1 unlimited", v1Unlimited, nil, 0, 0, "", 64 << 20},
+		{"no cgroup at all", fstest.MapFS{}, nil, 0, 0, "", 64 << 20},
+		{"small limit caps the floor", small, nil, 128 << 20 / 100 * 90, 200, "90%", 128 << 20 / 100 * 90 / 4},
 		// GOGC off (GOGC=off) is the user's choice too.
-		{"GOGC=off kept", rootOnly, map[string]string{"GOGC": "off"}, 2 * gib / 100 * 90, 0, "90%"},
+		{"GOGC=off kept", rootOnly, map[string]string{"GOGC": "off"}, 2 * gib / 100 * 90, 0, "90%", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := memoryDefaults(tc.root, envOf(tc.env))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.limit != tc.limit || d.gogc != tc.gogc || !strings.HasPrefix(d.why, tc.whyPrefix) {
-				t.Errorf("got limit %d gogc %d why %q; want %d, %d, %q...", d.limit, d.gogc, d.why, tc.limit, tc.gogc, tc.whyPrefix)
+			if d.limit != tc.limit || d.gogc != tc.gogc || !strings.HasPrefix(d.why, tc.whyPrefix) || d.floor != tc.floor {
+				t.Errorf("got limit %d gogc %d why %q floor %d; want %d, %d, %q..., %d", d.limit, d.gogc, d.why, d.floor, tc.limit, tc.gogc, tc.whyPrefix, tc.floor)
 			}
 		})
 	}
@@ -92,7 +106,71 @@ func TestMemoryDefaultsBadFile(t *testing.T) {
 		"etc/memory.max":           {Data: []byte("1")},
 		"sys/fs/cgroup/memory.max": {Data: []byte("max")},
 	}
-	if d, err := memoryDefaults(root, envOf(nil)); err != nil || d != (memDefaults{}) {
-		t.Errorf("escaping path: %+v, %v", d, err)
+	if d, err := memoryDefaults(root, envOf(nil)); err != nil || d != (memDefaults{floor: heapFloor}) {
+		t.Errorf("escaping path: %+v, %v; want no limit and the floor", d, err)
+	}
+}
+
+// TestBinaryHeapFloor: without GOGC in its environment the gateway's next
+// collection waits for the heap floor it logs; with GOGC set it keeps Go's
+// own target, far below.
+func TestBinaryHeapFloor(t *testing.T) {
+	const cfg = `server: {listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", pprof: true}
+identity: {anonymous: {tier: anonymous}}
+tiers: {anonymous: {}}
+upstreams: {echo: {url: "echo:"}}
+routes: [{name: echo, method: GET, path: /, upstream: echo}]
+`
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOGC=") && !strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			env = append(env, kv)
+		}
+	}
+	start := func(extra ...string) *proctest.Proc {
+		p := proctest.Start(t, proctest.Binary(t), proctest.Options{
+			Args: []string{"-config", configFile(t, cfg)},
+			Env:  append(slices.Clone(env), extra...),
+		})
+		p.WaitReady(0)
+		return p
+	}
+	nextGC := func(p *proctest.Proc) int64 {
+		t.Helper()
+		resp, err := http.Get(p.AdminURL() + "/debug/pprof/heap?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`# NextGC = (\d+)`).FindSubmatch(b)
+		if resp.StatusCode != http.StatusOK || m == nil {
+			t.Fatalf("heap profile: %d, no NextGC in %.200q", resp.StatusCode, b)
+		}
+		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		return n
+	}
+	floored := start()
+	line, ok := floored.Logs.WaitLine("runtime memory defaults", proctest.StartTimeout)
+	if !ok {
+		t.Fatalf("no runtime memory defaults line:\n%s", floored.Logs.Tail(20))
+	}
+	m := regexp.MustCompile(`"heap_floor":(\d+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no heap_floor in %s", line)
+	}
+	floor, _ := strconv.ParseInt(m[1], 10, 64)
+	if floor < 16<<20 {
+		t.Fatalf("heap floor %d, want at least 16 MiB", floor)
+	}
+	if n := nextGC(floored); n < floor {
+		t.Errorf("next collection at %d bytes, below the floor %d", n, floor)
+	}
+	plain := start("GOGC=100")
+	if n := nextGC(plain); n >= floor {
+		t.Errorf("with GOGC=100 the next collection is at %d bytes, want Go's own target below %d", n, floor)
+	}
+	if plain.Logs.Count("heap_floor") != 0 {
+		t.Errorf("with GOGC set a heap floor was logged:\n%s", plain.Logs.Tail(10))
 	}
 }
