@@ -32,7 +32,7 @@ func TestLibraryRejectsSpecsGoNeverSends(t *testing.T) {
 		{"1,9007199254740993,1,10,1,0,0,0,0,0", "d", "rate must be below 2^53"},
 		{"1,10,0,10,1,0,0,0,0,0", "d", "per must be a positive integer (0 only for a calendar window)"},
 		{"2,10,0,0,1,0,0,0,0,0", "e", "per must be a positive integer (0 only for a calendar window)"},
-		{"1,10,00000000000000001000000,10,1,0,0,0,0,0", "d", "per must be below 2^53"},
+		{"1,10,10000000000000000000000,10,1,0,0,0,0,0", "d", "per must be below 2^53"},
 		{"1,10,-1,10,1,0,0,0,0,0", "d", "per must be a non-negative integer"},
 		{"1,10,1000000,0,1,0,0,0,0,0", "d", "burst must be a positive integer"},
 		{"3,10,1000000,0,1,0,0,0,0,0", "d", "burst must be a positive integer"}, // sliding window: buckets
@@ -50,7 +50,7 @@ func TestLibraryRejectsSpecsGoNeverSends(t *testing.T) {
 		{"2,10,1000000,0,1,0,0,9007199254740992,2000,3000", "d", "cs must be below 2^53"},
 		{"2,10,1000000,0,1,0,0,2000,1000,3000", "d", "ce must lie between cs and cn"},
 		{"2,10,1000000,0,1,0,0,1000,3000,3000", "d", "ce must lie between cs and cn"},
-		{"2,10,1000000,0,1,0,0,1000,90071992547409920,3000", "d", "ce must be below 2^53"},
+		{"2,10,1000000,0,1,0,0,1000,9007199254740993,3000", "d", "ce must be below 2^53"},
 		{"2,10,1000000,0,1,0,0,1000,2000,9007199254740992", "d", "cn must be below 2^53"},
 		{"2,10,1000000,0,1,0,0,1000,2000,3e3", "d", "cn must be a non-negative integer"},
 		{"1,10,1000000,10,1,0,0,0,0", "d", "spec must be ten comma-separated integers alg,rate,per,burst,cost,shadow,want,cs,ce,cn, got 9"},
@@ -69,6 +69,7 @@ func TestLibraryRejectsSpecsGoNeverSends(t *testing.T) {
 	// settlement's negative delta at a reservation time, a calendar.
 	for _, tc := range []struct{ mode, spec string }{
 		{"d", "1,10,1000000,10,1,0,9007199254740991,0,0,0"},
+		{"d", "1,10,00000000000000001000000,10,1,0,0,0,0,0"}, // leading zeros read exactly
 		{"d", cal},
 		{"d", "2,10,0,0,1,0,0,1000,2000,3000"}, // a calendar window has no per
 		{"d", "4,3,1000000,0,1,1,0,0,0,0"},

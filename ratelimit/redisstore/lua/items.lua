@@ -59,40 +59,35 @@ local function spec_error(i, spec)
   return field_error(i, 'spec', 'must be ten comma-separated integers ' .. table.concat(FIELDS, ',') .. ', got ' .. k)
 end
 
--- Whether the decimal digits t stand for 2^53 or more, which a double may
--- not hold exactly (2^53 + 1 reads as 2^53): more than 16 digits, or 16
--- that compare (as text of one length) at or above 2^53's.
-local function inexact(t)
-  local n = #t
-  return n > 16 or n == 16 and t >= '9007199254740992'
-end
-
--- Sixteen digits in a row: a spec without them has no inexact field.
-local DIGITS16 = '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d'
-
 -- The item of spec, the i-th of its call, or nil and an error reply naming
 -- the field (see field_error) when spec is what the Go side never sends:
--- not ten integers, shadow other than 0 or 1, a value of 2^53 or more, an
+-- not ten integers, shadow other than 0 or 1, a value of 2^53 or more
+-- (which a double may not hold exactly: 2^53 + 1 reads as 2^53; the
+-- conversion rounds correctly, so such a text reads as 2^53 or more), an
 -- unknown algorithm, rate 0, per 0 (but for a calendar window), burst 0
 -- for a token bucket or a sliding window (its buckets), a negative cost
 -- outside a settlement (keep unset), or calendar bounds out of order (cs
 -- < ce < cn, or all 0 for no calendar). The item is kept in the table
--- when keep is set. The checks run only for a text not in the table. The
--- pattern admits only decimal digits, so arithmetic converts the captured
--- texts (x + 0) without a call of tonumber for each.
+-- when keep is set. The checks run only for a text not in the table, on
+-- the numbers an item holds anyway; the calendar's are read only when one
+-- of its texts is not '0'. The pattern admits only decimal digits, so
+-- arithmetic converts the captured texts (x + 0) without a call of
+-- tonumber for each.
 local function parse_item(spec, keep, i)
   local a, rate, per, burst, sign, cost, shadow, want, cs, ce, cn = string.match(spec, SPEC)
   if not a then return nil, spec_error(i, spec) end
-  if string.find(spec, DIGITS16) then
-    local long = inexact(a) and 'alg' or inexact(rate) and 'rate' or inexact(per) and 'per' or
-      inexact(burst) and 'burst' or inexact(cost) and 'cost' or inexact(want) and 'want' or
-      inexact(cs) and 'cs' or inexact(ce) and 'ce' or inexact(cn) and 'cn'
-    if long then return nil, field_error(i, long, 'must be below 2^53') end
+  local n, r, p, b, c, w = a + 0, rate + 0, per + 0, burst + 0, cost + 0, want + 0
+  local s, e, x = 0, 0, 0
+  if cs ~= '0' or ce ~= '0' or cn ~= '0' then s, e, x = cs + 0, ce + 0, cn + 0 end
+  if n >= MAX_EXACT or r >= MAX_EXACT or p >= MAX_EXACT or b >= MAX_EXACT or c >= MAX_EXACT or w >= MAX_EXACT or
+     s >= MAX_EXACT or e >= MAX_EXACT or x >= MAX_EXACT then
+    local long = n >= MAX_EXACT and 'alg' or r >= MAX_EXACT and 'rate' or p >= MAX_EXACT and 'per' or
+      b >= MAX_EXACT and 'burst' or c >= MAX_EXACT and 'cost' or w >= MAX_EXACT and 'want' or
+      s >= MAX_EXACT and 'cs' or e >= MAX_EXACT and 'ce' or 'cn'
+    return nil, field_error(i, long, 'must be below 2^53')
   end
-  local alg = ALGORITHMS[a + 0]
+  local alg = ALGORITHMS[n]
   if not alg then return nil, field_error(i, 'alg', 'names no algorithm: ' .. a) end
-  local r, p, b = rate + 0, per + 0, burst + 0
-  local s, e, x = cs + 0, ce + 0, cn + 0
   if r == 0 then return nil, field_error(i, 'rate', 'must be a positive integer') end
   if p == 0 and e == 0 then
     return nil, field_error(i, 'per', 'must be a positive integer (0 only for a calendar window)')
@@ -100,7 +95,6 @@ local function parse_item(spec, keep, i)
   if b == 0 and (alg == ALGORITHMS[1] or alg == ALGORITHMS[3]) then
     return nil, field_error(i, 'burst', 'must be a positive integer')
   end
-  local c = cost + 0
   if sign == '-' then
     if keep then return nil, field_error(i, 'cost', 'must not be negative outside a settlement') end
     c = -c
@@ -111,7 +105,7 @@ local function parse_item(spec, keep, i)
                value_memo = {text_of = false, text = ''}, ttl_memo = {text_of = false, text = ''},
                window_memo = {text_of = false, text = ''}}
   if e ~= 0 then lim.cs, lim.ce, lim.cn = s, e, x end
-  local it = {alg = alg, lim = lim, cost = c, shadow = shadow == '1', want = want + 0}
+  local it = {alg = alg, lim = lim, cost = c, shadow = shadow == '1', want = w}
   if not keep then return it end
   if items_cached >= 4096 then item_cache, items_cached = {}, 0 end
   item_cache[spec], items_cached = it, items_cached + 1
