@@ -16,7 +16,7 @@ import (
 // decision as the store benchmarks (two token buckets of 1,000,000 units,
 // cost 1, on the server clock), on keys spread over 1000 random tags.
 func baselineArgs() []string {
-	item := "1,1000000,1000000,1000000,1,0,0,0,0,0"
+	item := "1,1000000,1000000,1000000,1,0,0,0,0"
 	return []string{"fcall", libraryName, "2", "{t__rand_int__}:tenant", "{t__rand_int__}:route:transfers", modeDecide, "", item, item}
 }
 

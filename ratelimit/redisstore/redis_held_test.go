@@ -34,12 +34,8 @@ end}
 // calls, one release of two holders of one spec on one key releases both.
 func TestHeldItemsAllocateNothing(t *testing.T) {
 	ctx := context.Background()
-	c := libraryClient(t)
-	_, probe := assembleLibrary(assembleBody() + heldProbe)
-	if err := c.FunctionLoad(ctx, probe).Err(); err != nil {
-		t.Fatal(err)
-	}
-	const slots, other = "5,2,2000000,0,1,0,0,0,0,0", "5,3,7000000,0,1,0,0,0,0,0"
+	c := probeClient(t, heldProbe)
+	const slots, other = "5,2,2000000,0,1,0,0,0,0", "5,3,7000000,0,1,0,0,0,0"
 	for _, tc := range []struct {
 		a, b    string
 		perB    int64

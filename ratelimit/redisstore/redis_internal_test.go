@@ -201,7 +201,7 @@ return out`)
 }
 
 // TestSettlementSpecsNotKept: the texts of settlements, each new (a
-// delta and a reservation's time), do not fill the table of parsed items
+// request's own delta), do not fill the table of parsed items
 // that a decision's repeating text is kept in. The calls run in one
 // script, which keeps the table from call to call as the library does.
 func TestSettlementSpecsNotKept(t *testing.T) {
@@ -211,10 +211,10 @@ func TestSettlementSpecsNotKept(t *testing.T) {
 	script := redis.NewScript(assembleBody() + `
 local before = items_cached
 for i = 1, 3 do
-  local r = decide({KEYS[1], KEYS[2]}, {'s', '1000000', '1,10,1000000,10,-1,0,' .. i .. '000000,0,0,0', '60000'})
+  local r = decide({KEYS[1], KEYS[2]}, {'S', '1000000', '1,10,1000000,10,-' .. i .. ',0,0,0,0', i .. '000000', '60000'})
   if type(r) ~= 'table' then return r end
 end
-for i = 1, 2 do decide({KEYS[1]}, {'d', '1000000', '1,10,1000000,10,1,0,0,0,0,0'}) end
+for i = 1, 2 do decide({KEYS[1]}, {'d', '1000000', '1,10,1000000,10,1,0,0,0,0'}) end
 return items_cached - before`)
 	prefix := redistest.KeyPrefix(t)
 	got, err := script.Run(context.Background(), c, []string{prefix + "{k}b", prefix + "{k}m"}).Int64()
@@ -268,7 +268,8 @@ func TestScriptCallReuse(t *testing.T) {
 		}
 	}
 	// The layout the script reads: name, digest, numkeys, keys, mode, now,
-	// one spec per item, then the holders when an item names one.
+	// one spec per item, then the wants when one is not 0 (mode in
+	// capitals), then the holders when an item names one.
 	conc := ratelimit.Item{Key: "{t1}c", Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 3, Per: time.Minute}, Cost: 1, Holder: "h1"}
 	for _, c := range []struct {
 		name  string
@@ -278,11 +279,15 @@ func TestScriptCallReuse(t *testing.T) {
 		args  []any
 	}{
 		{"one bucket", modeDecide, []ratelimit.Item{a}, nil,
-			[]any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0,0"}},
+			[]any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0"}},
 		{"shadow log, reserving bucket", modeEval, []ratelimit.Item{b, a}, []int64{0, 7},
-			[]any{"evalsha", decideScript.Hash(), 2, "{t2}b", "{t1}a", "e", "", "4,300,60000000,0,2,1,0,0,0,0", "1,1000000,1000000,1000000,1,0,7,0,0,0"}},
+			[]any{"evalsha", decideScript.Hash(), 2, "{t2}b", "{t1}a", "E", "", "4,300,60000000,0,2,1,0,0,0", "1,1000000,1000000,1000000,1,0,0,0,0", int64(0), int64(7)}},
+		{"no want above 0", modeDecide, []ratelimit.Item{a}, []int64{0},
+			[]any{"evalsha", decideScript.Hash(), 1, "{t1}a", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0"}},
 		{"holders", modeDecide, []ratelimit.Item{a, conc}, nil,
-			[]any{"evalsha", decideScript.Hash(), 2, "{t1}a", "{t1}c", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0,0", "5,3,60000000,0,1,0,0,0,0,0", "", "h1"}},
+			[]any{"evalsha", decideScript.Hash(), 2, "{t1}a", "{t1}c", "d", "", "1,1000000,1000000,1000000,1,0,0,0,0", "5,3,60000000,0,1,0,0,0,0", "", "h1"}},
+		{"reservation and holders", modeDecide, []ratelimit.Item{a, conc}, []int64{5, 0},
+			[]any{"evalsha", decideScript.Hash(), 2, "{t1}a", "{t1}c", "D", "", "1,1000000,1000000,1000000,1,0,0,0,0", "5,3,60000000,0,1,0,0,0,0", int64(5), int64(0), "", "h1"}},
 	} {
 		call := &scriptCall{}
 		idx := make([]int, len(c.items))

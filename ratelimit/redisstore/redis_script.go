@@ -93,9 +93,14 @@ var decideSHA any = decideScript.Hash()
 
 // build sets the call's EVALSHA arguments for the items of one group:
 // KEYS, then ARGV = mode, now ("" for the server clock), each item's spec
-// (see specFields) and, when an item names a Holder (and mode is not
-// settle), each item's holder. want, when not nil, holds per batch item
-// the units to reserve (see DecideReserve); 0 means the item's cost.
+// (see specFields), each item's want when one of the group's is not 0
+// (the mode then in its form with wants, see withWants), and, when an
+// item names a Holder (and mode is not settle), each item's holder. want,
+// when not nil, holds per batch item the units to reserve (see
+// DecideReserve; 0 means the item's cost), or to settle the
+// reservation's time (µs; 0 unknown). The want is an argument of its own,
+// not part of the spec, so that the spec of one policy is the same text
+// whatever a request reserves, and the library parses it once.
 //
 // A reused call keeps its previous command's spec texts and boxed values
 // where they are unchanged (typically the limits of the same policies), so
@@ -111,7 +116,16 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 			}
 		}
 	}
-	size := 5 + 2*n
+	wants := 0 // the wants' arguments
+	if wm, ok := withWants(mode); ok && want != nil {
+		for _, j := range idx {
+			if want[j] != 0 {
+				mode, wants = wm, n
+				break
+			}
+		}
+	}
+	size := 5 + 2*n + wants
 	if holders {
 		size += n
 	}
@@ -141,8 +155,8 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		if it.Shadow {
 			f.shadow = 1
 		}
-		if want != nil {
-			f.want = want[j]
+		if wants > 0 {
+			c.setInt64(5+2*n+i, want[j])
 		}
 		if cal := it.Limit.Calendar; cal.Set() {
 			if !calRead {
@@ -153,24 +167,38 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 		var buf [specMax]byte
 		c.setBytes(5+n+i, f.appendText(buf[:0]))
 		if holders {
-			c.setString(5+2*n+i, it.Holder)
+			c.setString(5+2*n+wants+i, it.Holder)
 		}
 	}
 }
 
-// specFields are the values of one item's spec, in the order of its text.
-type specFields struct {
-	algorithm, rate, per, burst, cost, shadow, want, cs, ce, cn int64
+// withWants is the mode that carries wants for mode (decide, evaluate,
+// settle), and whether there is one.
+func withWants(mode string) (string, bool) {
+	switch mode {
+	case modeDecide:
+		return "D", true
+	case modeEval:
+		return "E", true
+	case modeSettle:
+		return "S", true
+	}
+	return mode, false
 }
 
-// specMax is the longest spec text: ten signed 64-bit integers in
-// decimal and nine commas.
-const specMax = 10*20 + 9
+// specFields are the values of one item's spec, in the order of its text.
+type specFields struct {
+	algorithm, rate, per, burst, cost, shadow, cs, ce, cn int64
+}
+
+// specMax is the longest spec text: nine signed 64-bit integers in
+// decimal and eight commas.
+const specMax = 9*20 + 8
 
 // appendText appends the spec of an item as the script reads it
 // (lua/items.lua): the values in decimal, separated by commas.
 func (f specFields) appendText(b []byte) []byte {
-	for k, v := range [...]int64{f.algorithm, f.rate, f.per, f.burst, f.cost, f.shadow, f.want, f.cs, f.ce, f.cn} {
+	for k, v := range [...]int64{f.algorithm, f.rate, f.per, f.burst, f.cost, f.shadow, f.cs, f.ce, f.cn} {
 		if k > 0 {
 			b = append(b, ',')
 		}
@@ -190,7 +218,7 @@ func rateArg(it ratelimit.Item) int64 {
 
 // buildSettle sets the call's arguments to settle the items idx, whose
 // Cost holds the signed delta, reserved at the times at (µs, per item of
-// items, in the want slot; 0 unknown), under the marker key with a time to
+// items, as their wants; 0 unknown), under the marker key with a time to
 // live of ttl: the arguments of build with the marker as the last key and
 // the marker's time to live (ms) as the last argument.
 func (c *scriptCall) buildSettle(nowUS int64, useNow bool, items []ratelimit.Item, at []int64, idx []int, marker string, ttl time.Duration) {
@@ -225,10 +253,17 @@ func calendarArgs(c ratelimit.Calendar, nowUS int64) (start, end, next int64) {
 	return start, end, next
 }
 
-// setInt, setString and setBytes set argument p to v (setBytes: to v's
-// text), keeping the boxed value already there when it is equal.
+// setInt, setInt64, setString and setBytes set argument p to v
+// (setBytes: to v's text), keeping the boxed value already there when it
+// is equal.
 func (c *scriptCall) setInt(p int, v int) {
 	if old, ok := c.args[p].(int); !ok || old != v {
+		c.args[p] = v
+	}
+}
+
+func (c *scriptCall) setInt64(p int, v int64) {
+	if old, ok := c.args[p].(int64); !ok || old != v {
 		c.args[p] = v
 	}
 }

@@ -6,11 +6,17 @@
 -- KEYS[i]: the key of item i (a key may appear more than once). To settle,
 --          the last key is the settlement's marker, not an item.
 -- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund,
---          'w' to renew concurrency slots, 's' to settle.
+--          'w' to renew concurrency slots, 's' to settle; 'D', 'E' and
+--          'S' are 'd', 'e' and 's' with wants.
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
 -- ARGV[2 + i]: the spec of item i (see items.lua).
--- ARGV[2 + n + i], for n items, when present (never to settle): the holder
---            of item i's concurrency slot ('' for other items).
+-- ARGV[2 + n + i], for n items, with wants: item i's want, the units to
+--            reserve (to settle: the reservation's time in µs, 0 when
+--            unknown), a decimal integer below 2^53. Without wants every
+--            want is 0.
+-- ARGV[2 + n + w + i], where w is n with wants and 0 without, when
+--            present (never to settle): the holder of item i's
+--            concurrency slot ('' for other items).
 --
 -- Items are evaluated in order; an item that fits tentatively takes its
 -- cost, so a later item of the same key sees it. Decide consumes (writes)
@@ -44,7 +50,7 @@
 -- reservation made at its want charged (see the algorithms' settle), and
 -- sets each changed key's expiry from its new state, unless the marker key
 -- exists: then it changes nothing. It creates the marker with a time to
--- live of ARGV[3 + n] ms, for n items. Reply: {1} when applied, {0} when
+-- live of ARGV[3 + n + w] ms, for n items. Reply: {1} when applied, {0} when
 -- the marker existed (already settled). Concurrency items are never
 -- settled.
 
@@ -59,17 +65,28 @@ end
 now = tonumber(now_text)
 call_now, call_now_text = now, now_text
 local mode = ARGV[1]
+local with_wants = MODE_WITH_WANTS[mode]
+if with_wants then mode = with_wants end
 
 local n = #KEYS
 if mode == 's' then n = n - 1 end
+local w = 0 -- the wants' arguments
+if with_wants then w = n end
 local keep = mode ~= 's' -- see items.lua
-local holders = keep and ARGV[2 + n + 1] ~= nil
-local items = call_items -- see state.lua
+local holders = keep and ARGV[2 + n + w + 1] ~= nil
+local items, wants = call_items, call_wants -- see state.lua
 for i = 1, n do
   local it, err = item_of(ARGV[2 + i], keep, i)
   if not it then return err end
-  if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + i] or '', i) end
+  if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + w + i] or '', i) end
   items[i] = it
+  if with_wants then
+    local v, werr = want_of(ARGV[2 + n + i], i)
+    if not v then return werr end
+    wants[i] = v
+  else
+    wants[i] = 0
+  end
 end
 
 if mode == 'w' then
@@ -81,13 +98,13 @@ if mode == 'w' then
   return renewed
 end
 
-if mode == 'r' then return adjust(KEYS, items, n, now, refund_item, true) end
+if mode == 'r' then return adjust(KEYS, items, wants, n, now, refund_item, true) end
 
 if mode == 's' then
-  local ttl = tonumber(ARGV[3 + n])
+  local ttl = tonumber(ARGV[3 + n + w])
   if not ttl or ttl < 1 then return redis.error_reply('ERR bad settlement marker ttl') end
   if not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', ttl) then return {0} end
-  return adjust(KEYS, items, n, now, settle_item, false)
+  return adjust(KEYS, items, wants, n, now, settle_item, false)
 end
 
-return decide_items(KEYS, items, n, now, mode == 'd')
+return decide_items(KEYS, items, wants, n, now, mode == 'd')

@@ -1,24 +1,24 @@
--- Items. Each item of a call comes as one text, its spec: ten integers
+-- Items. Each item of a call comes as one text, its spec: nine integers
 -- separated by commas,
 --
---   algorithm,rate,per,burst,cost,shadow,want,cs,ce,cn
+--   algorithm,rate,per,burst,cost,shadow,cs,ce,cn
 --
 -- rate is, for concurrency, the most slots held at once; per is in µs;
--- shadow is 1 or 0; want is the units to reserve (to settle: the
--- reservation's time in µs, 0 when unknown); cs, ce and cn are, for a
--- calendar fixed window, the start and end of the current window by the
--- caller's clock and the end of the next one (µs; all 0 otherwise).
+-- shadow is 1 or 0; cs, ce and cn are, for a calendar fixed window, the
+-- start and end of the current window by the caller's clock and the end
+-- of the next one (µs; all 0 otherwise). What an item reserves (want)
+-- comes as an argument of its own (see dispatch.lua), so that the spec of
+-- one policy stays the same whatever each request reserves.
 --
 -- The texts repeat from call to call (a policy's limit and cost), so an
 -- item is parsed once per distinct text and kept in a table that the
 -- function library keeps between calls (an EVALSHA script starts it empty
 -- each call). The table is emptied when it holds 4096 texts, so it stays
 -- small whatever the callers send. A settlement's texts are never kept:
--- its cost is the request's own delta and its want the reservation's
--- time, so each text is new, and keeping it would only push out the texts
--- that repeat.
+-- its cost is the request's own delta, so each text is new, and keeping
+-- it would only push out the texts that repeat.
 --
--- An item is {alg, lim, cost, shadow, want}, never changed once parsed
+-- An item is {alg, lim, cost, shadow}, never changed once parsed
 -- but for the memos: lim holds rate, per, burst, per_text and burst_text
 -- (their texts as the spec gives them), cap (burst * per), three
 -- memo_text memos of the limit's own (value_memo for a token bucket's
@@ -27,12 +27,12 @@
 -- cn.
 local item_cache, items_cached = {}, 0
 
--- A spec's ten integers; only cost (a settlement's delta) may be
+-- A spec's nine integers; only cost (a settlement's delta) may be
 -- negative, and its sign is captured apart from its digits.
-local SPEC = '^(%d+),(%d+),(%d+),(%d+),(%-?)(%d+),([01]),(%d+),(%d+),(%d+),(%d+)$'
+local SPEC = '^(%d+),(%d+),(%d+),(%d+),(%-?)(%d+),([01]),(%d+),(%d+),(%d+)$'
 
 -- The spec's fields by position, for errors.
-local FIELDS = {'alg', 'rate', 'per', 'burst', 'cost', 'shadow', 'want', 'cs', 'ce', 'cn'}
+local FIELDS = {'alg', 'rate', 'per', 'burst', 'cost', 'shadow', 'cs', 'ce', 'cn'}
 
 -- The error reply for item i (its position in the call, from 1) whose
 -- field breaks a rule: "ERR quotagate: item <i>: <field> <problem>".
@@ -56,12 +56,12 @@ local function spec_error(i, spec)
       return field_error(i, name, 'must be a non-negative integer')
     end
   end
-  return field_error(i, 'spec', 'must be ten comma-separated integers ' .. table.concat(FIELDS, ',') .. ', got ' .. k)
+  return field_error(i, 'spec', 'must be nine comma-separated integers ' .. table.concat(FIELDS, ',') .. ', got ' .. k)
 end
 
 -- The item of spec, the i-th of its call, or nil and an error reply naming
 -- the field (see field_error) when spec is what the Go side never sends:
--- not ten integers, shadow other than 0 or 1, a value of 2^53 or more
+-- not nine integers, shadow other than 0 or 1, a value of 2^53 or more
 -- (which a double may not hold exactly: 2^53 + 1 reads as 2^53; the
 -- conversion rounds correctly, so such a text reads as 2^53 or more), an
 -- unknown algorithm, rate 0, per 0 (but for a calendar window), burst 0
@@ -74,15 +74,15 @@ end
 -- arithmetic converts the captured texts (x + 0) without a call of
 -- tonumber for each.
 local function parse_item(spec, keep, i)
-  local a, rate, per, burst, sign, cost, shadow, want, cs, ce, cn = string.match(spec, SPEC)
+  local a, rate, per, burst, sign, cost, shadow, cs, ce, cn = string.match(spec, SPEC)
   if not a then return nil, spec_error(i, spec) end
-  local n, r, p, b, c, w = a + 0, rate + 0, per + 0, burst + 0, cost + 0, want + 0
+  local n, r, p, b, c = a + 0, rate + 0, per + 0, burst + 0, cost + 0
   local s, e, x = 0, 0, 0
   if cs ~= '0' or ce ~= '0' or cn ~= '0' then s, e, x = cs + 0, ce + 0, cn + 0 end
-  if n >= MAX_EXACT or r >= MAX_EXACT or p >= MAX_EXACT or b >= MAX_EXACT or c >= MAX_EXACT or w >= MAX_EXACT or
+  if n >= MAX_EXACT or r >= MAX_EXACT or p >= MAX_EXACT or b >= MAX_EXACT or c >= MAX_EXACT or
      s >= MAX_EXACT or e >= MAX_EXACT or x >= MAX_EXACT then
     local long = n >= MAX_EXACT and 'alg' or r >= MAX_EXACT and 'rate' or p >= MAX_EXACT and 'per' or
-      b >= MAX_EXACT and 'burst' or c >= MAX_EXACT and 'cost' or w >= MAX_EXACT and 'want' or
+      b >= MAX_EXACT and 'burst' or c >= MAX_EXACT and 'cost' or
       s >= MAX_EXACT and 'cs' or e >= MAX_EXACT and 'ce' or 'cn'
     return nil, field_error(i, long, 'must be below 2^53')
   end
@@ -105,11 +105,25 @@ local function parse_item(spec, keep, i)
                value_memo = {text_of = false, text = ''}, ttl_memo = {text_of = false, text = ''},
                window_memo = {text_of = false, text = ''}}
   if e ~= 0 then lim.cs, lim.ce, lim.cn = s, e, x end
-  local it = {alg = alg, lim = lim, cost = c, shadow = shadow == '1', want = w}
+  local it = {alg = alg, lim = lim, cost = c, shadow = shadow == '1'}
   if not keep then return it end
   if items_cached >= 4096 then item_cache, items_cached = {}, 0 end
   item_cache[spec], items_cached = it, items_cached + 1
   return it
+end
+
+-- The mode each mode letter that carries wants stands for (see
+-- dispatch.lua).
+local MODE_WITH_WANTS = {D = 'd', E = 'e', S = 's'}
+
+-- The want of item i from its argument t (see dispatch.lua), or nil and
+-- an error reply naming the field when t is not a decimal integer below
+-- 2^53.
+local function want_of(t, i)
+  if not t or not string.find(t, '^%d+$') then return nil, field_error(i, 'want', 'must be a non-negative integer') end
+  local w = t + 0
+  if w >= MAX_EXACT then return nil, field_error(i, 'want', 'must be below 2^53') end
+  return w
 end
 
 -- The item of spec, the i-th of its call (see parse_item); keep is false
@@ -143,7 +157,7 @@ local function held_by(it, holder, i)
   local lim = h.lim
   if h.src ~= it then
     local l = it.lim
-    h.src, h.alg, h.cost, h.shadow, h.want = it, it.alg, it.cost, it.shadow, it.want
+    h.src, h.alg, h.cost, h.shadow = it, it.alg, it.cost, it.shadow
     lim.rate, lim.per, lim.burst, lim.per_text, lim.burst_text, lim.cap = l.rate, l.per, l.burst, l.per_text, l.burst_text, l.cap
     lim.value_memo, lim.ttl_memo, lim.window_memo = l.value_memo, l.ttl_memo, l.window_memo
     lim.cs, lim.ce, lim.cn = l.cs, l.ce, l.cn

@@ -140,10 +140,10 @@ end
 --   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us, debt
 --                                (debt: units owed beyond empty after a
 --                                settlement; optional, nil is 0)
---   judge(it, s, reply, o) -> allowed, taken  in place of the three above:
---                                what state.lua's judge does with them,
---                                and reserving up to it.want (see
---                                dispatch.lua)
+--   judge(it, s, reply, o, want) -> allowed, taken  in place of the
+--                                three above: what state.lua's judge
+--                                does with them, and reserving up to
+--                                want (see dispatch.lua)
 --   save(key, s, lim, keep_ttl)  write the state, and its TTL unless keep_ttl
 --   give(s, lim, cost) -> bool   refund cost; true when s changed
 --   settle(s, lim, delta, at) -> bool  apply a signed settlement (see

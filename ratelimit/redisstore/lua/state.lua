@@ -2,7 +2,7 @@
 -- These functions are built once when the library loads (a script builds
 -- them on every call); a call passes them its own tables.
 --
--- An item is {alg, lim, cost, shadow, want} (see dispatch.lua). A working
+-- An item is {alg, lim, cost, shadow} (see items.lua). A working
 -- state is {alg, lim, s, dirty}: the algorithm and limit it was loaded or
 -- last changed with, the algorithm's state, and whether the call changed
 -- it.
@@ -46,15 +46,15 @@ local function save_changed(work, order, keep_ttl)
   end
 end
 
--- Refund ('r') and settle ('s'): applies change(it, s) to the state of
--- each of the n items (true when it changed the state) and saves the
--- changed keys, keeping their expiry when keep_ttl.
-local function adjust(keys, items, n, now, change, keep_ttl)
+-- Refund ('r') and settle ('s'): applies change(it, s, wants[i]) to the
+-- state of each item i of the n (true when it changed the state) and
+-- saves the changed keys, keeping their expiry when keep_ttl.
+local function adjust(keys, items, wants, n, now, change, keep_ttl)
   local work, order = {}, {}
   for i = 1, n do
     local it = items[i]
     local w = state_for(work, order, keys[i], it, now)
-    if it.cost ~= 0 and change(it, w.s) then
+    if it.cost ~= 0 and change(it, w.s, wants[i]) then
       changed_by(w, it)
       work[keys[i]] = w
     end
@@ -67,8 +67,8 @@ local function refund_item(it, s)
   return it.cost > 0 and it.alg.give(s, it.lim, it.cost)
 end
 
-local function settle_item(it, s)
-  return it.alg.settle(s, it.lim, it.cost, it.want)
+local function settle_item(it, s, at)
+  return it.alg.settle(s, it.lim, it.cost, at)
 end
 
 -- Judges item it against its state s: whether it fits, and if so takes
@@ -76,9 +76,9 @@ end
 -- algorithm's own judge can do) from s. Writes the item's eight reply
 -- values after reply[o] as if the group is admitted (see dispatch.lua)
 -- and returns whether it fits and the units it took.
-local function judge(it, s, reply, o)
+local function judge(it, s, reply, o, want)
   local alg, lim, cost = it.alg, it.lim, it.cost
-  if alg.judge then return alg.judge(it, s, reply, o) end
+  if alg.judge then return alg.judge(it, s, reply, o, want) end
   local allowed = alg.fits(s, lim, cost)
   local rem0, retry, reset0, debt = alg.report(s, lim, cost, allowed)
   local rem1, reset1, taken = rem0, reset0, 0
@@ -99,11 +99,11 @@ end
 -- call so that a call allocates none of them (each allocation is work for
 -- the Lua garbage collector too; the items naming a holder are kept in
 -- items.lua, and an algorithm's load still makes its state): the call's
--- items, the replies of decide and evaluate by number of items (up to
--- 16), and the state each item took from. A call overwrites every entry
+-- items and their wants, the replies of decide and evaluate by number of
+-- items (up to 16), and the state each item took from. A call overwrites every entry
 -- it reads, and Redis has turned a reply into its answer before the next
 -- call begins.
-local call_items, replies, took = {}, {}, {}
+local call_items, call_wants, replies, took = {}, {}, {}, {}
 
 -- An array of 2 + 8 * n zeros, the reply of n items.
 local function reply_of(n)
@@ -115,10 +115,11 @@ local function reply_of(n)
   return r
 end
 
--- Decide ('d') and evaluate ('e') of the n items: judges them in order
--- and, when every non-shadow item fits and commit is set, saves what they
--- took. Returns the reply (see dispatch.lua).
-local function decide_items(keys, items, n, now, commit)
+-- Decide ('d') and evaluate ('e') of the n items, item i reserving up to
+-- wants[i]: judges them in order and, when every non-shadow item fits
+-- and commit is set, saves what they took. Returns the reply (see
+-- dispatch.lua).
+local function decide_items(keys, items, wants, n, now, commit)
   local admitted = 1
   local reply = reply_of(n)
   -- Keys that appear once (the usual batch) need no table of states by
@@ -136,7 +137,7 @@ local function decide_items(keys, items, n, now, commit)
     for i = 1, n do
       local it = items[i]
       local s = it.alg.load(keys[i], it.lim, now)
-      local allowed, taken = judge(it, s, reply, 1 + (i - 1) * 8)
+      local allowed, taken = judge(it, s, reply, 1 + (i - 1) * 8, wants[i])
       if not allowed and not it.shadow then admitted = 0 end
       taken_by[i] = taken > 0 and s
     end
@@ -145,7 +146,7 @@ local function decide_items(keys, items, n, now, commit)
     for i = 1, n do
       local it = items[i]
       local w = state_for(work, order, keys[i], it, now)
-      local allowed, taken = judge(it, w.s, reply, 1 + (i - 1) * 8)
+      local allowed, taken = judge(it, w.s, reply, 1 + (i - 1) * 8, wants[i])
       if not allowed and not it.shadow then admitted = 0 end
       if taken > 0 then
         changed_by(w, it)

@@ -61,7 +61,7 @@ ALGORITHMS[1] = {
 
   -- judge (see state.lua) in one function: fits, report, take and report
   -- again would be a call of a Lua function each.
-  judge = function(it, s, reply, o)
+  judge = function(it, s, reply, o, want)
     local lim, cost = it.lim, it.cost
     local per, rate, level = lim.per, lim.rate, s.level
     local allowed = level >= cost * per
@@ -85,7 +85,6 @@ ALGORITHMS[1] = {
         -- A reservation takes what the bucket holds, up to want, never
         -- less than cost (which fits: avail >= cost).
         taken = cost
-        local want = it.want
         if want > cost then
           taken = avail
           if taken > want then taken = want end
