@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quotagate/quotagate/proxy"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -26,6 +27,20 @@ type tracingTransport struct {
 	next       http.RoundTripper
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
+}
+
+// RoundTripLimited lets the transport under it keep the exchange's limits
+// (see proxy.LimitedTransport) for a request that records no span; a
+// recorded one takes RoundTrip, so that its span covers the whole exchange.
+func (t *tracingTransport) RoundTripLimited(r *http.Request, l proxy.Limits) (*http.Response, bool, error) {
+	lt, ok := t.next.(proxy.LimitedTransport)
+	if !ok || trace.SpanFromContext(r.Context()).IsRecording() {
+		return nil, false, nil
+	}
+	if trace.SpanContextFromContext(r.Context()).IsValid() {
+		t.propagator.Inject(r.Context(), telemetry.HeaderCarrier(r.Header))
+	}
+	return lt.RoundTripLimited(r, l)
 }
 
 func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {

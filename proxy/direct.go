@@ -155,25 +155,76 @@ func hostPort(u *url.URL) string {
 // request is sent again on another; any other request fails, since the
 // upstream may have received it. Before a kept connection is used, a
 // non-blocking peek at its socket finds most closed ones (peekIdle).
-func (p *directPool) roundTrip(req *http.Request) (*http.Response, error) {
+//
+// l bounds the whole round trip, retries and dials included, by its
+// timeout until the response headers, on its timer (see Limits), and
+// marks the error of a round trip that wrote the whole request when it
+// asks to watch the write.
+func (p *directPool) roundTrip(req *http.Request, l Limits) (*http.Response, error) {
 	if err := validHeader(req.Header); err != nil {
 		return nil, err
 	}
 	ctx := req.Context()
 	key := hostPort(req.URL)
+	var b *directBound
+	if l.timeout > 0 {
+		b = &directBound{timeout: l.timeout}
+		timer := l.after(l.timeout, b.expire)
+		defer timer.Stop()
+	}
+	wrote := false
 	for {
-		pc, err := p.get(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		resp, retry, err := pc.exchange(ctx, req)
+		pc, err := p.get(ctx, key, l.timeout)
 		if err == nil {
-			return resp, nil
+			var resp *http.Response
+			var retry bool
+			resp, retry, err = pc.exchange(ctx, req, b, &wrote)
+			if err == nil {
+				return resp, nil
+			}
+			if retry && idempotent(req) && ctx.Err() == nil {
+				continue
+			}
+		} else if b != nil && b.state.Load() == timedOut {
+			err = b.err()
 		}
-		if !retry || !idempotent(req) || ctx.Err() != nil {
-			return nil, err
+		if l.watch && wrote {
+			err = writtenErr{err}
+		}
+		return nil, err
+	}
+}
+
+// directBound is the timer's side of a direct round trip with a timeout:
+// the race between the timer and the response headers (see exchange),
+// and the connection the timer interrupts when it wins.
+type directBound struct {
+	timeout time.Duration
+	state   atomic.Int32
+	conn    atomic.Pointer[directConn] // the attempt under way; nil = none
+}
+
+// expire cuts the round trip unless the response headers arrived first.
+func (b *directBound) expire() {
+	if b.state.CompareAndSwap(pending, timedOut) {
+		if pc := b.conn.Load(); pc != nil {
+			pc.interrupt()
 		}
 	}
+}
+
+// watch makes pc the connection expire interrupts, at once when the
+// timer has already won.
+func (b *directBound) watch(pc *directConn) {
+	b.conn.Store(pc)
+	if b.state.Load() == timedOut {
+		pc.interrupt()
+	}
+}
+
+// err is the round trip's error once the timer won.
+func (b *directBound) err() error {
+	return fmt.Errorf("after %v: %w", b.timeout, errHeaderTimeout)
 }
 
 // validHeader refuses a header net/http's Transport would refuse: an
@@ -192,12 +243,16 @@ func validHeader(h http.Header) error {
 	return nil
 }
 
-// exchange writes req on pc and reads the response headers. On failure
-// pc is closed, and retry reports whether req may be sent again on
-// another connection: pc had served an exchange before and the upstream
-// sent nothing of a response on it.
-func (pc *directConn) exchange(ctx context.Context, req *http.Request) (resp *http.Response, retry bool, err error) {
+// exchange writes req on pc and reads the response headers, under b's
+// timer when b is not nil; *wrote is set once the whole request was
+// written. On failure pc is closed, and retry reports whether req may be
+// sent again on another connection: pc had served an exchange before and
+// the upstream sent nothing of a response on it.
+func (pc *directConn) exchange(ctx context.Context, req *http.Request, b *directBound, wrote *bool) (resp *http.Response, retry bool, err error) {
 	stop := context.AfterFunc(ctx, pc.interrupt)
+	if b != nil {
+		b.watch(pc)
+	}
 	pc.in.n, pc.in.limit = 0, pc.pool.headerLimit
 	trace := httptrace.ContextClientTrace(ctx)
 	err = req.Write(pc.bw)
@@ -208,15 +263,25 @@ func (pc *directConn) exchange(ctx context.Context, req *http.Request) (resp *ht
 		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
 	}
 	if err == nil {
+		*wrote = true
 		resp, err = pc.readResponse(req, trace)
+	}
+	if err == nil && b != nil && !b.state.CompareAndSwap(pending, arrived) {
+		err = errHeaderTimeout // the timer won as the headers arrived
 	}
 	if err != nil {
 		stop()
 		pc.conn.Close()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, false, context.Cause(ctx)
+		case b != nil && b.state.Load() == timedOut:
+			return nil, false, b.err()
 		}
 		return nil, pc.reused && pc.in.n == 0, err
+	}
+	if b != nil {
+		b.conn.Store(nil)
 	}
 	pc.in.limit = -1
 	keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
@@ -309,8 +374,9 @@ func (b *directBody) end(complete bool) {
 }
 
 // get returns a connection to key: the most recently used idle one that
-// is still usable, or a new one.
-func (p *directPool) get(ctx context.Context, key string) (*directConn, error) {
+// is still usable, or a new one, dialed within timeout when it is
+// positive.
+func (p *directPool) get(ctx context.Context, key string, timeout time.Duration) (*directConn, error) {
 	for {
 		p.mu.Lock()
 		list := p.idle[key]
@@ -328,6 +394,11 @@ func (p *directPool) get(ctx context.Context, key string) (*directConn, error) {
 			return pc, nil
 		}
 		pc.conn.Close()
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	c, err := p.dial(ctx, "tcp", key)
 	if err != nil {

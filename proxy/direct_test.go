@@ -273,6 +273,33 @@ func TestDirectClosedConnection(t *testing.T) {
 				resp.StatusCode, posts.Load(), dials.Load())
 		}
 	})
+	t.Run("refused", func(t *testing.T) {
+		up := newScripted(t, func(int, int, *http.Request, *bufio.Writer) bool { return false })
+		addr := up.ln.Addr().String()
+		tr, dials := directTransport(t, nil)
+		tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
+			dials.Add(1) // refused, as by a host with nothing listening
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		var written []bool
+		var mu sync.Mutex
+		f := newFixture(t, "http://"+addr, time.Hour, nil, func(o *Options) {
+			o.Transport = tr
+			o.OnFailure = func(_ *http.Request, status int, w bool) {
+				mu.Lock()
+				written = append(written, w)
+				mu.Unlock()
+			}
+		})
+		if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
+			t.Errorf("status %d, want 502", code)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(written) != 1 || written[0] || dials.Load() != 1 || up.conns.Load() != 0 {
+			t.Errorf("OnFailure written %v after %d dials, %d connections; want [false], 1, 0", written, dials.Load(), up.conns.Load())
+		}
+	})
 	t.Run("fresh connection fails", func(t *testing.T) {
 		up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool { return false })
 		tr, dials := directTransport(t, nil)

@@ -115,11 +115,26 @@ func NewTransport(o TransportOptions) *Transport {
 // RoundTrip sends req as a direct exchange when it can be one, and
 // through the net/http Transport otherwise.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.direct != nil && t.Transport.Proxy == nil && !t.Transport.DisableKeepAlives &&
-		t.Transport.MaxConnsPerHost == 0 && directEligible(req) {
-		return t.direct.roundTrip(req)
+	if t.takesDirect(req) {
+		return t.direct.roundTrip(req, Limits{})
 	}
 	return t.Transport.RoundTrip(req)
+}
+
+// RoundTripLimited keeps l itself for a direct exchange (see
+// LimitedTransport), and leaves every other request to the handler.
+func (t *Transport) RoundTripLimited(req *http.Request, l Limits) (*http.Response, bool, error) {
+	if !t.takesDirect(req) {
+		return nil, false, nil
+	}
+	resp, err := t.direct.roundTrip(req, l)
+	return resp, true, err
+}
+
+// takesDirect reports whether req is sent as a direct exchange.
+func (t *Transport) takesDirect(req *http.Request) bool {
+	return t.direct != nil && t.Transport.Proxy == nil && !t.Transport.DisableKeepAlives &&
+		t.Transport.MaxConnsPerHost == 0 && directEligible(req)
 }
 
 // CloseIdleConnections closes the idle connections of both kinds of
@@ -200,10 +215,45 @@ func (e *exchange) Close() error {
 	return err
 }
 
+// Limits is what a handler asks of one exchange beyond RoundTrip: a bound
+// on the wait for the response headers, and whether to report the write.
+// Its fields are the proxy's own; a LimitedTransport that wraps another
+// passes it on unchanged.
+type Limits struct {
+	timeout time.Duration // 0 = none
+	after   afterFunc
+	watch   bool
+}
+
+// A LimitedTransport can keep an exchange's Limits itself, for some
+// requests, more cheaply than the handler's own timer, context and trace
+// around RoundTrip. Transport is one, for the requests it sends as direct
+// exchanges.
+type LimitedTransport interface {
+	http.RoundTripper
+	// RoundTripLimited sends req as RoundTrip does, within l: when the
+	// response headers have not arrived within the timeout, the exchange
+	// fails with an error wrapping context.DeadlineExceeded; and when l
+	// asks to watch the write, an error of an exchange that wrote the
+	// whole request is marked as such (see Options.OnFailure). handled is
+	// false, with nothing done, when the transport cannot do so for req;
+	// the handler then bounds RoundTrip itself.
+	RoundTripLimited(req *http.Request, l Limits) (resp *http.Response, handled bool, err error)
+}
+
 func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 	watch := t.watch != nil && t.watch(req)
 	if t.timeout <= 0 && !watch {
 		return t.next.RoundTrip(req)
+	}
+	if lt, ok := t.next.(LimitedTransport); ok {
+		resp, handled, err := lt.RoundTripLimited(req, Limits{timeout: t.timeout, after: t.after, watch: watch})
+		if handled {
+			if err == nil && resp.StatusCode == http.StatusSwitchingProtocols && watch {
+				markSwitchWritten(resp)
+			}
+			return resp, err
+		}
 	}
 	var e *exchange
 	ctx := req.Context()
@@ -242,8 +292,8 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 		// context ends with the inbound request. The reverse proxy refuses
 		// an unasked switch after this returns (refuseUnaskedSwitch), as
 		// a failure of an exchange that wrote the request when it did.
-		if e.written.Load() && resp.Request != nil && refuseUnaskedSwitch(resp) != nil {
-			resp.Request = resp.Request.WithContext(context.WithValue(resp.Request.Context(), switchedWrittenKey{}, true))
+		if e.written.Load() {
+			markSwitchWritten(resp)
 		}
 		return resp, nil
 	}
@@ -258,6 +308,14 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 // switchedWrittenKey marks the context of a 101's request that was
 // written whole (the only response whose refusal is a failure).
 type switchedWrittenKey struct{}
+
+// markSwitchWritten marks the request of resp, a 101 to a request written
+// whole, when the proxy will refuse the switch.
+func markSwitchWritten(resp *http.Response) {
+	if resp.Request != nil && refuseUnaskedSwitch(resp) != nil {
+		resp.Request = resp.Request.WithContext(context.WithValue(resp.Request.Context(), switchedWrittenKey{}, true))
+	}
+}
 
 // bufferSize is the size of the buffers that copy response bodies.
 const bufferSize = 32 << 10
