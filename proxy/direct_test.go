@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -281,37 +282,25 @@ func TestDirectClosedConnection(t *testing.T) {
 			dials.Add(1) // refused, as by a host with nothing listening
 			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 		}
-		var written []bool
-		var mu sync.Mutex
+		fl := &failures{}
 		f := newFixture(t, "http://"+addr, time.Hour, nil, func(o *Options) {
 			o.Transport = tr
-			o.OnFailure = func(_ *http.Request, status int, w bool) {
-				mu.Lock()
-				written = append(written, w)
-				mu.Unlock()
-			}
+			o.OnFailure = fl.add
 		})
 		if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
 			t.Errorf("status %d, want 502", code)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(written) != 1 || written[0] || dials.Load() != 1 || up.conns.Load() != 0 {
-			t.Errorf("OnFailure written %v after %d dials, %d connections; want [false], 1, 0", written, dials.Load(), up.conns.Load())
+		if got := fl.get(); !slices.Equal(got, []failure{{http.StatusBadGateway, false}}) || dials.Load() != 1 || up.conns.Load() != 0 {
+			t.Errorf("OnFailure %v after %d dials, %d connections; want [{502 false}] (nothing was sent), 1, 0", got, dials.Load(), up.conns.Load())
 		}
 	})
 	t.Run("fresh connection fails", func(t *testing.T) {
 		up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool { return false })
 		tr, dials := directTransport(t, nil)
-		var written []bool
-		var mu sync.Mutex
+		fl := &failures{}
 		f := newFixture(t, up.url(), 0, nil, func(o *Options) {
 			o.Transport = tr
-			o.OnFailure = func(_ *http.Request, status int, w bool) {
-				mu.Lock()
-				written = append(written, w)
-				mu.Unlock()
-			}
+			o.OnFailure = fl.add
 		})
 		if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
 			t.Errorf("status %d, want 502", code)
@@ -319,10 +308,8 @@ func TestDirectClosedConnection(t *testing.T) {
 		if n := dials.Load(); n != 1 {
 			t.Errorf("%d dials, want 1: a new connection that fails is not tried again", n)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(written) != 1 || !written[0] {
-			t.Errorf("OnFailure written %v, want [true]: the request had been sent", written)
+		if got := fl.get(); !slices.Equal(got, []failure{{http.StatusBadGateway, true}}) {
+			t.Errorf("OnFailure %v, want [{502 true}]: the request had been sent", got)
 		}
 	})
 }
