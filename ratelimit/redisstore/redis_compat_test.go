@@ -152,18 +152,21 @@ type compatOutcome struct {
 // expiry (PEXPIRETIME) less the server's clock before and after the call
 // (TIME), so that it holds what the call set (lo <= ttl <= hi) however
 // long the server took. A key without expiry is {-1, -1}, an absent one
-// {-2, -2}.
+// {-2, -2}, and one whose expiry the call left as it was (still the
+// parked one, see runCompatStep) {-3, -3}.
 type ttlRange struct{ lo, hi int64 }
 
 func (r ttlRange) overlaps(o ttlRange) bool { return max(r.lo, o.lo) <= min(r.hi, o.hi) }
 
 // runCompatStep runs st as one version (the previous library when prev is
 // set) on the keys key(role) at now, then reads each role's time to live
-// and state and persists the keys, so that they expire only when the
-// test's simulated clock says so (see TestStoredStateCompatibleWithPreviousVersion).
-// A renewal first sets each item's key, when present, to live per/2: what
-// any key of a slot taken before now has left, below per.
-func runCompatStep(t *testing.T, c *redis.Client, st compatStep, prev bool, key func(string) string, now int64, roles []string) compatOutcome {
+// and state and parks the keys: sets their expiry to park (Unix ms, far
+// ahead), so that they expire only when the test's simulated clock says
+// so (see TestStoredStateCompatibleWithPreviousVersion), and a call that
+// leaves a key's expiry alone is told from one that removes it. A renewal
+// first sets each item's key, when present, to live per/2: what any key
+// of a slot taken before now has left, below per.
+func runCompatStep(t *testing.T, c *redis.Client, st compatStep, prev bool, key func(string) string, now, park int64, roles []string) compatOutcome {
 	t.Helper()
 	ctx := context.Background()
 	items := slices.Clone(st.items)
@@ -198,7 +201,7 @@ func runCompatStep(t *testing.T, c *redis.Client, st compatStep, prev bool, key 
 	}
 	after := pipe.Time(ctx)
 	for _, role := range roles {
-		pipe.Persist(ctx, key(role))
+		pipe.PExpireAt(ctx, key(role), time.UnixMilli(park))
 	}
 	_, _ = pipe.Exec(ctx)
 	if err := reply.Err(); err != nil {
@@ -212,7 +215,9 @@ func runCompatStep(t *testing.T, c *redis.Client, st compatStep, prev bool, key 
 			t.Fatalf("reading %s: %v %v %v", role, err, before.Err(), after.Err())
 		}
 		r := ttlRange{p, p}
-		if p >= 0 {
+		if p == park {
+			r = ttlRange{-3, -3}
+		} else if p >= 0 {
 			r = ttlRange{p - a, p - b}
 		}
 		o.ttl[role] = r
@@ -257,9 +262,9 @@ func renewalTakenBack(cur, old any) bool {
 // version reads what the other writes as its own and expires it alike.
 //
 // Times to live are compared as set by the call (see ttlRange); the keys
-// are then persisted, and the test deletes a key when the simulated clock
-// passes the expiry this version set, so that real time never expires a
-// key between steps.
+// are then parked a day ahead, and the test deletes a key when the
+// simulated clock passes the expiry this version set, so that real time
+// never expires a key between steps.
 //
 // One difference is intended: a renewal by a holder whose slot is gone,
 // on a key with room, takes the slot back in this version (reply 2, the
@@ -288,6 +293,7 @@ func TestStoredStateCompatibleWithPreviousVersion(t *testing.T) {
 	}
 	whos := []string{"both", "this", "prev"}
 	t0 := time.Date(2026, 3, 31, 23, 59, 57, 0, time.UTC).UnixMicro() // the calendar window turns
+	park := time.Now().Add(24 * time.Hour).UnixMilli()                // see runCompatStep
 	for name, l := range limits {
 		t.Run(name, func(t *testing.T) {
 			key := func(who string) func(string) string {
@@ -318,7 +324,7 @@ func TestStoredStateCompatibleWithPreviousVersion(t *testing.T) {
 				var prevRun [3]bool
 				for k, who := range whos {
 					prevRun[k] = who == "prev" || who == "both" && step%2 == 1
-					outs[k] = runCompatStep(t, c, st, prevRun[k], key(who), now, roles)
+					outs[k] = runCompatStep(t, c, st, prevRun[k], key(who), now, park, roles)
 				}
 				what := fmt.Sprintf("step %d (%s, items %d, cost %d, want %v)", step, st.mode, len(st.items), st.items[0].Cost, st.want)
 				if st.mode == modeRenew && renewalTakenBack(outs[1].reply, outs[2].reply) {
@@ -336,6 +342,7 @@ func TestStoredStateCompatibleWithPreviousVersion(t *testing.T) {
 								c.Del(ctx, key(who)(role))
 								if dump != "" {
 									c.Restore(ctx, key(who)(role), 0, dump)
+									c.PExpireAt(ctx, key(who)(role), time.UnixMilli(park)) // as this version's key is
 								}
 							}
 						}
@@ -359,14 +366,15 @@ func TestStoredStateCompatibleWithPreviousVersion(t *testing.T) {
 					settled++
 				}
 				// The simulated clock takes this version's expiry. A key
-				// whose expiry the call left alone (persisted, or a
-				// renewal's per/2) keeps its simulated one.
+				// whose expiry the call left alone (parked, or a renewal's
+				// per/2) keeps its simulated one; a key without one never
+				// expires.
 				for _, role := range roles {
 					r := outs[1].ttl[role]
 					switch {
-					case r.lo == -2:
+					case r.lo == -2 || r.lo == -1:
 						delete(sim, role)
-					case r.lo == -1:
+					case r.lo == -3:
 					case st.mode == modeRenew && role != "main" && role != "second":
 					case st.mode == modeRenew && renewedHalf(st, role, r):
 					default:
