@@ -32,6 +32,7 @@ type serverCfg struct {
 	MaxHeaderBytes    int    `json:"max_header_bytes,omitempty"`
 	MaxBodyBytes      int64  `json:"max_body_bytes,omitempty"`
 	ShutdownTimeout   string `json:"shutdown_timeout,omitempty"`
+	Pprof             bool   `json:"pprof,omitempty"`
 }
 
 type storeCfg struct {

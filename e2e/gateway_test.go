@@ -3,10 +3,11 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -174,21 +175,23 @@ func (g *gateway) waitMetric(timeout time.Duration, min float64, name string, wa
 	}
 }
 
-// rssKB reads VmRSS of the process from /proc, in kB.
-func (g *gateway) rssKB() int64 {
+// liveHeapKB returns the gateway's live heap in KiB: its heap in use
+// right after a collection, from the admin listener's heap profile (the
+// config must set server.pprof). Unlike the resident size it does not
+// count garbage the collector has not yet reclaimed, which the heap floor
+// lets grow to 64 MiB.
+func (g *gateway) liveHeapKB() int64 {
 	g.t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.proc.Cmd.Process.Pid))
+	resp, err := http.Get(g.Admin + "/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
-		g.t.Skipf("reading RSS: %v", err)
+		g.t.Fatalf("%s: heap profile: %v", g.name, err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err == nil {
-				return kb
-			}
-		}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`# HeapAlloc = (\d+)`).FindSubmatch(b)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		g.t.Fatalf("%s: heap profile %d without HeapAlloc: %.200q", g.name, resp.StatusCode, b)
 	}
-	g.t.Fatalf("%s: no VmRSS in /proc status", g.name)
-	return 0
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n >> 10
 }
