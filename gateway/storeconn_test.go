@@ -42,6 +42,10 @@ func newStoreFixture(t *testing.T, addr string, password *string, logs *syncbuf.
 	t.Helper()
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
 	text := strings.NewReplacer("REDIS", addr, "UPSTREAM", f.upstream.srv.URL).Replace(failureConfig)
+	// These tests read what the store check says of the server (WRONGPASS,
+	// a refused reply): give it a deadline that a loaded machine does not
+	// turn into "no answer in time" before the server has spoken.
+	text = strings.Replace(text, "timeout: 50ms", "timeout: 1s", 1)
 	f.path = writeConfig(t, text)
 	cfg, err := config.Load(f.path, testGetenv)
 	if err != nil {
