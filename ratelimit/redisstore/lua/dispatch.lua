@@ -64,9 +64,18 @@ if now_text == '' then
 end
 now = tonumber(now_text)
 call_now, call_now_text = now, now_text
-local mode = ARGV[1]
-local with_wants = MODE_WITH_WANTS[mode]
-if with_wants then mode = with_wants end
+-- The modes with wants, compared in place: a table or a function for
+-- them would be made again on every call of an EVALSHA script.
+local mode, with_wants = ARGV[1], true
+if mode == 'D' then
+  mode = 'd'
+elseif mode == 'S' then
+  mode = 's'
+elseif mode == 'E' then
+  mode = 'e'
+else
+  with_wants = false
+end
 
 local n = #KEYS
 if mode == 's' then n = n - 1 end
@@ -81,8 +90,11 @@ for i = 1, n do
   if it.alg.holds then it = held_by(it, holders and ARGV[2 + n + w + i] or '', i) end
   items[i] = it
   if with_wants then
-    local v, werr = want_of(ARGV[2 + n + i], i)
-    if not v then return werr end
+    -- A decimal integer below 2^53.
+    local t = ARGV[2 + n + i]
+    if not t or not string.find(t, '^%d+$') then return field_error(i, 'want', 'must be a non-negative integer') end
+    local v = t + 0
+    if v >= MAX_EXACT then return field_error(i, 'want', 'must be below 2^53') end
     wants[i] = v
   else
     wants[i] = 0

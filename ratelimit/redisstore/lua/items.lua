@@ -31,9 +31,6 @@ local item_cache, items_cached = {}, 0
 -- negative, and its sign is captured apart from its digits.
 local SPEC = '^(%d+),(%d+),(%d+),(%d+),(%-?)(%d+),([01]),(%d+),(%d+),(%d+)$'
 
--- The spec's fields by position, for errors.
-local FIELDS = {'alg', 'rate', 'per', 'burst', 'cost', 'shadow', 'cs', 'ce', 'cn'}
-
 -- The error reply for item i (its position in the call, from 1) whose
 -- field breaks a rule: "ERR quotagate: item <i>: <field> <problem>".
 local function field_error(i, field, problem)
@@ -41,8 +38,11 @@ local function field_error(i, field, problem)
 end
 
 -- The error reply for item i whose spec does not match SPEC: the first
--- field that is not what it must be, or the count of fields.
+-- field that is not what it must be, or the count of fields. (The list
+-- of fields is made here, not once with the library: an EVALSHA script
+-- would make it on every call.)
 local function spec_error(i, spec)
+  local FIELDS = {'alg', 'rate', 'per', 'burst', 'cost', 'shadow', 'cs', 'ce', 'cn'}
   local k = 0
   for t in string.gmatch(spec .. ',', '([^,]*),') do
     k = k + 1
@@ -110,20 +110,6 @@ local function parse_item(spec, keep, i)
   if items_cached >= 4096 then item_cache, items_cached = {}, 0 end
   item_cache[spec], items_cached = it, items_cached + 1
   return it
-end
-
--- The mode each mode letter that carries wants stands for (see
--- dispatch.lua).
-local MODE_WITH_WANTS = {D = 'd', E = 'e', S = 's'}
-
--- The want of item i from its argument t (see dispatch.lua), or nil and
--- an error reply naming the field when t is not a decimal integer below
--- 2^53.
-local function want_of(t, i)
-  if not t or not string.find(t, '^%d+$') then return nil, field_error(i, 'want', 'must be a non-negative integer') end
-  local w = t + 0
-  if w >= MAX_EXACT then return nil, field_error(i, 'want', 'must be below 2^53') end
-  return w
 end
 
 -- The item of spec, the i-th of its call (see parse_item); keep is false
