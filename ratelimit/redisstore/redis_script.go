@@ -300,6 +300,20 @@ type itemReply struct {
 	taken  int64
 }
 
+// replyShape describes a reply the store did not expect, for an error:
+// an integer as itself, an array by its length, anything else by its
+// type. It never prints a string or an array's elements, whose size is
+// the server's to choose.
+func replyShape(v any) string {
+	switch v := v.(type) {
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case []any:
+		return strconv.Itoa(len(v)) + " values"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
 // parseReply checks the shape of a decide or evaluate reply for the items
 // idx (indexes into items) and decodes it: the item j's Result goes to
 // res[j] and the rest to ext[j]. It reports whether the group admitted.

@@ -68,14 +68,14 @@ func (s *RedisStore) Settle(ctx context.Context, id string, items []ratelimit.Se
 		}
 		arr, ok := vals[g].([]any)
 		if !ok || len(arr) != 1 {
-			return false, fmt.Errorf("%w: settle replied %v", ratelimit.ErrUnavailable, vals[g])
+			return false, fmt.Errorf("%w: settle replied %s", ratelimit.ErrUnavailable, replyShape(vals[g]))
 		}
 		switch arr[0] {
 		case int64(1):
 			applied = true
 		case int64(0):
 		default:
-			return false, fmt.Errorf("%w: settle replied %v", ratelimit.ErrUnavailable, arr)
+			return false, fmt.Errorf("%w: settle replied %s", ratelimit.ErrUnavailable, replyShape(arr))
 		}
 	}
 	return applied, nil

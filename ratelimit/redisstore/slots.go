@@ -125,11 +125,11 @@ func (s *RedisStore) slotCalls(ctx context.Context, mode string, items []ratelim
 func renewalOf(v any, idx []int, r *ratelimit.Renewal) error {
 	arr, ok := v.([]any)
 	if !ok || len(arr) != len(idx) {
-		return fmt.Errorf("%w: renewal replied %T %v, want %d flags", ratelimit.ErrUnavailable, v, v, len(idx))
+		return fmt.Errorf("%w: renewal replied %s, want %d flags", ratelimit.ErrUnavailable, replyShape(v), len(idx))
 	}
 	for i, e := range arr {
 		if f, ok := e.(int64); !ok || f < 0 || f > 2 {
-			return fmt.Errorf("%w: renewal reply value %d is %v, want 0, 1 or 2", ratelimit.ErrUnavailable, i, e)
+			return fmt.Errorf("%w: renewal reply value %d is %s, want 0, 1 or 2", ratelimit.ErrUnavailable, i, replyShape(e))
 		}
 	}
 	for i, e := range arr {

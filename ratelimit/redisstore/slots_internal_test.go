@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/quotagate/quotagate/ratelimit"
@@ -66,5 +67,26 @@ func TestRenewalOfRejectsMalformed(t *testing.T) {
 		if err := renewalOf(v, idx, &r); !errors.Is(err, ratelimit.ErrUnavailable) || r.Lost != nil || r.Retaken != nil {
 			t.Errorf("%s: %+v, %v; want ratelimit.ErrUnavailable and nothing reported", name, r, err)
 		}
+	}
+}
+
+// TestUnexpectedRepliesNotPrinted: an unexpected reply is described by
+// its shape in the error, never printed whole (its size is the server's
+// to choose).
+func TestUnexpectedRepliesNotPrinted(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	many := make([]any, 100_000)
+	for i := range many {
+		many[i] = big[:64]
+	}
+	var r ratelimit.Renewal
+	for _, v := range []any{big, many, []any{big}} {
+		err := renewalOf(v, []int{0}, &r)
+		if err == nil || len(err.Error()) > 200 {
+			t.Errorf("renewal reply %s: error of %d bytes, want a short one", replyShape(v), len(err.Error()))
+		}
+	}
+	if got := replyShape(int64(-3)); got != "-3" {
+		t.Errorf("replyShape(-3) = %q", got)
 	}
 }
