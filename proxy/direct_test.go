@@ -5,6 +5,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -579,5 +580,78 @@ func TestDirectInvalidHeader(t *testing.T) {
 	}
 	if got.Load() != 0 || dials.Load() != 0 {
 		t.Errorf("upstream got %d requests over %d dials, want none", got.Load(), dials.Load())
+	}
+}
+
+// TestDirectNoResponseMixup: many callers at once over kept connections
+// that the upstream closes now and then (saying so, or not), answers with
+// informational responses first, chunked or with a length, or with a
+// stray byte after the body: every caller gets the answer to its own
+// request, never another's.
+func TestDirectNoResponseMixup(t *testing.T) {
+	up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool {
+		id := r.Header.Get("X-Request-Id")
+		body := "for " + id
+		n := 0
+		for _, c := range id {
+			n = n*31 + int(c)
+		}
+		if n < 0 {
+			n = -n
+		}
+		switch n % 6 {
+		case 0: // closes, saying so
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			return false
+		case 1: // closes without saying so
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			return false
+		case 2: // chunked
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+		case 3: // a hint first
+			fmt.Fprintf(w, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		case 4: // a stray byte after the body
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%sX", len(body), body)
+		default:
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+		return true
+	})
+	tr, _ := directTransport(t, nil)
+	f := newFixture(t, up.url(), time.Minute, nil, func(o *Options) { o.Transport = tr })
+	const workers, each = 16, 100
+	f.served = make(chan struct{}, workers*each)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var wrong, failed atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("w%d-r%d", w, i)
+				req, _ := http.NewRequest("GET", f.front.URL+"/"+id, nil)
+				req.Header.Set("X-Request-Id", id)
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusOK && string(b) == "for "+id:
+				case resp.StatusCode == http.StatusOK:
+					if wrong.Add(1) == 1 {
+						t.Errorf("request %s got %q", id, b)
+					}
+				default:
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if wrong.Load() != 0 || failed.Load() != 0 {
+		t.Errorf("%d answers to another request, %d failed, of %d", wrong.Load(), failed.Load(), workers*each)
 	}
 }
