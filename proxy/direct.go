@@ -341,14 +341,23 @@ type directBody struct {
 	stop          func() bool
 	keep          bool
 	done          atomic.Bool
+	eof           atomic.Bool // read to its end
 }
 
+// Read reads the body; once it ended, it returns io.EOF again, and after
+// Close or a failed read, errBodyClosed.
 func (b *directBody) Read(p []byte) (int, error) {
 	if b.done.Load() {
+		if b.eof.Load() {
+			return 0, io.EOF
+		}
 		return 0, errBodyClosed
 	}
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
+		if err == io.EOF {
+			b.eof.Store(true)
+		}
 		b.end(err == io.EOF)
 	}
 	return n, err

@@ -655,3 +655,37 @@ func TestDirectNoResponseMixup(t *testing.T) {
 		t.Errorf("%d answers to another request, %d failed, of %d", wrong.Load(), failed.Load(), workers*each)
 	}
 }
+
+// TestDirectBodyReadAfterEnd: a body read to its end answers io.EOF to
+// every later read, as net/http's bodies do, and one closed early answers
+// an error.
+func TestDirectBodyReadAfterEnd(t *testing.T) {
+	up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool {
+		io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	tr, _ := directTransport(t, nil)
+	for _, early := range []bool{false, true} {
+		req, _ := http.NewRequest("GET", up.url()+"/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if early {
+			resp.Body.Close()
+			if _, err := resp.Body.Read(make([]byte, 1)); err == nil || err == io.EOF {
+				t.Errorf("read after an early close: %v, want an error other than EOF", err)
+			}
+			continue
+		}
+		if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "ok" {
+			t.Fatalf("body %q, %v", b, err)
+		}
+		for range 2 {
+			if n, err := resp.Body.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Errorf("read after the end: %d, %v; want 0, EOF", n, err)
+			}
+		}
+		resp.Body.Close()
+	}
+}
