@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,6 +83,17 @@ func TestLibraryRejectsSpecsGoNeverSends(t *testing.T) {
 		}
 		if n := c.Exists(ctx, keys...).Val(); n != 0 {
 			t.Fatalf("%s: a refused call left %d keys", tc.spec, n)
+		}
+	}
+	// A mode the Go side never sends is refused, and writes nothing.
+	for _, mode := range []string{"x", "R", "W", "dd", ""} {
+		err := c.FCall(ctx, libraryName, keys, mode, "", valid, valid).Err()
+		want := fmt.Sprintf("ERR quotagate: mode must be one of d, e, r, s, w (D, E, S with wants), got %q", mode)
+		if err == nil || err.Error() != want {
+			t.Errorf("mode %q: got %v, want %q", mode, err, want)
+		}
+		if n := c.Exists(ctx, keys...).Val(); n != 0 {
+			t.Fatalf("mode %q: a refused call left %d keys", mode, n)
 		}
 	}
 	// A call with wants must carry one per item.

@@ -75,6 +75,9 @@ elseif mode == 'E' then
   mode = 'e'
 else
   with_wants = false
+  if mode ~= 'd' and mode ~= 'e' and mode ~= 'r' and mode ~= 'w' and mode ~= 's' then
+    return redis.error_reply('ERR quotagate: mode must be one of d, e, r, s, w (D, E, S with wants), got ' .. string.format('%q', tostring(mode)))
+  end
 end
 
 local n = #KEYS
