@@ -112,8 +112,8 @@ func TestMemoryDefaultsBadFile(t *testing.T) {
 }
 
 // TestBinaryHeapFloor: without GOGC in its environment the gateway's next
-// collection waits for the heap floor it logs; with GOGC set it keeps Go's
-// own target, far below.
+// collection waits for the heap floor it logs, at most a quarter of a
+// GOMEMLIMIT; with GOGC set it keeps Go's own target, far below.
 func TestBinaryHeapFloor(t *testing.T) {
 	const cfg = `server: {listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", pprof: true}
 identity: {anonymous: {tier: anonymous}}
@@ -165,6 +165,11 @@ routes: [{name: echo, method: GET, path: /, upstream: echo}]
 	}
 	if n := nextGC(floored); n < floor {
 		t.Errorf("next collection at %d bytes, below the floor %d", n, floor)
+	}
+	// A GOMEMLIMIT from the environment caps the floor at a quarter of it.
+	limited := start("GOMEMLIMIT=67108864")
+	if line, ok := limited.Logs.WaitLine("runtime memory defaults", proctest.StartTimeout); !ok || !strings.Contains(line, `"heap_floor":16777216`) {
+		t.Errorf("with GOMEMLIMIT=64MiB: %q, want a heap floor of 16 MiB", line)
 	}
 	plain := start("GOGC=100")
 	if n := nextGC(plain); n >= floor {
