@@ -112,6 +112,9 @@ type directConn struct {
 	// peek reports whether the idle connection still looks usable: open,
 	// with nothing the upstream sent unasked (see peekIdle).
 	peek func() bool
+	// interruptFn is interrupt as a func value, made once per connection
+	// rather than once per exchange.
+	interruptFn func()
 }
 
 // connReader counts the bytes read from a connection since the
@@ -249,7 +252,7 @@ func validHeader(h http.Header) error {
 // sent again on another connection: pc had served an exchange before and
 // the upstream sent nothing of a response on it.
 func (pc *directConn) exchange(ctx context.Context, req *http.Request, b *directBound, wrote *bool) (resp *http.Response, retry bool, err error) {
-	stop := context.AfterFunc(ctx, pc.interrupt)
+	stop := context.AfterFunc(ctx, pc.interruptFn)
 	if b != nil {
 		b.watch(pc)
 	}
@@ -417,6 +420,7 @@ func (p *directPool) get(ctx context.Context, key string, timeout time.Duration)
 	pc.br = bufio.NewReaderSize(&pc.in, directBufSize)
 	pc.bw = bufio.NewWriterSize(c, directBufSize)
 	pc.peek = p.peekIdle(c)
+	pc.interruptFn = pc.interrupt
 	return pc, nil
 }
 
