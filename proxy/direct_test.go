@@ -100,20 +100,13 @@ func (p *directPool) idleNow() int {
 	return p.idleCount
 }
 
-// get sends a GET through f and returns the status and the body.
-func get(t *testing.T, f *fixture, path string) (int, string) {
+// getServed is getStatus, then a wait until the front handler has
+// returned, so that the connection it used is back in the pool.
+func getServed(t *testing.T, f *fixture, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(f.front.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s: reading the body: %v", path, err)
-	}
+	code, body := getStatus(t, f, path)
 	f.waitServed(t)
-	return resp.StatusCode, string(b)
+	return code, body
 }
 
 func TestDirectEligible(t *testing.T) {
@@ -179,7 +172,7 @@ func TestDirectKeepsConnection(t *testing.T) {
 	tr, dials := directTransport(t, nil)
 	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.Transport = tr })
 	for i := range 3 {
-		if code, body := get(t, f, "/len"); code != 200 || body != "hello" {
+		if code, body := getServed(t, f, "/len"); code != 200 || body != "hello" {
 			t.Fatalf("GET %d: %d %q", i, code, body)
 		}
 	}
@@ -203,7 +196,7 @@ func TestDirectKeepsConnection(t *testing.T) {
 	if resp.StatusCode != 200 || resp.ContentLength != 5 {
 		t.Errorf("HEAD: %d, length %d", resp.StatusCode, resp.ContentLength)
 	}
-	if code, _ := get(t, f, "/empty"); code != http.StatusNoContent {
+	if code, _ := getServed(t, f, "/empty"); code != http.StatusNoContent {
 		t.Errorf("204: %d", code)
 	}
 	if n := dials.Load(); n != 1 {
@@ -235,13 +228,13 @@ func TestDirectClosedConnection(t *testing.T) {
 				}
 			})
 			f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
-			if code, body := get(t, f, "/1"); code != 200 || body != "ok" {
+			if code, body := getServed(t, f, "/1"); code != 200 || body != "ok" {
 				t.Fatalf("first: %d %q", code, body)
 			}
 			// The upstream closed its end; wait until ours sees it, so that
 			// the check before reuse has something to see.
 			waitPeerClosed(t, tr.direct, up.url())
-			if code, body := get(t, f, "/2"); code != 200 || body != "ok" {
+			if code, body := getServed(t, f, "/2"); code != 200 || body != "ok" {
 				t.Fatalf("second: %d %q", code, body)
 			}
 			if n := dials.Load(); n != 2 {
@@ -263,7 +256,7 @@ func TestDirectClosedConnection(t *testing.T) {
 			p.peekIdle = func(net.Conn) func() bool { return func() bool { return true } }
 		})
 		f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
-		get(t, f, "/warm")
+		getServed(t, f, "/warm")
 		resp, err := http.Post(f.front.URL+"/pay", "", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -288,7 +281,7 @@ func TestDirectClosedConnection(t *testing.T) {
 			o.Transport = tr
 			o.OnFailure = fl.add
 		})
-		if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
+		if code, _ := getServed(t, f, "/"); code != http.StatusBadGateway {
 			t.Errorf("status %d, want 502", code)
 		}
 		if got := fl.get(); !slices.Equal(got, []failure{{http.StatusBadGateway, false}}) || dials.Load() != 1 || up.conns.Load() != 0 {
@@ -303,7 +296,7 @@ func TestDirectClosedConnection(t *testing.T) {
 			o.Transport = tr
 			o.OnFailure = fl.add
 		})
-		if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
+		if code, _ := getServed(t, f, "/"); code != http.StatusBadGateway {
 			t.Errorf("status %d, want 502", code)
 		}
 		if n := dials.Load(); n != 1 {
@@ -367,7 +360,7 @@ func TestDirectUnaskedBytes(t *testing.T) {
 		tr, dials := directTransport(t, nil)
 		f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
 		for i := range 2 {
-			if code, body := get(t, f, "/"); code != 200 || body != "ok" {
+			if code, body := getServed(t, f, "/"); code != 200 || body != "ok" {
 				t.Fatalf("request %d: %d %q", i, code, body)
 			}
 		}
@@ -388,12 +381,12 @@ func TestDirectUnaskedBytes(t *testing.T) {
 		})
 		tr, dials := directTransport(t, nil)
 		f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
-		if code, body := get(t, f, "/"); code != 200 || body != "ok" {
+		if code, body := getServed(t, f, "/"); code != 200 || body != "ok" {
 			t.Fatalf("first: %d %q", code, body)
 		}
 		close(sent)
 		waitPeerClosed(t, tr.direct, up.url()) // readable now: the forged bytes
-		if code, body := get(t, f, "/"); code != 200 || body != "ok" {
+		if code, body := getServed(t, f, "/"); code != 200 || body != "ok" {
 			t.Fatalf("second: %d %q", code, body)
 		}
 		if n := dials.Load(); n != 2 {
@@ -413,14 +406,14 @@ func TestDirectIdleTimeout(t *testing.T) {
 		p.now = func() time.Time { return time.Unix(0, now.Load()) }
 	})
 	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.Transport = tr })
-	get(t, f, "/")
+	getServed(t, f, "/")
 	now.Add(int64(tr.IdleConnTimeout - time.Nanosecond))
-	get(t, f, "/")
+	getServed(t, f, "/")
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("%d dials before the idle timeout, want 1", n)
 	}
 	now.Add(int64(tr.IdleConnTimeout))
-	if code, body := get(t, f, "/"); code != 200 || body != "ok" {
+	if code, body := getServed(t, f, "/"); code != 200 || body != "ok" {
 		t.Fatalf("after the idle timeout: %d %q", code, body)
 	}
 	if n := dials.Load(); n != 2 {
@@ -502,7 +495,7 @@ func TestDirectClientGoneMidBody(t *testing.T) {
 	if n := tr.direct.idleNow(); n != 0 {
 		t.Errorf("%d idle connections after an abandoned body, want 0", n)
 	}
-	if code, body := get(t, f, "/next"); code != 200 || body != "ok" {
+	if code, body := getServed(t, f, "/next"); code != 200 || body != "ok" {
 		t.Errorf("next: %d %q", code, body)
 	}
 	if n := dials.Load(); n != 2 {
@@ -542,7 +535,7 @@ func TestDirectInformational(t *testing.T) {
 	if resp.StatusCode != 200 || string(b) != "ok" || len(hints) != 1 || hints[0] != "</a.css>; rel=preload" {
 		t.Errorf("one hint: %d %q, hints %q", resp.StatusCode, b, hints)
 	}
-	if code, _ := get(t, f, "/many"); code != http.StatusBadGateway {
+	if code, _ := getServed(t, f, "/many"); code != http.StatusBadGateway {
 		t.Errorf("%d informational responses: %d, want 502", directMax1xx+1, code)
 	}
 }
@@ -556,7 +549,7 @@ func TestDirectHeaderLimit(t *testing.T) {
 	})
 	tr, _ := directTransport(t, func(p *directPool) { p.headerLimit = 1 << 10 })
 	f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
-	if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
+	if code, _ := getServed(t, f, "/"); code != http.StatusBadGateway {
 		t.Errorf("status %d, want 502", code)
 	}
 	if n := tr.direct.idleNow(); n != 0 {
@@ -575,7 +568,7 @@ func TestDirectInvalidHeader(t *testing.T) {
 		o.Transport = tr
 		o.SetHeaders = func(out *http.Request) { out.Header.Set("X-Tenant", "a\r\nX-Admin: 1") }
 	})
-	if code, _ := get(t, f, "/"); code != http.StatusBadGateway {
+	if code, _ := getServed(t, f, "/"); code != http.StatusBadGateway {
 		t.Errorf("status %d, want 502", code)
 	}
 	if got.Load() != 0 || dials.Load() != 0 {
