@@ -343,25 +343,31 @@ type directBody struct {
 	pc            *directConn
 	stop          func() bool
 	keep          bool
-	done          atomic.Bool
-	eof           atomic.Bool // read to its end
+	state         atomic.Int32 // bodyOpen until the exchange ends
 }
+
+// The states of a directBody: open, read to its end, or closed before it
+// (by Close or a failed read).
+const (
+	bodyOpen int32 = iota
+	bodyEnded
+	bodyClosed
+)
 
 // Read reads the body; once it ended, it returns io.EOF again, and after
 // Close or a failed read, errBodyClosed.
 func (b *directBody) Read(p []byte) (int, error) {
-	if b.done.Load() {
-		if b.eof.Load() {
-			return 0, io.EOF
-		}
+	switch b.state.Load() {
+	case bodyEnded:
+		return 0, io.EOF
+	case bodyClosed:
 		return 0, errBodyClosed
 	}
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		if err == io.EOF {
-			b.eof.Store(true)
-		}
-		b.end(err == io.EOF)
+	if err == io.EOF {
+		b.end(bodyEnded)
+	} else if err != nil {
+		b.end(bodyClosed)
 	}
 	return n, err
 }
@@ -373,15 +379,14 @@ var errBodyClosed = errors.New("proxy: read on closed response body")
 // Close ends the exchange; before the body's end it closes the
 // connection, which interrupts a read under way. It always returns nil.
 func (b *directBody) Close() error {
-	b.end(false)
+	b.end(bodyClosed)
 	return nil
 }
 
-// end finishes the exchange once; complete reports that the body was read
-// to its end.
-func (b *directBody) end(complete bool) {
-	if b.done.CompareAndSwap(false, true) {
-		b.pc.finish(b.stop, b.keep && complete)
+// end finishes the exchange once, in state (bodyEnded or bodyClosed).
+func (b *directBody) end(state int32) {
+	if b.state.CompareAndSwap(bodyOpen, state) {
+		b.pc.finish(b.stop, b.keep && state == bodyEnded)
 	}
 }
 
