@@ -221,7 +221,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if watch == nil && o.OnFailure != nil {
 		watch = func(*http.Request) bool { return true }
 	}
-	transport = &exchanges{next: transport, timeout: up.Timeout, after: after, watch: watch}
+	transport = newExchanges(transport, up.Timeout, after, watch)
 	if o.Breaker != nil || o.Shedder != nil {
 		transport = &outcomeTransport{next: transport}
 	}

@@ -42,9 +42,9 @@ type TransportOptions struct {
 	NoDirect bool
 }
 
-// Transport is the gateway's transport to upstreams. A GET, HEAD or
-// OPTIONS request without a body to an http upstream is a direct
-// exchange: written and answered on the caller's goroutine, over
+// Transport is the gateway's transport to upstreams. A request without a
+// body to an http upstream (any method but CONNECT, not upgrading; see
+// directEligible) is a direct exchange: written and answered on the caller's goroutine, over
 // connections the Transport keeps alive itself (see direct.go). Every
 // other request goes to the embedded net/http Transport, whose fields
 // may be changed before first use; setting its Proxy, DisableKeepAlives
@@ -159,9 +159,16 @@ var errHeaderTimeout = fmt.Errorf("no response headers within the upstream timeo
 // here.
 type exchanges struct {
 	next    http.RoundTripper
-	timeout time.Duration // 0 = none
+	limited LimitedTransport // next, when it is one; nil otherwise
+	timeout time.Duration    // 0 = none
 	after   afterFunc
 	watch   func(out *http.Request) bool // nil = none
+}
+
+// newExchanges returns the exchanges over next.
+func newExchanges(next http.RoundTripper, timeout time.Duration, after afterFunc, watch func(*http.Request) bool) *exchanges {
+	limited, _ := next.(LimitedTransport)
+	return &exchanges{next: next, limited: limited, timeout: timeout, after: after, watch: watch}
 }
 
 // States of an exchange's race between its timer and its response headers.
@@ -246,8 +253,8 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.timeout <= 0 && !watch {
 		return t.next.RoundTrip(req)
 	}
-	if lt, ok := t.next.(LimitedTransport); ok {
-		resp, handled, err := lt.RoundTripLimited(req, Limits{timeout: t.timeout, after: t.after, watch: watch})
+	if t.limited != nil {
+		resp, handled, err := t.limited.RoundTripLimited(req, Limits{timeout: t.timeout, after: t.after, watch: watch})
 		if handled {
 			if err == nil && resp.StatusCode == http.StatusSwitchingProtocols && watch {
 				markSwitchWritten(resp)
