@@ -76,15 +76,25 @@ func TestHashTagGroups(t *testing.T) {
 	}
 }
 
-// TestLuaMulDiv checks the scripts' exact floor(a×b/c) against big.Int on
-// a real Redis, including products far beyond 2^53.
-func TestLuaMulDiv(t *testing.T) {
+// preludeScript returns body after the library's prelude as a script,
+// and a client of a redis-server of its own, started for t; both end
+// with t.
+func preludeScript(t *testing.T, body string) (*redis.Script, *redis.Client) {
+	t.Helper()
 	srv := redistest.StartStandalone(t)
 	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := redis.NewScript(string(prelude) + `
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return redis.NewScript(string(prelude) + body), c
+}
+
+// TestLuaMulDiv checks the scripts' exact floor(a×b/c) against big.Int on
+// a real Redis, including products far beyond 2^53.
+func TestLuaMulDiv(t *testing.T) {
+	script, c := preludeScript(t, `
 local out = {}
 for i = 1, #ARGV, 3 do
   local q = muldiv(tonumber(ARGV[i]), tonumber(ARGV[i+1]), tonumber(ARGV[i+2]))
@@ -92,8 +102,6 @@ for i = 1, #ARGV, 3 do
   out[#out + 1] = q
 end
 return out`)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
 	const maxExactF = int64(1) << 53
 	rng := rand.New(rand.NewPCG(1, 2))
 	var args []any
@@ -135,12 +143,7 @@ return out`)
 // the scripts use: dividends up to 2^53 in magnitude (cdiv takes negative
 // ones), divisors from 1 to 2^53 - 1.
 func TestLuaDivisions(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := redis.NewScript(string(prelude) + `
+	script, c := preludeScript(t, `
 local out = {}
 for i = 1, #ARGV, 2 do
   local a, b = tonumber(ARGV[i]), tonumber(ARGV[i+1])
@@ -150,8 +153,6 @@ for i = 1, #ARGV, 2 do
   out[#out + 1] = cdiv(a, b)
 end
 return out`)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
 	const maxExactF = int64(1) << 53
 	rng := rand.New(rand.NewPCG(3, 4))
 	edge := []int64{0, 1, 2, 3, 7, 999, 1000, 1_000_000, 3_600_000_000, maxExactF - 1, maxExactF, maxExactF / 3, maxExactF/3 + 1, 1 << 40}
