@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
-	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,7 +73,7 @@ var errHeaderLimit = errors.New("proxy: upstream response headers too large")
 var aLongTimeAgo = time.Unix(1, 0)
 
 // directPool keeps the connections of direct exchanges, per upstream
-// host:port, and sends requests over them. It is safe for concurrent use.
+// host (a URL's, see dialAddr), and sends requests over them. It is safe for concurrent use.
 type directPool struct {
 	// dial opens a connection; it is asked each time, so a dialer replaced
 	// on the transport after it was built is used.
@@ -99,7 +99,7 @@ type directPool struct {
 // directConn is one upstream connection of a directPool.
 type directConn struct {
 	pool *directPool
-	key  string // host:port
+	key  string // the upstream URL's host, see dialAddr
 	conn net.Conn
 	in   connReader // what br reads from conn
 	br   *bufio.Reader
@@ -141,12 +141,15 @@ func (r *connReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// hostPort is the address a direct exchange with u connects to.
-func hostPort(u *url.URL) string {
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "80")
+// dialAddr is the address to dial for the pool key host, a URL's host
+// with or without a port (80 when it has none). The key is the URL's host
+// as it stands, so that a request to a URL without a port builds no
+// address: only a dial does.
+func dialAddr(host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
 	}
-	return u.Host
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), "80")
 }
 
 // roundTrip sends req, which directEligible accepted, and returns its
@@ -168,7 +171,7 @@ func (p *directPool) roundTrip(req *http.Request, l Limits) (*http.Response, err
 		return nil, err
 	}
 	ctx := req.Context()
-	key := hostPort(req.URL)
+	key := req.URL.Host
 	var b *directBound
 	if l.timeout > 0 {
 		b = &directBound{timeout: l.timeout}
@@ -417,7 +420,7 @@ func (p *directPool) get(ctx context.Context, key string, timeout time.Duration)
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	c, err := p.dial(ctx, "tcp", key)
+	c, err := p.dial(ctx, "tcp", dialAddr(key))
 	if err != nil {
 		return nil, err
 	}

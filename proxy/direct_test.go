@@ -682,3 +682,17 @@ func TestDirectBodyReadAfterEnd(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+func TestDialAddr(t *testing.T) {
+	for host, want := range map[string]string{
+		"api.internal":      "api.internal:80",
+		"api.internal:8080": "api.internal:8080",
+		"10.0.0.7":          "10.0.0.7:80",
+		"[::1]":             "[::1]:80",
+		"[::1]:9000":        "[::1]:9000",
+	} {
+		if got := dialAddr(host); got != want {
+			t.Errorf("dialAddr(%q) = %q, want %q", host, got, want)
+		}
+	}
+}
