@@ -420,11 +420,17 @@ func (s *RedisStore) decide(ctx context.Context, items []ratelimit.Item, want []
 	denied := -1
 	for g, gr := range groups {
 		gi := idx[gr.lo:gr.hi]
-		v, err := s.call(b, modeDecide, nowUS, useNow, items, gi, want)
+		// The last group is never refunded: unless the caller reads what
+		// it reserved, its reply need not say what a refund would.
+		mode, short := modeDecide, g == len(groups)-1 && !reserve
+		if short {
+			mode = modeDecideShort
+		}
+		v, err := s.call(b, mode, nowUS, useNow, items, gi, want)
 		if err != nil {
 			return ratelimit.Decision{}, nil, ratelimit.Unavailable("decide", withDeadline(b, err))
 		}
-		admitted, err := parseReply(v, items, gi, dec.Results, ext)
+		admitted, err := parseReply(v, items, gi, dec.Results, ext, short)
 		if err != nil {
 			return ratelimit.Decision{}, nil, err
 		}
@@ -504,6 +510,6 @@ func (s *RedisStore) afterDenial(ctx context.Context, items []ratelimit.Item, gr
 		if c < 0 || g < denied || errs[c] != nil {
 			continue // a refund's reply carries nothing
 		}
-		_, _ = parseReply(vals[c], items, idx[gr.lo:gr.hi], res, ext)
+		_, _ = parseReply(vals[c], items, idx[gr.lo:gr.hi], res, ext, false)
 	}
 }

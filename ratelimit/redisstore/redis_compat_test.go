@@ -208,6 +208,9 @@ func runCompatStep(t *testing.T, c *redis.Client, st compatStep, prev bool, key 
 		t.Fatalf("%s (previous version: %v): %v", st.mode, prev, err)
 	}
 	o := compatOutcome{reply: reply.Val(), ttl: map[string]ttlRange{}, state: map[string]string{}}
+	if !prev && (st.mode == modeDecide || st.mode == modeEval) {
+		o.reply = inPrevOrder(o.reply, len(items))
+	}
 	b, a := before.Val().UnixMilli(), after.Val().UnixMilli()
 	for i, role := range roles {
 		p, err := exp[i].Result()
@@ -224,6 +227,27 @@ func runCompatStep(t *testing.T, c *redis.Client, st compatStep, prev bool, key 
 		o.state[role] = storedState(c, key(role))
 	}
 	return o
+}
+
+// inPrevOrder returns the decide or evaluate reply v of this version for n
+// items in the order of the previous version's: admitted, then per item
+// allowed, remaining, retry, reset, remaining and reset before, taken and
+// debt, then the time. The values are the same; this version puts those
+// a refund needs after the time, so that a short reply can leave them out.
+// A reply of another length is returned as it is.
+func inPrevOrder(v any, n int) any {
+	r, ok := v.([]any)
+	if !ok || len(r) != 2+(resultValues+refundValues)*n {
+		return v
+	}
+	out := []any{r[0]}
+	for i := range n {
+		o, e := 1+resultValues*i, 2+resultValues*n+refundValues*i
+		out = append(out, r[o:o+4]...)
+		out = append(out, r[e:e+refundValues]...)
+		out = append(out, r[o+4])
+	}
+	return append(out, r[1+resultValues*n])
 }
 
 // renewalTakenBack reports whether this version's renewal reply cur

@@ -18,30 +18,53 @@ import (
 func TestParseReplyRejectsMalformed(t *testing.T) {
 	items := []ratelimit.Item{{Key: "{a}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 5}, Cost: 1}}
 	idx := []int{0}
-	good := []any{int64(1), int64(1), int64(4), int64(0), int64(1_000_000), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)}
+	const at = int64(1_700_000_000_000_000)
+	// reply is a full one-item reply: admitted, allowed, remaining, retry,
+	// reset, debt, the time, remaining and reset before, taken.
+	reply := func(v ...int64) []any {
+		r := make([]any, len(v))
+		for i, x := range v {
+			r[i] = x
+		}
+		return r
+	}
+	good := reply(1, 1, 4, 0, 1_000_000, 0, at, 5, 0, 1)
 	res, ext := make([]ratelimit.Result, 1), make([]itemReply, 1)
-	if ok, err := parseReply(good, items, idx, res, ext); err != nil || !ok || res[0].Remaining != 4 || ext[0].before.Remaining != 5 || ext[0].taken != 1 ||
-		res[0].DecidedAt != 1_700_000_000_000_000 || ext[0].before.DecidedAt != 1_700_000_000_000_000 {
+	if ok, err := parseReply(good, items, idx, res, ext, false); err != nil || !ok || res[0].Remaining != 4 || res[0].ResetAfter != time.Second ||
+		ext[0].before.Remaining != 5 || ext[0].before.ResetAfter != 0 || ext[0].taken != 1 ||
+		res[0].DecidedAt != at || ext[0].before.DecidedAt != at {
 		t.Fatalf("well-formed reply: %v %+v %+v, %v", ok, res, ext, err)
 	}
-	bad := map[string]any{
-		"not an array":   "OK",
-		"nil":            nil,
-		"short":          []any{int64(1), int64(1)},
-		"long":           append(append([]any{}, good...), int64(0)),
-		"string value":   []any{int64(1), "1", int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
-		"admitted=2":     []any{int64(2), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
-		"remaining>cap":  []any{int64(1), int64(1), int64(6), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
-		"negative retry": []any{int64(1), int64(1), int64(4), int64(-1), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
-		"allowed=3":      []any{int64(1), int64(3), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(1_700_000_000_000_000)},
-		"taken>cap":      []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(6), int64(0), int64(1_700_000_000_000_000)},
-		"negative debt":  []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(-1), int64(1_700_000_000_000_000)},
-		"no time":        []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(1), int64(0), int64(0)},
-		"negative taken": []any{int64(1), int64(1), int64(4), int64(0), int64(1), int64(5), int64(0), int64(-1), int64(0), int64(1_700_000_000_000_000)},
+	res, ext = make([]ratelimit.Result, 1), make([]itemReply, 1)
+	if ok, err := parseReply(good[:7], items, idx, res, ext, true); err != nil || !ok || res[0].Remaining != 4 || res[0].DecidedAt != at || ext[0] != (itemReply{}) {
+		t.Fatalf("well-formed short reply: %v %+v %+v, %v", ok, res, ext, err)
 	}
-	for name, v := range bad {
+	bad := map[string]struct {
+		v     any
+		short bool
+	}{
+		"not an array":    {"OK", false},
+		"nil":             {nil, false},
+		"short":           {reply(1, 1), false},
+		"long":            {append(append([]any{}, good...), int64(0)), false},
+		"full for short":  {good, true},
+		"short for full":  {good[:7], false},
+		"string value":    {append(reply(1), "1", int64(4), int64(0), int64(1), int64(0), at, int64(5), int64(0), int64(1)), false},
+		"admitted=2":      {reply(2, 1, 4, 0, 1, 0, at, 5, 0, 1), false},
+		"remaining>cap":   {reply(1, 1, 6, 0, 1, 0, at, 5, 0, 1), false},
+		"negative retry":  {reply(1, 1, 4, -1, 1, 0, at, 5, 0, 1), false},
+		"allowed=3":       {reply(1, 3, 4, 0, 1, 0, at, 5, 0, 1), false},
+		"taken>cap":       {reply(1, 1, 4, 0, 1, 0, at, 5, 0, 6), false},
+		"negative debt":   {reply(1, 1, 4, 0, 1, -1, at, 5, 0, 1), false},
+		"no time":         {reply(1, 1, 4, 0, 1, 0, 0, 5, 0, 1), false},
+		"negative taken":  {reply(1, 1, 4, 0, 1, 0, at, 5, 0, -1), false},
+		"before>cap":      {reply(1, 1, 4, 0, 1, 0, at, 6, 0, 1), false},
+		"short, no time":  {reply(1, 1, 4, 0, 1, 0, 0), true},
+		"short, allowed2": {reply(1, 2, 4, 0, 1, 0, at), true},
+	}
+	for name, c := range bad {
 		res, ext := make([]ratelimit.Result, 1), make([]itemReply, 1)
-		if _, err := parseReply(v, items, idx, res, ext); !errors.Is(err, ratelimit.ErrUnavailable) {
+		if _, err := parseReply(c.v, items, idx, res, ext, c.short); !errors.Is(err, ratelimit.ErrUnavailable) {
 			t.Errorf("%s: err = %v, want ratelimit.ErrUnavailable", name, err)
 		}
 		if res[0] != (ratelimit.Result{}) || ext[0] != (itemReply{}) {

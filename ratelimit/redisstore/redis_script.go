@@ -75,18 +75,26 @@ func assembleBody() string {
 // Script modes (ARGV[1]).
 const (
 	modeDecide = "d"
-	modeRefund = "r"
-	modeEval   = "e" // evaluate without consuming anything
-	modeRenew  = "w" // renew concurrency slots
-	modeSettle = "s"
+	// modeDecideShort decides with the short reply, which ends at the
+	// decision time: for a group that will never be refunded (the last of
+	// its batch) and reserves nothing.
+	modeDecideShort = "c"
+	modeRefund      = "r"
+	modeEval        = "e" // evaluate without consuming anything
+	modeRenew       = "w" // renew concurrency slots
+	modeSettle      = "s"
 )
 
-// valuesPerResult is the number of integers the script returns per item:
-// allowed, remaining, retry (µs), reset (µs), remaining and reset as they
-// were before this call consumed anything, the units taken, and the
-// key's debt (see ratelimit.Result.Debt). A reply holds admitted, these
-// per item, and the time the script decided at (µs).
-const valuesPerResult = 8
+// The reply of decide and evaluate (see lua/dispatch.lua): admitted, then
+// resultValues integers per item (allowed, remaining, retry (µs), reset
+// (µs), and the key's debt, see ratelimit.Result.Debt), then the time the
+// script decided at (µs); then, but in the short reply, refundValues per
+// item (remaining and reset as they were before this call consumed
+// anything, and the units taken).
+const (
+	resultValues = 5
+	refundValues = 3
+)
 
 // decideSHA is the digest EVALSHA names, boxed once.
 var decideSHA any = decideScript.Hash()
@@ -316,15 +324,21 @@ func replyShape(v any) string {
 
 // parseReply checks the shape of a decide or evaluate reply for the items
 // idx (indexes into items) and decodes it: the item j's Result goes to
-// res[j] and the rest to ext[j]. It reports whether the group admitted.
-// Any surprise is an error wrapping ErrUnavailable, and then nothing is
-// written.
-func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result, ext []itemReply) (bool, error) {
+// res[j] and, unless short (the reply of modeDecideShort), the rest to
+// ext[j]; a short reply writes no ext. It reports whether the group
+// admitted. Any surprise, a reply of the other length among them, is an
+// error wrapping ErrUnavailable, and then nothing is written.
+func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result, ext []itemReply, short bool) (bool, error) {
 	arr, ok := v.([]any)
 	if !ok {
 		return false, fmt.Errorf("%w: script replied %T, want an array", ratelimit.ErrUnavailable, v)
 	}
-	if want := 2 + valuesPerResult*len(idx); len(arr) != want {
+	n := len(idx)
+	want := 2 + resultValues*n
+	if !short {
+		want += refundValues * n
+	}
+	if len(arr) != want {
 		return false, fmt.Errorf("%w: script replied %d values, want %d", ratelimit.ErrUnavailable, len(arr), want)
 	}
 	for i, e := range arr {
@@ -333,7 +347,7 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 		}
 	}
 	at := func(i int) int64 { return arr[i].(int64) }
-	admitted, decidedAt := at(0), at(len(arr)-1)
+	admitted, decidedAt := at(0), at(1+resultValues*n)
 	if admitted != 0 && admitted != 1 {
 		return false, fmt.Errorf("%w: script replied admitted=%d", ratelimit.ErrUnavailable, admitted)
 	}
@@ -342,29 +356,38 @@ func parseReply(v any, items []ratelimit.Item, idx []int, res []ratelimit.Result
 	}
 	for i, j := range idx {
 		capacity := ratelimit.Capacity(items[j].Algorithm, items[j].Limit)
-		o := 1 + valuesPerResult*i
-		allowed, remaining, retry, reset, remaining0, reset0, taken := at(o), at(o+1), at(o+2), at(o+3), at(o+4), at(o+5), at(o+6)
-		if allowed != 0 && allowed != 1 || at(o+7) < 0 ||
-			remaining < 0 || remaining > capacity || remaining0 < 0 || remaining0 > capacity ||
-			retry < 0 || reset < 0 || reset0 < 0 || taken < 0 || taken > capacity {
-			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ratelimit.ErrUnavailable, j, arr[o:o+valuesPerResult])
+		o := 1 + resultValues*i
+		allowed, remaining, retry, reset, debt := at(o), at(o+1), at(o+2), at(o+3), at(o+4)
+		if allowed != 0 && allowed != 1 || debt < 0 || remaining < 0 || remaining > capacity || retry < 0 || reset < 0 {
+			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ratelimit.ErrUnavailable, j, arr[o:o+resultValues])
+		}
+		if short {
+			continue
+		}
+		e := 2 + resultValues*n + refundValues*i
+		remaining0, reset0, taken := at(e), at(e+1), at(e+2)
+		if remaining0 < 0 || remaining0 > capacity || reset0 < 0 || taken < 0 || taken > capacity {
+			return false, fmt.Errorf("%w: script reply for item %d out of range: %v", ratelimit.ErrUnavailable, j, arr[e:e+refundValues])
 		}
 	}
 	for i, j := range idx {
-		capacity := ratelimit.Capacity(items[j].Algorithm, items[j].Limit)
-		o := 1 + valuesPerResult*i
+		o := 1 + resultValues*i
 		r := ratelimit.Result{
 			Allowed:    at(o) == 1,
-			Limit:      capacity,
+			Limit:      ratelimit.Capacity(items[j].Algorithm, items[j].Limit),
 			Remaining:  at(o + 1),
 			RetryAfter: micros(at(o + 2)),
 			ResetAfter: micros(at(o + 3)),
-			Debt:       at(o + 7),
+			Debt:       at(o + 4),
 			DecidedAt:  decidedAt,
 		}
 		res[j] = r
-		r.Remaining, r.ResetAfter = at(o+4), micros(at(o+5))
-		ext[j] = itemReply{before: r, taken: at(o + 6)}
+		if short {
+			continue
+		}
+		e := 2 + resultValues*n + refundValues*i
+		r.Remaining, r.ResetAfter = at(e), micros(at(e+1))
+		ext[j] = itemReply{before: r, taken: at(e + 2)}
 	}
 	return admitted == 1, nil
 }

@@ -88,7 +88,7 @@ func TestLibraryRejectsSpecsGoNeverSends(t *testing.T) {
 	// A mode the Go side never sends is refused, and writes nothing.
 	for _, mode := range []string{"x", "R", "W", "dd", ""} {
 		err := c.FCall(ctx, libraryName, keys, mode, "", valid, valid).Err()
-		want := fmt.Sprintf("ERR quotagate: mode must be one of d, e, r, s, w (D, E, S with wants), got %q", mode)
+		want := fmt.Sprintf("ERR quotagate: mode must be one of c, d, e, r, s, w (D, E, S with wants), got %q", mode)
 		if err == nil || err.Error() != want {
 			t.Errorf("mode %q: got %v, want %q", mode, err, want)
 		}

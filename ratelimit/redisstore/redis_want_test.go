@@ -12,11 +12,12 @@ import (
 // cachedProbe, appended to the library's body, registers
 // cached_after(KEYS, ARGV): it runs the decision decide(KEYS, ARGV) and
 // replies the number of texts in the table of parsed items after it,
-// and the units the first item took.
+// and the units the first item took (of one item, the reply's 10th
+// value; see lua/dispatch.lua).
 const cachedProbe = `redis.register_function{function_name = 'cached_after', callback = function(KEYS, ARGV)
   local r = decide(KEYS, ARGV)
   if r.err then return r end
-  return {items_cached, r[8]}
+  return {items_cached, r[10]}
 end}
 `
 

@@ -7,7 +7,8 @@
 --          the last key is the settlement's marker, not an item.
 -- ARGV[1]: 'd' to decide, 'e' to evaluate without consuming, 'r' to refund,
 --          'w' to renew concurrency slots, 's' to settle; 'D', 'E' and
---          'S' are 'd', 'e' and 's' with wants.
+--          'S' are 'd', 'e' and 's' with wants; 'c' is 'd' with the short
+--          reply (see below).
 -- ARGV[2]: now in µs since the Unix epoch, or '' to use the server clock.
 -- ARGV[2 + i]: the spec of item i (see items.lua).
 -- ARGV[2 + n + i], for n items, with wants: item i's want, the units to
@@ -28,14 +29,17 @@
 -- Fitting is still decided on cost alone.
 --
 -- Decide and evaluate reply {admitted, then per item: allowed, remaining,
--- retry_us, reset_us, remaining_before, reset_before_us, taken, debt}, all
--- integers below 2^53. When admitted, remaining and reset_us count the
--- units the item took; otherwise they do not. remaining_before and
--- reset_before_us never count them (they are what to report if the group is
--- refunded later). taken is the units the item consumed: 0 unless the group
--- was admitted and the item fitted. debt is the units the key owes beyond
--- empty after a settlement (a decision never changes it). The last value
--- is now, the time (µs) the call decided at.
+-- retry_us, reset_us, debt; then now; then per item: remaining_before,
+-- reset_before_us, taken}, all integers below 2^53. When admitted,
+-- remaining and reset_us count the units the item took; otherwise they do
+-- not. debt is the units the key owes beyond empty after a settlement (a
+-- decision never changes it). now is the time (µs) the call decided at.
+-- remaining_before and reset_before_us never count the units taken (they
+-- are what to report if the group is refunded later). taken is the units
+-- the item consumed: 0 unless the group was admitted and the item fitted.
+-- The short reply ('c') ends at now: a caller that will neither refund the
+-- group nor read what it reserved needs nothing after it, and each value
+-- left out is one Redis need not write nor the caller read.
 --
 -- Refund gives each item's cost back and keeps each key's expiry (a refund
 -- never makes a key live longer); for a concurrency item it releases the
@@ -66,8 +70,10 @@ now = tonumber(now_text)
 call_now, call_now_text = now, now_text
 -- The modes with wants, compared in place: a table or a function for
 -- them would be made again on every call of an EVALSHA script.
-local mode, with_wants = ARGV[1], true
-if mode == 'D' then
+local mode, with_wants, short = ARGV[1], true, false
+if mode == 'c' then
+  mode, with_wants, short = 'd', false, true
+elseif mode == 'D' then
   mode = 'd'
 elseif mode == 'S' then
   mode = 's'
@@ -76,7 +82,7 @@ elseif mode == 'E' then
 else
   with_wants = false
   if mode ~= 'd' and mode ~= 'e' and mode ~= 'r' and mode ~= 'w' and mode ~= 's' then
-    return redis.error_reply('ERR quotagate: mode must be one of d, e, r, s, w (D, E, S with wants), got ' .. string.format('%q', tostring(mode)))
+    return redis.error_reply('ERR quotagate: mode must be one of c, d, e, r, s, w (D, E, S with wants), got ' .. string.format('%q', tostring(mode)))
   end
 end
 
@@ -122,4 +128,4 @@ if mode == 's' then
   return adjust(KEYS, items, wants, n, now, settle_item, false)
 end
 
-return decide_items(KEYS, items, wants, n, now, mode == 'd')
+return decide_items(KEYS, items, wants, n, now, mode == 'd', short)

@@ -140,7 +140,7 @@ end
 --   report(s, lim, cost, allowed) -> remaining, retry_us, reset_us, debt
 --                                (debt: units owed beyond empty after a
 --                                settlement; optional, nil is 0)
---   judge(it, s, reply, o, want) -> allowed, taken  in place of the
+--   judge(it, s, reply, o, e, want) -> allowed, taken  in place of the
 --                                three above: what state.lua's judge
 --                                does with them, and reserving up to
 --                                want (see dispatch.lua)

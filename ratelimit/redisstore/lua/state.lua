@@ -73,12 +73,13 @@ end
 
 -- Judges item it against its state s: whether it fits, and if so takes
 -- its units (its cost, or for a reservation up to want, which only an
--- algorithm's own judge can do) from s. Writes the item's eight reply
--- values after reply[o] as if the group is admitted (see dispatch.lua)
--- and returns whether it fits and the units it took.
-local function judge(it, s, reply, o, want)
+-- algorithm's own judge can do) from s. Writes the item's reply values as
+-- if the group is admitted (see dispatch.lua): its five after reply[o]
+-- and its three for a refund after reply[e]. Returns whether it fits and
+-- the units it took.
+local function judge(it, s, reply, o, e, want)
   local alg, lim, cost = it.alg, it.lim, it.cost
-  if alg.judge then return alg.judge(it, s, reply, o, want) end
+  if alg.judge then return alg.judge(it, s, reply, o, e, want) end
   local allowed = alg.fits(s, lim, cost)
   local rem0, retry, reset0, debt = alg.report(s, lim, cost, allowed)
   local rem1, reset1, taken = rem0, reset0, 0
@@ -90,8 +91,8 @@ local function judge(it, s, reply, o, want)
   end
   local a = 0
   if allowed then a = 1 end
-  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = a, rem1, retry, reset1
-  reply[o + 5], reply[o + 6], reply[o + 7], reply[o + 8] = rem0, reset0, taken, debt or 0
+  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5] = a, rem1, retry, reset1, debt or 0
+  reply[e + 1], reply[e + 2], reply[e + 3] = rem0, reset0, taken
   return allowed, taken
 end
 
@@ -118,8 +119,10 @@ end
 -- Decide ('d') and evaluate ('e') of the n items, item i reserving up to
 -- wants[i]: judges them in order and, when every non-shadow item fits
 -- and commit is set, saves what they took. Returns the reply (see
--- dispatch.lua).
-local function decide_items(keys, items, wants, n, now, commit)
+-- dispatch.lua), cut after now when short is set: Redis ends a reply
+-- array at the first nil of the table, and the next call that needs the
+-- values writes them again.
+local function decide_items(keys, items, wants, n, now, commit, short)
   local admitted = 1
   local reply = reply_of(n)
   -- Keys that appear once (the usual batch) need no table of states by
@@ -137,7 +140,7 @@ local function decide_items(keys, items, wants, n, now, commit)
     for i = 1, n do
       local it = items[i]
       local s = it.alg.load(keys[i], it.lim, now)
-      local allowed, taken = judge(it, s, reply, 1 + (i - 1) * 8, wants[i])
+      local allowed, taken = judge(it, s, reply, 1 + (i - 1) * 5, 2 + n * 5 + (i - 1) * 3, wants[i])
       if not allowed and not it.shadow then admitted = 0 end
       taken_by[i] = taken > 0 and s
     end
@@ -146,7 +149,7 @@ local function decide_items(keys, items, wants, n, now, commit)
     for i = 1, n do
       local it = items[i]
       local w = state_for(work, order, keys[i], it, now)
-      local allowed, taken = judge(it, w.s, reply, 1 + (i - 1) * 8, wants[i])
+      local allowed, taken = judge(it, w.s, reply, 1 + (i - 1) * 5, 2 + n * 5 + (i - 1) * 3, wants[i])
       if not allowed and not it.shadow then admitted = 0 end
       if taken > 0 then
         changed_by(w, it)
@@ -168,11 +171,12 @@ local function decide_items(keys, items, wants, n, now, commit)
   else
     -- Nothing was consumed: remaining and reset as before, nothing taken.
     for i = 1, n do
-      local o = 1 + (i - 1) * 8
-      reply[o + 2], reply[o + 4], reply[o + 7] = reply[o + 5], reply[o + 6], 0
+      local o, e = 1 + (i - 1) * 5, 2 + n * 5 + (i - 1) * 3
+      reply[o + 2], reply[o + 4], reply[e + 3] = reply[e + 1], reply[e + 2], 0
     end
   end
   reply[1] = admitted
-  reply[1 + n * 8 + 1] = now
+  reply[2 + n * 5] = now
+  if short then reply[3 + n * 5] = nil end
   return reply
 end

@@ -61,7 +61,7 @@ ALGORITHMS[1] = {
 
   -- judge (see state.lua) in one function: fits, report, take and report
   -- again would be a call of a Lua function each.
-  judge = function(it, s, reply, o, want)
+  judge = function(it, s, reply, o, e, want)
     local lim, cost = it.lim, it.cost
     local per, rate, level = lim.per, lim.rate, s.level
     local allowed = level >= cost * per
@@ -99,8 +99,8 @@ ALGORITHMS[1] = {
         if r > 0 then reset1 = reset1 + 1 end
       end
     end
-    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = a, rem1, retry, reset1
-    reply[o + 5], reply[o + 6], reply[o + 7], reply[o + 8] = avail, reset, taken, debt
+    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5] = a, rem1, retry, reset1, debt
+    reply[e + 1], reply[e + 2], reply[e + 3] = avail, reset, taken
     return allowed, taken
   end,
 
