@@ -43,6 +43,14 @@ func (t *tracingTransport) RoundTripLimited(r *http.Request, l proxy.Limits) (*h
 	return lt.RoundTripLimited(r, l)
 }
 
+// DirectExchanges reports whether the transport under it sends requests
+// as direct exchanges (see proxy.DirectTransport): the handler then
+// forwards them itself, still through RoundTrip or RoundTripLimited here.
+func (t *tracingTransport) DirectExchanges() bool {
+	dt, ok := t.next.(proxy.DirectTransport)
+	return ok && dt.DirectExchanges()
+}
+
 func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !trace.SpanFromContext(r.Context()).IsRecording() {
 		if trace.SpanContextFromContext(r.Context()).IsValid() {

@@ -21,7 +21,8 @@ import (
 )
 
 // The differential test sends one corpus of requests through a handler
-// over a Transport with direct exchanges (the handler's own forwarding)
+// over a Transport with direct exchanges (the handler's own forwarding,
+// but for the requests marked reverseProxy)
 // and through handlers that forward with httputil.ReverseProxy: one over
 // a transport that is not a DirectTransport (so the exchange is the same
 // direct exchange and only the forwarding differs), one over net/http's
@@ -69,6 +70,9 @@ type diffCase struct {
 	// inProcess calls the handler with a request read from request,
 	// without a front server (which answers OPTIONS * itself).
 	inProcess bool
+	// reverseProxy marks a request the handler leaves to the
+	// ReverseProxy even over a DirectTransport.
+	reverseProxy bool
 }
 
 const okAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
@@ -82,13 +86,13 @@ var diffCorpus = []diffCase{
 	{name: "te trailers", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nTE: deflate, trailers;q=1\r\n\r\n", answer: okAnswer},
 	{name: "te trailers named in connection", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: TE\r\nTE: trailers\r\n\r\n", answer: okAnswer},
 	{name: "upgrade without connection", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", answer: okAnswer},
-	{name: "h2c upgrade", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", answer: okAnswer},
-	{name: "websocket not allowed", request: "GET /ws HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", answer: okAnswer},
+	{name: "h2c upgrade", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", answer: okAnswer, reverseProxy: true},
+	{name: "websocket not allowed", request: "GET /ws HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", answer: okAnswer, reverseProxy: true},
 	{name: "forwarded from the caller", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Proto: https\r\nForwarded: for=1.2.3.4\r\nConnection: X-Forwarded-Host\r\n\r\n", answer: okAnswer},
 	{name: "encoded path", base: "/base%2Fz/", request: "GET /a%2Fb/c%20d HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "encoded path plain base", base: "/base", request: "GET /a%2Fb HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "queries on both", base: "/base/?k=v", request: "GET /p?a=1&b=2 HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
-	{name: "unparsable query", base: "/?k=v", request: "GET /p?a=1;b=2&c=%zz&d HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
+	{name: "unparsable query", base: "/?k=v", request: "GET /p?a=1;b=2&c=%zz&d HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer, reverseProxy: true},
 	{name: "empty query", request: "GET /p? HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "double slashes", base: "/b/", request: "GET //x//y HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "empty user agent", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nUser-Agent: \r\n\r\n", answer: okAnswer},
@@ -97,7 +101,7 @@ var diffCorpus = []diffCase{
 	{name: "options star", base: "/base", request: "OPTIONS * HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: "HTTP/1.1 204 No Content\r\nAllow: GET, HEAD\r\n\r\n", inProcess: true},
 	{name: "options star no base", request: "OPTIONS * HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: "HTTP/1.1 200 OK\r\nAllow: GET, HEAD\r\nContent-Length: 0\r\n\r\n", inProcess: true},
 	{name: "delete without body", request: "DELETE /a/1 HTTP/1.1\r\nHost: gw.example\r\nContent-Length: 0\r\n\r\n", answer: "HTTP/1.1 204 No Content\r\n\r\n"},
-	{name: "expect on get", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nExpect: 100-continue\r\n\r\n", answer: okAnswer},
+	{name: "expect on get", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nExpect: 100-continue\r\n\r\n", answer: okAnswer, reverseProxy: true},
 	{name: "http 1.0", request: "GET /a HTTP/1.0\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "response hop headers", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\n\r\n",
 		answer: "HTTP/1.1 200 OK\r\nConnection: X-Secret, x-other\r\nconnection: keep-alive\r\nX-Secret: s\r\nX-Other: o\r\nX-Kept: k\r\nKeep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nProxy-Connection: x\r\nUpgrade: foo\r\nTE: trailers\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 2\r\n\r\nhi"},
@@ -317,6 +321,15 @@ func runDiffCase(t *testing.T, up *rawUpstream, c diffCase, p diffPath) diffResu
 	}, timer.after)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p.name == "own" {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(c.request)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owns := h.(*forwarder).owns(httptest.NewRecorder(), req); owns == c.reverseProxy {
+			t.Errorf("the handler forwards the request itself: %v, want %v", owns, !c.reverseProxy)
+		}
 	}
 	up.start(c)
 	var (

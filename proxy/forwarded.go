@@ -18,11 +18,17 @@ import (
 // one allocation where SetXForwarded makes three, plus the joined string
 // when in carries a chain.
 func setXForwarded(out http.Header, in *http.Request) {
+	setXForwardedIn(out, in, new([3]string))
+}
+
+// setXForwardedIn is setXForwarded with the values stored in vals, which
+// the three headers then share.
+func setXForwardedIn(out http.Header, in *http.Request, vals *[3]string) {
 	proto := "http"
 	if in.TLS != nil {
 		proto = "https"
 	}
-	vals := &[3]string{1: in.Host, 2: proto}
+	*vals = [3]string{1: in.Host, 2: proto}
 	if clientIP, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
 		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
 			clientIP = strings.Join(prior, ", ") + ", " + clientIP

@@ -1,7 +1,10 @@
 // Package proxy forwards requests to upstreams. It never decides whether a
 // request may pass: the gateway has done that before it calls the handler.
 //
-// Each upstream gets an httputil.ReverseProxy that
+// Each upstream gets a handler that forwards with an httputil.ReverseProxy
+// or, for the requests its transport sends as direct exchanges (see
+// DirectTransport), with its own code, to the same effect (see
+// forward.go). Either way it
 //
 //   - points the request at the upstream (SetURL: the upstream URL's path is
 //     prepended, queries are joined, and the Host header becomes the
@@ -73,6 +76,9 @@ type Options struct {
 	// Transport sends requests to upstreams. nil means a new
 	// NewTransport(TransportOptions{}) per handler; pass one Transport to
 	// every handler so that all upstreams share one tuned connection pool.
+	// Over a DirectTransport (a Transport, or a RoundTripper wrapping one
+	// that says so), the handler forwards the requests sent as direct
+	// exchanges with its own code rather than httputil.ReverseProxy's.
 	Transport http.RoundTripper
 	// WriteError writes the response for a failed exchange. The proxy calls
 	// it exactly once per failure, before anything of the response has been
@@ -213,10 +219,10 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if up.URL.Scheme == "echo" {
 		return echoHandler{}, nil
 	}
-	transport := o.Transport
-	if transport == nil {
-		transport = NewTransport(TransportOptions{})
+	if o.Transport == nil {
+		o.Transport = NewTransport(TransportOptions{})
 	}
+	transport := o.Transport
 	watch := o.WatchWrite
 	if watch == nil && o.OnFailure != nil {
 		watch = func(*http.Request) bool { return true }
@@ -239,7 +245,8 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	}
 	target := *up.URL
 	setHeaders, allowUpgrade := o.SetHeaders, o.AllowUpgrade
-	var h http.Handler = &httputil.ReverseProxy{
+	modify := modifyResponse(o.ObserveResponse)
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
 			setXForwarded(pr.Out.Header, pr.In)
@@ -251,12 +258,18 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			}
 			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength)
 		},
-		ModifyResponse: modifyResponse(o.ObserveResponse),
+		ModifyResponse: modify,
 		Transport:      transport,
 		BufferPool:     pool,
 		ErrorLog:       slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
 		ErrorHandler:   funnel.handle,
 	}
+	fw := &forwarder{rp: rp, transport: transport, target: &target, setHeaders: setHeaders,
+		modify: modify, funnel: funnel, pool: pool, errorLog: rp.ErrorLog}
+	if dt, ok := o.Transport.(DirectTransport); ok && target.Scheme == "http" {
+		fw.direct = dt
+	}
+	var h http.Handler = fw
 	if o.Shedder != nil {
 		h = &shedHandler{s: o.Shedder, next: h, tier: o.Tier, onShed: o.OnShed, write: funnel.fail}
 	}

@@ -133,8 +133,16 @@ func (t *Transport) RoundTripLimited(req *http.Request, l Limits) (*http.Respons
 
 // takesDirect reports whether req is sent as a direct exchange.
 func (t *Transport) takesDirect(req *http.Request) bool {
+	return t.DirectExchanges() && directEligible(req)
+}
+
+// DirectExchanges reports whether t sends the requests directEligible
+// accepts as direct exchanges: unless it was built with NoDirect, or its
+// Proxy, DisableKeepAlives or MaxConnsPerHost was set since (see
+// DirectTransport).
+func (t *Transport) DirectExchanges() bool {
 	return t.direct != nil && t.Transport.Proxy == nil && !t.Transport.DisableKeepAlives &&
-		t.Transport.MaxConnsPerHost == 0 && directEligible(req)
+		t.Transport.MaxConnsPerHost == 0
 }
 
 // CloseIdleConnections closes the idle connections of both kinds of
