@@ -90,6 +90,9 @@ type scriptCall struct {
 	// keys among them.
 	args []any
 	keys []string
+	// specs are the spec texts of the items of the last command built, by
+	// position (see specText).
+	specs []specMemo
 	// pctx is the context of the pipelines this call writes as owner;
 	// batch and cmds are their calls and commands, kept for the next
 	// pipeline this call writes (emptied after each, so that they hold no

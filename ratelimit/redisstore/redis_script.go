@@ -112,7 +112,7 @@ var decideSHA any = decideScript.Hash()
 //
 // A reused call keeps its previous command's spec texts and boxed values
 // where they are unchanged (typically the limits of the same policies), so
-// that it rebuilds a command without allocating for them.
+// that it rebuilds a command without formatting or allocating them.
 func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) {
 	n := len(idx)
 	holders := false
@@ -172,8 +172,7 @@ func (c *scriptCall) build(mode string, nowUS int64, useNow bool, items []rateli
 			}
 			f.cs, f.ce, f.cn = calendarArgs(cal, calNow)
 		}
-		var buf [specMax]byte
-		c.setBytes(5+n+i, f.appendText(buf[:0]))
+		c.args[5+n+i] = c.specText(i, f)
 		if holders {
 			c.setString(5+2*n+wants+i, it.Holder)
 		}
@@ -261,9 +260,32 @@ func calendarArgs(c ratelimit.Calendar, nowUS int64) (start, end, next int64) {
 	return start, end, next
 }
 
-// setInt, setInt64, setString and setBytes set argument p to v
-// (setBytes: to v's text), keeping the boxed value already there when it
-// is equal.
+// specText returns the spec text of f, the i-th item of the call, boxed:
+// the one the call made for its i-th item before when f is the same (a
+// reused call usually decides the same policies again), else a new one,
+// kept for the next build.
+func (c *scriptCall) specText(i int, f specFields) any {
+	if i < len(c.specs) && c.specs[i].text != nil && c.specs[i].f == f {
+		return c.specs[i].text
+	}
+	var buf [specMax]byte
+	m := specMemo{f: f, text: string(f.appendText(buf[:0]))}
+	if i < len(c.specs) {
+		c.specs[i] = m
+	} else if i == len(c.specs) {
+		c.specs = append(c.specs, m)
+	}
+	return m.text
+}
+
+// specMemo is a spec's fields and its text, boxed (see specText).
+type specMemo struct {
+	f    specFields
+	text any
+}
+
+// setInt, setInt64 and setString set argument p to v, keeping the boxed
+// value already there when it is equal.
 func (c *scriptCall) setInt(p int, v int) {
 	if old, ok := c.args[p].(int); !ok || old != v {
 		c.args[p] = v
@@ -279,12 +301,6 @@ func (c *scriptCall) setInt64(p int, v int64) {
 func (c *scriptCall) setString(p int, v string) {
 	if old, ok := c.args[p].(string); !ok || old != v {
 		c.args[p] = v
-	}
-}
-
-func (c *scriptCall) setBytes(p int, v []byte) {
-	if old, ok := c.args[p].(string); !ok || old != string(v) {
-		c.args[p] = string(v)
 	}
 }
 
