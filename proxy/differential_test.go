@@ -79,6 +79,8 @@ const okAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-L
 
 var diffCorpus = []diffCase{
 	{name: "plain", request: "GET /v1/x HTTP/1.1\r\nHost: gw.example\r\nUser-Agent: ua/1\r\nAccept: */*\r\nX-Request-Id: r1\r\n\r\n", answer: okAnswer},
+	{name: "keep-alive", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: keep-alive\r\nKeep-Alive: 300\r\nCookie: a=1\r\nCookie: b=2\r\nX-Empty: \r\nAccept-Encoding: gzip\r\n\r\n", answer: okAnswer},
+	{name: "http 1.0 keep-alive", request: "GET /a HTTP/1.0\r\nHost: gw.example\r\nConnection: Keep-Alive\r\nProxy-Connection: keep-alive\r\n\r\n", answer: okAnswer},
 	{name: "connection lists headers", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: X-Foo, x-bar , Keep-Alive\r\nX-Foo: 1\r\nX-Bar: 2\r\nX-Baz: 3\r\nKeep-Alive: timeout=5\r\n\r\n", answer: okAnswer},
 	{name: "connection close and a name", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: close, X-Foo\r\nX-Foo: 1\r\nX-Keep: 2\r\n\r\n", answer: okAnswer},
 	{name: "duplicated hop headers", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: X-A\r\nConnection: x-b,,\r\nX-A: 1\r\nX-B: 2\r\nX-B: 3\r\nKeep-Alive: 1\r\nKeep-Alive: 2\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic eA==\r\nProxy-Authenticate: x\r\nTrailer: X-T\r\nTE: gzip\r\nTE: deflate\r\n\r\n", answer: okAnswer},
@@ -322,14 +324,12 @@ func runDiffCase(t *testing.T, up *rawUpstream, c diffCase, p diffPath) diffResu
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.name == "own" {
-		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(c.request)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if owns := h.(*forwarder).owns(httptest.NewRecorder(), req); owns == c.reverseProxy {
-			t.Errorf("the handler forwards the request itself: %v, want %v", owns, !c.reverseProxy)
-		}
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(c.request)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owns, want := h.(*forwarder).owns(httptest.NewRecorder(), req), p.name == "own" && !c.reverseProxy; owns != want {
+		t.Errorf("%s: the handler forwards the request itself: %v, want %v", p.name, owns, want)
 	}
 	up.start(c)
 	var (
