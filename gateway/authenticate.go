@@ -32,13 +32,16 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			st.caller = caller
+			// The names are canonical and the server stores names
+			// canonicalised: direct map access is what Del and Set do,
+			// without canonicalising the constant names per request.
 			if !peerTrusted(r.RemoteAddr, trusted) {
-				r.Header.Del("X-Forwarded-For")
+				delete(r.Header, "X-Forwarded-For")
 			}
 			if caller.Kind == identity.KindAnonymous {
-				r.Header.Del("X-Quotagate-Tenant")
+				delete(r.Header, "X-Quotagate-Tenant")
 			} else {
-				r.Header.Set("X-Quotagate-Tenant", caller.Tenant)
+				r.Header["X-Quotagate-Tenant"] = []string{caller.Tenant}
 			}
 			next.ServeHTTP(w, r)
 		})

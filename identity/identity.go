@@ -325,7 +325,12 @@ func (a *Authenticator) lookupKey(key string) (keyEntry, bool) {
 // credential extracts the presented credential from h, and whether it came
 // as a bearer token. It returns "" and no error when none is presented.
 func credential(h http.Header) (cred string, bearer bool, err error) {
-	auths, keys := h.Values("Authorization"), h.Values("X-Api-Key") // canonical spelling: no allocation per lookup
+	// The names are looked up as stored: net/http canonicalises header names
+	// as it reads them ("authorization" and "X-API-KEY" arrive as
+	// "Authorization" and "X-Api-Key"), so indexing the map under the
+	// canonical spelling finds what Header.Values would, without
+	// canonicalising the constant name again on every request.
+	auths, keys := h["Authorization"], h["X-Api-Key"]
 	if len(auths) > 1 || len(keys) > 1 {
 		return "", false, errMultipleHeaders
 	}
