@@ -10,7 +10,6 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
-	"github.com/quotagate/quotagate/routes"
 )
 
 // Explanation is what the pipeline would apply to one request, without
@@ -102,7 +101,7 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 		ex.Local = &l
 	}
 	for _, bp := range rt.policyFor(caller.Tier) {
-		key, err := bp.pattern.Key(routes.NewSubjectID(caller.Subject))
+		key, err := bp.pattern.Key(p.subjectID(caller.Subject))
 		if err != nil {
 			return nil, err
 		}

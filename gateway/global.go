@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/ratelimit"
-	"github.com/quotagate/quotagate/routes"
 )
 
 // globalStage is stage 2: every policy of the route that limits the caller's
@@ -38,7 +37,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			items := make([]ratelimit.Item, len(ps))
-			subject := routes.NewSubjectID(st.caller.Subject) // hashed once per request
+			subject := p.subjectID(st.caller.Subject) // once per request
 			holder := ""
 			for i := range ps {
 				bp := &ps[i]

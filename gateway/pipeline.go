@@ -33,6 +33,19 @@ type pipeline struct {
 	// quotaReads bounds how often each caller may read the quota endpoint,
 	// which costs a store call: see quotaReadRate.
 	quotaReads *ratelimit.LocalSet
+	// subjectIDs are the SubjectIDs of the configured API keys' subjects,
+	// hashed once here rather than on every request; see subjectID.
+	subjectIDs map[string]routes.SubjectID
+}
+
+// subjectID returns routes.NewSubjectID(subject), looked up for the subject
+// of a configured API key and hashed for any other (JWT and anonymous
+// callers). The map is only read once the pipeline is built.
+func (p *pipeline) subjectID(subject string) routes.SubjectID {
+	if id, ok := p.subjectIDs[subject]; ok {
+		return id
+	}
+	return routes.NewSubjectID(subject)
 }
 
 // proxyHooks are what the proxies tell the gateway about responses and
@@ -68,6 +81,11 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 		return nil, err
 	}
 	p.auth = auth
+	keySubjects := auth.KeySubjects()
+	p.subjectIDs = make(map[string]routes.SubjectID, len(keySubjects))
+	for _, s := range keySubjects {
+		p.subjectIDs[s] = routes.NewSubjectID(s)
+	}
 
 	p.tiers = make(map[string]*ratelimit.LocalSet, len(cfg.Tiers))
 	for name, t := range cfg.Tiers {

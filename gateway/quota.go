@@ -63,7 +63,7 @@ func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 					Message: "the quota endpoint is read too often by this caller", RequestID: st.requestID})
 				return
 			}
-			subject := routes.NewSubjectID(st.caller.Subject)
+			subject := p.subjectID(st.caller.Subject)
 			var items []ratelimit.Item
 			var out []quotaPolicy
 			var binds []*boundPolicy

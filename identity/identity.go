@@ -304,6 +304,22 @@ func (a *Authenticator) Authenticate(r *http.Request) (Caller, error) {
 	return Caller{Kind: KindAPIKey, Tenant: k.tenant, Tier: k.tier, Subject: k.subject, ID: k.id, ClientIP: ip}, nil
 }
 
+// KeySubjects returns the Caller.Subject of every configured API key's
+// caller, each once, in no particular order: the subjects a caller with a
+// key can have, known before any request (JWT and anonymous subjects are
+// not, as they come from the request). The slice is new on each call.
+func (a *Authenticator) KeySubjects() []string {
+	seen := make(map[string]bool, len(a.keys))
+	out := make([]string, 0, len(a.keys))
+	for _, k := range a.keys {
+		if !seen[k.subject] {
+			seen[k.subject] = true
+			out = append(out, k.subject)
+		}
+	}
+	return out
+}
+
 // lookupKey finds the configured API key whose hash is SHA-256(key).
 //
 // The key is hashed first and the hash is looked up in a map, so the work

@@ -333,3 +333,35 @@ func TestSubjectNamespaces(t *testing.T) {
 		t.Errorf("shared: the tenant claim %q reached the subject of tenant initech", "tenant:initech")
 	}
 }
+
+// TestKeySubjects checks that KeySubjects lists exactly the subjects the
+// configured keys authenticate as, each once, in both namespaces.
+func TestKeySubjects(t *testing.T) {
+	for _, share := range []bool{false, true} {
+		c := testConfig()
+		c.APIKeys = append(c.APIKeys, APIKey{SHA256Hex: HashKey("acme-second-key"), Tenant: "acme", Tier: "free"})
+		c.ShareKeyAndJWTTenants = share
+		a := mustNew(t, c)
+		want := map[string]bool{}
+		for _, key := range []string{acmeKey, globexKey, "acme-second-key"} {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("X-Api-Key", key)
+			caller, err := a.Authenticate(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[caller.Subject] = true
+		}
+		got := a.KeySubjects()
+		seen := map[string]bool{}
+		for _, s := range got {
+			if seen[s] || !want[s] {
+				t.Errorf("share=%v: KeySubjects() = %q: %q listed twice or not a key's subject", share, got, s)
+			}
+			seen[s] = true
+		}
+		if len(seen) != len(want) {
+			t.Errorf("share=%v: KeySubjects() = %q, want the subjects %v", share, got, want)
+		}
+	}
+}
