@@ -9,6 +9,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // route is one configured route, compiled.
@@ -22,6 +23,8 @@ type route struct {
 	websocket bool
 	// block is the route's cost block; nil for a fixed cost.
 	block *costBlock
+	// upstream is the route's series of the upstream duration.
+	upstream telemetry.RouteSeries
 }
 
 // policyFor returns the stage-2 policies of r that apply to tier, ordered
@@ -60,6 +63,8 @@ type boundPolicy struct {
 	// shareFleet and shareCost are the fleet size and route cost share was
 	// computed for (see shareView).
 	shareFleet, shareCost int64
+	// series are the policy's decision counts in the global stage.
+	series policySeries
 }
 
 // compileRoutes binds every route of cfg, which must have passed Validate,

@@ -76,6 +76,7 @@ type Gateway struct {
 	tracing  bool // a TracerProvider was given
 	hot      *ratelimit.HotKeys
 	slots    *slotState
+	series   requestSeries // metric series that do not depend on the configuration
 
 	admin         atomic.Pointer[adminAccess] // the protected admin endpoints' guard, per configuration
 	adminLoopback atomic.Bool                 // the admin listener Serve runs on is loopback-only
@@ -110,6 +111,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		retiring: map[*ratelimit.Stack]*time.Timer{},
 		logLimit: logLimit,
 		slots:    newSlotState(o.Logger, o.Metrics, logLimit),
+		series:   newRequestSeries(o.Metrics),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)
 	if err != nil {
@@ -394,7 +396,7 @@ func (g *Gateway) forward() http.Handler {
 		// A switched protocol returns when its tunnel closes: that is the
 		// tunnel's life, not the upstream's answer time.
 		if m := g.opts.Metrics; m != nil && st.rec.status != http.StatusSwitchingProtocols {
-			m.UpstreamDuration(r.Context(), st.route.name, time.Since(start))
+			m.RecordUpstreamDuration(r.Context(), st.route.upstream, time.Since(start))
 		}
 	})
 }

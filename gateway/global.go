@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // globalStage is stage 2: every policy of the route that limits the caller's
@@ -148,23 +149,27 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		if d.Failure != nil && res.Fallback != ratelimit.OnErrorLocal {
 			continue
 		}
+		series := &bp.series
+		if d.Failure != nil {
+			series = nil // the fallback stage: rare, looked up by name
+		}
 		switch {
 		case !res.Allowed && bp.shadow:
-			g.count(ctx, bp.name, stage, "shadow_denied")
+			g.countIn(ctx, series, bp.name, stage, "shadow_denied")
 			span.AddEvent("shadow_denied", trace.WithAttributes(attribute.String("quotagate.policy", bp.name)))
 		case !res.Allowed:
 			violated = append(violated, bp.name)
-			g.count(ctx, bp.name, stage, "denied")
+			g.countIn(ctx, series, bp.name, stage, "denied")
 			if decided < 0 || res.RetryAfter > d.Results[decided].RetryAfter {
 				decided = i
 			}
 		case d.Allowed && !bp.shadow:
-			g.count(ctx, bp.name, stage, "allowed")
+			g.countIn(ctx, series, bp.name, stage, "allowed")
 			if decided < 0 || res.Remaining < d.Results[decided].Remaining {
 				decided = i
 			}
 		case d.Allowed:
-			g.count(ctx, bp.name, stage, "allowed")
+			g.countIn(ctx, series, bp.name, stage, "allowed")
 		}
 	}
 	recording := span.IsRecording()
@@ -193,6 +198,29 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		}
 	}
 	return d.Allowed, view, violated
+}
+
+// countIn counts a decision of policy in its prebuilt series when s is
+// not nil (the global stage), and by its label values otherwise.
+func (g *Gateway) countIn(ctx context.Context, s *policySeries, policy, stage, result string) {
+	m := g.opts.Metrics
+	if m == nil {
+		return
+	}
+	if s == nil {
+		m.Decision(ctx, policy, stage, result)
+		return
+	}
+	switch result {
+	case telemetry.ResultAllowed:
+		m.CountDecision(ctx, s.allowed)
+	case telemetry.ResultDenied:
+		m.CountDecision(ctx, s.denied)
+	case telemetry.ResultShadowDenied:
+		m.CountDecision(ctx, s.shadowDenied)
+	default:
+		m.Decision(ctx, policy, stage, result)
+	}
 }
 
 func (g *Gateway) count(ctx context.Context, policy, stage, result string) {

@@ -53,8 +53,12 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			span.End()
 			if m := g.opts.Metrics; m != nil {
-				m.Decision(ctx, localPolicy, "local", result)
-				m.DecisionDuration(ctx, "local", g.opts.Now().Sub(now))
+				counted := g.series.localAllowed
+				if !ok {
+					counted = g.series.localDenied
+				}
+				m.CountDecision(ctx, counted)
+				m.RecordDecisionDuration(ctx, g.series.stageLocal, g.opts.Now().Sub(now))
 			}
 			st.limit = view
 			if !ok {

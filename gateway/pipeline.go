@@ -145,6 +145,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 	if p.routes, err = compileRoutes(cfg, proxies); err != nil {
 		return nil, err
 	}
+	attachSeries(p.routes, o.Metrics)
 	return p, nil
 }
 

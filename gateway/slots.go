@@ -302,8 +302,8 @@ func (g *Gateway) storeDecide(ctx context.Context, p *pipeline, items []ratelimi
 	d, err := p.store.Decide(ctx, items)
 	elapsed := time.Since(start)
 	if m := g.opts.Metrics; m != nil {
-		m.DecisionDuration(ctx, "global", elapsed)
-		m.StoreCall(ctx, "decide", elapsed)
+		m.RecordDecisionDuration(ctx, g.series.stageGlobal, elapsed)
+		m.RecordStoreCall(ctx, g.series.opDecide, elapsed)
 	}
 	return d, err
 }
