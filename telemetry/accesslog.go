@@ -76,7 +76,7 @@ func (a *AccessLog) Log(ctx context.Context, lvl slog.Level, t time.Time, l *Acc
 // AccessLog.Log writes. sc adds trace_id and span_id when valid.
 func AppendAccessLine(b []byte, sc trace.SpanContext, lvl slog.Level, t time.Time, l *AccessLine) []byte {
 	b = append(b, `{"time":"`...)
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = appendRFC3339Nano(b, t)
 	b = append(b, `","level":`...)
 	if lvl == slog.LevelInfo {
 		b = append(b, `"INFO"`...)
@@ -127,14 +127,18 @@ func appendHex(b, p []byte) []byte {
 // '<', '>' and '&' are left as they are.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] { // the common string is all plain
+		i++
+	}
 	start := 0 // s[start:i] is yet to be appended unchanged
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
+		if jsonPlain[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
@@ -172,6 +176,16 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// jsonPlain marks the bytes appendJSONString copies as they are: printable
+// ASCII and DEL, less '"' and '\\'. One table lookup per byte is the whole
+// cost of the common string (ids, methods, route names).
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // AppendDuration appends d as time.Duration.String writes it ("1.5ms",
 // "2h0m0s", "0s"), without allocating.
