@@ -278,12 +278,28 @@ func (c *guardConn) Read(p []byte) (int, error) {
 // before reusing it, to drop one the server has closed; it does that only
 // for connections that are a syscall.Conn, so the guard must stay one.
 // Peeking consumes nothing, so the scanner still sees every byte.
+//
+// The client peeks before every pipeline, so the socket's RawConn is made
+// once and kept (a TCP connection makes a new one, an allocation, on each
+// call): it stands for the socket for as long as the connection lives, and
+// fails once it is closed, as a new one would. The client uses a pooled
+// connection from one goroutine at a time.
 type guardSysConn struct {
 	*guardConn
 	sys syscall.Conn
+	raw syscall.RawConn
 }
 
-func (c *guardSysConn) SyscallConn() (syscall.RawConn, error) { return c.sys.SyscallConn() }
+func (c *guardSysConn) SyscallConn() (syscall.RawConn, error) {
+	if c.raw != nil {
+		return c.raw, nil
+	}
+	raw, err := c.sys.SyscallConn()
+	if err == nil {
+		c.raw = raw
+	}
+	return raw, err
+}
 
 // GuardConn returns c with every read checked against l (see
 // ReplyLimits): c must carry the replies of a Redis server from their
