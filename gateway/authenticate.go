@@ -41,7 +41,8 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 			if caller.Kind == identity.KindAnonymous {
 				delete(r.Header, "X-Quotagate-Tenant")
 			} else {
-				r.Header["X-Quotagate-Tenant"] = []string{caller.Tenant}
+				st.hdr.tenant[0] = caller.Tenant
+				r.Header["X-Quotagate-Tenant"] = st.hdr.tenant[0:1:1]
 			}
 			next.ServeHTTP(w, r)
 		})

@@ -172,7 +172,7 @@ var errBodyTooLarge = &http.MaxBytesError{}
 // setRequestID gives the request its id (see requestID) and sets it as the
 // X-Request-Id of the response and of the request, for the upstream. A
 // kept id, sent once, is already in the request and its slice is reused
-// for the response; a new id's two slices share one array (capacity one
+// for the response; a new id's two slices share st's array (capacity one
 // each, so a later Add copies rather than overwriting the other).
 func setRequestID(req, resp http.Header, st *requestState) {
 	ids := req["X-Request-Id"]
@@ -185,7 +185,8 @@ func setRequestID(req, resp http.Header, st *requestState) {
 		resp["X-Request-Id"] = ids[0:1:1]
 		return
 	}
-	vals := &[2]string{st.requestID, st.requestID}
+	vals := &st.hdr.requestID
+	vals[0], vals[1] = st.requestID, st.requestID
 	req["X-Request-Id"] = vals[0:1:1]
 	resp["X-Request-Id"] = vals[1:2:2]
 }

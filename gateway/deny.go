@@ -30,7 +30,7 @@ type rateLimitView struct {
 // share one backing array of capacity one each (an Add to either header
 // copies it rather than overwriting the other): two allocations per
 // response, whatever the numbers.
-func setRateLimitHeaders(h http.Header, v rateLimitView) {
+func setRateLimitHeaders(h http.Header, v rateLimitView, vals *[2]string) {
 	if v.policy == "" {
 		return
 	}
@@ -56,7 +56,7 @@ func setRateLimitHeaders(h http.Header, v rateLimitView) {
 		b = strconv.AppendInt(b, t, 10)
 	}
 	s := string(b)
-	vals := &[2]string{s[:policyEnd], s[policyEnd:]}
+	vals[0], vals[1] = s[:policyEnd], s[policyEnd:]
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 }
@@ -104,7 +104,7 @@ func (g *Gateway) deny(w http.ResponseWriter, st *requestState, v rateLimitView,
 	jitter := retryJitter(v.retry)
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(v.retry+jitter), 10))
-	setRateLimitHeaders(h, v)
+	setRateLimitHeaders(h, v, &st.hdr.rateLimit)
 	retryMS, jitterMS := ceilMillis(v.retry), int64(jitter/time.Millisecond)
 	writeProblem(w, problem{
 		Status:    http.StatusTooManyRequests,

@@ -33,7 +33,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			st := stateFrom(r.Context())
 			ps := st.policies
 			if len(ps) == 0 {
-				setRateLimitHeaders(w.Header(), st.limit)
+				setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -102,7 +102,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				if !decidedLocally(d) {
 					span.SetAttributes(attribute.String("quotagate.decision", "fail_open"))
 					span.End()
-					setRateLimitHeaders(w.Header(), st.limit)
+					setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
 					next.ServeHTTP(w, r)
 					return
 				}
@@ -114,7 +114,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				g.deny(w, st, view, violated)
 				return
 			}
-			setRateLimitHeaders(w.Header(), view)
+			setRateLimitHeaders(w.Header(), view, &st.hdr.rateLimit)
 			if g.reserveForSettle(r.Context(), p, st, ps, items, d) {
 				// Deferred too: a reservation left unsettled by an aborted
 				// response is counted missing.

@@ -34,6 +34,20 @@ type requestState struct {
 	// example a malformed chunk), so the proxy's failure is answered 400.
 	bodyUnreadable bool
 	rec            statusRecorder
+	// hdr backs the one-value header slices the gateway sets for this
+	// request (see headerValues), so that they cost no allocation of
+	// their own.
+	hdr headerValues
+}
+
+// headerValues holds the values of the headers the gateway sets, for the
+// request's lifetime. Each header's slice is a one-element window of
+// capacity one on its array, so an Add to one header copies the values
+// rather than writing into another's.
+type headerValues struct {
+	requestID [2]string // X-Request-Id of the request and of the response
+	rateLimit [2]string // RateLimit-Policy and RateLimit
+	tenant    [1]string // X-Quotagate-Tenant of the request
 }
 
 type stateKey struct{}
