@@ -72,12 +72,40 @@ var ownedNames = [...]string{
 	"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
 }
 
+// canonicalOwned reports whether name is one of ownedNames in the spelling
+// net/http gives header names it reads: the common case of an owned name,
+// decided without comparing byte by byte.
+func canonicalOwned(name string) bool {
+	switch name {
+	case "X-Request-Id", "Authorization", "X-Api-Key", "Proxy-Authorization",
+		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return false
+}
+
+// ownedInitial reports whether c, ignoring ASCII case, starts one of
+// ownedNames or ownedPrefix: a name starting otherwise is not owned.
+func ownedInitial(c byte) bool {
+	switch c | 0x20 {
+	case 'x', 'a', 'p', 'f':
+		return true
+	}
+	return false
+}
+
 // ownedPrefix starts every name of the gateway's own headers.
 const ownedPrefix = "x-quotagate-"
 
 // ownedHeader reports whether name, ignoring ASCII case and reading "_" as
 // "-", is a header the gateway owns. It does not allocate.
 func ownedHeader(name string) bool {
+	if canonicalOwned(name) {
+		return true
+	}
+	if len(name) == 0 || !ownedInitial(name[0]) {
+		return false
+	}
 	if len(name) >= len(ownedPrefix) && headername.Equal(name[:len(ownedPrefix)], ownedPrefix) {
 		return true
 	}

@@ -170,3 +170,42 @@ func BenchmarkOwnHeaders(b *testing.B) {
 		})
 	}
 }
+
+// TestOwnedHeaderShortcuts pins the two shortcuts of ownedHeader to the
+// names they stand for: canonicalOwned holds exactly the canonical
+// spellings of ownedNames, and ownedInitial admits the first letter of
+// every owned name in either case (a name it refuses is never compared).
+func TestOwnedHeaderShortcuts(t *testing.T) {
+	canonical := map[string]bool{}
+	for _, o := range ownedNames {
+		c := http.CanonicalHeaderKey(o)
+		canonical[c] = true
+		if !canonicalOwned(c) {
+			t.Errorf("canonicalOwned(%q) = false for an owned name", c)
+		}
+		for _, first := range []byte{o[0], o[0] - ('a' - 'A')} {
+			if !ownedInitial(first) {
+				t.Errorf("ownedInitial(%q) = false, the initial of %q", first, o)
+			}
+		}
+	}
+	for _, first := range []byte{ownedPrefix[0], ownedPrefix[0] - ('a' - 'A')} {
+		if !ownedInitial(first) {
+			t.Errorf("ownedInitial(%q) = false, the initial of %q", first, ownedPrefix)
+		}
+	}
+	for _, name := range []string{"X-Quotagate-Tenant", "Content-Type", "Accept", "X-Request-ID", "x-request-id", "Traceparent", ""} {
+		if canonicalOwned(name) != canonical[name] {
+			t.Errorf("canonicalOwned(%q) = %v", name, canonicalOwned(name))
+		}
+	}
+	refused := 0
+	for c := 0; c < 256; c++ {
+		if !ownedInitial(byte(c)) {
+			refused++
+		}
+	}
+	if refused != 256-8 {
+		t.Errorf("ownedInitial admits %d bytes, want the 8 initials x a p f in both cases", 256-refused)
+	}
+}
