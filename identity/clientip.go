@@ -21,7 +21,7 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	if !peer.IsValid() || !isTrusted(peer, trusted) {
 		return peer
 	}
-	vals := r.Header.Values("X-Forwarded-For")
+	vals := r.Header["X-Forwarded-For"] // canonical, as net/http stores names: no canonicalising per request
 	for i := len(vals) - 1; i >= 0; i-- {
 		v := vals[i]
 		for {

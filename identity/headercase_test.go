@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -57,5 +58,42 @@ func TestCredentialHeaderNameCase(t *testing.T) {
 				t.Fatalf("Authenticate gave %+v, want %+v", r, tc.want)
 			}
 		})
+	}
+}
+
+// TestForwardedForHeaderNameCase sends X-Forwarded-For from a trusted peer
+// over a real connection under names in any case: each is believed, so
+// the anonymous caller is known by the address it names.
+func TestForwardedForHeaderNameCase(t *testing.T) {
+	c := testConfig()
+	c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	a := mustNew(t, c)
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		caller, err := a.Authenticate(r)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- caller.Tenant
+	}))
+	defer srv.Close()
+	for _, name := range []string{"X-Forwarded-For", "x-forwarded-for", "X-FORWARDED-FOR"} {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte("GET /v1/x HTTP/1.1\r\nHost: gw\r\n" + name + ": 198.51.100.7\r\nConnection: close\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		conn.Close()
+		if tenant := <-got; tenant != "ip:198.51.100.7" {
+			t.Errorf("%s from a trusted peer: caller %q, want ip:198.51.100.7", name, tenant)
+		}
 	}
 }
