@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/upgradetest"
 )
 
@@ -69,7 +70,10 @@ func TestHostileUpgrades(t *testing.T) {
 	if n := gw.metric("quotagate_requests_total", "route=ws"); n != 3 {
 		t.Errorf("requests of route ws counted %v, want 3 (one 502, one 200, one 101)", n)
 	}
-	if n := gw.logs.Count(`"route":"ws","status":101`); n != 1 {
+	// Access lines reach the log a flush interval after their request.
+	if _, ok := gw.logs.WaitLine(`"route":"ws","status":101`, 10*time.Second); !ok {
+		proctest.Overrun(t, "no access line with route ws and status 101 within 10s")
+	} else if n := gw.logs.Count(`"route":"ws","status":101`); n != 1 {
 		t.Errorf("%d access lines with route ws and status 101, want 1", n)
 	}
 
