@@ -37,9 +37,9 @@ const maxPooledLine = 4 << 10
 // queued by the end of it, in Writes of about 64 KiB at most; lines queued
 // during the wait wake nothing. A queued line therefore reaches the
 // destination at most one flush interval after it was queued, plus the
-// time the destination takes over the Writes under way then; sooner when
-// the queue is more than half full, as the TryWrite that finds it so cuts
-// the wait short.
+// time the destination takes over the Writes under way then and over the
+// lines queued ahead of it; sooner when the queue is more than half full,
+// as the TryWrite that finds it so cuts the wait short.
 //
 // Write, for operational lines that must not be lost, writes to the
 // destination at once, synchronously: an operational line may therefore
