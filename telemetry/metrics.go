@@ -72,13 +72,16 @@ var upstreamBuckets = []float64{
 // sets (configured route and policy names, the constants above); each distinct
 // combination is a time series. Methods are safe for concurrent use and, after
 // a combination's first use, do not allocate. All methods on a nil *Metrics
-// do nothing, so code under test may pass nil.
+// do nothing, so code under test may pass nil. The counters of the request
+// path are kept in atomics of their own and observed at each collection
+// (see asyncCounter): their methods do not read ctx, and their series carry
+// no exemplars.
 type Metrics struct {
-	decisions     metric.Int64Counter
+	decisions     *asyncCounter[[3]string] // policy, stage, result
 	decisionDur   metric.Float64Histogram
-	storeErrors   metric.Int64Counter
-	storeFallback metric.Int64Counter
-	requests      metric.Int64Counter
+	storeErrors   *asyncCounter[string]    // kind
+	storeFallback *asyncCounter[[2]string] // policy, mode
+	requests      *asyncCounter[routeCode] // route, code
 	reloads       metric.Int64Counter
 	storeCall     metric.Float64Histogram
 	upstream      metric.Float64Histogram
@@ -86,14 +89,10 @@ type Metrics struct {
 	localLimiters metric.Int64ObservableGauge
 	meter         metric.Meter
 
-	decisionSets *optCache[[3]string] // policy, stage, result
-	stageSets    *optCache[string]    // stage
-	kindSets     *optCache[string]    // kind
-	fallbackSets *optCache[[2]string] // policy, mode
-	requestSets  *optCache[routeCode] // route, code
-	opSets       *optCache[string]    // op
-	routeSets    *optCache[string]    // route
-	reloadSets   [2]measureOpts       // error, ok
+	stageSets  *optCache[string] // stage
+	opSets     *optCache[string] // op
+	routeSets  *optCache[string] // route
+	reloadSets [2]measureOpts    // error, ok
 
 	// primed holds the empty histogram families of the last Prime.
 	primed atomic.Pointer[[]*dto.MetricFamily]
@@ -132,21 +131,31 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		}
 	}
 	var err error
-	m.decisions, err = m.meter.Int64Counter("quotagate.decisions",
-		metric.WithDescription("Rate-limit decisions by policy, stage and result."))
+	m.decisions, err = newAsyncCounter(m.meter, "quotagate.decisions",
+		"Rate-limit decisions by policy, stage and result.",
+		func(k [3]string) attribute.Set {
+			return attribute.NewSet(labelPolicy.String(k[0]), labelStage.String(k[1]), labelResult.String(k[2]))
+		})
 	check(err)
 	m.decisionDur, err = m.meter.Float64Histogram("quotagate.decision.duration",
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
 		metric.WithDescription(descDecisionDuration))
 	check(err)
-	m.storeErrors, err = m.meter.Int64Counter("quotagate.store.errors",
-		metric.WithDescription("Failed calls to the shared limit store, by kind."))
+	m.storeErrors, err = newAsyncCounter(m.meter, "quotagate.store.errors",
+		"Failed calls to the shared limit store, by kind.",
+		func(s string) attribute.Set { return attribute.NewSet(labelKind.String(s)) })
 	check(err)
-	m.storeFallback, err = m.meter.Int64Counter("quotagate.store.fallback",
-		metric.WithDescription("Decisions taken by a policy's fallback while the store was unavailable."))
+	m.storeFallback, err = newAsyncCounter(m.meter, "quotagate.store.fallback",
+		"Decisions taken by a policy's fallback while the store was unavailable.",
+		func(k [2]string) attribute.Set {
+			return attribute.NewSet(labelPolicy.String(k[0]), labelMode.String(k[1]))
+		})
 	check(err)
-	m.requests, err = m.meter.Int64Counter("quotagate.requests",
-		metric.WithDescription("Requests answered, by route and HTTP status code."))
+	m.requests, err = newAsyncCounter(m.meter, "quotagate.requests",
+		"Requests answered, by route and HTTP status code.",
+		func(k routeCode) attribute.Set {
+			return attribute.NewSet(labelRoute.String(k.route), labelCode.String(strconv.Itoa(k.code)))
+		})
 	check(err)
 	m.reloads, err = m.meter.Int64Counter("quotagate.config.reloads",
 		metric.WithDescription("Configuration reload attempts, by result."))
@@ -171,18 +180,12 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}
+	if err := observeCounters(m.meter, m.decisions, m.storeErrors, m.storeFallback, m.requests,
+		m.up.shed, m.settle.settlements, m.settle.units); err != nil {
+		return nil, fmt.Errorf("telemetry: registering counter callback: %w", err)
+	}
 
-	m.decisionSets = newOptCache(func(k [3]string) attribute.Set {
-		return attribute.NewSet(labelPolicy.String(k[0]), labelStage.String(k[1]), labelResult.String(k[2]))
-	})
 	m.stageSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelStage.String(s)) })
-	m.kindSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelKind.String(s)) })
-	m.fallbackSets = newOptCache(func(k [2]string) attribute.Set {
-		return attribute.NewSet(labelPolicy.String(k[0]), labelMode.String(k[1]))
-	})
-	m.requestSets = newOptCache(func(k routeCode) attribute.Set {
-		return attribute.NewSet(labelRoute.String(k.route), labelCode.String(strconv.Itoa(k.code)))
-	})
 	m.opSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelOp.String(s)) })
 	m.routeSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelRoute.String(s)) })
 	m.reloadSets[0] = newMeasureOpts(attribute.NewSet(labelResult.String("error")))
@@ -202,7 +205,7 @@ func (m *Metrics) Decision(ctx context.Context, policy, stage, result string) {
 	if m == nil {
 		return
 	}
-	m.decisions.Add(ctx, 1, m.decisionSets.get([3]string{policy, stage, result}).add...)
+	m.decisions.add([3]string{policy, stage, result}, 1)
 }
 
 // DecisionDuration records how long a stage took to decide, in
@@ -220,7 +223,7 @@ func (m *Metrics) StoreError(ctx context.Context, kind string) {
 	if m == nil {
 		return
 	}
-	m.storeErrors.Add(ctx, 1, m.kindSets.get(kind).add...)
+	m.storeErrors.add(kind, 1)
 }
 
 // StoreFallback counts a decision a policy's fallback took because the store
@@ -230,7 +233,7 @@ func (m *Metrics) StoreFallback(ctx context.Context, policy, mode string) {
 	if m == nil {
 		return
 	}
-	m.storeFallback.Add(ctx, 1, m.fallbackSets.get([2]string{policy, mode}).add...)
+	m.storeFallback.add([2]string{policy, mode}, 1)
 }
 
 // Request counts an answered request in quotagate_requests_total; route is
@@ -239,7 +242,7 @@ func (m *Metrics) Request(ctx context.Context, route string, code int) {
 	if m == nil {
 		return
 	}
-	m.requests.Add(ctx, 1, m.requestSets.get(routeCode{route, code}).add...)
+	m.requests.add(routeCode{route, code}, 1)
 }
 
 // ConfigReload counts a reload attempt in quotagate_config_reloads_total with

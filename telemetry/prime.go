@@ -38,32 +38,34 @@ type Series struct {
 	QueuePolicies []string
 }
 
-// Prime exports every series of s at zero. Counters are added 0, which
-// OpenTelemetry exports like any other value (OTLP included). A histogram
-// cannot be observed without counting an observation, so its series are
-// added, empty, to the Prometheus exposition of the Providers it was
-// attached to (Providers.ExportPrimed) until they are first recorded. A
-// later Prime replaces the histogram series of the previous one (a reload
-// that drops a route stops its empty series); counters stay, as counters
-// do. Safe for concurrent use.
+// Prime exports every series of s at zero. A counter's series gets its cell
+// (see asyncCounter), observed at zero until it counts, or is added 0 (the
+// synchronous ones); OpenTelemetry exports either like any other value
+// (OTLP included). A histogram cannot be observed without counting an
+// observation, so its series are added, empty, to the Prometheus
+// exposition of the Providers it was attached to (Providers.ExportPrimed)
+// until they are first recorded. A later Prime replaces the histogram
+// series of the previous one (a reload that drops a route stops its empty
+// series); counters stay, with their counts, as counters do. Safe for
+// concurrent use.
 func (m *Metrics) Prime(s Series) {
 	if m == nil {
 		return
 	}
 	ctx := context.Background()
 	for _, d := range s.Decisions {
-		m.decisions.Add(ctx, 0, m.decisionSets.get(d).add...)
+		m.decisions.cell(d)
 	}
 	for _, f := range s.Fallbacks {
-		m.storeFallback.Add(ctx, 0, m.fallbackSets.get(f).add...)
+		m.storeFallback.cell(f)
 	}
 	for _, k := range s.StoreErrors {
-		m.storeErrors.Add(ctx, 0, m.kindSets.get(k).add...)
+		m.storeErrors.cell(k)
 	}
 	m.primeSlots(ctx, s.QueuePolicies)
 	for _, r := range s.Routes {
 		for _, c := range s.Codes {
-			m.requests.Add(ctx, 0, m.requestSets.get(routeCode{r, c}).add...)
+			m.requests.cell(routeCode{r, c})
 		}
 	}
 	fams := []*dto.MetricFamily{

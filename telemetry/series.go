@@ -9,16 +9,20 @@ import (
 // resolved once (when a configuration is compiled) so that recording on
 // the request path looks nothing up: Decision, DecisionDuration, StoreCall
 // and UpstreamDuration find their prebuilt attribute set in a map keyed by
-// their label values on every call, which costs some 400 instructions,
-// about as much as the SDK's own work for a counter. A handle records
-// exactly what the corresponding method would with the same label values.
+// their label values on every call, which costs some 400 instructions. A
+// handle records exactly what the corresponding method would with the same
+// label values.
+//
+// A DecisionSeries is the counter's cell itself (see asyncCounter): counting
+// in it is one atomic add, and every handle of the same label values, from
+// any configuration, counts in the same cell.
 //
 // The zero handle, and any handle of a nil *Metrics, records nothing. A
 // handle belongs to the Metrics that made it.
 
 // DecisionSeries is one (policy, stage, result) series of
 // quotagate_decisions_total.
-type DecisionSeries struct{ o measureOpts }
+type DecisionSeries struct{ c *counterCell }
 
 // StageSeries is one stage series of quotagate_decision_duration_seconds.
 type StageSeries struct{ o measureOpts }
@@ -35,7 +39,7 @@ func (m *Metrics) DecisionSeries(policy, stage, result string) DecisionSeries {
 	if m == nil {
 		return DecisionSeries{}
 	}
-	return DecisionSeries{m.decisionSets.get([3]string{policy, stage, result})}
+	return DecisionSeries{m.decisions.cell([3]string{policy, stage, result})}
 }
 
 // StageSeries returns the series DecisionDuration(ctx, stage, d) records in.
@@ -62,12 +66,12 @@ func (m *Metrics) RouteSeries(route string) RouteSeries {
 	return RouteSeries{m.routeSets.get(route)}
 }
 
-// CountDecision counts one decision in s, as Decision does.
-func (m *Metrics) CountDecision(ctx context.Context, s DecisionSeries) {
-	if m == nil || s.o.add == nil {
+// CountDecision counts one decision in s, as Decision does: one atomic add.
+func (m *Metrics) CountDecision(_ context.Context, s DecisionSeries) {
+	if m == nil || s.c == nil {
 		return
 	}
-	m.decisions.Add(ctx, 1, s.o.add...)
+	s.c.add(1)
 }
 
 // RecordDecisionDuration records d in s, as DecisionDuration does.

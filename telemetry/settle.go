@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // Values of the result label of quotagate_settlements_total: the response
@@ -27,32 +26,27 @@ const labelDirection attribute.Key = "direction"
 
 // settleInstruments count settlements of reserved costs.
 type settleInstruments struct {
-	settlements metric.Int64Counter
-	units       metric.Int64Counter
-	resultSets  *optCache[[2]string] // policy, result
-	dirSets     *optCache[[2]string] // policy, direction
+	settlements *asyncCounter[[2]string] // policy, result
+	units       *asyncCounter[[2]string] // policy, direction
 }
 
 func (m *Metrics) initSettle() error {
 	s := &m.settle
 	var err error
-	s.settlements, err = m.meter.Int64Counter("quotagate.settlements",
-		metric.WithDescription("Settlements of reserved costs, by policy and result (refund, charge, exact, missing)."))
+	s.settlements, err = newAsyncCounter(m.meter, "quotagate.settlements",
+		"Settlements of reserved costs, by policy and result (refund, charge, exact, missing).",
+		func(k [2]string) attribute.Set {
+			return attribute.NewSet(labelPolicy.String(k[0]), labelResult.String(k[1]))
+		})
 	if err != nil {
 		return err
 	}
-	s.units, err = m.meter.Int64Counter("quotagate.settled.units",
-		metric.WithDescription("Units given back (refund) or taken beyond the reservation (charge) by settlements, by policy."))
-	if err != nil {
-		return err
-	}
-	s.resultSets = newOptCache(func(k [2]string) attribute.Set {
-		return attribute.NewSet(labelPolicy.String(k[0]), labelResult.String(k[1]))
-	})
-	s.dirSets = newOptCache(func(k [2]string) attribute.Set {
-		return attribute.NewSet(labelPolicy.String(k[0]), labelDirection.String(k[1]))
-	})
-	return nil
+	s.units, err = newAsyncCounter(m.meter, "quotagate.settled.units",
+		"Units given back (refund) or taken beyond the reservation (charge) by settlements, by policy.",
+		func(k [2]string) attribute.Set {
+			return attribute.NewSet(labelPolicy.String(k[0]), labelDirection.String(k[1]))
+		})
+	return err
 }
 
 // Settlement counts one settlement of policy in quotagate_settlements_total
@@ -64,12 +58,12 @@ func (m *Metrics) Settlement(ctx context.Context, policy, result string, units i
 	if m == nil {
 		return
 	}
-	m.settle.settlements.Add(ctx, 1, m.settle.resultSets.get([2]string{policy, result}).add...)
+	m.settle.settlements.add([2]string{policy, result}, 1)
 	switch {
 	case units < 0:
-		m.settle.units.Add(ctx, -units, m.settle.dirSets.get([2]string{policy, DirectionRefund}).add...)
+		m.settle.units.add([2]string{policy, DirectionRefund}, -units)
 	case units > 0:
-		m.settle.units.Add(ctx, units, m.settle.dirSets.get([2]string{policy, DirectionCharge}).add...)
+		m.settle.units.add([2]string{policy, DirectionCharge}, units)
 	}
 }
 
@@ -79,13 +73,12 @@ func (m *Metrics) PrimeSettlements(policies []string) {
 	if m == nil {
 		return
 	}
-	ctx := context.Background()
 	for _, p := range policies {
 		for _, r := range []string{SettleRefund, SettleCharge, SettleExact, SettleMissing} {
-			m.settle.settlements.Add(ctx, 0, m.settle.resultSets.get([2]string{p, r}).add...)
+			m.settle.settlements.cell([2]string{p, r})
 		}
 		for _, d := range []string{DirectionRefund, DirectionCharge} {
-			m.settle.units.Add(ctx, 0, m.settle.dirSets.get([2]string{p, d}).add...)
+			m.settle.units.cell([2]string{p, d})
 		}
 	}
 }

@@ -16,17 +16,19 @@ const (
 // upstreamInstruments are the instruments of the upstream guards: the
 // breaker and priority shedding.
 type upstreamInstruments struct {
-	shed         metric.Int64Counter
+	shed         *asyncCounter[[2]string] // upstream, tier
 	breakerState metric.Int64ObservableGauge
-	shedSets     *optCache[[2]string] // upstream, tier
-	reg          metric.Registration  // breaker callback, guarded by Metrics.mu
+	reg          metric.Registration // breaker callback, guarded by Metrics.mu
 }
 
 func (m *Metrics) initUpstream() error {
 	u := &m.up
 	var err error
-	u.shed, err = m.meter.Int64Counter("quotagate.shed",
-		metric.WithDescription("Requests shed with 503 overloaded because their upstream was saturated, by upstream and tier."))
+	u.shed, err = newAsyncCounter(m.meter, "quotagate.shed",
+		"Requests shed with 503 overloaded because their upstream was saturated, by upstream and tier.",
+		func(k [2]string) attribute.Set {
+			return attribute.NewSet(labelUpstream.String(k[0]), labelTier.String(k[1]))
+		})
 	if err != nil {
 		return err
 	}
@@ -35,9 +37,6 @@ func (m *Metrics) initUpstream() error {
 	if err != nil {
 		return err
 	}
-	u.shedSets = newOptCache(func(k [2]string) attribute.Set {
-		return attribute.NewSet(labelUpstream.String(k[0]), labelTier.String(k[1]))
-	})
 	return nil
 }
 
@@ -47,7 +46,7 @@ func (m *Metrics) Shed(ctx context.Context, upstream, tier string, n int64) {
 	if m == nil {
 		return
 	}
-	m.up.shed.Add(ctx, n, m.up.shedSets.get([2]string{upstream, tier}).add...)
+	m.up.shed.add([2]string{upstream, tier}, n)
 }
 
 // ObserveUpstreamBreakers registers the callback that reports
