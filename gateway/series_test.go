@@ -3,6 +3,7 @@ package gateway
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -175,4 +176,56 @@ func TestCountersKeepTheirCountsAcrossAReload(t *testing.T) {
 		{"quotagate_requests_total", audit, before},
 		{"quotagate_config_reloads_total", map[string]string{"result": "ok"}, 1},
 	})
+}
+
+// TestCounterSeriesAreThoseCountedOrPrimed: resolving a configuration's
+// series handles exports nothing of its own. A fresh gateway's decision and
+// request counters hold exactly the series priming lists (no shadow_denied
+// series for a policy that is not shadowed, though every bound policy has
+// a handle for it), and requests add only the series they count in.
+func TestCounterSeriesAreThoseCountedOrPrimed(t *testing.T) {
+	o := newObservedFixture(t)
+	primed := metricSeries(o.gw.Config())
+	want := map[string]bool{}
+	for _, d := range primed.Decisions {
+		want["policy="+d[0]+",result="+d[2]+",stage="+d[1]] = true
+	}
+	for _, r := range primed.Routes {
+		for _, c := range primed.Codes {
+			want["code="+strconv.Itoa(c)+",route="+r] = true
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		got := map[string]bool{}
+		families := o.scrape(t)
+		for _, name := range []string{"quotagate_decisions_total", "quotagate_requests_total"} {
+			for _, m := range families[name].GetMetric() {
+				var kv []string
+				for _, lp := range m.GetLabel() {
+					kv = append(kv, lp.GetName()+"="+lp.GetValue())
+				}
+				got[strings.Join(kv, ",")] = true
+			}
+		}
+		for k := range got {
+			if !want[k] {
+				t.Errorf("%s: series {%s} exported, neither primed nor counted", when, k)
+			}
+		}
+		for k := range want {
+			if !got[k] {
+				t.Errorf("%s: series {%s} missing", when, k)
+			}
+		}
+	}
+	check("fresh")
+	if w := o.do("GET", "/v1/transfers/1", bearer(enterpriseKey), nil); w.Code != 200 {
+		t.Fatalf("GET: %d", w.Code)
+	}
+	if w := o.do("GET", "/v1/dead", bearer(enterpriseKey), nil); w.Code != 502 {
+		t.Fatalf("dead upstream: %d", w.Code)
+	}
+	want["code=502,route=dead.get"] = true
+	check("after two requests")
 }

@@ -25,19 +25,27 @@ import (
 // A cell lives as long as its Metrics: a reload that drops a policy or a
 // route leaves its cells, and their totals, exported, as the SDK keeps the
 // series of a synchronous counter; a reload that keeps one finds the same
-// cell by its label values, so its count goes on from where it was.
+// cell by its label values, so its count goes on from where it was. As with
+// the SDK, a series is exported from its first count (an add of 0, as
+// priming does, included), not from the moment a handle resolves its cell.
 
-// counterCell is one series of an asyncCounter: its running total and the
-// options that name its attribute set when it is observed.
+// counterCell is one series of an asyncCounter: its running total, whether
+// it has been counted in (and so is exported), and the options that name
+// its attribute set when it is observed.
 type counterCell struct {
-	n   atomic.Int64
-	obs []metric.ObserveOption
+	n    atomic.Int64
+	seen atomic.Bool
+	obs  []metric.ObserveOption
 }
 
-// add counts n (not negative: a counter never goes back) in c.
+// add counts n (not negative: a counter never goes back) in c; n may be 0
+// to export the series at its current total.
 func (c *counterCell) add(n int64) {
 	if n > 0 {
 		c.n.Add(n)
+	}
+	if !c.seen.Load() {
+		c.seen.Store(true)
 	}
 }
 
@@ -71,8 +79,8 @@ func newAsyncCounter[K comparable](meter metric.Meter, name, desc string, build 
 	return c, nil
 }
 
-// cell returns the cell of label values k, creating it (at zero, so that it
-// is exported from the next collection) on first use.
+// cell returns the cell of label values k, creating it at zero, not yet
+// exported, on first use.
 func (c *asyncCounter[K]) cell(k K) *counterCell {
 	if cell, ok := (*c.cells.Load())[k]; ok {
 		return cell
@@ -104,13 +112,15 @@ func (c *asyncCounter[K]) cell(k K) *counterCell {
 // add counts n in the series of label values k.
 func (c *asyncCounter[K]) add(k K, n int64) { c.cell(k).add(n) }
 
-// observe reports every cell's total to o.
+// observe reports the total of every cell counted in to o.
 func (c *asyncCounter[K]) observe(o metric.Observer) {
 	c.mu.Lock()
 	all := c.all // cells are only appended: this prefix stays as it is
 	c.mu.Unlock()
 	for _, cell := range all {
-		o.ObserveInt64(c.inst, cell.n.Load(), cell.obs...)
+		if cell.seen.Load() {
+			o.ObserveInt64(c.inst, cell.n.Load(), cell.obs...)
+		}
 	}
 }
 

@@ -38,10 +38,8 @@ type Series struct {
 	QueuePolicies []string
 }
 
-// Prime exports every series of s at zero. A counter's series gets its cell
-// (see asyncCounter), observed at zero until it counts, or is added 0 (the
-// synchronous ones); OpenTelemetry exports either like any other value
-// (OTLP included). A histogram cannot be observed without counting an
+// Prime exports every series of s at zero. Counters are added 0, which
+// exports their series like any other value (OTLP included). A histogram cannot be observed without counting an
 // observation, so its series are added, empty, to the Prometheus
 // exposition of the Providers it was attached to (Providers.ExportPrimed)
 // until they are first recorded. A later Prime replaces the histogram
@@ -54,18 +52,18 @@ func (m *Metrics) Prime(s Series) {
 	}
 	ctx := context.Background()
 	for _, d := range s.Decisions {
-		m.decisions.cell(d)
+		m.decisions.add(d, 0)
 	}
 	for _, f := range s.Fallbacks {
-		m.storeFallback.cell(f)
+		m.storeFallback.add(f, 0)
 	}
 	for _, k := range s.StoreErrors {
-		m.storeErrors.cell(k)
+		m.storeErrors.add(k, 0)
 	}
 	m.primeSlots(ctx, s.QueuePolicies)
 	for _, r := range s.Routes {
 		for _, c := range s.Codes {
-			m.requests.cell(routeCode{r, c})
+			m.requests.add(routeCode{r, c}, 0)
 		}
 	}
 	fams := []*dto.MetricFamily{

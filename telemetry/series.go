@@ -15,7 +15,8 @@ import (
 //
 // A DecisionSeries is the counter's cell itself (see asyncCounter): counting
 // in it is one atomic add, and every handle of the same label values, from
-// any configuration, counts in the same cell.
+// any configuration, counts in the same cell. Resolving a handle exports
+// nothing: its series appears with its first count (or Prime).
 //
 // The zero handle, and any handle of a nil *Metrics, records nothing. A
 // handle belongs to the Metrics that made it.

@@ -75,10 +75,10 @@ func (m *Metrics) PrimeSettlements(policies []string) {
 	}
 	for _, p := range policies {
 		for _, r := range []string{SettleRefund, SettleCharge, SettleExact, SettleMissing} {
-			m.settle.settlements.cell([2]string{p, r})
+			m.settle.settlements.add([2]string{p, r}, 0)
 		}
 		for _, d := range []string{DirectionRefund, DirectionCharge} {
-			m.settle.units.cell([2]string{p, d})
+			m.settle.units.add([2]string{p, d}, 0)
 		}
 	}
 }
