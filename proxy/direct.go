@@ -295,7 +295,7 @@ func (pc *directConn) exchange(ctx context.Context, req *http.Request, b *direct
 		pc.finish(stop, keep)
 		return resp, false, nil
 	}
-	resp.Body = &directBody{ReadCloser: resp.Body, pc: pc, stop: stop, keep: keep}
+	resp.Body = &directBody{ReadCloser: resp.Body, ctx: ctx, pc: pc, stop: stop, keep: keep}
 	return resp, false, nil
 }
 
@@ -342,7 +342,8 @@ func (pc *directConn) finish(stop func() bool, keep bool) {
 // its end gives the connection back (see directConn.finish); closing it
 // before closes the connection, as does a failed read.
 type directBody struct {
-	io.ReadCloser // net/http's body; never closed, which would drain it
+	io.ReadCloser                 // net/http's body; never closed, which would drain it
+	ctx           context.Context // the exchange's
 	pc            *directConn
 	stop          func() bool
 	keep          bool
@@ -358,7 +359,10 @@ const (
 )
 
 // Read reads the body; once it ended, it returns io.EOF again, and after
-// Close or a failed read, errBodyClosed.
+// Close or a failed read, errBodyClosed. A read the end of the exchange's
+// context interrupted fails with the context's cause (context.Canceled
+// when the client went away), as over net/http's Transport, not with the
+// deadline that interrupted it.
 func (b *directBody) Read(p []byte) (int, error) {
 	switch b.state.Load() {
 	case bodyEnded:
@@ -371,6 +375,9 @@ func (b *directBody) Read(p []byte) (int, error) {
 		b.end(bodyEnded)
 	} else if err != nil {
 		b.end(bodyClosed)
+		if b.ctx.Err() != nil {
+			err = context.Cause(b.ctx)
+		}
 	}
 	return n, err
 }

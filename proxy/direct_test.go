@@ -462,7 +462,7 @@ func TestDirectIdleCap(t *testing.T) {
 
 // TestDirectClientGoneMidBody: a client that leaves while the body
 // streams ends the exchange, and its connection is closed, never kept
-// with the rest of the body unread.
+// with the rest of the body unread; nor is it logged as a read error.
 func TestDirectClientGoneMidBody(t *testing.T) {
 	release := make(chan struct{})
 	up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool {
@@ -494,6 +494,13 @@ func TestDirectClientGoneMidBody(t *testing.T) {
 	f.waitServed(t)
 	if n := tr.direct.idleNow(); n != 0 {
 		t.Errorf("%d idle connections after an abandoned body, want 0", n)
+	}
+	// The caller's doing, as over net/http's Transport: the interrupted
+	// read fails with the context's error, which the copy does not log,
+	// not with the deadline that interrupted it ("i/o timeout", a Warn
+	// read error against the upstream).
+	if logs := f.logs.String(); strings.Contains(logs, "read error") {
+		t.Errorf("a client gone mid-body was logged as a read error:\n%s", logs)
 	}
 	if code, body := getServed(t, f, "/next"); code != 200 || body != "ok" {
 		t.Errorf("next: %d %q", code, body)
