@@ -300,7 +300,9 @@ func (pc *directConn) exchange(ctx context.Context, req *http.Request, b *direct
 }
 
 // readResponse reads the final response to req, passing informational
-// (1xx) responses but 101 to the trace's Got1xxResponse.
+// (1xx) responses but 101 to the trace's Got1xxResponse. A status below
+// 100 is a malformed response (errStatusBelow100), not an informational
+// one.
 func (pc *directConn) readResponse(req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
 	for n := 0; ; n++ {
 		resp, err := http.ReadResponse(pc.br, req)
@@ -308,6 +310,9 @@ func (pc *directConn) readResponse(req *http.Request, trace *httptrace.ClientTra
 			return nil, err
 		}
 		code := resp.StatusCode
+		if code < 100 {
+			return nil, errStatusBelow100
+		}
 		if code >= 200 || code == http.StatusSwitchingProtocols {
 			return resp, nil
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -260,4 +261,38 @@ func TestClientAbortsUploadIs499(t *testing.T) {
 	conn.Close()
 	f.waitServed(t)
 	wantOneError(t, f, StatusClientClosedRequest, CodeClientClosed)
+}
+
+// TestStatusBelow100Is502: an upstream status line may carry any three
+// digits, and one below 100 is no status net/http can write: the
+// handler's WriteHeader panicked (the client got the connection closed,
+// no status, and OnFailure was not called), and a direct exchange took
+// it for an informational response. It is a malformed response, a 502,
+// over a direct exchange and over net/http's Transport alike.
+func TestStatusBelow100Is502(t *testing.T) {
+	for _, noDirect := range []bool{false, true} {
+		for _, status := range []string{"000", "099"} {
+			t.Run(fmt.Sprintf("%s/nodirect=%v", status, noDirect), func(t *testing.T) {
+				up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool {
+					io.WriteString(w, "HTTP/1.1 "+status+" Odd\r\nContent-Length: 2\r\n\r\nhi")
+					return false // closes the connection, so that nothing waits on it
+				})
+				tr := NewTransport(TransportOptions{NoDirect: noDirect})
+				t.Cleanup(tr.CloseIdleConnections)
+				var failures []int
+				f := newFixture(t, up.url(), 0, nil, func(o *Options) {
+					o.Transport = tr
+					o.OnFailure = func(_ *http.Request, status int, _ bool) { failures = append(failures, status) }
+				})
+				if code, body := getStatus(t, f, "/x"); code != http.StatusBadGateway || !strings.HasPrefix(body, CodeUnavailable) {
+					t.Errorf("got %d %q, want 502 %s", code, body, CodeUnavailable)
+				}
+				f.waitServed(t)
+				wantOneError(t, f, http.StatusBadGateway, CodeUnavailable)
+				if len(failures) != 1 || failures[0] != http.StatusBadGateway {
+					t.Errorf("OnFailure statuses %v, want [502]", failures)
+				}
+			})
+		}
+	}
 }

@@ -48,6 +48,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -279,11 +280,15 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	return h, nil
 }
 
-// modifyResponse is the reverse proxy's ModifyResponse: it refuses an
-// unasked switch of protocols, then shows every other response but a 101
-// to observe (when not nil).
+// modifyResponse is the reverse proxy's ModifyResponse: it refuses a
+// status below 100 (errStatusBelow100) and an unasked switch of
+// protocols, then shows every other response but a 101 to observe (when
+// not nil).
 func modifyResponse(observe func(*http.Response)) func(*http.Response) error {
 	return func(res *http.Response) error {
+		if res.StatusCode < 100 {
+			return errStatusBelow100
+		}
 		if err := refuseUnaskedSwitch(res); err != nil {
 			return err
 		}
@@ -293,6 +298,12 @@ func modifyResponse(observe func(*http.Response)) func(*http.Response) error {
 		return nil
 	}
 }
+
+// errStatusBelow100 is the cause of a 502 for an upstream response whose
+// status line carries a code below 100: http.ReadResponse takes any three
+// digits, but no such status can be written to the client
+// (ResponseWriter.WriteHeader panics).
+var errStatusBelow100 = errors.New("the upstream answered with a status code below 100")
 
 func validate(up Upstream) error {
 	u := up.URL
