@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"maps"
 	"mime"
 	"net/http"
 	"net/http/httptrace"
@@ -266,7 +267,10 @@ func (f *forwarder) forward(w http.ResponseWriter, in *http.Request) {
 }
 
 // got1xx is the trace's Got1xxResponse: it forwards an informational
-// response while the round trip is under way.
+// response while the round trip is under way. The headers the handler's
+// caller set before forwarding (the gateway's X-Request-Id and RateLimit
+// headers) go out with the 1xx and stay for the final response; the
+// 1xx's own headers do not.
 func (o *outbound) got1xx(code int, header textproto.MIMEHeader) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -274,9 +278,11 @@ func (o *outbound) got1xx(code int, header textproto.MIMEHeader) error {
 		return nil
 	}
 	h := o.w.Header()
+	own := h.Clone() // rare: only responses with a 1xx pay for it
 	copyHeader(h, http.Header(header))
 	o.w.WriteHeader(code)
 	clear(h) // WriteHeader keeps a 1xx's headers for the final response
+	maps.Copy(h, own)
 	return nil
 }
 
