@@ -67,7 +67,7 @@ type forwarder struct {
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 	if !f.owns(w, in) {
-		f.rp.ServeHTTP(w, in)
+		f.rp.ServeHTTP(keepOwnHeaders(w, in), in)
 		return
 	}
 	f.forward(w, in)
