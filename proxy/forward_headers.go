@@ -34,13 +34,11 @@ func outboundHeader(in http.Header) http.Header {
 // HTTP2-Settings (see stripUpgrade).
 func hopOrOwned(k string) bool {
 	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+	case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
 		"Authorization", "X-Api-Key", "Http2-Settings":
 		return true
 	}
-	return false
+	return isHopHeader(k)
 }
 
 // isHopHeader reports whether k is one of the hop-by-hop headers the
