@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // TestInformationalKeepsCallersHeaders: the headers the handler's caller
@@ -87,6 +89,9 @@ func rawExchange(t *testing.T, base string) (early, final string) {
 		var b strings.Builder
 		for {
 			line, err := br.ReadString('\n')
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				proctest.FatalOverrun(t, "no response head within %v (so far %q)", waitFor, b.String())
+			}
 			if err != nil {
 				t.Fatalf("reading a response head: %v (so far %q)", err, b.String())
 			}
