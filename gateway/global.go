@@ -213,11 +213,11 @@ func (g *Gateway) countIn(ctx context.Context, s *policySeries, policy, stage, r
 	}
 	switch result {
 	case telemetry.ResultAllowed:
-		m.CountDecision(ctx, s.allowed)
+		m.CountDecision(s.allowed)
 	case telemetry.ResultDenied:
-		m.CountDecision(ctx, s.denied)
+		m.CountDecision(s.denied)
 	case telemetry.ResultShadowDenied:
-		m.CountDecision(ctx, s.shadowDenied)
+		m.CountDecision(s.shadowDenied)
 	default:
 		m.Decision(ctx, policy, stage, result)
 	}

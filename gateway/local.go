@@ -57,7 +57,7 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 				if !ok {
 					counted = g.series.localDenied
 				}
-				m.CountDecision(ctx, counted)
+				m.CountDecision(counted)
 				m.RecordDecisionDuration(ctx, g.series.stageLocal, g.opts.Now().Sub(now))
 			}
 			st.limit = view

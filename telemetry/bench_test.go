@@ -44,7 +44,7 @@ func BenchmarkMetricsDecision(b *testing.B) {
 		s := m.DecisionSeries("transfers", "global", ResultAllowed)
 		b.ReportAllocs()
 		for b.Loop() {
-			m.CountDecision(ctx, s)
+			m.CountDecision(s)
 		}
 	})
 	// Baselines: a synchronous SDK counter, as the decisions were counted

@@ -69,7 +69,7 @@ func TestCountersExportAsSynchronousOnes(t *testing.T) {
 	for range 3 {
 		m.Decision(ctx, "transfers", "global", ResultAllowed)
 	}
-	m.CountDecision(ctx, m.DecisionSeries("transfers", "local", ResultDenied))
+	m.CountDecision(m.DecisionSeries("transfers", "local", ResultDenied))
 	m.Request(ctx, "transfers", 200)
 	m.Request(ctx, "transfers", 200)
 	m.StoreError(ctx, "timeout")

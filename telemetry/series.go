@@ -68,7 +68,8 @@ func (m *Metrics) RouteSeries(route string) RouteSeries {
 }
 
 // CountDecision counts one decision in s, as Decision does: one atomic add.
-func (m *Metrics) CountDecision(_ context.Context, s DecisionSeries) {
+// It takes no context: a counted cell carries no exemplar to draw from one.
+func (m *Metrics) CountDecision(s DecisionSeries) {
 	if m == nil || s.c == nil {
 		return
 	}

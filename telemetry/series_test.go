@@ -25,7 +25,7 @@ func TestSeriesHandlesRecordAsTheMethods(t *testing.T) {
 	route := byHandle.RouteSeries("transfers")
 	for i := range 3 {
 		d := time.Duration(i+1) * time.Millisecond
-		byHandle.CountDecision(ctx, allowed)
+		byHandle.CountDecision(allowed)
 		byHandle.RecordDecisionDuration(ctx, global, d)
 		byHandle.RecordStoreCall(ctx, decide, 2*d)
 		byHandle.RecordUpstreamDuration(ctx, route, 3*d)
@@ -34,7 +34,7 @@ func TestSeriesHandlesRecordAsTheMethods(t *testing.T) {
 		byLabels.StoreCall(ctx, "decide", 2*d)
 		byLabels.UpstreamDuration(ctx, "transfers", 3*d)
 	}
-	byHandle.CountDecision(ctx, denied)
+	byHandle.CountDecision(denied)
 	byHandle.RecordDecisionDuration(ctx, local, -time.Second)
 	byLabels.Decision(ctx, "transfers", "local", ResultDenied)
 	byLabels.DecisionDuration(ctx, "local", -time.Second)
@@ -77,13 +77,13 @@ func familySummary(f *dto.MetricFamily) map[string]float64 {
 func TestSeriesHandlesOfNilMetrics(t *testing.T) {
 	var m *Metrics
 	ctx := context.Background()
-	m.CountDecision(ctx, m.DecisionSeries("p", "local", ResultAllowed))
+	m.CountDecision(m.DecisionSeries("p", "local", ResultAllowed))
 	m.RecordDecisionDuration(ctx, m.StageSeries("local"), time.Millisecond)
 	m.RecordStoreCall(ctx, m.OpSeries("decide"), time.Millisecond)
 	m.RecordUpstreamDuration(ctx, m.RouteSeries("r"), time.Millisecond)
 
 	live, p := newTestMetrics(t)
-	live.CountDecision(ctx, DecisionSeries{})
+	live.CountDecision(DecisionSeries{})
 	live.RecordDecisionDuration(ctx, StageSeries{}, time.Millisecond)
 	if s := familySummary(scrape(t, p.Metrics)["quotagate_decisions_total"]); len(s) != 0 {
 		t.Errorf("a zero handle counted: %v", s)
