@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -31,38 +30,29 @@ func newMeasureOpts(set attribute.Set) measureOpts {
 // atomic load and a map lookup; a miss copies the map (copy-on-write), which
 // happens once per combination. Safe for concurrent use.
 type optCache[K comparable] struct {
-	m     atomic.Pointer[map[K]measureOpts]
+	m     cowMap[K, measureOpts]
 	mu    sync.Mutex // serialises writers
 	build func(K) attribute.Set
 	limit int // most entries kept
 }
 
 func newOptCache[K comparable](build func(K) attribute.Set) *optCache[K] {
-	c := &optCache[K]{build: build, limit: maxCachedSets}
-	m := map[K]measureOpts{}
-	c.m.Store(&m)
-	return c
+	return &optCache[K]{build: build, limit: maxCachedSets}
 }
 
 func (c *optCache[K]) get(k K) measureOpts {
-	if o, ok := (*c.m.Load())[k]; ok {
+	if o, ok := c.m.load(k); ok {
 		return o
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := *c.m.Load()
-	if o, ok := old[k]; ok {
+	if o, ok := c.m.load(k); ok {
 		return o
 	}
 	o := newMeasureOpts(c.build(k))
-	if len(old) >= c.limit {
+	if c.m.size() >= c.limit {
 		return o
 	}
-	next := make(map[K]measureOpts, len(old)+1)
-	for kk, v := range old {
-		next[kk] = v
-	}
-	next[k] = o
-	c.m.Store(&next)
+	c.m.store(k, o)
 	return o
 }

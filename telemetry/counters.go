@@ -58,7 +58,7 @@ func (c *counterCell) add(n int64) {
 type asyncCounter[K comparable] struct {
 	inst  metric.Int64ObservableCounter
 	build func(K) attribute.Set
-	cells atomic.Pointer[map[K]*counterCell] // copy-on-write, at most limit
+	cells cowMap[K, *counterCell] // at most limit; written under mu
 	limit int
 
 	mu    sync.Mutex
@@ -73,22 +73,18 @@ func newAsyncCounter[K comparable](meter metric.Meter, name, desc string, build 
 	if err != nil {
 		return nil, err
 	}
-	c := &asyncCounter[K]{inst: inst, build: build, limit: maxCachedSets, extra: map[K]*counterCell{}}
-	m := map[K]*counterCell{}
-	c.cells.Store(&m)
-	return c, nil
+	return &asyncCounter[K]{inst: inst, build: build, limit: maxCachedSets, extra: map[K]*counterCell{}}, nil
 }
 
 // cell returns the cell of label values k, creating it at zero, not yet
 // exported, on first use.
 func (c *asyncCounter[K]) cell(k K) *counterCell {
-	if cell, ok := (*c.cells.Load())[k]; ok {
+	if cell, ok := c.cells.load(k); ok {
 		return cell
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := *c.cells.Load()
-	if cell, ok := old[k]; ok {
+	if cell, ok := c.cells.load(k); ok {
 		return cell
 	}
 	if cell, ok := c.extra[k]; ok {
@@ -96,16 +92,11 @@ func (c *asyncCounter[K]) cell(k K) *counterCell {
 	}
 	cell := &counterCell{obs: []metric.ObserveOption{metric.WithAttributeSet(c.build(k))}}
 	c.all = append(c.all, cell)
-	if len(old) >= c.limit {
+	if c.cells.size() >= c.limit {
 		c.extra[k] = cell
 		return cell
 	}
-	next := make(map[K]*counterCell, len(old)+1)
-	for kk, v := range old {
-		next[kk] = v
-	}
-	next[k] = cell
-	c.cells.Store(&next)
+	c.cells.store(k, cell)
 	return cell
 }
 

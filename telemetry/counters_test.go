@@ -143,7 +143,7 @@ func TestAsyncCounterPastItsLimit(t *testing.T) {
 		}
 	}
 	c.add(4, -3) // a counter never goes back
-	if n := len(*c.cells.Load()); n != 2 {
+	if n := c.cells.size(); n != 2 {
 		t.Errorf("lookup map holds %d cells, want 2", n)
 	}
 	again := c.cell(4)

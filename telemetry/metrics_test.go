@@ -266,7 +266,7 @@ func TestOptCacheBounded(t *testing.T) {
 	for k := range c.limit + 10 {
 		c.get(k)
 	}
-	if n := len(*c.m.Load()); n != c.limit {
+	if n := c.m.size(); n != c.limit {
 		t.Fatalf("cache holds %d entries, want %d", n, c.limit)
 	}
 	o := c.get(c.limit + 5)
