@@ -8,6 +8,9 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // TestCredentialHeaderNameCase sends the credential headers over a real
@@ -41,20 +44,8 @@ func TestCredentialHeaderNameCase(t *testing.T) {
 		{"authorization: Bearer " + acmeKey + "\r\nX-Api-key: " + globexKey, result{reason: "conflicting credentials"}},
 	} {
 		t.Run(strings.ReplaceAll(tc.headers, "\r\n", " | "), func(t *testing.T) {
-			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			if _, err := conn.Write([]byte("GET /v1/x HTTP/1.1\r\nHost: gw\r\n" + tc.headers + "\r\nConnection: close\r\n\r\n")); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if r := <-got; r != tc.want {
+			sendRaw(t, srv, tc.headers)
+			if r := receive(t, got); r != tc.want {
 				t.Fatalf("Authenticate gave %+v, want %+v", r, tc.want)
 			}
 		})
@@ -78,22 +69,53 @@ func TestForwardedForHeaderNameCase(t *testing.T) {
 		got <- caller.Tenant
 	}))
 	defer srv.Close()
-	for _, name := range []string{"X-Forwarded-For", "x-forwarded-for", "X-FORWARDED-FOR"} {
-		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
+	for _, headers := range []string{
+		"X-Forwarded-For: 198.51.100.7",
+		"x-forwarded-for: 198.51.100.7",
+		"X-FORWARDED-FOR: 198.51.100.7",
+		// A client's own entry in one spelling, the trusted proxy's in
+		// another: the two are one header, read from the right, so the
+		// client cannot pick its address (and its anonymous quota).
+		"x-forwarded-for: 203.0.113.99\r\nX-Forwarded-For: 198.51.100.7",
+		"X-Forwarded-For: 203.0.113.99\r\nX-FORWARDED-FOR: 198.51.100.7",
+	} {
+		sendRaw(t, srv, headers)
+		if tenant := receive(t, got); tenant != "ip:198.51.100.7" {
+			t.Errorf("%q from a trusted peer: caller %q, want ip:198.51.100.7", headers, tenant)
 		}
-		if _, err := conn.Write([]byte("GET /v1/x HTTP/1.1\r\nHost: gw\r\n" + name + ": 198.51.100.7\r\nConnection: close\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		conn.Close()
-		if tenant := <-got; tenant != "ip:198.51.100.7" {
-			t.Errorf("%s from a trusted peer: caller %q, want ip:198.51.100.7", name, tenant)
-		}
+	}
+}
+
+// sendRaw sends a GET with the header lines headers ("\r\n" between
+// them), spelled exactly as given, to srv over a new connection, and reads
+// the response.
+func sendRaw(t *testing.T, srv *httptest.Server, headers string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /v1/x HTTP/1.1\r\nHost: gw\r\n" + headers + "\r\nConnection: close\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+// receive returns what the handler reported for the request just sent,
+// failing t as an overrun if it reported nothing in a generous time (the
+// request never reached it), rather than hanging the test.
+func receive[T any](t *testing.T, got <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-got:
+		return v
+	case <-time.After(30 * time.Second):
+		proctest.FatalOverrun(t, "the handler reported nothing within 30s")
+		panic("unreachable")
 	}
 }
