@@ -39,13 +39,13 @@ type Series struct {
 }
 
 // Prime exports every series of s at zero. Counters are added 0, which
-// exports their series like any other value (OTLP included). A histogram cannot be observed without counting an
-// observation, so its series are added, empty, to the Prometheus
-// exposition of the Providers it was attached to (Providers.ExportPrimed)
-// until they are first recorded. A later Prime replaces the histogram
-// series of the previous one (a reload that drops a route stops its empty
-// series); counters stay, with their counts, as counters do. Safe for
-// concurrent use.
+// exports their series like any other value (OTLP included). A histogram
+// cannot be observed without counting an observation, so its series are
+// added, empty, to the Prometheus exposition of the Providers it was
+// attached to (Providers.ExportPrimed) until they are first recorded. A
+// later Prime replaces the histogram series of the previous one (a reload
+// that drops a route stops its empty series); counters stay, with their
+// counts, as counters do. Safe for concurrent use.
 func (m *Metrics) Prime(s Series) {
 	if m == nil {
 		return
