@@ -252,8 +252,10 @@ return items_cached - before`)
 
 // TestScriptCallReuse: a call rebuilt for other items (other values, other
 // shapes) sends exactly the arguments a fresh call would, of the same
-// types.
+// types; a spec text it keeps is never sent for an item whose spec
+// differs in any one field.
 func TestScriptCallReuse(t *testing.T) {
+	with := func(it ratelimit.Item, f func(*ratelimit.Item)) ratelimit.Item { f(&it); return it }
 	a := ratelimit.Item{Key: "{t1}a", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}
 	b := ratelimit.Item{Key: "{t2}b", Algorithm: ratelimit.SlidingLog, Limit: ratelimit.Limit{Rate: 300, Per: time.Minute}, Cost: 2, Shadow: true}
 	batches := []struct {
@@ -267,6 +269,15 @@ func TestScriptCallReuse(t *testing.T) {
 		{modeRefund, []ratelimit.Item{b}, nil, true},
 		{modeDecide, []ratelimit.Item{a, a, b}, []int64{500, 0, 0}, false},
 		{modeEval, []ratelimit.Item{a, b}, nil, false},
+		// The kept spec texts: each of these differs from the one before
+		// it at the same position in one field of its spec only.
+		{modeDecideShort, []ratelimit.Item{a, b}, nil, false},
+		{modeDecideShort, []ratelimit.Item{with(a, func(it *ratelimit.Item) { it.Cost = 3 }), b}, nil, false},
+		{modeDecideShort, []ratelimit.Item{with(a, func(it *ratelimit.Item) { it.Cost = 3; it.Limit.Rate = 7 }), b}, nil, false},
+		{modeDecideShort, []ratelimit.Item{with(a, func(it *ratelimit.Item) { it.Cost = 3; it.Limit.Rate = 7; it.Limit.Per = time.Hour }), b}, nil, false},
+		{modeDecideShort, []ratelimit.Item{with(a, func(it *ratelimit.Item) { it.Cost = 3; it.Limit.Rate = 7; it.Limit.Per = time.Hour; it.Limit.Burst = 9 }), b}, nil, false},
+		{modeDecideShort, []ratelimit.Item{a, with(b, func(it *ratelimit.Item) { it.Shadow = false })}, nil, false},
+		{modeDecideShort, []ratelimit.Item{a, with(b, func(it *ratelimit.Item) { it.Algorithm = ratelimit.FixedWindow })}, nil, false},
 	}
 	reused := &scriptCall{}
 	for k, bt := range batches {
