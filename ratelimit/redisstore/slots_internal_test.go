@@ -82,7 +82,9 @@ func TestUnexpectedRepliesNotPrinted(t *testing.T) {
 	var r ratelimit.Renewal
 	for _, v := range []any{big, many, []any{big}} {
 		err := renewalOf(v, []int{0}, &r)
-		if err == nil || len(err.Error()) > 200 {
+		if err == nil {
+			t.Errorf("renewal reply %s: no error", replyShape(v))
+		} else if len(err.Error()) > 200 {
 			t.Errorf("renewal reply %s: error of %d bytes, want a short one", replyShape(v), len(err.Error()))
 		}
 	}
