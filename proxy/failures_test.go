@@ -268,7 +268,10 @@ func TestClientAbortsUploadIs499(t *testing.T) {
 // handler's WriteHeader panicked (the client got the connection closed,
 // no status, and OnFailure was not called), and a direct exchange took
 // it for an informational response. It is a malformed response, a 502,
-// over a direct exchange and over net/http's Transport alike.
+// over a direct exchange and over net/http's Transport alike, and
+// OnFailure hears that the request was written (over net/http's
+// Transport it heard it was not: the reverse proxy refused the status
+// where the write was no longer known).
 func TestStatusBelow100Is502(t *testing.T) {
 	for _, noDirect := range []bool{false, true} {
 		for _, status := range []string{"000", "099"} {
@@ -280,9 +283,13 @@ func TestStatusBelow100Is502(t *testing.T) {
 				tr := NewTransport(TransportOptions{NoDirect: noDirect})
 				t.Cleanup(tr.CloseIdleConnections)
 				var failures []int
+				var written []bool
 				f := newFixture(t, up.url(), 0, nil, func(o *Options) {
 					o.Transport = tr
-					o.OnFailure = func(_ *http.Request, status int, _ bool) { failures = append(failures, status) }
+					o.OnFailure = func(_ *http.Request, status int, w bool) {
+						failures = append(failures, status)
+						written = append(written, w)
+					}
 				})
 				if code, body := getStatus(t, f, "/x"); code != http.StatusBadGateway || !strings.HasPrefix(body, CodeUnavailable) {
 					t.Errorf("got %d %q, want 502 %s", code, body, CodeUnavailable)
@@ -291,6 +298,10 @@ func TestStatusBelow100Is502(t *testing.T) {
 				wantOneError(t, f, http.StatusBadGateway, CodeUnavailable)
 				if len(failures) != 1 || failures[0] != http.StatusBadGateway {
 					t.Errorf("OnFailure statuses %v, want [502]", failures)
+				}
+				// The upstream read the whole request before it answered.
+				if len(written) != 1 || !written[0] {
+					t.Errorf("OnFailure written %v, want [true]", written)
 				}
 			})
 		}

@@ -281,7 +281,8 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 }
 
 // modifyResponse is the reverse proxy's ModifyResponse: it refuses a
-// status below 100 (errStatusBelow100) and an unasked switch of
+// status below 100 (errStatusBelow100; the exchanges refuse it first, as
+// written, for the requests they time or watch) and an unasked switch of
 // protocols, then shows every other response but a 101 to observe (when
 // not nil).
 func modifyResponse(observe func(*http.Response)) func(*http.Response) error {

@@ -302,6 +302,14 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.release()
 		return nil, e.mark(err)
 	}
+	if resp.StatusCode < 100 {
+		// Refused here rather than by the reverse proxy's ModifyResponse,
+		// which cannot tell whether the request was written: a malformed
+		// response, as over a direct exchange (errStatusBelow100).
+		resp.Body.Close()
+		e.release()
+		return nil, e.mark(errStatusBelow100)
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body must stay the transport's read-write connection; the
 		// context ends with the inbound request. The reverse proxy refuses
