@@ -82,13 +82,21 @@ type counted struct {
 	want   float64
 }
 
-// checkCounted scrapes o's /metrics and compares each series of want.
+// checkCounted scrapes o's /metrics and compares each series of want,
+// counters.
 func checkCounted(t *testing.T, o *observed, when string, want []counted) {
+	t.Helper()
+	checkSeries(t, o, when, dto.MetricType_COUNTER, want)
+}
+
+// checkSeries scrapes o's /metrics and compares each series of want,
+// whose families are of type typ (for a histogram, its sample count).
+func checkSeries(t *testing.T, o *observed, when string, typ dto.MetricType, want []counted) {
 	t.Helper()
 	families := o.scrape(t)
 	for _, c := range want {
-		if f := families[c.name]; f.GetType() != dto.MetricType_COUNTER {
-			t.Errorf("%s: %s is %v, want a counter", when, c.name, f.GetType())
+		if f := families[c.name]; f.GetType() != typ {
+			t.Errorf("%s: %s is %v, want %v", when, c.name, f.GetType(), typ)
 		}
 		if got := seriesValue(families, c.name, c.labels); got != c.want {
 			t.Errorf("%s: %s%v = %v, want %v", when, c.name, c.labels, got, c.want)
@@ -131,32 +139,8 @@ func TestCountersScrapeEveryRequest(t *testing.T) {
 func TestCountersKeepTheirCountsAcrossAReload(t *testing.T) {
 	o := newObservedFixture(t)
 	const before, after = 4, 3
-	for range before {
-		if w := o.do("GET", "/v1/transfers/1", bearer(enterpriseKey), nil); w.Code != 200 {
-			t.Fatalf("GET before the reload: %d", w.Code)
-		}
-		if w := o.do("GET", "/v1/audit", bearer(enterpriseKey), nil); w.Code != 200 {
-			t.Fatalf("audit GET before the reload: %d", w.Code)
-		}
-	}
-	text, err := os.ReadFile(o.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	changed := strings.Replace(string(text), "enterprise: {rate: 100, per: 1s, burst: 100}", "enterprise: {rate: 50, per: 1s, burst: 100}", 1)
-	changed = strings.Replace(changed, `  - {name: audit.get, method: GET, path: "/v1/audit", upstream: payments, policies: [audit]}`+"\n", "", 1)
-	if changed == string(text) {
-		t.Fatal("the configuration did not change")
-	}
-	if err := os.WriteFile(o.path, []byte(changed), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.gw.ReloadFile(o.path); err != nil {
-		t.Fatal(err)
-	}
-	if slices.ContainsFunc(o.gw.Config().Routes, func(r config.Route) bool { return r.Name == "audit.get" }) {
-		t.Fatal("the reload kept route audit.get")
-	}
+	requestsBeforeReload(t, o, before)
+	reloadWithoutAudit(t, o)
 	requests := map[string]string{"route": "transfers.get", "code": "200"}
 	allowed := map[string]string{"policy": "tenant", "stage": "global", "result": "allowed"}
 	audit := map[string]string{"route": "audit.get", "code": "200"}
@@ -228,4 +212,77 @@ func TestCounterSeriesAreThoseCountedOrPrimed(t *testing.T) {
 	}
 	want["code=502,route=dead.get"] = true
 	check("after two requests")
+}
+
+// requestsBeforeReload sends n enterprise requests to each of the routes
+// transfers.get and audit.get, which must be admitted.
+func requestsBeforeReload(t *testing.T, o *observed, n int) {
+	t.Helper()
+	for range n {
+		if w := o.do("GET", "/v1/transfers/1", bearer(enterpriseKey), nil); w.Code != 200 {
+			t.Fatalf("GET before the reload: %d", w.Code)
+		}
+		if w := o.do("GET", "/v1/audit", bearer(enterpriseKey), nil); w.Code != 200 {
+			t.Fatalf("audit GET before the reload: %d", w.Code)
+		}
+	}
+}
+
+// reloadWithoutAudit reloads o's configuration with the enterprise tier's
+// limit changed and route audit.get removed.
+func reloadWithoutAudit(t *testing.T, o *observed) {
+	t.Helper()
+	text, err := os.ReadFile(o.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(text), "enterprise: {rate: 100, per: 1s, burst: 100}", "enterprise: {rate: 50, per: 1s, burst: 100}", 1)
+	changed = strings.Replace(changed, `  - {name: audit.get, method: GET, path: "/v1/audit", upstream: payments, policies: [audit]}`+"\n", "", 1)
+	if changed == string(text) {
+		t.Fatal("the configuration did not change")
+	}
+	if err := os.WriteFile(o.path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.gw.ReloadFile(o.path); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(o.gw.Config().Routes, func(r config.Route) bool { return r.Name == "audit.get" }) {
+		t.Fatal("the reload kept route audit.get")
+	}
+}
+
+// TestHistogramsKeepTheirCountsAcrossAReload records requests before a
+// reload and after it in the request path's histograms: the global stage's
+// decision duration, the store's decide call and the route's upstream
+// duration go on from their counts in the new configuration's series
+// handles, and the upstream series of a route the reload dropped keeps its
+// count, as the SDK's histograms did.
+func TestHistogramsKeepTheirCountsAcrossAReload(t *testing.T) {
+	o := newObservedFixture(t)
+	const before, after = 4, 3
+	requestsBeforeReload(t, o, before)
+	global := map[string]string{"stage": "global"}
+	decide := map[string]string{"op": "decide"}
+	transfers := map[string]string{"route": "transfers.get"}
+	audit := map[string]string{"route": "audit.get"}
+	histogram := dto.MetricType_HISTOGRAM
+	checkSeries(t, o, "before the reload", histogram, []counted{
+		{"quotagate_decision_duration_seconds", global, 2 * before},
+		{"quotagate_store_call_duration_seconds", decide, 2 * before},
+		{"quotagate_upstream_duration_seconds", transfers, before},
+		{"quotagate_upstream_duration_seconds", audit, before},
+	})
+	reloadWithoutAudit(t, o)
+	for range after {
+		if w := o.do("GET", "/v1/transfers/1", bearer(enterpriseKey), nil); w.Code != 200 {
+			t.Fatalf("GET after the reload: %d", w.Code)
+		}
+	}
+	checkSeries(t, o, "after the requests of both configurations", histogram, []counted{
+		{"quotagate_decision_duration_seconds", global, 2*before + after},
+		{"quotagate_store_call_duration_seconds", decide, 2*before + after},
+		{"quotagate_upstream_duration_seconds", transfers, before + after},
+		{"quotagate_upstream_duration_seconds", audit, before},
+	})
 }

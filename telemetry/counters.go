@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -50,20 +49,10 @@ func (c *counterCell) add(n int64) {
 }
 
 // asyncCounter is a monotonic counter whose series are counterCells keyed
-// by their label values K. Looking a cell up is one atomic load and a map
-// lookup while there are at most maxCachedSets cells; later cells (label
-// values past any real configuration's) are found under a lock. Cells are
-// never dropped, since a dropped cell would lose its count. Safe for
-// concurrent use.
+// by their label values K (see cellSet). Safe for concurrent use.
 type asyncCounter[K comparable] struct {
 	inst  metric.Int64ObservableCounter
-	build func(K) attribute.Set
-	cells cowMap[K, *counterCell] // at most limit; written under mu
-	limit int
-
-	mu    sync.Mutex
-	extra map[K]*counterCell // cells past limit
-	all   []*counterCell     // every cell, in creation order; append-only
+	cells cellSet[K, *counterCell]
 }
 
 // newAsyncCounter creates the observable counter name on meter and its
@@ -73,42 +62,21 @@ func newAsyncCounter[K comparable](meter metric.Meter, name, desc string, build 
 	if err != nil {
 		return nil, err
 	}
-	return &asyncCounter[K]{inst: inst, build: build, limit: maxCachedSets, extra: map[K]*counterCell{}}, nil
+	return &asyncCounter[K]{inst: inst, cells: newCellSet(func(k K) *counterCell {
+		return &counterCell{obs: []metric.ObserveOption{metric.WithAttributeSet(build(k))}}
+	})}, nil
 }
 
 // cell returns the cell of label values k, creating it at zero, not yet
 // exported, on first use.
-func (c *asyncCounter[K]) cell(k K) *counterCell {
-	if cell, ok := c.cells.load(k); ok {
-		return cell
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cell, ok := c.cells.load(k); ok {
-		return cell
-	}
-	if cell, ok := c.extra[k]; ok {
-		return cell
-	}
-	cell := &counterCell{obs: []metric.ObserveOption{metric.WithAttributeSet(c.build(k))}}
-	c.all = append(c.all, cell)
-	if c.cells.size() >= c.limit {
-		c.extra[k] = cell
-		return cell
-	}
-	c.cells.store(k, cell)
-	return cell
-}
+func (c *asyncCounter[K]) cell(k K) *counterCell { return c.cells.get(k) }
 
 // add counts n in the series of label values k.
 func (c *asyncCounter[K]) add(k K, n int64) { c.cell(k).add(n) }
 
 // observe reports the total of every cell counted in to o.
 func (c *asyncCounter[K]) observe(o metric.Observer) {
-	c.mu.Lock()
-	all := c.all // cells are only appended: this prefix stays as it is
-	c.mu.Unlock()
-	for _, cell := range all {
+	for _, cell := range c.cells.list() {
 		if cell.seen.Load() {
 			o.ObserveInt64(c.inst, cell.n.Load(), cell.obs...)
 		}

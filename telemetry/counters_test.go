@@ -133,7 +133,7 @@ func TestAsyncCounterPastItsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.limit = 2
+	c.cells.limit = 2
 	if err := observeCounters(meter, c); err != nil {
 		t.Fatal(err)
 	}
@@ -143,12 +143,12 @@ func TestAsyncCounterPastItsLimit(t *testing.T) {
 		}
 	}
 	c.add(4, -3) // a counter never goes back
-	if n := c.cells.size(); n != 2 {
+	if n := c.cells.fast.size(); n != 2 {
 		t.Errorf("lookup map holds %d cells, want 2", n)
 	}
 	again := c.cell(4)
-	if again != c.cell(4) || len(c.all) != 5 {
-		t.Errorf("%d cells for 5 keys, or a key past the limit got a new cell", len(c.all))
+	if again != c.cell(4) || len(c.cells.all) != 5 {
+		t.Errorf("%d cells for 5 keys, or a key past the limit got a new cell", len(c.cells.all))
 	}
 	_, points := sumPoints(t, collect(t, r)["test.count"])
 	for k := range 5 {

@@ -19,11 +19,11 @@ const (
 // slotInstruments are the instruments of concurrency policies.
 type slotInstruments struct {
 	inflight  metric.Int64ObservableGauge
-	queueWait metric.Float64Histogram
+	queueWait *asyncHistogram[string] // policy
 	lost      metric.Int64Counter
 	retaken   metric.Int64Counter
-	policies  *optCache[string]   // policy
-	reg       metric.Registration // inflight callback, guarded by Metrics.mu
+	policies  cellSet[string, measureOpts] // policy
+	reg       metric.Registration          // inflight callback, guarded by Metrics.mu
 }
 
 func (m *Metrics) initSlots() error {
@@ -34,12 +34,8 @@ func (m *Metrics) initSlots() error {
 	if err != nil {
 		return err
 	}
-	s.queueWait, err = m.meter.Float64Histogram("quotagate.queue.wait",
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(upstreamBuckets...),
-		metric.WithDescription(descQueueWait))
-	if err != nil {
-		return err
-	}
+	s.queueWait = newAsyncHistogram("quotagate.queue.wait", descQueueWait, "s", upstreamBuckets,
+		func(p string) attribute.Set { return attribute.NewSet(labelPolicy.String(p)) })
 	s.lost, err = m.meter.Int64Counter("quotagate.concurrency.slots.lost",
 		metric.WithDescription("Concurrency slots that a renewal found no longer held while their request ran, by policy."))
 	if err != nil {
@@ -50,7 +46,7 @@ func (m *Metrics) initSlots() error {
 	if err != nil {
 		return err
 	}
-	s.policies = newOptCache(func(p string) attribute.Set { return attribute.NewSet(labelPolicy.String(p)) })
+	s.policies = newCellSet(func(p string) measureOpts { return newMeasureOpts(attribute.NewSet(labelPolicy.String(p))) })
 	return nil
 }
 
@@ -61,7 +57,7 @@ func (m *Metrics) QueueWait(ctx context.Context, policy string, d time.Duration)
 	if m == nil {
 		return
 	}
-	m.slots.queueWait.Record(ctx, seconds(d), m.slots.policies.get(policy).rec...)
+	m.slots.queueWait.cell(policy).record(ctx, seconds(d), m.exemplarMode())
 }
 
 // SlotsLost adds n to quotagate_concurrency_slots_lost_total{policy}: slots

@@ -75,24 +75,30 @@ var upstreamBuckets = []float64{
 // do nothing, so code under test may pass nil. The counters of the request
 // path are kept in atomics of their own and observed at each collection
 // (see asyncCounter): their methods do not read ctx, and their series carry
-// no exemplars.
+// no exemplars. The histograms are kept in cells of their own too (see
+// asyncHistogram): the readers of a MeterProvider built by Setup collect
+// those of the last Metrics created on it; on any other provider they are
+// exported nowhere.
 type Metrics struct {
 	decisions     *asyncCounter[[3]string] // policy, stage, result
-	decisionDur   metric.Float64Histogram
+	decisionDur   *asyncHistogram[string]  // stage
 	storeErrors   *asyncCounter[string]    // kind
 	storeFallback *asyncCounter[[2]string] // policy, mode
 	requests      *asyncCounter[routeCode] // route, code
 	reloads       metric.Int64Counter
-	storeCall     metric.Float64Histogram
-	upstream      metric.Float64Histogram
+	storeCall     *asyncHistogram[string] // op
+	upstream      *asyncHistogram[string] // route
 	breakerState  metric.Int64ObservableGauge
 	localLimiters metric.Int64ObservableGauge
 	meter         metric.Meter
 
-	stageSets  *optCache[string] // stage
-	opSets     *optCache[string] // op
-	routeSets  *optCache[string] // route
-	reloadSets [2]measureOpts    // error, ok
+	reloadSets [2]measureOpts // error, ok
+
+	// exemplars is the exemplarMode of the histograms' recordings.
+	exemplars atomic.Int32
+	// cardinalityLimit is the most series of one histogram exported by
+	// their attributes, as the SDK's; 0 or less: no limit.
+	cardinalityLimit int
 
 	// primed holds the empty histogram families of the last Prime.
 	primed atomic.Pointer[[]*dto.MetricFamily]
@@ -118,12 +124,15 @@ type routeCode struct {
 
 // NewMetrics creates the instruments on mp's meter for InstrumentationName.
 // Instrument names translate to the Prometheus names of the product contract
-// (see the package doc). It fails only if mp rejects an instrument.
+// (see the package doc). When mp is the MeterProvider of Setup's Providers,
+// its readers collect the new Metrics' histograms from then on, instead
+// of those of the Metrics created on it before. It fails only if mp
+// rejects an instrument.
 func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	if mp == nil {
 		return nil, errors.New("telemetry: NewMetrics: nil MeterProvider")
 	}
-	m := &Metrics{meter: mp.Meter(InstrumentationName)}
+	m := &Metrics{meter: mp.Meter(InstrumentationName), cardinalityLimit: cardinalityLimitFromEnv()}
 	var errs []error
 	check := func(err error) {
 		if err != nil {
@@ -137,10 +146,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 			return attribute.NewSet(labelPolicy.String(k[0]), labelStage.String(k[1]), labelResult.String(k[2]))
 		})
 	check(err)
-	m.decisionDur, err = m.meter.Float64Histogram("quotagate.decision.duration",
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
-		metric.WithDescription(descDecisionDuration))
-	check(err)
+	m.decisionDur = newAsyncHistogram("quotagate.decision.duration", descDecisionDuration, "s", latencyBuckets,
+		func(s string) attribute.Set { return attribute.NewSet(labelStage.String(s)) })
 	m.storeErrors, err = newAsyncCounter(m.meter, "quotagate.store.errors",
 		"Failed calls to the shared limit store, by kind.",
 		func(s string) attribute.Set { return attribute.NewSet(labelKind.String(s)) })
@@ -160,14 +167,10 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.reloads, err = m.meter.Int64Counter("quotagate.config.reloads",
 		metric.WithDescription("Configuration reload attempts, by result."))
 	check(err)
-	m.storeCall, err = m.meter.Float64Histogram("quotagate.store.call.duration",
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(latencyBuckets...),
-		metric.WithDescription(descStoreCallDuration))
-	check(err)
-	m.upstream, err = m.meter.Float64Histogram("quotagate.upstream.duration",
-		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(upstreamBuckets...),
-		metric.WithDescription(descUpstreamDuration))
-	check(err)
+	m.storeCall = newAsyncHistogram("quotagate.store.call.duration", descStoreCallDuration, "s", latencyBuckets,
+		func(s string) attribute.Set { return attribute.NewSet(labelOp.String(s)) })
+	m.upstream = newAsyncHistogram("quotagate.upstream.duration", descUpstreamDuration, "s", upstreamBuckets,
+		func(s string) attribute.Set { return attribute.NewSet(labelRoute.String(s)) })
 	m.breakerState, err = m.meter.Int64ObservableGauge("quotagate.store.breaker.state",
 		metric.WithDescription("Store circuit breaker state: 0 closed, 1 half-open, 2 open."))
 	check(err)
@@ -180,14 +183,14 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}
+	if a, ok := mp.(interface{ collectHistogramsOf(*Metrics) }); ok {
+		a.collectHistogramsOf(m)
+	}
 	if err := observeCounters(m.meter, m.decisions, m.storeErrors, m.storeFallback, m.requests,
 		m.up.shed, m.settle.settlements, m.settle.units); err != nil {
 		return nil, fmt.Errorf("telemetry: registering counter callback: %w", err)
 	}
 
-	m.stageSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelStage.String(s)) })
-	m.opSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelOp.String(s)) })
-	m.routeSets = newOptCache(func(s string) attribute.Set { return attribute.NewSet(labelRoute.String(s)) })
 	m.reloadSets[0] = newMeasureOpts(attribute.NewSet(labelResult.String("error")))
 	m.reloadSets[1] = newMeasureOpts(attribute.NewSet(labelResult.String("ok")))
 	// Both reload series exist from the start, so a rate or alert on
@@ -214,7 +217,7 @@ func (m *Metrics) DecisionDuration(ctx context.Context, stage string, d time.Dur
 	if m == nil {
 		return
 	}
-	m.decisionDur.Record(ctx, seconds(d), m.stageSets.get(stage).rec...)
+	m.decisionDur.cell(stage).record(ctx, seconds(d), m.exemplarMode())
 }
 
 // StoreError counts a failed store call in quotagate_store_errors_total;
@@ -264,7 +267,7 @@ func (m *Metrics) StoreCall(ctx context.Context, op string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.storeCall.Record(ctx, seconds(d), m.opSets.get(op).rec...)
+	m.storeCall.cell(op).record(ctx, seconds(d), m.exemplarMode())
 }
 
 // UpstreamDuration records the time an upstream took to answer, in
@@ -273,7 +276,7 @@ func (m *Metrics) UpstreamDuration(ctx context.Context, route string, d time.Dur
 	if m == nil {
 		return
 	}
-	m.upstream.Record(ctx, seconds(d), m.routeSets.get(route).rec...)
+	m.upstream.cell(route).record(ctx, seconds(d), m.exemplarMode())
 }
 
 // ObserveGauges registers the callback that reports

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -251,40 +249,18 @@ func TestNilMetricsIsNoop(t *testing.T) {
 	}
 }
 
-func TestOptCacheBounded(t *testing.T) {
-	built := 0
-	c := newOptCache(func(k int) attribute.Set {
-		built++
-		return attribute.NewSet(attribute.Int("k", k))
-	})
-	c.limit = 16
-	c.get(1)
-	c.get(1)
-	if built != 1 {
-		t.Fatalf("built %d sets for one key, want 1", built)
-	}
-	for k := range c.limit + 10 {
-		c.get(k)
-	}
-	if n := c.m.size(); n != c.limit {
-		t.Fatalf("cache holds %d entries, want %d", n, c.limit)
-	}
-	o := c.get(c.limit + 5)
-	if len(o.add) != 1 || len(o.rec) != 1 {
-		t.Fatalf("overflow options = %+v", o)
-	}
-}
-
 func TestMetricsConcurrent(t *testing.T) {
 	m, p := newTestMetrics(t)
 	ctx := context.Background()
 	policies := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	m.exemplars.Store(int32(exemplarsAlways)) // every recording takes its bucket's exemplar
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
 			for i := range 200 {
 				m.Decision(ctx, policies[(i+w)%len(policies)], "global", ResultAllowed)
 				m.Request(ctx, "r", 200+i%5)
+				m.UpstreamDuration(ctx, policies[(i+w)%len(policies)], time.Duration(i)*time.Millisecond)
 			}
 		})
 	}
@@ -305,6 +281,17 @@ func TestMetricsConcurrent(t *testing.T) {
 	}
 	if len(got) != len(policies) || total != 800 {
 		t.Fatalf("decisions: %d series totalling %v, want %d and 800", len(got), total, len(policies))
+	}
+	var count uint64
+	for _, f := range scrape(t, p.Metrics)["quotagate_upstream_duration_seconds"].GetMetric() {
+		h := f.GetHistogram()
+		if n := h.GetBucket()[len(h.GetBucket())-1].GetCumulativeCount(); n != h.GetSampleCount() {
+			t.Errorf("%s: %d in the last bucket, count %d", labels(f), n, h.GetSampleCount())
+		}
+		count += h.GetSampleCount()
+	}
+	if count != 800 {
+		t.Fatalf("upstream durations: %d recorded, want 800", count)
 	}
 }
 

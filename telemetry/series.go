@@ -15,8 +15,10 @@ import (
 //
 // A DecisionSeries is the counter's cell itself (see asyncCounter): counting
 // in it is one atomic add, and every handle of the same label values, from
-// any configuration, counts in the same cell. Resolving a handle exports
-// nothing: its series appears with its first count (or Prime).
+// any configuration, counts in the same cell. The histograms' handles are
+// their cells likewise (see asyncHistogram). Resolving a handle exports
+// nothing: its series appears with its first count or recording (or, for
+// a counter, Prime).
 //
 // The zero handle, and any handle of a nil *Metrics, records nothing. A
 // handle belongs to the Metrics that made it.
@@ -26,13 +28,13 @@ import (
 type DecisionSeries struct{ c *counterCell }
 
 // StageSeries is one stage series of quotagate_decision_duration_seconds.
-type StageSeries struct{ o measureOpts }
+type StageSeries struct{ c *histCell }
 
 // OpSeries is one op series of quotagate_store_call_duration_seconds.
-type OpSeries struct{ o measureOpts }
+type OpSeries struct{ c *histCell }
 
 // RouteSeries is one route series of quotagate_upstream_duration_seconds.
-type RouteSeries struct{ o measureOpts }
+type RouteSeries struct{ c *histCell }
 
 // DecisionSeries returns the series Decision(ctx, policy, stage, result)
 // counts in.
@@ -48,7 +50,7 @@ func (m *Metrics) StageSeries(stage string) StageSeries {
 	if m == nil {
 		return StageSeries{}
 	}
-	return StageSeries{m.stageSets.get(stage)}
+	return StageSeries{m.decisionDur.cell(stage)}
 }
 
 // OpSeries returns the series StoreCall(ctx, op, d) records in.
@@ -56,7 +58,7 @@ func (m *Metrics) OpSeries(op string) OpSeries {
 	if m == nil {
 		return OpSeries{}
 	}
-	return OpSeries{m.opSets.get(op)}
+	return OpSeries{m.storeCall.cell(op)}
 }
 
 // RouteSeries returns the series UpstreamDuration(ctx, route, d) records in.
@@ -64,7 +66,7 @@ func (m *Metrics) RouteSeries(route string) RouteSeries {
 	if m == nil {
 		return RouteSeries{}
 	}
-	return RouteSeries{m.routeSets.get(route)}
+	return RouteSeries{m.upstream.cell(route)}
 }
 
 // CountDecision counts one decision in s, as Decision does: one atomic add.
@@ -78,24 +80,24 @@ func (m *Metrics) CountDecision(s DecisionSeries) {
 
 // RecordDecisionDuration records d in s, as DecisionDuration does.
 func (m *Metrics) RecordDecisionDuration(ctx context.Context, s StageSeries, d time.Duration) {
-	if m == nil || s.o.rec == nil {
+	if m == nil || s.c == nil {
 		return
 	}
-	m.decisionDur.Record(ctx, seconds(d), s.o.rec...)
+	s.c.record(ctx, seconds(d), m.exemplarMode())
 }
 
 // RecordStoreCall records d in s, as StoreCall does.
 func (m *Metrics) RecordStoreCall(ctx context.Context, s OpSeries, d time.Duration) {
-	if m == nil || s.o.rec == nil {
+	if m == nil || s.c == nil {
 		return
 	}
-	m.storeCall.Record(ctx, seconds(d), s.o.rec...)
+	s.c.record(ctx, seconds(d), m.exemplarMode())
 }
 
 // RecordUpstreamDuration records d in s, as UpstreamDuration does.
 func (m *Metrics) RecordUpstreamDuration(ctx context.Context, s RouteSeries, d time.Duration) {
-	if m == nil || s.o.rec == nil {
+	if m == nil || s.c == nil {
 		return
 	}
-	m.upstream.Record(ctx, seconds(d), s.o.rec...)
+	s.c.record(ctx, seconds(d), m.exemplarMode())
 }

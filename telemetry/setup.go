@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -61,7 +62,11 @@ type Providers struct {
 	// ids either way, so trace ids reach logs and upstreams.
 	TracerProvider trace.TracerProvider
 	// MeterProvider feeds the Prometheus handler and, when configured, an
-	// OTLP (or other OTEL_METRICS_EXPORTER) periodic reader.
+	// OTLP (or other OTEL_METRICS_EXPORTER) periodic reader. Its readers
+	// also collect the histograms of the last Metrics NewMetrics created on
+	// it, which the SDK does not hold (see asyncHistogram); the OTLP and
+	// console readers and the Prometheus handler do, the listener of
+	// OTEL_METRICS_EXPORTER=prometheus does not.
 	MeterProvider metric.MeterProvider
 	// Propagator handles W3C tracecontext and baggage headers.
 	Propagator propagation.TextMapPropagator
@@ -73,8 +78,13 @@ type Providers struct {
 	// honours ctx's deadline and returns every error met. Call it once.
 	Shutdown func(context.Context) error
 
-	// attached is the Metrics whose primed histogram series Metrics serves.
+	// attached is the Metrics whose histograms the readers collect: the
+	// last one NewMetrics created on MeterProvider.
 	attached atomic.Pointer[Metrics]
+	// primed is the Metrics whose primed histogram series Metrics serves.
+	primed atomic.Pointer[Metrics]
+	// exemplars is the exemplarMode the attached Metrics records in.
+	exemplars exemplarMode
 
 	// tracesExported and metricsExported tell whether an exporter other than
 	// the Prometheus handler was attached.
@@ -151,6 +161,7 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	reg := prometheus.NewRegistry()
 	prom, err := promexporter.New(
 		promexporter.WithRegisterer(reg),
+		promexporter.WithProducer(newHistProducer(p.attached.Load, metricdata.CumulativeTemporality)),
 		promexporter.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
 		promexporter.WithoutTargetInfo(),
 		promexporter.WithoutScopeInfo(),
@@ -166,7 +177,7 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
 	if exportWanted(getenv, envMetricsExporter, envMetricsEndpoint) {
-		rd, err := autoexport.NewMetricReader(ctx)
+		rd, err := newMetricReader(ctx, p.attached.Load)
 		if err != nil {
 			return fail(fmt.Errorf("telemetry: metrics exporter: %w", err))
 		}
@@ -185,11 +196,12 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	if exemplarsOff(getenv, p.tracesExported) {
 		mpOpts = append(mpOpts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 	}
+	p.exemplars = exemplarModeFrom(getenv, exemplarsOff(getenv, p.tracesExported))
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	p.TracerProvider = tp
-	p.MeterProvider = mp
+	p.MeterProvider = meterProvider{mp, p}
 	p.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-	p.Metrics = promhttp.HandlerFor(primedGatherer{inner: reg, metrics: p.attached.Load},
+	p.Metrics = promhttp.HandlerFor(primedGatherer{inner: reg, metrics: p.primed.Load},
 		promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	p.Shutdown = func(ctx context.Context) error {
 		// The tracer provider shuts its span processors and exporters down;
@@ -217,7 +229,23 @@ func exemplarsOff(getenv func(string) string, tracesExported bool) bool {
 // primed with (Metrics.Prime) empty, at zero, until they are first
 // recorded. m must have been created on p.MeterProvider. A later call
 // replaces m.
-func (p *Providers) ExportPrimed(m *Metrics) { p.attached.Store(m) }
+func (p *Providers) ExportPrimed(m *Metrics) { p.primed.Store(m) }
+
+// meterProvider is the SDK's meter provider of Setup, through which
+// NewMetrics finds the readers its histograms are to be collected by.
+type meterProvider struct {
+	*sdkmetric.MeterProvider
+	p *Providers
+}
+
+// collectHistogramsOf makes every reader of the provider (the Metrics
+// handler's and the exporter's) collect m's histograms, which the SDK does
+// not see (see asyncHistogram), and sets m's exemplar mode to the one the
+// provider's exemplar filter has. A later call replaces m.
+func (mp meterProvider) collectHistogramsOf(m *Metrics) {
+	m.exemplars.Store(int32(mp.p.exemplars))
+	mp.p.attached.Store(m)
+}
 
 // newResource describes this process: service.name, service.version and
 // service.instance.id on top of the SDK defaults (telemetry.sdk.*).

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	collmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	colltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -114,10 +116,11 @@ func spanAttr(attrs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
 	return nil
 }
 
-// emit creates one span and one decision metric on p's providers.
-func emit(t *testing.T, p *Providers) {
+// emit creates one span, and one decision and one decision duration under
+// it, on p's providers; it returns the span's context.
+func emit(t *testing.T, p *Providers) trace.SpanContext {
 	t.Helper()
-	_, span := p.TracerProvider.Tracer(InstrumentationName).Start(context.Background(), "ratelimit.global")
+	ctx, span := p.TracerProvider.Tracer(InstrumentationName).Start(context.Background(), "ratelimit.global")
 	// Sampled either way; recorded only when something exports it.
 	if !span.SpanContext().IsValid() || !span.SpanContext().IsSampled() || span.IsRecording() != p.tracesExported {
 		t.Fatalf("span: valid=%v sampled=%v recording=%v, exported=%v", span.SpanContext().IsValid(),
@@ -130,6 +133,8 @@ func emit(t *testing.T, p *Providers) {
 		t.Fatal(err)
 	}
 	m.Decision(context.Background(), "transfers", "global", ResultAllowed)
+	m.DecisionDuration(ctx, "global", 2*time.Millisecond)
+	return span.SpanContext()
 }
 
 func TestSetupWithoutEnvExportsNothing(t *testing.T) {
@@ -200,7 +205,7 @@ func TestSetupOTLPHTTP(t *testing.T) {
 	if !p.tracesExported || !p.metricsExported {
 		t.Fatalf("exporters missing: traces=%v metrics=%v", p.tracesExported, p.metricsExported)
 	}
-	emit(t, p)
+	sc := emit(t, p)
 	shutdown(t, p)
 
 	traces := col.get("/v1/traces")
@@ -238,19 +243,37 @@ func TestSetupOTLPHTTP(t *testing.T) {
 	if err := proto.Unmarshal(metrics[len(metrics)-1], &mreq); err != nil {
 		t.Fatalf("decode metrics: %v", err)
 	}
-	found := false
+	found, histogram := false, false
 	for _, rm := range mreq.GetResourceMetrics() {
 		for _, sm := range rm.GetScopeMetrics() {
 			for _, m := range sm.GetMetrics() {
-				if m.GetName() == "quotagate.decisions" {
+				switch m.GetName() {
+				case "quotagate.decisions":
 					dp := m.GetSum().GetDataPoints()
 					found = len(dp) == 1 && dp[0].GetAsInt() == 1
+				case "quotagate.decision.duration":
+					// Kept in cells, sent by the reader's producer; traces are
+					// exported, so the sampled measurement is an exemplar.
+					dp := m.GetHistogram().GetDataPoints()
+					if len(dp) != 1 || dp[0].GetCount() != 1 || len(dp[0].GetExplicitBounds()) != 14 || m.GetUnit() != "s" {
+						t.Fatalf("quotagate.decision.duration: unit %q, points %v", m.GetUnit(), dp)
+					}
+					ex := dp[0].GetExemplars()
+					traceID, spanID := sc.TraceID(), sc.SpanID()
+					histogram = len(ex) == 1 && ex[0].GetAsDouble() == 0.002 &&
+						bytes.Equal(ex[0].GetTraceId(), traceID[:]) && bytes.Equal(ex[0].GetSpanId(), spanID[:])
+					if !histogram {
+						t.Errorf("quotagate.decision.duration exemplars %v, want the measurement of span %v", ex, sc)
+					}
 				}
 			}
 		}
 	}
 	if !found {
 		t.Fatal("quotagate.decisions with value 1 not in the OTLP metrics export")
+	}
+	if !histogram {
+		t.Fatal("quotagate.decision.duration not in the OTLP metrics export")
 	}
 }
 

@@ -1,0 +1,56 @@
+package telemetry
+
+import "sync"
+
+// cellSet maps label values K to a value C made once per K: the cells of
+// an instrument whose series are kept in cells of our own (asyncCounter,
+// asyncHistogram), or prebuilt attribute options. Looking a value up is
+// one atomic load and a map lookup while there are at most limit values;
+// later ones (label values past any real configuration's) are found under
+// a lock. Values are never dropped, since a dropped cell would lose what
+// it counted: a reload that keeps a series finds its cell again by its
+// label values, and one that drops it leaves the cell, and its values,
+// exported. Safe for concurrent use.
+type cellSet[K comparable, C any] struct {
+	make  func(K) C    // a new cell of label values K
+	fast  cowMap[K, C] // at most limit cells; written under mu
+	limit int          // most cells in fast
+	mu    sync.Mutex   // serialises the writers of fast, extra and all
+	extra map[K]C      // cells past limit
+	all   []C          // every cell, in creation order; append-only
+}
+
+func newCellSet[K comparable, C any](make func(K) C) cellSet[K, C] {
+	return cellSet[K, C]{make: make, limit: maxCachedSets, extra: map[K]C{}}
+}
+
+// get returns the cell of label values k, creating it on first use.
+func (s *cellSet[K, C]) get(k K) C {
+	if c, ok := s.fast.load(k); ok {
+		return c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.fast.load(k); ok {
+		return c
+	}
+	if c, ok := s.extra[k]; ok {
+		return c
+	}
+	c := s.make(k)
+	s.all = append(s.all, c)
+	if s.fast.size() >= s.limit {
+		s.extra[k] = c
+		return c
+	}
+	s.fast.store(k, c)
+	return c
+}
+
+// list returns every cell, in creation order. Cells are only appended, so
+// the slice returned stays as it is while later cells are added.
+func (s *cellSet[K, C]) list() []C {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.all
+}
