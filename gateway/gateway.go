@@ -170,7 +170,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 			return nil, err
 		}
 		// Exported at 0 when access lines go through Logger.
-		err = o.Metrics.ObserveLogDrops(o.AccessLog.Dropped)
+		err = o.Metrics.ObserveLogDrops(o.AccessLog.Drops)
 		if err != nil {
 			return nil, err
 		}

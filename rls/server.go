@@ -115,7 +115,12 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 	}
 	if httpLn != nil {
 		n++
-		hs = &http.Server{Handler: s.check, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10}
+		// Its connection errors (a failed TLS handshake) go to the
+		// service's logger, like the gateway's, not to the log package's
+		// stderr, whose synchronous write would hold the connection's
+		// goroutine on a stuck stderr.
+		hs = &http.Server{Handler: s.check, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
+			ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)}
 		if s.tls != nil {
 			httpLn = tls.NewListener(httpLn, s.tls)
 		}

@@ -54,6 +54,15 @@ func (a *AccessLog) Dropped() uint64 {
 	return a.w.Dropped()
 }
 
+// Drops is the number of lines lost by the log's writer, by kind
+// (AsyncWriter.Drops); zero for a nil AccessLog.
+func (a *AccessLog) Drops() LogDrops {
+	if a == nil {
+		return LogDrops{}
+	}
+	return a.w.Drops()
+}
+
 // accessBufs recycles encoding buffers; a line is typically 250–350 bytes.
 var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 

@@ -255,17 +255,28 @@ func TestAsyncWriterWriteIsSynchronous(t *testing.T) {
 func TestLogDropsMetric(t *testing.T) {
 	m, p := newTestMetrics(t)
 	var n uint64 = 7
-	if err := m.ObserveLogDrops(func() uint64 { return n }); err != nil {
+	if err := m.ObserveLogDrops(func() LogDrops { return LogDrops{Access: n} }); err != nil {
 		t.Fatal(err)
 	}
 	// Replacing the function replaces the value, not adds to it.
-	if err := m.ObserveLogDrops(func() uint64 { return n + 1 }); err != nil {
+	if err := m.ObserveLogDrops(func() LogDrops { return LogDrops{Access: n + 1, Operational: 2} }); err != nil {
 		t.Fatal(err)
 	}
 	fams := scrape(t, p.Metrics)
 	f := fams["quotagate_log_lines_dropped_total"]
-	if f == nil || len(f.Metric) != 1 || f.Metric[0].GetCounter().GetValue() != 8 {
-		t.Fatalf("quotagate_log_lines_dropped_total = %v", f)
+	if f == nil || len(f.Metric) != 2 {
+		t.Fatalf("quotagate_log_lines_dropped_total = %v, want 2 series", f)
+	}
+	got := map[string]float64{}
+	for _, s := range f.Metric {
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "kind" {
+				got[l.GetValue()] = s.GetCounter().GetValue()
+			}
+		}
+	}
+	if got["access"] != 8 || got["operational"] != 2 || len(got) != 2 {
+		t.Errorf("quotagate_log_lines_dropped_total by kind = %v, want access 8, operational 2", got)
 	}
 }
 

@@ -24,47 +24,69 @@ const maxBatch = 64 << 10
 // (a huge operational record) are left to the garbage collector.
 const maxPooledLine = 4 << 10
 
+// DefaultOperationalQueue is the number of operational lines an
+// AsyncWriter holds once QueueWrites has been called (they are
+// rate-limited, so few are ever queued at once).
+const DefaultOperationalQueue = 1024
+
 // AsyncWriter writes whole log lines to a destination from one goroutine,
 // gathering the lines queued over a short interval into one Write, so that
 // a request never waits on the log's destination (a slow terminal, a full
 // pipe) and a busy gateway makes one write, and one wake-up of the writer,
 // per interval rather than per request.
 //
-// TryWrite, for lines that may be lost under pressure (access lines),
-// queues; its queue is bounded, and when it is full the line is dropped and
-// counted, never waited for. The writer sleeps until a line is queued after
-// an idle spell, waits the flush interval from then, and writes every line
-// queued by the end of it, in Writes of about 64 KiB at most; lines queued
-// during the wait wake nothing. A queued line therefore reaches the
-// destination at most one flush interval after it was queued, plus the
-// time the destination takes over the Writes under way then and over the
-// lines queued ahead of it; sooner when the queue is more than half full,
-// as the TryWrite that finds it so cuts the wait short.
+// TryWrite, for access lines, queues; its queue is bounded, and when it is
+// full the line is dropped and counted, never waited for. The writer sleeps
+// until a line is queued after an idle spell, waits the flush interval from
+// then, and writes every line queued by the end of it, in Writes of about
+// 64 KiB at most; lines queued during the wait wake nothing. A queued line
+// therefore reaches the destination at most one flush interval after it
+// was queued, plus the time the destination takes over the Writes under
+// way then and over the lines queued ahead of it; sooner when the queue is
+// more than half full, as the TryWrite that finds it so cuts the wait
+// short.
 //
-// Write, for operational lines that must not be lost, writes to the
-// destination at once, synchronously: an operational line may therefore
-// precede access lines queued before it. Every Write to the destination is
-// serialised, so a destination shared by both kinds never sees two lines
-// interleaved; queued lines keep their order among themselves. Errors from
-// the destination are not reported (there is nowhere to log them); the
-// lines of a failed Write are lost.
+// Write, for operational lines (the slog handler's), writes to the
+// destination at once, synchronously, until QueueWrites is called: the
+// lines of a start (a config error, the start announcement) are never lost,
+// and one may precede access lines queued before it. After QueueWrites,
+// Write queues too, in a queue of its own of DefaultOperationalQueue lines,
+// so that access lines never crowd operational ones out, and drops and
+// counts a line when that queue is full: from then on no line waits on the
+// destination. Each queue keeps its lines in order; between the two, the
+// operational lines of a flush are written ahead of its access lines.
+// Every Write to the destination is serialised, so a destination shared by
+// both kinds never sees two lines interleaved. Errors from the destination
+// are not reported (there is nowhere to log them); the lines of a failed
+// Write are lost.
 //
 // Close flushes every queued line at once, without waiting for the rest of
-// the interval, and stops the goroutine; lines written after Close go to
-// the destination directly. Safe for concurrent use.
+// the interval, and stops the goroutine, but gives up after a bound when
+// the destination does not read (see CloseWithin). Safe for concurrent use.
 type AsyncWriter struct {
 	dst   io.Writer
-	queue chan *[]byte
-	half  int // a TryWrite that leaves more lines queued nudges the writer
+	queue chan *[]byte // access lines (TryWrite)
+	ops   chan *[]byte // operational lines (Write after QueueWrites)
+	half  int          // a TryWrite that leaves more lines queued nudges the writer
 	// nudge, 1-buffered, ends the writer's wait: sent to when the queue is
 	// more than half full, closed by Close.
 	nudge    chan struct{}
 	interval time.Duration // the writer's wait; 0: none
 	// after, when not nil, stands in for the writer's timer: it returns a
 	// channel that receives once the given time has passed.
-	after   func(time.Duration) <-chan time.Time
-	dropped atomic.Uint64
-	done    chan struct{}
+	after func(time.Duration) <-chan time.Time
+	// deadline, when not nil, stands in for Close's timer in the same way.
+	deadline func(time.Duration) <-chan time.Time
+
+	dropped    atomic.Uint64 // access lines dropped
+	droppedOps atomic.Uint64 // operational lines dropped
+	queueOps   atomic.Bool   // Write queues (QueueWrites was called)
+	// held is the number of lines the writer has taken from the queues and
+	// not yet handed to the destination (or had it return from).
+	held atomic.Int64
+	// abandoned is set by a Close that gave up on the writer.
+	abandoned atomic.Bool
+	done      chan struct{}
 
 	// mu guards closed; writers hold it shared while queueing so that Close
 	// (exclusive) knows no line is on its way into a queue it drains.
@@ -77,7 +99,7 @@ type AsyncWriter struct {
 // them and the goroutine that writes them.
 var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// NewAsyncWriter starts a writer to dst holding at most queue lines
+// NewAsyncWriter starts a writer to dst holding at most queue access lines
 // (queue <= 0 means DefaultLogQueue) and writing them DefaultFlushInterval
 // (10 ms) after the first line of each busy spell.
 func NewAsyncWriter(dst io.Writer, queue int) *AsyncWriter {
@@ -103,6 +125,7 @@ func newAsyncWriter(dst io.Writer, queue int, interval time.Duration, after func
 	w := &AsyncWriter{
 		dst:      dst,
 		queue:    make(chan *[]byte, queue),
+		ops:      make(chan *[]byte, DefaultOperationalQueue),
 		half:     queue / 2,
 		nudge:    make(chan struct{}, 1),
 		interval: max(interval, 0),
@@ -116,12 +139,14 @@ func newAsyncWriter(dst io.Writer, queue int, interval time.Duration, after func
 // TryWrite queues a copy of line (one or more whole lines, each ending in
 // a newline) and reports true, or, when the queue is full, drops it, counts
 // it in Dropped and reports false. It never blocks on the destination.
+// After Close it writes line directly if Close flushed everything, and
+// otherwise drops and counts it.
 func (w *AsyncWriter) TryWrite(line []byte) bool {
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
-		_, _ = w.Write(line)
-		return true
+		_, err := w.writeClosed(line, &w.dropped)
+		return !errors.Is(err, ErrLineDropped)
 	}
 	b := copyLine(line)
 	select {
@@ -142,49 +167,86 @@ func (w *AsyncWriter) TryWrite(line []byte) bool {
 	}
 }
 
-// Write writes p to the destination now, between two batches of queued
-// lines, and returns what the destination returned. It is what an slog
-// handler sharing the destination writes through.
+// ErrLineDropped is what Write returns for a line it dropped: its queue
+// was full, or Close gave up on the destination.
+var ErrLineDropped = errors.New("telemetry: log line dropped")
+
+// Write writes p (whole lines) for an slog handler sharing the destination
+// with the access lines. Until QueueWrites it writes p to the destination
+// now, between two batches of queued lines, and returns what the
+// destination returned. After QueueWrites it queues a copy of p and
+// returns len(p), or, when the operational queue is full, drops p, counts
+// it in Drops().Operational and returns 0 and ErrLineDropped. After Close
+// it writes p directly if Close flushed everything, and otherwise drops
+// and counts it (also before QueueWrites: the destination that Close gave
+// up on is not waited for again).
 func (w *AsyncWriter) Write(p []byte) (int, error) {
-	w.direct.Lock()
-	defer w.direct.Unlock()
-	return w.dst.Write(p)
+	if !w.queueOps.Load() && !w.abandoned.Load() {
+		w.direct.Lock()
+		defer w.direct.Unlock()
+		return w.dst.Write(p)
+	}
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return w.writeClosed(p, &w.droppedOps)
+	}
+	b := copyLine(p)
+	select {
+	case w.ops <- b:
+		w.mu.RUnlock()
+		return len(p), nil
+	default:
+		w.mu.RUnlock()
+		linePool.Put(b)
+		w.droppedOps.Add(1)
+		return 0, ErrLineDropped
+	}
 }
+
+// QueueWrites makes Write queue from now on rather than write at once: the
+// gateway calls it once it has started, so that no line written after that
+// waits on the destination. It cannot be undone.
+func (w *AsyncWriter) QueueWrites() { w.queueOps.Store(true) }
 
 // Dropped is the number of lines TryWrite has dropped since the start.
 func (w *AsyncWriter) Dropped() uint64 { return w.dropped.Load() }
 
-// errClosed is what a second Close returns.
-var errClosed = errors.New("telemetry: AsyncWriter already closed")
+// LogDrops counts the lines a log lost, by kind, since the start.
+type LogDrops struct {
+	Access      uint64 // access lines (TryWrite)
+	Operational uint64 // operational lines (Write after QueueWrites)
+}
 
-// Close writes every queued line to the destination, stops the writing
-// goroutine and returns once both are done. Later lines are written
-// directly. A second Close returns an error and does nothing.
-func (w *AsyncWriter) Close() error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return errClosed
-	}
-	w.closed = true
-	close(w.nudge) // no TryWrite sends to it from now on
-	close(w.queue)
-	w.mu.Unlock()
-	<-w.done
-	return nil
+// Drops is the number of lines dropped since the start, by kind: because
+// their queue was full, or written after a Close that gave up.
+func (w *AsyncWriter) Drops() LogDrops {
+	return LogDrops{Access: w.dropped.Load(), Operational: w.droppedOps.Load()}
 }
 
 // run writes queued lines, a flush interval after the first of each busy
-// spell, until the queue is closed and drained.
+// spell, until both queues are closed and drained.
 func (w *AsyncWriter) run() {
 	defer close(w.done)
 	batch := make([]byte, 0, maxBatch)
 	var timer *time.Timer
-	for {
-		first, ok := <-w.queue
-		if !ok {
-			return
+	access, ops := w.queue, w.ops
+	for access != nil || ops != nil {
+		var first *[]byte
+		var ok bool
+		select {
+		case first, ok = <-access:
+			if !ok {
+				access = nil
+				continue
+			}
+		case first, ok = <-ops:
+			if !ok {
+				ops = nil
+				continue
+			}
 		}
+		w.held.Add(1)
 		if w.interval > 0 {
 			timer = w.wait(timer)
 		}
@@ -223,32 +285,43 @@ func (w *AsyncWriter) wait(t *time.Timer) *time.Timer {
 }
 
 // flush writes batch, which holds the line first (recycled here), and then
-// every other line queued when it starts, in Writes that stop at the line
-// that crosses maxBatch bytes, and returns batch's buffer. Lines queued
-// meanwhile wait for the next flush.
+// every other line queued when it starts, operational lines first, in
+// Writes that stop at the line that crosses maxBatch bytes, and returns
+// batch's buffer. Lines queued meanwhile wait for the next flush.
 func (w *AsyncWriter) flush(batch []byte, first *[]byte) []byte {
 	recycle(first)
-	// The goroutine running flush is the queue's only receiver, so the n
+	lines := 1
+	// The goroutine running flush is the queues' only receiver, so the
 	// lines queued now are there to take without blocking, even after
-	// Close has closed the queue.
-	for n := len(w.queue); n > 0; n-- {
-		if len(batch) >= maxBatch {
-			w.write(batch)
-			batch = batch[:0]
+	// Close has closed the queues; only a Close that gave up on this
+	// goroutine takes them too, and then a queue may run dry early.
+	for _, q := range [2]chan *[]byte{w.ops, w.queue} {
+		for n := len(q); n > 0; n-- {
+			if len(batch) >= maxBatch {
+				w.write(batch, lines)
+				batch, lines = batch[:0], 0
+			}
+			b, ok := <-q
+			if !ok {
+				break
+			}
+			w.held.Add(1)
+			batch = append(batch, *b...)
+			lines++
+			recycle(b)
 		}
-		b := <-w.queue
-		batch = append(batch, *b...)
-		recycle(b)
 	}
-	w.write(batch)
+	w.write(batch, lines)
 	return batch[:0]
 }
 
-// write hands batch to the destination, between operational lines.
-func (w *AsyncWriter) write(batch []byte) {
+// write hands batch, of lines lines, to the destination, between
+// operational lines written directly.
+func (w *AsyncWriter) write(batch []byte, lines int) {
 	w.direct.Lock()
 	_, _ = w.dst.Write(batch)
 	w.direct.Unlock()
+	w.held.Add(-int64(lines))
 }
 
 // copyLine returns a pooled buffer holding a copy of p.

@@ -5,15 +5,24 @@ import (
 	"fmt"
 	"math"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
+// The kind attribute of quotagate_log_lines_dropped_total.
+var (
+	logKindAccess      = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "access")))
+	logKindOperational = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "operational")))
+)
+
 // ObserveLogDrops reports dropped() at each collection as
-// quotagate_log_lines_dropped_total: access log lines lost because the
-// log's queue was full (AccessLog.Dropped). The counter is exported from
-// the first collection. dropped is called from any goroutine. Calling it
-// again replaces the previous function; nil removes it.
-func (m *Metrics) ObserveLogDrops(dropped func() uint64) error {
+// quotagate_log_lines_dropped_total, one series per kind: kind="access"
+// for access lines and kind="operational" for operational ones
+// (AsyncWriter.Drops), lost because their queue was full, both exported
+// from the first collection, at 0 until a line is lost. dropped is called
+// from any goroutine. Calling it again replaces the previous function; nil
+// removes it.
+func (m *Metrics) ObserveLogDrops(dropped func() LogDrops) error {
 	if m == nil {
 		return nil
 	}
@@ -29,12 +38,14 @@ func (m *Metrics) ObserveLogDrops(dropped func() uint64) error {
 		return nil
 	}
 	c, err := m.meter.Int64ObservableCounter("quotagate.log.lines.dropped",
-		metric.WithDescription("Access log lines dropped because the log's queue was full."))
+		metric.WithDescription("Log lines dropped because the log's queue was full, by kind (access, operational)."))
 	if err != nil {
 		return fmt.Errorf("telemetry: log drops counter: %w", err)
 	}
 	m.logDrops, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(c, int64(min(dropped(), math.MaxInt64)))
+		d := dropped()
+		o.ObserveInt64(c, int64(min(d.Access, math.MaxInt64)), logKindAccess)
+		o.ObserveInt64(c, int64(min(d.Operational, math.MaxInt64)), logKindOperational)
 		return nil
 	}, c)
 	if err != nil {

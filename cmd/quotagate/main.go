@@ -20,6 +20,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -29,6 +32,12 @@ var version = "dev"
 type exitError struct {
 	code int
 	err  error
+	// late is set for an error met after the gateway started serving: its
+	// message is written to stderr for at most telemetry.DefaultCloseTimeout,
+	// so that a stderr that no longer reads cannot keep the process from
+	// exiting. An error of the start (late unset) is waited for: it always
+	// reaches stderr.
+	late bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -44,7 +53,39 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	os.Exit(exitCode(err, os.Stderr))
+	var stderr io.Writer = os.Stderr
+	if ee := (*exitError)(nil); errors.As(err, &ee) && ee.late {
+		stderr = boundedWriter{w: stderr, timeout: telemetry.DefaultCloseTimeout}
+	}
+	os.Exit(exitCode(err, stderr))
+}
+
+// boundedWriter writes to w, but returns after timeout with an error when
+// w has not returned by then, leaving that Write to finish (or not) in a
+// goroutine of its own.
+type boundedWriter struct {
+	w       io.Writer
+	timeout time.Duration
+}
+
+func (b boundedWriter) Write(p []byte) (int, error) {
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := b.w.Write(p)
+		done <- result{n, err}
+	}()
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-t.C:
+		return 0, fmt.Errorf("write not done within %v", b.timeout)
+	}
 }
 
 // exitCode prints err (if any) and maps it to the process exit code.

@@ -45,11 +45,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Access lines are queued and written in batches by one goroutine,
 	// dropped and counted when the queue is full; operational lines go
-	// through the same writer synchronously, so the two never interleave.
-	// The deferred Close flushes the queue after the gateway has stopped.
+	// through the same writer, so the two never interleave: synchronously
+	// until the gateway has started (a start's errors are never lost),
+	// queued after it (a stuck stderr never holds a request or the
+	// shutdown). The deferred Close, run last, flushes the queues after the
+	// gateway has stopped, for at most telemetry.DefaultCloseTimeout: when
+	// stderr does not read, the lines it would not take are lost, and the
+	// count Close returns has nowhere to go but that stderr.
 	logOut := telemetry.NewAsyncWriter(stderr, telemetry.DefaultLogQueue)
-	defer logOut.Close()
+	defer func() { _ = logOut.Close() }()
 	logger := telemetry.NewLogger(logOut, level)
+	routeLibraryLogs(logger)
 	applyMemoryDefaults(logger)
 	redis.SetLogger(redisLog{logger})
 
@@ -138,6 +144,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
 		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
+	logOut.QueueWrites()
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -160,7 +167,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		err = rerr
 	}
 	if err != nil {
-		return runtimeErr(err)
+		return &exitError{code: 2, err: err, late: true}
 	}
 	logger.Info("quotagate stopped")
 	return nil

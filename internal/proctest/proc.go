@@ -57,6 +57,11 @@ type Options struct {
 	// Start adds "-addr-file PATH" to Args and reads them from that file
 	// (or from the log line, whichever comes first).
 	FromLog bool
+	// Stderr, when not nil, is the process's stderr instead of Logs (which
+	// then gets stdout only), handed to it as is: the write end of a pipe
+	// the test never reads stands for a log reader that hung. Needs
+	// NoListen or the default -addr-file (not FromLog).
+	Stderr *os.File
 }
 
 // Proc is one running process of the binary. Its fields are set by Start and
@@ -117,6 +122,9 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 		cmd.Env = Environ()
 	}
 	cmd.Stdout, cmd.Stderr = p.Logs, p.Logs
+	if opts.Stderr != nil {
+		cmd.Stderr = opts.Stderr
+	}
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("%s: starting %s: %v", p.Name, bin, err)

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
+)
+
+// libraryLogger is the logger the libraries' own lines go to once the
+// gateway runs (routeLibraryLogs); nil before, when they go to stderr as
+// the libraries write them.
+var libraryLogger atomic.Pointer[slog.Logger]
+
+// routeLibraryLogs sends the lines that libraries would write to stderr
+// themselves, synchronously and from any goroutine (a request's, a
+// connection's, the shutdown's), through logger instead, so that they are
+// queued and dropped like the gateway's own operational lines rather than
+// waited for on a stuck stderr: the OpenTelemetry SDK's errors (a failed
+// export) and internal log, and gRPC's log (see grpcLog).
+func routeLibraryLogs(logger *slog.Logger) {
+	otel.SetErrorHandler(otelErrors{logger})
+	otel.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	libraryLogger.Store(logger)
+}
+
+// otelErrors logs the OpenTelemetry SDK's errors as warnings.
+type otelErrors struct{ logger *slog.Logger }
+
+func (h otelErrors) Handle(err error) {
+	h.logger.Warn("telemetry export failed", slog.Any("error", err))
+}

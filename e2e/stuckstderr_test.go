@@ -1,0 +1,151 @@
+//go:build linux
+
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/quotagate/quotagate/internal/proctest"
+	"github.com/quotagate/quotagate/internal/redistest"
+)
+
+// Linux fcntl and ioctl requests of a pipe.
+const (
+	fSetPipeSize = 1031   // F_SETPIPE_SZ
+	fionread     = 0x541B // FIONREAD
+)
+
+// stuckStderrExit bounds the exit after SIGTERM with stderr stuck: the
+// documented bound (server.shutdown_timeout, 3 s here, plus up to 5 s of
+// telemetry flush and 2 s of log flush) with room for a loaded machine.
+const stuckStderrExit = 30 * time.Second
+
+// TestStuckStderr: a gateway whose stderr is a pipe nobody reads (a log
+// reader that hung) keeps answering once the pipe is full, also requests
+// whose store failure writes an operational warning, and exits on SIGTERM.
+// Access lines fill the pipe; the test then tops it up to the last byte
+// through a non-blocking descriptor of its own, so that every later write
+// of the gateway to it would block.
+func TestStuckStderr(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	up := startUpstream(t)
+	cfg := limiterConfig(up.URL(), nil, "acme")
+	cfg.useRedis("250ms", rs.Addr)
+	cfg.Log = &logCfg{Level: "info"} // an access line per request
+	cfg.Policies["p_open"] = policyCfg{OnStoreError: "open", Limits: map[string]limitCfg{"std": bucket(100000, "1s", 100000)}}
+	cfg.route("open", "GET", "/open/{rest...}", 1, "p_open")
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the gateway has been stopped (cleanups run last first):
+	// a reader closed earlier would turn the gateway's writes into EPIPE.
+	t.Cleanup(func() { r.Close() })
+	size := 4096 // fewer lines fill it; the default (64 KiB) works too
+	if n, _, errno := syscall.Syscall(syscall.SYS_FCNTL, w.Fd(), fSetPipeSize, uintptr(size)); errno != 0 {
+		size = 64 << 10
+	} else {
+		size = int(n)
+	}
+	gw := startGateway(t, "gw", cfg, func(o *proctest.Options) { o.Stderr = w })
+	w.Close() // the gateway holds the write end now
+
+	client := newClient(8)
+	get := func(i int) outcome {
+		return do(client, call{base: gw.URL, path: "/open/" + strconv.Itoa(i), key: "key-acme"}, false)
+	}
+	for i := 0; pipeBytes(t, r) < size/2; i++ {
+		if i == 200 {
+			t.Fatalf("the pipe holds %d bytes after %d requests, want access lines filling %d", pipeBytes(t, r), i, size)
+		}
+		if o := get(i); o.status != http.StatusOK {
+			t.Fatalf("with Redis up: status %d (%v), want 200", o.status, o.err)
+		}
+	}
+	topUp(t, r)
+
+	rs.Kill() // every decision now fails: on_store_error open, and a warning
+	const n = 16
+	outs := make([]outcome, n)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() { outs[i] = get(1000 + i) })
+	}
+	wg.Wait()
+	unanswered := 0
+	for _, o := range outs {
+		switch {
+		case o.status == 0:
+			unanswered++
+		case o.status != http.StatusOK:
+			t.Errorf("with Redis down: status %d, want 200 (on_store_error open)", o.status)
+		}
+	}
+	if unanswered > 0 {
+		proctest.Overrun(t, "%d of %d requests unanswered within %v with Redis down and stderr stuck (first error: %v)",
+			unanswered, n, requestTimeout, firstErr(outs))
+	}
+
+	gw.proc.Signal(syscall.SIGTERM)
+	select {
+	case <-gw.proc.Done():
+		if err := gw.proc.ExitErr(); err != nil {
+			t.Errorf("exit after SIGTERM with stderr stuck: %v, want status 0", err)
+		}
+	case <-time.After(stuckStderrExit):
+		proctest.FatalOverrun(t, "the gateway did not exit within %v of SIGTERM with stderr stuck", stuckStderrExit)
+	}
+}
+
+// pipeBytes is the number of bytes waiting in the pipe r.
+func pipeBytes(t *testing.T, r *os.File) int {
+	t.Helper()
+	var n int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, r.Fd(), fionread, uintptr(unsafe.Pointer(&n))); errno != 0 {
+		t.Fatalf("FIONREAD: %v", errno)
+	}
+	return int(n)
+}
+
+// topUp fills the pipe r to the last byte through a non-blocking write
+// descriptor of the test's own (a new open file description, so the
+// gateway's stays blocking): every later write to it blocks until a reader
+// reads, which none does.
+func topUp(t *testing.T, r *os.File) {
+	t.Helper()
+	fd, err := syscall.Open(fmt.Sprintf("/proc/self/fd/%d", r.Fd()), syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("opening the pipe to fill it: %v", err)
+	}
+	defer syscall.Close(fd)
+	chunk := make([]byte, 512)
+	for len(chunk) > 0 {
+		_, err := syscall.Write(fd, chunk)
+		switch {
+		case errors.Is(err, syscall.EAGAIN):
+			chunk = chunk[:len(chunk)/2] // what is left is smaller
+		case err != nil:
+			t.Fatalf("filling the pipe: %v", err)
+		}
+	}
+}
+
+// firstErr is the transport error of the first unanswered outcome.
+func firstErr(outs []outcome) error {
+	for _, o := range outs {
+		if o.status == 0 {
+			return o.err
+		}
+	}
+	return nil
+}
