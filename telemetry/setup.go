@@ -64,9 +64,9 @@ type Providers struct {
 	// MeterProvider feeds the Prometheus handler and, when configured, an
 	// OTLP (or other OTEL_METRICS_EXPORTER) periodic reader. Its readers
 	// also collect the histograms of the last Metrics NewMetrics created on
-	// it, which the SDK does not hold (see asyncHistogram); the OTLP and
-	// console readers and the Prometheus handler do, the listener of
-	// OTEL_METRICS_EXPORTER=prometheus does not.
+	// it, which the SDK does not hold (see asyncHistogram), except a reader
+	// autoexport builds for an OTEL_METRICS_EXPORTER other than otlp,
+	// console and prometheus (see newMetricReader).
 	MeterProvider metric.MeterProvider
 	// Propagator handles W3C tracecontext and baggage headers.
 	Propagator propagation.TextMapPropagator
