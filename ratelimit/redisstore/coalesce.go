@@ -46,6 +46,17 @@ type CoalesceOptions struct {
 	Writers int
 	// MaxBatch bounds the calls of one pipeline. 0 or less means 256.
 	MaxBatch int
+	// MaxMerge bounds the plain decisions (Decide's script calls, one per
+	// hash tag group) that one merged script call of a pipeline carries:
+	// decisions queued together that may share a call (on one server any,
+	// on a Cluster those of one hash slot) are sent as one script call
+	// that runs each of them in turn, as if alone, with its own reply or
+	// error, so that Redis pays its fixed cost of a call once for all of
+	// them. A merged call also carries at most 1024 arguments. 0 means 16;
+	// 1 or less sends every decision as a call of its own. Refunds,
+	// evaluations after a denial, reservations and settlements are never
+	// merged.
+	MaxMerge int
 }
 
 const (
@@ -101,6 +112,21 @@ type scriptCall struct {
 	batch []*scriptCall
 	cmds  []*redis.Cmd
 
+	// merge is set on a plain decision's call, which may share a merged
+	// script call with others (see merge.go).
+	merge bool
+	// members are the calls of a merged call (one of an owner's merged,
+	// never pooled), in order, and mergedArgs the arguments they add to
+	// it; empty for any other call.
+	members    []*scriptCall
+	mergedArgs int
+	// units, merged and open are the scratch of the pipelines this call
+	// writes as owner (see units): the pipeline's commands' calls, the
+	// merged calls, and the open run of each slot.
+	units  []*scriptCall
+	merged []*scriptCall
+	open   map[uint16]int
+
 	// pool is the pool the call goes back to.
 	pool *callPool
 }
@@ -127,7 +153,7 @@ func (p *callPool) get(b bound) *scriptCall {
 // sent), to its pool.
 func putCall(c *scriptCall) {
 	c.disarm()
-	c.b, c.val, c.err = bound{}, nil, nil
+	c.b, c.val, c.err, c.merge = bound{}, nil, nil, false
 	c.pool.p.Put(c)
 }
 
@@ -380,9 +406,11 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 // latest deadline among the calls (none if one of them has none: the
 // client's socket timeouts then bound it).
 //
-// Calls that did not run because the server lacks the function library
-// or cannot run it are sent again (see runner.recoverFunction), and so are
-// calls that fail with NOSCRIPT (see recoverScript).
+// Sent as EVALSHA, plain decisions that may share a script call are sent
+// as merged calls (see units). Calls that did not run because the server lacks the
+// function library or cannot run it are sent again (see
+// runner.recoverFunction), and so are calls that fail with NOSCRIPT (see
+// recoverScript); a merged call is sent again whole.
 func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool) {
 	live := calls
 	if claim {
@@ -401,13 +429,19 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 		defer owner.pctx.stop()
 	}
 	fn, probe := r.useFunction()
-	cmds := resize(owner.cmds, len(live))
+	sent := live
+	if !fn {
+		sent = units(owner, live, r.mergeBy, r.maxMerge)
+	}
+	cmds := resize(owner.cmds, len(sent))
 	defer func() {
 		clear(cmds)
 		owner.cmds = cmds[:0]
+		clear(owner.units)
+		owner.units = owner.units[:0]
 	}()
 	pipe := r.pipeline()
-	for i, call := range live {
+	for i, call := range sent {
 		cmds[i] = call.cmd(ctx, fn)
 		_ = pipe.Process(ctx, cmds[i])
 	}
@@ -415,10 +449,14 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	r.pipes.Put(pipe)
 	stampUnanswered(cmds, err)
 	if fn {
-		r.recoverFunction(ctx, live, cmds, probe)
+		r.recoverFunction(ctx, sent, cmds, probe)
 	}
-	recoverScript(ctx, r.client, live, cmds)
-	for i, call := range live {
+	recoverScript(ctx, r.client, sent, cmds)
+	for i, call := range sent {
+		if len(call.members) > 0 {
+			call.deliver(cmds[i].Result())
+			continue
+		}
 		call.val, call.err = cmds[i].Result()
 		call.done <- struct{}{}
 	}

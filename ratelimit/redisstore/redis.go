@@ -84,6 +84,9 @@ var (
 // from then on: Close closes it. It starts no goroutine.
 func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
 	s := &RedisStore{client: client, opts: opts, run: newRunner(client, opts.Logger)}
+	if m := opts.Coalesce.MaxMerge; m != 0 {
+		s.run.maxMerge = m
+	}
 	if !opts.Coalesce.Disabled {
 		s.co = newCoalescer(s.run, opts.Coalesce)
 		if cc, ok := client.(*redis.ClusterClient); ok {
@@ -180,6 +183,9 @@ func (s *RedisStore) getCall(b bound) *scriptCall { return s.calls.get(b) }
 func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) (any, error) {
 	c := s.getCall(b)
 	c.build(mode, nowUS, useNow, items, idx, want)
+	// A plain decision's call may share a merged script call; a
+	// reservation's is kept apart.
+	c.merge = want == nil
 	if s.co == nil {
 		sendPipeline(c, s.run, []*scriptCall{c}, false)
 		<-c.done

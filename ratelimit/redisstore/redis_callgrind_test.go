@@ -30,7 +30,10 @@ import (
 // as an FCALL of the library and as the EVALSHA fallback, with one and
 // two items; and as an FCALL, one concurrency item (the same holder each
 // time) and one token bucket reservation whose want changes with every
-// decision (1000 values in turn).
+// decision (1000 values in turn). The pipeline=32 cases send the
+// decisions (one token bucket each, on 32 keys) in pipelines of 32 from
+// an uncoalesced store: as EVALSHA merged by up to 1 (not merged), 8, 16
+// and 32 decisions per script call, and as FCALL (never merged).
 //
 // It is slow (about a minute per case on a quiet machine) and runs only
 // when QG_CALLGRIND is set and valgrind is on PATH; b.N is ignored:
@@ -44,14 +47,16 @@ func BenchmarkRedisServerInstructions(b *testing.B) {
 	if err != nil {
 		b.Skip("valgrind not on PATH")
 	}
-	run := func(name string, evalsha bool, decide callgrindDecide) {
+	// Each decide makes per decisions.
+	runPer := func(name string, evalsha bool, per int, decide callgrindDecide) {
 		b.Run(name, func(b *testing.B) {
 			const few, many = 200, 1200
-			lo := callgrindRun(b, valgrind, evalsha, decide, few)
-			hi := callgrindRun(b, valgrind, evalsha, decide, many)
-			b.ReportMetric(float64(hi-lo)/(many-few), "instructions/decision")
+			lo := callgrindRun(b, valgrind, evalsha, decide, few/per)
+			hi := callgrindRun(b, valgrind, evalsha, decide, many/per)
+			b.ReportMetric(float64(hi-lo)/float64((many/per-few/per)*per), "instructions/decision")
 		})
 	}
+	run := func(name string, evalsha bool, decide callgrindDecide) { runPer(name, evalsha, 1, decide) }
 	for _, mode := range []string{"fcall", "evalsha"} {
 		for _, n := range []int{1, 2} {
 			run(fmt.Sprintf("%s/items=%d", mode, n), mode == "evalsha", decideBuckets(n))
@@ -66,6 +71,37 @@ func BenchmarkRedisServerInstructions(b *testing.B) {
 			Limit: ratelimit.Limit{Rate: 10_000_000, Per: time.Second, Burst: 10_000_000}, Cost: 1}}, []int64{2 + int64(i%1000)})
 		return d, err
 	})
+	// Pipelines of 32 decisions, as EVALSHA merged by up to merge (1:
+	// not merged), and as FCALL (never merged).
+	for _, merge := range []int{1, 8, 16, 32} {
+		runPer(fmt.Sprintf("evalsha/pipeline=32/merge=%d", merge), true, 32, decidePipelined(32, merge))
+	}
+	runPer("fcall/pipeline=32", false, 32, decidePipelined(32, 1))
+}
+
+// decidePipelined makes calls decisions of one token bucket each (of
+// distinct keys) as one pipeline, the calls merged by up to merge: the
+// path of the decisions one writer takes from the queue together.
+func decidePipelined(calls, merge int) callgrindDecide {
+	ds := make([]mergeDecision, calls)
+	for k := range ds {
+		ds[k] = mergeDecision{items: []ratelimit.Item{{Key: fmt.Sprintf("{cg%d}:0", k), Algorithm: ratelimit.TokenBucket,
+			Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}}, mode: modeDecideShort, merge: true}
+	}
+	return func(ctx context.Context, s *RedisStore, _ int) (ratelimit.Decision, error) {
+		s.run.maxMerge = merge
+		vals, errs := s.sendDecisions(ds, 0)
+		for k := range vals {
+			if errs[k] != nil {
+				return ratelimit.Decision{}, errs[k]
+			}
+			var res [1]ratelimit.Result
+			if ok, err := parseReply(vals[k], ds[k].items, []int{0}, res[:], nil, true); err != nil || !ok {
+				return ratelimit.Decision{}, fmt.Errorf("decision %d: admitted %v, %v", k, ok, err)
+			}
+		}
+		return ratelimit.Decision{Allowed: true}, nil
+	}
 }
 
 // callgrindDecide makes the i-th decision of a callgrindRun.

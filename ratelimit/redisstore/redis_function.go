@@ -79,6 +79,11 @@ type runner struct {
 	// pipes holds pipelines of client for reuse: one that has run (Exec)
 	// is empty again.
 	pipes sync.Pool
+	// mergeBy and maxMerge say which plain decisions of an EVALSHA
+	// pipeline share a merged script call, and at most how many (see
+	// units).
+	mergeBy  mergeBy
+	maxMerge int
 }
 
 // pipeline returns an empty pipeline of the client, to be put back in
@@ -94,7 +99,7 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &runner{client: client, log: log, now: time.Now}
+	return &runner{client: client, log: log, now: time.Now, mergeBy: mergeByOf(client), maxMerge: defaultMaxMerge}
 }
 
 // useFunction reports how to send the next pipeline: as FCALL (fn) or as

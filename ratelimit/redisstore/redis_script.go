@@ -37,6 +37,11 @@ var luaOrder = []string{
 
 const luaEntry = "lua/dispatch.lua"
 
+// luaMerged follows the entry point in the script (not in the function
+// library): the merged calls and the function entry(KEYS, ARGV) that the
+// script calls (see lua/merged.lua and merge.go).
+const luaMerged = "lua/merged.lua"
+
 // decideScript is the assembled script, for servers that cannot run the
 // function library (see runner): the shared body and a call of its entry
 // point. Run sends EVALSHA and, when the server does not know the digest
@@ -44,8 +49,8 @@ const luaEntry = "lua/dispatch.lua"
 // caches it again.
 // Before Redis 5 a script that reads TIME and then writes must ask to be
 // replicated by its effects; functions always are.
-var decideScript = redis.NewScript(assembleBody() +
-	"if redis.replicate_commands then redis.replicate_commands() end\nreturn decide(KEYS, ARGV)\n")
+var decideScript = redis.NewScript(assembleBody() + luaFile(luaMerged) +
+	"if redis.replicate_commands then redis.replicate_commands() end\nreturn entry(KEYS, ARGV)\n")
 
 // assembleBody returns the source that the script and the function library
 // share: the prelude and algorithms, then the local function
@@ -53,12 +58,7 @@ var decideScript = redis.NewScript(assembleBody() +
 func assembleBody() string {
 	var src []byte
 	for _, name := range append(luaOrder, luaEntry) {
-		b, err := luaFiles.ReadFile(name)
-		if err != nil {
-			// The files are embedded at build time; a missing one is a
-			// build defect that every test would reveal.
-			panic("ratelimit: embedded script missing: " + name)
-		}
+		b := luaFile(name)
 		src = append(src, "-- "+name+"\n"...)
 		if name == luaEntry {
 			src = append(src, "local function decide(KEYS, ARGV)\n"...)
@@ -70,6 +70,17 @@ func assembleBody() string {
 		src = append(src, '\n')
 	}
 	return string(src)
+}
+
+// luaFile returns the embedded file name.
+func luaFile(name string) string {
+	b, err := luaFiles.ReadFile(name)
+	if err != nil {
+		// The files are embedded at build time; a missing one is a build
+		// defect that every test would reveal.
+		panic("ratelimit: embedded script missing: " + name)
+	}
+	return string(b)
 }
 
 // Script modes (ARGV[1]).

@@ -22,9 +22,11 @@ import (
 // tag, 1000 tenants), so that a pipeline carries several calls; and, so
 // that the sharing does not depend on the scheduler, batch=16 sends 16
 // calls as one pipeline from one goroutine (the path of queued calls that
-// one writer takes together). It reports allocations, and pipelines per
-// decision from the server's count of reads (INFO total_reads_processed;
-// batch=16 is 1/16 by construction).
+// one writer takes together), as FCALLs and, evalsha/batch=16, as the
+// EVALSHA script, whose 16 plain decisions merge into one script call.
+// It reports allocations, and pipelines per decision from the server's
+// count of reads (INFO total_reads_processed; batch=16 is 1/16 by
+// construction).
 //
 // Its instruction count is the deterministic measure: run it under
 // callgrind at two iteration counts and divide the difference (see
@@ -95,33 +97,50 @@ func BenchmarkDecideShared(b *testing.B) {
 			report(b, r0)
 		})
 	}
-	b.Run("batch=16", func(b *testing.B) {
-		const batch = 16
-		s := newStore(b)
-		calls := make([]*scriptCall, batch)
-		idx := []int{0, 1}
-		b.ReportAllocs()
-		r0 := reads()
-		b.ResetTimer()
-		for i := 0; i < b.N; i += batch {
-			n := min(batch, b.N-i)
-			bd := newBound(context.Background(), 10*time.Second)
-			for k := range n {
-				calls[k] = s.getCall(bd)
-				calls[k].build(modeDecideShort, 0, false, items[(i+k)%len(items)], idx, nil)
+	for _, evalsha := range []bool{false, true} {
+		name := "batch=16"
+		if evalsha {
+			name = "evalsha/batch=16"
+		}
+		b.Run(name, func(b *testing.B) { benchBatch16(b, newStore(b), evalsha, items, reads, report) })
+	}
+}
+
+// benchBatch16 is BenchmarkDecideShared's batch=16 case, on s: as
+// FCALLs, or, with evalsha, as the EVALSHA script, whose plain decisions
+// merge into one script call.
+func benchBatch16(b *testing.B, s *RedisStore, evalsha bool, items [][]ratelimit.Item, reads func() int64, report func(*testing.B, int64)) {
+	const batch = 16
+	if evalsha {
+		s.run.pinEvalsha()
+		if err := decideScript.Load(context.Background(), s.client).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	calls := make([]*scriptCall, batch)
+	idx := []int{0, 1}
+	b.ReportAllocs()
+	r0 := reads()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += batch {
+		n := min(batch, b.N-i)
+		bd := newBound(context.Background(), 10*time.Second)
+		for k := range n {
+			calls[k] = s.getCall(bd)
+			calls[k].build(modeDecideShort, 0, false, items[(i+k)%len(items)], idx, nil)
+			calls[k].merge = true
+		}
+		vals, errs := s.exchange(calls[:n])
+		for k := range n {
+			if errs[k] != nil {
+				b.Fatal(errs[k])
 			}
-			vals, errs := s.exchange(calls[:n])
-			for k := range n {
-				if errs[k] != nil {
-					b.Fatal(errs[k])
-				}
-				var res [2]ratelimit.Result
-				var ext [2]itemReply
-				if ok, err := parseReply(vals[k], items[(i+k)%len(items)], idx, res[:], ext[:], true); err != nil || !ok {
-					b.Fatalf("reply: %v %v", ok, err)
-				}
+			var res [2]ratelimit.Result
+			var ext [2]itemReply
+			if ok, err := parseReply(vals[k], items[(i+k)%len(items)], idx, res[:], ext[:], true); err != nil || !ok {
+				b.Fatalf("reply: %v %v", ok, err)
 			}
 		}
-		report(b, r0)
-	})
+	}
+	report(b, r0)
 }
