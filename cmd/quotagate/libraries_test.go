@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/syncbuf"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -61,7 +62,8 @@ type blockedWriter struct{ release chan struct{} }
 func (b blockedWriter) Write(p []byte) (int, error) { <-b.release; return len(p), nil }
 
 // TestBoundedWriter: a Write the destination takes returns what it
-// returned; one it does not take returns an error once the bound passed.
+// returned; one it does not take returns an error once the bound has
+// passed (an injected timer, fired by the test), not before.
 func TestBoundedWriter(t *testing.T) {
 	var buf bytes.Buffer
 	if n, err := (boundedWriter{w: &buf, timeout: time.Hour}).Write([]byte("x\n")); n != 2 || err != nil || buf.String() != "x\n" {
@@ -69,8 +71,41 @@ func TestBoundedWriter(t *testing.T) {
 	}
 	stuck := blockedWriter{release: make(chan struct{})}
 	defer close(stuck.release)
-	n, err := boundedWriter{w: stuck, timeout: time.Millisecond}.Write([]byte("x\n"))
-	if n != 0 || err == nil {
-		t.Errorf("Write to a stuck destination: %d, %v, want 0 and an error", n, err)
+	fire := make(chan time.Time)
+	asked := make(chan time.Duration, 1)
+	b := boundedWriter{w: stuck, timeout: 3 * time.Second, after: func(d time.Duration) <-chan time.Time {
+		asked <- d
+		return fire
+	}}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := b.Write([]byte("x\n"))
+		done <- result{n, err}
+	}()
+	select {
+	case d := <-asked:
+		if d != 3*time.Second {
+			t.Errorf("the Write waits %v, want its bound of 3s", d)
+		}
+	case <-time.After(30 * time.Second):
+		proctest.FatalOverrun(t, "the Write started no timer within 30s")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Write to a stuck destination returned %d, %v before its bound passed", r.n, r.err)
+	default:
+	}
+	fire <- time.Time{}
+	select {
+	case r := <-done:
+		if r.n != 0 || r.err == nil {
+			t.Errorf("Write to a stuck destination: %d, %v, want 0 and an error", r.n, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		proctest.FatalOverrun(t, "Write did not return within 30s of its bound passing")
 	}
 }

@@ -62,10 +62,14 @@ func main() {
 
 // boundedWriter writes to w, but returns after timeout with an error when
 // w has not returned by then, leaving that Write to finish (or not) in a
-// goroutine of its own.
+// goroutine of its own. A timeout of 0 or less gives up at once unless w
+// has already returned.
 type boundedWriter struct {
 	w       io.Writer
 	timeout time.Duration
+	// after, when not nil, stands in for the timer: it returns a channel
+	// that receives once the given time has passed.
+	after func(time.Duration) <-chan time.Time
 }
 
 func (b boundedWriter) Write(p []byte) (int, error) {
@@ -78,12 +82,16 @@ func (b boundedWriter) Write(p []byte) (int, error) {
 		n, err := b.w.Write(p)
 		done <- result{n, err}
 	}()
-	t := time.NewTimer(b.timeout)
-	defer t.Stop()
+	expired := b.after
+	if expired == nil {
+		t := time.NewTimer(b.timeout)
+		defer t.Stop()
+		expired = func(time.Duration) <-chan time.Time { return t.C }
+	}
 	select {
 	case r := <-done:
 		return r.n, r.err
-	case <-t.C:
+	case <-expired(b.timeout):
 		return 0, fmt.Errorf("write not done within %v", b.timeout)
 	}
 }
