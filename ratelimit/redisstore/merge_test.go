@@ -501,3 +501,63 @@ func TestUnitsBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestMergedCallsCoalescedExact: concurrent Decides through the coalescer
+// in EVALSHA mode, whose queued decisions merge, admit exactly what one
+// shared bucket holds, and each caller's own bucket its own burst.
+func TestMergedCallsCoalescedExact(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	s := NewRedisStore(NewRedisClient(RedisClientOptions{Addrs: []string{srv.Addr}}), RedisOptions{
+		Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = s.Close() })
+	s.run.pinEvalsha()
+	p := redistest.KeyPrefix(t)
+	const callers, each, shared, own = 32, 40, 500, 15
+	bucket := func(key string, burst int64) ratelimit.Item {
+		return ratelimit.Item{Key: key, Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: burst}, Cost: 1}
+	}
+	before := evalshaCalls(t, srv)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sharedOK, ownOK := 0, make([]int, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				// Alternate: the shared bucket (a group of its own), then
+				// the caller's own (one of its own tag).
+				var it ratelimit.Item
+				if i%2 == 0 {
+					it = bucket(p+"{shared}b", shared)
+				} else {
+					it = bucket(fmt.Sprintf("%s{own%d}b", p, g), own)
+				}
+				d, err := s.Decide(context.Background(), []ratelimit.Item{it})
+				if err != nil {
+					t.Errorf("caller %d: %v", g, err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					if i%2 == 0 {
+						sharedOK++
+					} else {
+						ownOK[g]++
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if want := min(shared, callers*each/2); sharedOK != want {
+		t.Errorf("shared bucket admitted %d, want %d", sharedOK, want)
+	}
+	for g, n := range ownOK {
+		if want := min(own, each/2); n != want {
+			t.Errorf("caller %d's bucket admitted %d, want %d", g, n, want)
+		}
+	}
+	t.Logf("%d decisions took %d script calls", callers*each, evalshaCalls(t, srv)-before)
+}
