@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log"
 	"log/slog"
 	"sync/atomic"
 
@@ -18,10 +19,16 @@ var libraryLogger atomic.Pointer[slog.Logger]
 // connection's, the shutdown's), through logger instead, so that they are
 // queued and dropped like the gateway's own operational lines rather than
 // waited for on a stuck stderr: the OpenTelemetry SDK's errors (a failed
-// export) and internal log, and gRPC's log (see grpcLog).
+// export) and internal log, gRPC's log (see grpcLog), and the standard log
+// package's default logger, which an http.Server without an ErrorLog (the
+// listener of OTEL_METRICS_EXPORTER=prometheus) writes its errors to, as a
+// warning each, the line as its message.
 func routeLibraryLogs(logger *slog.Logger) {
 	otel.SetErrorHandler(otelErrors{logger})
 	otel.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	log.SetFlags(0) // the record has its own time
+	log.SetPrefix("")
+	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelWarn).Writer())
 	libraryLogger.Store(logger)
 }
 

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +110,44 @@ func TestBoundedWriter(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		proctest.FatalOverrun(t, "Write did not return within 30s of its bound passing")
+	}
+}
+
+// TestStdLogThroughLogger: once the library logs are routed, an
+// http.Server with no ErrorLog (as the Prometheus listener of
+// OTEL_METRICS_EXPORTER=prometheus is) writes its errors through the
+// gateway's logger, not to the standard log package's stderr, which a
+// stuck stderr would hold the connection's goroutine on.
+func TestStdLogThroughLogger(t *testing.T) {
+	prevOut, prevFlags, prevPrefix := log.Writer(), log.Flags(), log.Prefix()
+	prevLib := libraryLogger.Load()
+	t.Cleanup(func() {
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+		log.SetPrefix(prevPrefix)
+		libraryLogger.Store(prevLib)
+	})
+	var buf syncbuf.Buffer
+	routeLibraryLogs(telemetry.NewLogger(&buf, slog.LevelInfo))
+
+	// A second WriteHeader makes net/http log "superfluous
+	// response.WriteHeader call" to the server's ErrorLog, here the
+	// standard logger, before the response is finished.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	line := strings.TrimSpace(buf.String())
+	var rec struct{ Level, Msg string }
+	if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level != "WARN" ||
+		!strings.Contains(rec.Msg, "superfluous response.WriteHeader") {
+		t.Fatalf("logger got %q (%v), want one JSON warning with net/http's error as its message", line, err)
 	}
 }
