@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,14 +67,16 @@ type histCell struct {
 	counts    []atomic.Uint64
 	sum       atomic.Uint64
 	min, max  atomic.Uint64
-	seen      atomic.Bool
+	seen      atomic.Bool                          // recorded in, and listed in order
+	order     *recordOrder                         // its histogram's cells by first recording
 	exemplars []atomic.Pointer[sampledMeasurement] // per bucket, nil until taken
 }
 
-func newHistCell(bounds []float64, attrs attribute.Set) *histCell {
+func newHistCell(bounds []float64, attrs attribute.Set, order *recordOrder) *histCell {
 	c := &histCell{
 		bounds:    bounds,
 		attrs:     attrs,
+		order:     order,
 		counts:    make([]atomic.Uint64, len(bounds)+1),
 		exemplars: make([]atomic.Pointer[sampledMeasurement], len(bounds)+1),
 	}
@@ -103,8 +106,8 @@ func (c *histCell) record(ctx context.Context, v float64, mode exemplarMode) {
 			break
 		}
 	}
-	if !c.seen.Load() {
-		c.seen.Store(true)
+	if !c.seen.Load() && c.seen.CompareAndSwap(false, true) {
+		c.order.add(c)
 	}
 	if mode == exemplarsNone {
 		return
@@ -202,6 +205,31 @@ func (s histSnapshot) point(attrs attribute.Set, bounds []float64, start, now ti
 // past an instrument's cardinality limit, as the SDK labels it.
 var overflowSet = attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
 
+// recordOrder lists the cells of a histogram recorded in, in the order of
+// their first recordings: the order in which the SDK admits series under
+// its cardinality limit (the first ones keep their attributes for good, the
+// later ones fold into the overflow series), whatever the order in which
+// the cells were made. Safe for concurrent use.
+type recordOrder struct {
+	mu    sync.Mutex
+	cells []*histCell // append-only
+}
+
+// add appends c, at its first recording.
+func (o *recordOrder) add(c *histCell) {
+	o.mu.Lock()
+	o.cells = append(o.cells, c)
+	o.mu.Unlock()
+}
+
+// list returns the cells recorded in so far, in order; the slice stays as
+// it is while later cells are added.
+func (o *recordOrder) list() []*histCell {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.cells
+}
+
 // asyncHistogram is a histogram whose series are histCells keyed by their
 // label values K (see cellSet). Safe for concurrent use.
 type asyncHistogram[K comparable] struct {
@@ -209,14 +237,16 @@ type asyncHistogram[K comparable] struct {
 	bounds           []float64
 	start            time.Time // when it was created: the start of every cumulative point
 	cells            cellSet[K, *histCell]
+	recorded         *recordOrder // the cells recorded in, by first recording
 }
 
 // newAsyncHistogram creates the histogram name, in unit, with bucket
 // boundaries bounds (ascending), and its empty set of cells; build makes
 // the attribute set of label values K.
 func newAsyncHistogram[K comparable](name, desc, unit string, bounds []float64, build func(K) attribute.Set) *asyncHistogram[K] {
-	return &asyncHistogram[K]{name: name, desc: desc, unit: unit, bounds: bounds, start: time.Now(),
-		cells: newCellSet(func(k K) *histCell { return newHistCell(bounds, build(k)) })}
+	order := &recordOrder{}
+	return &asyncHistogram[K]{name: name, desc: desc, unit: unit, bounds: bounds, start: time.Now(), recorded: order,
+		cells: newCellSet(func(k K) *histCell { return newHistCell(bounds, build(k), order) })}
 }
 
 // cell returns the cell of label values k, creating it empty, not yet
@@ -249,8 +279,9 @@ func (s histSnapshot) minus(p histSnapshot) histSnapshot {
 // histogram collected at now: cumulative when delta is nil, else what was
 // recorded since the collection delta remembers (series with nothing new
 // left out, no minimum or maximum). At most limit series are reported
-// (no limit when limit <= 0), the last of them, past limit-1, folding the
-// others. ok is false when there is nothing to report.
+// (no limit when limit <= 0): the first limit-1 cells recorded in (of
+// those with something to report) under their attributes, the last folding
+// the others. ok is false when there is nothing to report.
 func (h *asyncHistogram[K]) collect(now time.Time, limit int, delta *deltaState) (metricdata.Metrics, bool) {
 	start, temporality := h.start, metricdata.CumulativeTemporality
 	if delta != nil {
@@ -262,10 +293,7 @@ func (h *asyncHistogram[K]) collect(now time.Time, limit int, delta *deltaState)
 	}
 	var points []metricdata.HistogramDataPoint[float64]
 	var overflow *histSnapshot
-	for _, c := range h.cells.list() {
-		if !c.seen.Load() {
-			continue
-		}
+	for _, c := range h.recorded.list() {
 		s := c.snapshot()
 		if delta != nil {
 			p, ok := delta.prev[c]

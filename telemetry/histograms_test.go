@@ -293,6 +293,29 @@ func TestHistogramsCardinalityLimit(t *testing.T) {
 	}
 }
 
+// TestHistogramsCardinalityLimitByFirstRecording: the series that keep
+// their attributes past the limit are the first ones recorded in, as with
+// the SDK, not the first ones whose handle was made: a config load makes
+// every route's handle before any request, in the config's order, and a
+// series exported under its attributes must not later move into the
+// overflow series because a series made earlier got its first recording.
+func TestHistogramsCardinalityLimitByFirstRecording(t *testing.T) {
+	m, cells := cellsReader(t, metricdata.CumulativeTemporality)
+	m.cardinalityLimit = 3
+	reference := sdkmetric.NewManualReader()
+	ref := syncReference(t, reference, sdkmetric.WithCardinalityLimit(3))
+
+	for _, route := range []string{"a", "b", "c", "d"} { // as a config load does
+		m.RouteSeries(route)
+	}
+	for i, route := range []string{"d", "c", "b", "a", "d"} {
+		r := histRecording{"upstream", route, time.Duration(i+1) * time.Millisecond, context.Background()}
+		r.recordCells(m)
+		r.recordSync(ref)
+		sameHistograms(t, "after recording in "+route, histogramsOf(t, reference), histogramsOf(t, cells))
+	}
+}
+
 // TestHistogramsExpositionUnchanged renders the /metrics text of the same
 // measurements made through the cells (the handler Setup builds) and
 // through synchronous histograms on a Prometheus exporter set up as Setup
