@@ -395,6 +395,9 @@ func TestHistogramExemplarsFollowTheFilter(t *testing.T) {
 		{map[string]string{envExemplarFilter: "always_off"}, exemplarsNone, 0},
 		{map[string]string{envExemplarFilter: "trace_based"}, exemplarsTraceBased, 1},
 		{map[string]string{envExemplarFilter: "always_on"}, exemplarsAlways, 1},
+		// The SDK reads the value in any case (so its counters, too).
+		{map[string]string{envExemplarFilter: " ALWAYS_OFF"}, exemplarsNone, 0},
+		{map[string]string{envExemplarFilter: "Always_On"}, exemplarsAlways, 1},
 	} {
 		p, err := Setup(context.Background(), Options{Getenv: mapEnv(tc.env), InstanceID: "test"})
 		if err != nil {

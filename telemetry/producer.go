@@ -84,12 +84,13 @@ func (m *Metrics) exemplarMode() exemplarMode { return exemplarMode(m.exemplars.
 
 // exemplarModeFrom is the mode the SDK's exemplar filter would have: off
 // when off (see exemplarsOff), else as OTEL_METRICS_EXEMPLAR_FILTER says,
-// trace_based by default and for a value the SDK does not know.
+// trace_based by default and for a value the SDK does not know; like the
+// SDK, it ignores case and surrounding space.
 func exemplarModeFrom(getenv func(string) string, off bool) exemplarMode {
 	if off {
 		return exemplarsNone
 	}
-	switch strings.TrimSpace(getenv(envExemplarFilter)) {
+	switch strings.ToLower(strings.TrimSpace(getenv(envExemplarFilter))) {
 	case "always_on":
 		return exemplarsAlways
 	case "always_off":
