@@ -77,7 +77,7 @@ func (w *AsyncWriter) CloseWithin(timeout time.Duration) error {
 		return nil
 	default:
 	}
-	lost := discard(w.ops) + discard(w.queue) + uint64(max(w.held.Load(), 0))
+	lost := discardOps(w.ops) + discard(w.queue) + uint64(max(w.held.Load(), 0))
 	return &LinesLostError{Lines: lost, Timeout: timeout}
 }
 
@@ -87,6 +87,16 @@ func discard(q chan *[]byte) uint64 {
 	var n uint64
 	for b := range q {
 		linePool.Put(b)
+		n++
+	}
+	return n
+}
+
+// discardOps is discard for the operational queue.
+func discardOps(q chan opLine) uint64 {
+	var n uint64
+	for o := range q {
+		linePool.Put(o.b)
 		n++
 	}
 	return n

@@ -53,8 +53,10 @@ const DefaultOperationalQueue = 1024
 // Write queues too, in a queue of its own of DefaultOperationalQueue lines,
 // so that access lines never crowd operational ones out, and drops and
 // counts a line when that queue is full: from then on no line waits on the
-// destination. Each queue keeps its lines in order; between the two, the
-// operational lines of a flush are written ahead of its access lines.
+// destination. Queued lines are written in the order they were queued, the
+// two kinds together: an operational line after every access line queued
+// before it began (lines queued at once from several goroutines have no
+// order to keep).
 // Every Write to the destination is serialised, so a destination shared by
 // both kinds never sees two lines interleaved. Errors from the destination
 // are not reported (there is nowhere to log them); the lines of a failed
@@ -66,8 +68,11 @@ const DefaultOperationalQueue = 1024
 type AsyncWriter struct {
 	dst   io.Writer
 	queue chan *[]byte // access lines (TryWrite)
-	ops   chan *[]byte // operational lines (Write after QueueWrites)
-	half  int          // a TryWrite that leaves more lines queued nudges the writer
+	ops   chan opLine  // operational lines (Write after QueueWrites)
+	// queued is the number of access lines queued since the start; an
+	// operational line is written after that many access lines.
+	queued atomic.Uint64
+	half   int // a TryWrite that leaves more lines queued nudges the writer
 	// nudge, 1-buffered, ends the writer's wait: sent to when the queue is
 	// more than half full, closed by Close.
 	nudge    chan struct{}
@@ -87,12 +92,22 @@ type AsyncWriter struct {
 	// abandoned is set by a Close that gave up on the writer.
 	abandoned atomic.Bool
 	done      chan struct{}
+	// pending is the writer goroutine's own: the operational lines of the
+	// flush under way.
+	pending []opLine
 
 	// mu guards closed; writers hold it shared while queueing so that Close
 	// (exclusive) knows no line is on its way into a queue it drains.
 	mu     sync.RWMutex
 	closed bool
 	direct sync.Mutex // serialises every write to dst
+}
+
+// opLine is a queued operational line and the number of access lines
+// queued before it, which are written ahead of it.
+type opLine struct {
+	b     *[]byte
+	after uint64
 }
 
 // linePool recycles line buffers between the request goroutines that fill
@@ -125,7 +140,7 @@ func newAsyncWriter(dst io.Writer, queue int, interval time.Duration, after func
 	w := &AsyncWriter{
 		dst:      dst,
 		queue:    make(chan *[]byte, queue),
-		ops:      make(chan *[]byte, DefaultOperationalQueue),
+		ops:      make(chan opLine, DefaultOperationalQueue),
 		half:     queue / 2,
 		nudge:    make(chan struct{}, 1),
 		interval: max(interval, 0),
@@ -151,6 +166,7 @@ func (w *AsyncWriter) TryWrite(line []byte) bool {
 	b := copyLine(line)
 	select {
 	case w.queue <- b:
+		w.queued.Add(1)
 		if len(w.queue) > w.half {
 			select {
 			case w.nudge <- struct{}{}:
@@ -191,14 +207,14 @@ func (w *AsyncWriter) Write(p []byte) (int, error) {
 		w.mu.RUnlock()
 		return w.writeClosed(p, &w.droppedOps)
 	}
-	b := copyLine(p)
+	o := opLine{b: copyLine(p), after: w.queued.Load()}
 	select {
-	case w.ops <- b:
+	case w.ops <- o:
 		w.mu.RUnlock()
 		return len(p), nil
 	default:
 		w.mu.RUnlock()
-		linePool.Put(b)
+		linePool.Put(o.b)
 		w.droppedOps.Add(1)
 		return 0, ErrLineDropped
 	}
@@ -228,23 +244,25 @@ func (w *AsyncWriter) Drops() LogDrops {
 // spell, until both queues are closed and drained.
 func (w *AsyncWriter) run() {
 	defer close(w.done)
-	batch := make([]byte, 0, maxBatch)
+	f := flushing{w: w, batch: make([]byte, 0, maxBatch)}
 	var timer *time.Timer
 	access, ops := w.queue, w.ops
 	for access != nil || ops != nil {
 		var first *[]byte
-		var ok bool
+		var firstOp opLine
 		select {
-		case first, ok = <-access:
+		case b, ok := <-access:
 			if !ok {
 				access = nil
 				continue
 			}
-		case first, ok = <-ops:
+			first = b
+		case o, ok := <-ops:
 			if !ok {
 				ops = nil
 				continue
 			}
+			firstOp = o
 		}
 		w.held.Add(1)
 		if w.interval > 0 {
@@ -256,7 +274,7 @@ func (w *AsyncWriter) run() {
 		case <-w.nudge:
 		default:
 		}
-		batch = w.flush(append(batch[:0], (*first)...), first)
+		f.flush(first, firstOp)
 	}
 }
 
@@ -284,35 +302,86 @@ func (w *AsyncWriter) wait(t *time.Timer) *time.Timer {
 	return t
 }
 
-// flush writes batch, which holds the line first (recycled here), and then
-// every other line queued when it starts, operational lines first, in
-// Writes that stop at the line that crosses maxBatch bytes, and returns
-// batch's buffer. Lines queued meanwhile wait for the next flush.
-func (w *AsyncWriter) flush(batch []byte, first *[]byte) []byte {
-	recycle(first)
-	lines := 1
+// flushing is the writer goroutine's state between flushes.
+type flushing struct {
+	w     *AsyncWriter
+	batch []byte // lines not yet handed to the destination
+	lines int    // in batch
+	taken uint64 // access lines taken from the queue since the start
+}
+
+// flush writes the line the writer took first (an access line first, or
+// else the operational line firstOp) and every other line queued when it
+// starts, in the order they were queued (see opLine), in Writes that stop
+// at the line that crosses maxBatch bytes. Lines queued meanwhile wait for
+// the next flush.
+func (f *flushing) flush(first *[]byte, firstOp opLine) {
+	w := f.w
+	if first != nil {
+		f.add(first)
+		f.taken++
+	}
 	// The goroutine running flush is the queues' only receiver, so the
 	// lines queued now are there to take without blocking, even after
 	// Close has closed the queues; only a Close that gave up on this
-	// goroutine takes them too, and then a queue may run dry early.
-	for _, q := range [2]chan *[]byte{w.ops, w.queue} {
-		for n := len(q); n > 0; n-- {
-			if len(batch) >= maxBatch {
-				w.write(batch, lines)
-				batch, lines = batch[:0], 0
+	// goroutine takes them too, and then a queue may run dry early. The
+	// operational lines are counted first: the access lines queued before
+	// them are then in the access queue's count.
+	ops := w.pending[:0]
+	if firstOp.b != nil {
+		ops = append(ops, firstOp)
+	}
+	for n := len(w.ops); n > 0; n-- {
+		o, ok := <-w.ops
+		if !ok {
+			break
+		}
+		w.held.Add(1)
+		ops = append(ops, o)
+	}
+	access := len(w.queue)
+	for _, o := range ops {
+		for ; access > 0 && f.taken < o.after; access-- {
+			if !f.takeAccess() {
+				access = 0
 			}
-			b, ok := <-q
-			if !ok {
-				break
-			}
-			w.held.Add(1)
-			batch = append(batch, *b...)
-			lines++
-			recycle(b)
+		}
+		f.add(o.b)
+	}
+	for ; access > 0; access-- {
+		if !f.takeAccess() {
+			break
 		}
 	}
-	w.write(batch, lines)
-	return batch[:0]
+	clear(ops)
+	w.pending = ops[:0]
+	w.write(f.batch, f.lines)
+	f.batch, f.lines = f.batch[:0], 0
+}
+
+// takeAccess adds the next queued access line to the batch; false when
+// the queue was closed and empty.
+func (f *flushing) takeAccess() bool {
+	b, ok := <-f.w.queue
+	if !ok {
+		return false
+	}
+	f.w.held.Add(1)
+	f.taken++
+	f.add(b)
+	return true
+}
+
+// add appends the line b (recycled here) to the batch, first handing the
+// batch to the destination when it holds maxBatch bytes or more.
+func (f *flushing) add(b *[]byte) {
+	if len(f.batch) >= maxBatch {
+		f.w.write(f.batch, f.lines)
+		f.batch, f.lines = f.batch[:0], 0
+	}
+	f.batch = append(f.batch, *b...)
+	f.lines++
+	recycle(b)
 }
 
 // write hands batch, of lines lines, to the destination, between

@@ -331,3 +331,68 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestAsyncWriterQueuedLinesKeepOrder: once Write queues, every line is
+// written in the order it was queued, operational and access lines
+// alike: an operational line after the access lines queued before it (a
+// request's line before the "stopped" that follows it), also when an
+// operational line opens a flush and when Close flushes.
+func TestAsyncWriterQueuedLinesKeepOrder(t *testing.T) {
+	dst := chanWriter{writes: make(chan string, 100)}
+	clock := newManualTimer()
+	w := newAsyncWriter(dst, 16, time.Hour, clock.after)
+	w.QueueWrites()
+	access := func(s string) {
+		t.Helper()
+		if !w.TryWrite([]byte(s + "\n")) {
+			t.Fatalf("access line %s dropped", s)
+		}
+	}
+	operational := func(s string) {
+		t.Helper()
+		if _, err := w.Write([]byte(s + "\n")); err != nil {
+			t.Fatalf("operational line %s: %v", s, err)
+		}
+	}
+	// lines reads Writes until they hold n lines.
+	lines := func(n int) string {
+		t.Helper()
+		var got string
+		for strings.Count(got, "\n") < n {
+			got += nextWrite(t, dst)
+		}
+		return strings.ReplaceAll(strings.TrimSuffix(got, "\n"), "\n", " ")
+	}
+
+	access("a1")
+	clock.waitStarted(t, time.Hour)
+	operational("op1")
+	access("a2")
+	access("a3")
+	operational("op2")
+	operational("op3")
+	access("a4")
+	clock.elapse(t)
+	if got, want := lines(7), "a1 op1 a2 a3 op2 op3 a4"; got != want {
+		t.Errorf("a flush opened by an access line wrote %q, want %q", got, want)
+	}
+
+	operational("op4")
+	clock.waitStarted(t, time.Hour)
+	access("a5")
+	operational("op5")
+	access("a6")
+	clock.elapse(t)
+	if got, want := lines(4), "op4 a5 op5 a6"; got != want {
+		t.Errorf("a flush opened by an operational line wrote %q, want %q", got, want)
+	}
+
+	access("a7")
+	clock.waitStarted(t, time.Hour)
+	access("a8")
+	operational("stopped")
+	closeWithin(t, w)
+	if got, want := lines(3), "a7 a8 stopped"; got != want {
+		t.Errorf("Close flushed %q, want %q", got, want)
+	}
+}
