@@ -164,3 +164,33 @@ func firstErr(outs []outcome) error {
 	}
 	return nil
 }
+
+// TestStuckStdoutConsoleExporter: with OTEL_METRICS_EXPORTER=console and
+// stdout a pipe nobody reads, SIGTERM still ends the gateway. The console
+// exporter writes its last export to stdout while the meter provider shuts
+// down, and the SDK's reader waits for that write whatever its context
+// says; the gateway gives the telemetry flush its bound and exits.
+func TestStuckStdoutConsoleExporter(t *testing.T) {
+	cfg := limiterConfig("echo:", nil, "acme")
+	cfg.route("all", "GET", "/{rest...}", 1)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() }) // after the gateway has stopped
+	gw := startGateway(t, "gw", cfg, withEnv("OTEL_METRICS_EXPORTER=console"),
+		withEnv("OTEL_METRIC_EXPORT_INTERVAL=3600000"), // only the last export writes
+		func(o *proctest.Options) { o.Stdout = w })
+	w.Close() // the gateway holds the write end now
+	topUp(t, r)
+
+	gw.proc.Signal(syscall.SIGTERM)
+	select {
+	case <-gw.proc.Done():
+		if err := gw.proc.ExitErr(); err != nil {
+			t.Errorf("exit after SIGTERM with stdout stuck: %v, want status 0", err)
+		}
+	case <-time.After(stuckStderrExit):
+		proctest.FatalOverrun(t, "the gateway did not exit within %v of SIGTERM with stdout stuck under the console exporter", stuckStderrExit)
+	}
+}

@@ -64,11 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return runtimeErr(fmt.Errorf("telemetry: %w", err))
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}()
+	defer func() { _ = shutdownWithin(tel.Shutdown, telemetryFlushTimeout) }()
 	otel.SetTextMapPropagator(tel.Propagator)
 	metrics, err := telemetry.NewMetrics(tel.MeterProvider)
 	if err != nil {
@@ -171,4 +167,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger.Info("quotagate stopped")
 	return nil
+}
+
+// telemetryFlushTimeout bounds the flush of exported telemetry on exit.
+const telemetryFlushTimeout = 5 * time.Second
+
+// shutdownWithin calls shutdown with a context of the given timeout and
+// returns its error, or the context's once the timeout has passed, leaving
+// shutdown running: the SDK's periodic metric reader waits for its
+// exporter's last Export whatever the context says, and the console
+// exporter's Export is a write to stdout, which a reader that hung never
+// lets return.
+func shutdownWithin(shutdown func(context.Context) error, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -62,6 +62,8 @@ type Options struct {
 	// the test never reads stands for a log reader that hung. Needs
 	// NoListen or the default -addr-file (not FromLog).
 	Stderr *os.File
+	// Stdout is Stderr for stdout (a console exporter's reader that hung).
+	Stdout *os.File
 }
 
 // Proc is one running process of the binary. Its fields are set by Start and
@@ -124,6 +126,9 @@ func Start(tb testing.TB, bin string, opts Options) *Proc {
 	cmd.Stdout, cmd.Stderr = p.Logs, p.Logs
 	if opts.Stderr != nil {
 		cmd.Stderr = opts.Stderr
+	}
+	if opts.Stdout != nil {
+		cmd.Stdout = opts.Stdout
 	}
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
