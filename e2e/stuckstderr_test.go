@@ -68,8 +68,11 @@ func TestStuckStderr(t *testing.T) {
 	// writer then blocks in write(2)); the 64 KiB default is filled by
 	// topUp.
 	for i := range 60 {
-		if o := get(i); o.status != http.StatusOK {
-			t.Fatalf("with Redis up: status %d (%v), want 200", o.status, o.err)
+		switch o := get(i); {
+		case o.status == 0:
+			proctest.FatalOverrun(t, "with Redis up: request %d unanswered within %v: %v", i, requestTimeout, o.err)
+		case o.status != http.StatusOK:
+			t.Fatalf("with Redis up: status %d, want 200", o.status)
 		}
 	}
 	for wait := time.Now(); pipeBytes(t, r) == 0; {
