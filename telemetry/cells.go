@@ -47,10 +47,27 @@ func (s *cellSet[K, C]) get(k K) C {
 	return c
 }
 
-// list returns every cell, in creation order. Cells are only appended, so
-// the slice returned stays as it is while later cells are added.
-func (s *cellSet[K, C]) list() []C {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.all
+// firstUse lists the cells of an instrument that have been counted or
+// recorded in, in the order of their first use: the order in which the SDK
+// admits series under its cardinality limit (the first ones keep their
+// attributes, the later ones fold into the overflow series), whatever the
+// order in which the cells were made. Safe for concurrent use.
+type firstUse[C any] struct {
+	mu    sync.Mutex
+	cells []C // append-only
+}
+
+// add appends c, at its first use.
+func (o *firstUse[C]) add(c C) {
+	o.mu.Lock()
+	o.cells = append(o.cells, c)
+	o.mu.Unlock()
+}
+
+// list returns the cells used so far, in order; the slice stays as it is
+// while later cells are added.
+func (o *firstUse[C]) list() []C {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.cells
 }

@@ -32,9 +32,10 @@ import (
 // it has been counted in (and so is exported), and the options that name
 // its attribute set when it is observed.
 type counterCell struct {
-	n    atomic.Int64
-	seen atomic.Bool
-	obs  []metric.ObserveOption
+	n     atomic.Int64
+	seen  atomic.Bool             // counted in, and listed in order
+	order *firstUse[*counterCell] // its counter's cells by first count
+	obs   []metric.ObserveOption
 }
 
 // add counts n (not negative: a counter never goes back) in c; n may be 0
@@ -43,16 +44,17 @@ func (c *counterCell) add(n int64) {
 	if n > 0 {
 		c.n.Add(n)
 	}
-	if !c.seen.Load() {
-		c.seen.Store(true)
+	if !c.seen.Load() && c.seen.CompareAndSwap(false, true) {
+		c.order.add(c)
 	}
 }
 
 // asyncCounter is a monotonic counter whose series are counterCells keyed
 // by their label values K (see cellSet). Safe for concurrent use.
 type asyncCounter[K comparable] struct {
-	inst  metric.Int64ObservableCounter
-	cells cellSet[K, *counterCell]
+	inst    metric.Int64ObservableCounter
+	cells   cellSet[K, *counterCell]
+	counted *firstUse[*counterCell] // the cells counted in, by first count
 }
 
 // newAsyncCounter creates the observable counter name on meter and its
@@ -62,8 +64,9 @@ func newAsyncCounter[K comparable](meter metric.Meter, name, desc string, build 
 	if err != nil {
 		return nil, err
 	}
-	return &asyncCounter[K]{inst: inst, cells: newCellSet(func(k K) *counterCell {
-		return &counterCell{obs: []metric.ObserveOption{metric.WithAttributeSet(build(k))}}
+	order := &firstUse[*counterCell]{}
+	return &asyncCounter[K]{inst: inst, counted: order, cells: newCellSet(func(k K) *counterCell {
+		return &counterCell{order: order, obs: []metric.ObserveOption{metric.WithAttributeSet(build(k))}}
 	})}, nil
 }
 
@@ -74,12 +77,14 @@ func (c *asyncCounter[K]) cell(k K) *counterCell { return c.cells.get(k) }
 // add counts n in the series of label values k.
 func (c *asyncCounter[K]) add(k K, n int64) { c.cell(k).add(n) }
 
-// observe reports the total of every cell counted in to o.
+// observe reports the total of every cell counted in to o, in the order
+// of their first counts, so that the SDK, which admits an observable's
+// series under its cardinality limit in the order they are observed at
+// each collection, keeps the same series under their attributes from one
+// collection to the next, as it does for a synchronous counter.
 func (c *asyncCounter[K]) observe(o metric.Observer) {
-	for _, cell := range c.cells.list() {
-		if cell.seen.Load() {
-			o.ObserveInt64(c.inst, cell.n.Load(), cell.obs...)
-		}
+	for _, cell := range c.counted.list() {
+		o.ObserveInt64(c.inst, cell.n.Load(), cell.obs...)
 	}
 }
 

@@ -158,3 +158,50 @@ func TestAsyncCounterPastItsLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestCountersCardinalityLimitByFirstCount: past the SDK's cardinality
+// limit, the series that keep their attributes are the first ones counted
+// in, as with a synchronous counter, not the first ones whose handle was
+// made: a config load makes every policy's handles before any request, and
+// a series exported under its attributes must not later move into the
+// overflow series because a series made earlier got its first count.
+func TestCountersCardinalityLimitByFirstCount(t *testing.T) {
+	ctx := context.Background()
+	cells, reference := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(cells), sdkmetric.WithCardinalityLimit(3))
+	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
+	m, err := NewMetrics(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reference), sdkmetric.WithCardinalityLimit(3))
+	t.Cleanup(func() { _ = rp.Shutdown(ctx) })
+	ref, err := rp.Meter(InstrumentationName).Int64Counter("quotagate.decisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(policy string) attribute.Set {
+		return attribute.NewSet(labelPolicy.String(policy), labelStage.String("global"), labelResult.String(ResultAllowed))
+	}
+	series := map[string]DecisionSeries{}
+	names := map[attribute.Distinct]string{overflowSet.Equivalent(): "overflow"}
+	for _, policy := range []string{"a", "b", "c", "d"} { // as a config load does
+		series[policy] = m.DecisionSeries(policy, "global", ResultAllowed)
+		s := set(policy)
+		names[s.Equivalent()] = policy
+	}
+	for _, policy := range []string{"d", "c", "b", "a", "d"} {
+		m.CountDecision(series[policy])
+		ref.Add(ctx, 1, metric.WithAttributeSet(set(policy)))
+		_, got := sumPoints(t, collect(t, cells)["quotagate.decisions"])
+		_, want := sumPoints(t, collect(t, reference)["quotagate.decisions"])
+		if len(got) != len(want) {
+			t.Errorf("after counting in %s: %d points, want %d", policy, len(got), len(want))
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g != v {
+				t.Errorf("after counting in %s: series %s = %d (present %v), want %d", policy, names[k], g, ok, v)
+			}
+		}
+	}
+}

@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,11 +67,11 @@ type histCell struct {
 	sum       atomic.Uint64
 	min, max  atomic.Uint64
 	seen      atomic.Bool                          // recorded in, and listed in order
-	order     *recordOrder                         // its histogram's cells by first recording
+	order     *firstUse[*histCell]                 // its histogram's cells by first recording
 	exemplars []atomic.Pointer[sampledMeasurement] // per bucket, nil until taken
 }
 
-func newHistCell(bounds []float64, attrs attribute.Set, order *recordOrder) *histCell {
+func newHistCell(bounds []float64, attrs attribute.Set, order *firstUse[*histCell]) *histCell {
 	c := &histCell{
 		bounds:    bounds,
 		attrs:     attrs,
@@ -205,31 +204,6 @@ func (s histSnapshot) point(attrs attribute.Set, bounds []float64, start, now ti
 // past an instrument's cardinality limit, as the SDK labels it.
 var overflowSet = attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
 
-// recordOrder lists the cells of a histogram recorded in, in the order of
-// their first recordings: the order in which the SDK admits series under
-// its cardinality limit (the first ones keep their attributes for good, the
-// later ones fold into the overflow series), whatever the order in which
-// the cells were made. Safe for concurrent use.
-type recordOrder struct {
-	mu    sync.Mutex
-	cells []*histCell // append-only
-}
-
-// add appends c, at its first recording.
-func (o *recordOrder) add(c *histCell) {
-	o.mu.Lock()
-	o.cells = append(o.cells, c)
-	o.mu.Unlock()
-}
-
-// list returns the cells recorded in so far, in order; the slice stays as
-// it is while later cells are added.
-func (o *recordOrder) list() []*histCell {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.cells
-}
-
 // asyncHistogram is a histogram whose series are histCells keyed by their
 // label values K (see cellSet). Safe for concurrent use.
 type asyncHistogram[K comparable] struct {
@@ -237,14 +211,14 @@ type asyncHistogram[K comparable] struct {
 	bounds           []float64
 	start            time.Time // when it was created: the start of every cumulative point
 	cells            cellSet[K, *histCell]
-	recorded         *recordOrder // the cells recorded in, by first recording
+	recorded         *firstUse[*histCell] // the cells recorded in, by first recording
 }
 
 // newAsyncHistogram creates the histogram name, in unit, with bucket
 // boundaries bounds (ascending), and its empty set of cells; build makes
 // the attribute set of label values K.
 func newAsyncHistogram[K comparable](name, desc, unit string, bounds []float64, build func(K) attribute.Set) *asyncHistogram[K] {
-	order := &recordOrder{}
+	order := &firstUse[*histCell]{}
 	return &asyncHistogram[K]{name: name, desc: desc, unit: unit, bounds: bounds, start: time.Now(), recorded: order,
 		cells: newCellSet(func(k K) *histCell { return newHistCell(bounds, build(k), order) })}
 }
