@@ -57,15 +57,19 @@ type sampledMeasurement struct {
 
 // histCell is one series of an asyncHistogram. counts[i] counts the
 // measurements v with bounds[i-1] < v <= bounds[i] (the last one those
-// above every bound); sum, min and max hold float64 bits. The count is the
-// sum of counts, so that it always equals the +Inf bucket even while a
-// measurement is being recorded; the sum may lag it by that measurement.
+// above every bound); sum, min and max hold float64 bits, and so do imin
+// and imax, the extrema since the last delta collection (see
+// takeInterval). The count is the sum of counts, so that it always equals
+// the +Inf bucket even while a measurement is being recorded; the sum may
+// lag it by that measurement.
 type histCell struct {
 	bounds    []float64
 	attrs     attribute.Set
 	counts    []atomic.Uint64
 	sum       atomic.Uint64
 	min, max  atomic.Uint64
+	imin      atomic.Uint64
+	imax      atomic.Uint64
 	seen      atomic.Bool                          // recorded in, and listed in order
 	order     *firstUse[*histCell]                 // its histogram's cells by first recording
 	exemplars []atomic.Pointer[sampledMeasurement] // per bucket, nil until taken
@@ -79,8 +83,12 @@ func newHistCell(bounds []float64, attrs attribute.Set, order *firstUse[*histCel
 		counts:    make([]atomic.Uint64, len(bounds)+1),
 		exemplars: make([]atomic.Pointer[sampledMeasurement], len(bounds)+1),
 	}
-	c.min.Store(math.Float64bits(math.Inf(1)))
-	c.max.Store(math.Float64bits(math.Inf(-1)))
+	for _, m := range []*atomic.Uint64{&c.min, &c.imin} {
+		m.Store(math.Float64bits(math.Inf(1)))
+	}
+	for _, m := range []*atomic.Uint64{&c.max, &c.imax} {
+		m.Store(math.Float64bits(math.Inf(-1)))
+	}
 	return c
 }
 
@@ -93,18 +101,10 @@ func (c *histCell) record(ctx context.Context, v float64, mode exemplarMode) {
 	}
 	c.counts[i].Add(1)
 	addFloat(&c.sum, v)
-	for {
-		old := c.min.Load()
-		if v >= math.Float64frombits(old) || c.min.CompareAndSwap(old, math.Float64bits(v)) {
-			break
-		}
-	}
-	for {
-		old := c.max.Load()
-		if v <= math.Float64frombits(old) || c.max.CompareAndSwap(old, math.Float64bits(v)) {
-			break
-		}
-	}
+	lower(&c.min, v)
+	raise(&c.max, v)
+	lower(&c.imin, v)
+	raise(&c.imax, v)
 	if !c.seen.Load() && c.seen.CompareAndSwap(false, true) {
 		c.order.add(c)
 	}
@@ -116,6 +116,40 @@ func (c *histCell) record(ctx context.Context, v float64, mode exemplarMode) {
 		return
 	}
 	c.exemplars[i].Store(&sampledMeasurement{value: v, at: time.Now(), span: sc})
+}
+
+// lower sets the float64 whose bits a holds to v if v is less.
+func lower(a *atomic.Uint64, v float64) {
+	for {
+		old := a.Load()
+		if v >= math.Float64frombits(old) || a.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
+
+// raise sets the float64 whose bits a holds to v if v is greater.
+func raise(a *atomic.Uint64, v float64) {
+	for {
+		old := a.Load()
+		if v <= math.Float64frombits(old) || a.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
+
+// takeInterval returns the extrema of the measurements recorded in c since
+// the last call (since the start at first) and starts the next interval:
+// NaN for both when it has none. A measurement being recorded as it is
+// called may count in the extrema of one interval and in the counts of the
+// next. One reader of delta temporality calls it (see histProducer).
+func (c *histCell) takeInterval() (lo, hi float64) {
+	lo = math.Float64frombits(c.imin.Swap(math.Float64bits(math.Inf(1))))
+	hi = math.Float64frombits(c.imax.Swap(math.Float64bits(math.Inf(-1))))
+	if lo > hi {
+		return math.NaN(), math.NaN()
+	}
+	return lo, hi
 }
 
 // addFloat adds v to the float64 whose bits a holds.
@@ -236,7 +270,8 @@ type deltaState struct {
 
 // minus is s less p, an earlier snapshot of the same cell: the bucket
 // counts, count and sum of the measurements between them, the exemplars
-// taken since. The extrema of that interval are not known: ok is false.
+// taken since. The extrema of that interval are not known from the
+// snapshots: they are NaN (see takeInterval).
 func (s histSnapshot) minus(p histSnapshot) histSnapshot {
 	d := histSnapshot{counts: make([]uint64, len(s.counts)), exemplars: make([]*sampledMeasurement, len(s.counts)),
 		count: s.count - p.count, sum: s.sum - p.sum, min: math.NaN(), max: math.NaN()}
@@ -252,10 +287,11 @@ func (s histSnapshot) minus(p histSnapshot) histSnapshot {
 // collect reports every recorded cell as the SDK reports an explicit-bucket
 // histogram collected at now: cumulative when delta is nil, else what was
 // recorded since the collection delta remembers (series with nothing new
-// left out, no minimum or maximum). At most limit series are reported
-// (no limit when limit <= 0): the first limit-1 cells recorded in (of
-// those with something to report) under their attributes, the last folding
-// the others. ok is false when there is nothing to report.
+// left out; the interval's minimum and maximum, see takeInterval). At most
+// limit series are reported (no limit when limit <= 0): the first limit-1
+// cells recorded in (of those with something to report) under their
+// attributes, the last folding the others. ok is false when there is
+// nothing to report.
 func (h *asyncHistogram[K]) collect(now time.Time, limit int, delta *deltaState) (metricdata.Metrics, bool) {
 	start, temporality := h.start, metricdata.CumulativeTemporality
 	if delta != nil {
@@ -274,9 +310,8 @@ func (h *asyncHistogram[K]) collect(now time.Time, limit int, delta *deltaState)
 			delta.prev[c] = s
 			if ok {
 				s = s.minus(p)
-			} else {
-				s.min, s.max = math.NaN(), math.NaN()
 			}
+			s.min, s.max = c.takeInterval()
 			if s.count == 0 {
 				continue
 			}

@@ -222,9 +222,9 @@ func TestHistogramsExportAsSynchronousOnes(t *testing.T) {
 
 // TestHistogramsDeltaTemporality: for a reader whose exporter asks for
 // delta histograms, each collection reports what was recorded since the
-// last one, as the SDK does (series with nothing new left out, exemplars
-// of the interval only), but without minimum and maximum, and with sums
-// good to rounding (see roundSums).
+// last one, as the SDK does (series with nothing new left out, exemplars,
+// minimum and maximum of the interval only), with sums good to rounding
+// (see roundSums).
 func TestHistogramsDeltaTemporality(t *testing.T) {
 	m, cells := cellsReader(t, metricdata.DeltaTemporality)
 	reference := sdkmetric.NewManualReader(sdkmetric.WithTemporalitySelector(func(sdkmetric.InstrumentKind) metricdata.Temporality {
@@ -236,12 +236,6 @@ func TestHistogramsDeltaTemporality(t *testing.T) {
 	for i, round := range [][]histRecording{first, second} {
 		recordBoth(m, ref, round)
 		want, got := histogramsOf(t, reference), histogramsOf(t, cells)
-		for _, w := range want {
-			h := w.Data.(metricdata.Histogram[float64])
-			for j := range h.DataPoints {
-				h.DataPoints[j].Min, h.DataPoints[j].Max = metricdata.Extrema[float64]{}, metricdata.Extrema[float64]{}
-			}
-		}
 		roundSums(want)
 		roundSums(got)
 		sameHistograms(t, []string{"first interval", "second interval"}[i], want, got)
@@ -419,5 +413,62 @@ func TestHistogramExemplarsFollowTheFilter(t *testing.T) {
 			t.Errorf("%v: %d exemplars, want %d", tc.env, n, tc.exemplars)
 		}
 		_ = p.Shutdown(context.Background())
+	}
+}
+
+// TestHistogramsDeltaWhileRecording collects a delta reader over and over
+// while two goroutines record: every point's count is the sum of its
+// buckets, its extrema (when given) lie within the values recorded, and the
+// intervals add up to every recording, count and sum.
+func TestHistogramsDeltaWhileRecording(t *testing.T) {
+	m, cells := cellsReader(t, metricdata.DeltaTemporality)
+	const perWorker = 3000
+	var done atomic.Int32
+	for range 2 {
+		go func() {
+			defer done.Add(1)
+			for i := range perWorker {
+				m.StoreCall(context.Background(), "decide", time.Duration(i%7+1)*time.Millisecond)
+			}
+		}()
+	}
+	var count uint64
+	var sum float64
+	check := func() {
+		t.Helper()
+		h, ok := histogramsOf(t, cells)["quotagate.store.call.duration"]
+		if !ok {
+			return
+		}
+		for _, p := range h.Data.(metricdata.Histogram[float64]).DataPoints {
+			var buckets uint64
+			for _, n := range p.BucketCounts {
+				buckets += n
+			}
+			if buckets != p.Count {
+				t.Fatalf("a point of count %d has %d in its buckets", p.Count, buckets)
+			}
+			lo, okLo := p.Min.Value()
+			hi, okHi := p.Max.Value()
+			if okLo != okHi || okLo && (lo > hi || lo < 0.001 || hi > 0.007) {
+				t.Fatalf("a point's extrema %v (%v), %v (%v), want both or none, within 1 and 7 ms", lo, okLo, hi, okHi)
+			}
+			count += p.Count
+			sum += p.Sum
+		}
+	}
+	for done.Load() < 2 {
+		check()
+	}
+	check()
+	if want := uint64(2 * perWorker); count != want {
+		t.Errorf("the intervals counted %d recordings, want %d", count, want)
+	}
+	var want float64
+	for i := range perWorker {
+		want += 2 * float64(i%7+1) / 1000
+	}
+	if d := sum - want; d > 1e-6 || d < -1e-6 {
+		t.Errorf("the intervals' sums add up to %v, want %v", sum, want)
 	}
 }

@@ -18,7 +18,10 @@ import (
 // collection, one scope, quotagate's, with every histogram recorded in. A
 // reader created with it reports them beside what the SDK collects.
 // A producer serves one reader: it reports in the temporality that reader's
-// exporter asks of a histogram. Safe for concurrent use.
+// exporter asks of a histogram. The extrema of an interval are kept in the
+// cells themselves (histCell.takeInterval), so a Metrics serves them to one
+// producer of delta temporality: Setup makes at most one. Safe for
+// concurrent use.
 type histProducer struct {
 	metrics func() *Metrics // nil result: nothing attached
 
