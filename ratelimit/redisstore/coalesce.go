@@ -49,7 +49,8 @@ type CoalesceOptions struct {
 	// MaxMerge bounds the plain decisions (Decide's script calls, one per
 	// hash tag group) that one merged script call of a pipeline carries:
 	// decisions queued together that may share a call (on one server any,
-	// on a Cluster those of one hash slot) are sent as one script call
+	// on a Cluster, or a server that refused a call across slots, those
+	// of one hash slot) are sent as one script call
 	// that runs each of them in turn, as if alone, with its own reply or
 	// error, so that Redis pays its fixed cost of a call once for all of
 	// them. A merged call also carries at most 1024 arguments. 0 means 16;
@@ -410,7 +411,8 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 // as merged calls (see units). Calls that did not run because the server lacks the
 // function library or cannot run it are sent again (see
 // runner.recoverFunction), and so are calls that fail with NOSCRIPT (see
-// recoverScript); a merged call is sent again whole.
+// recoverScript); a merged call is sent again whole, or as calls of their
+// own when the server refused its keys together (see sendApart).
 func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool) {
 	live := calls
 	if claim {
@@ -431,7 +433,7 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	fn, probe := r.useFunction()
 	sent := live
 	if !fn {
-		sent = units(owner, live, r.mergeBy, r.maxMerge)
+		sent = units(owner, live, mergeBy(r.mergeBy.Load()), r.maxMerge)
 	}
 	cmds := resize(owner.cmds, len(sent))
 	defer func() {
@@ -452,9 +454,14 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 		r.recoverFunction(ctx, sent, cmds, probe)
 	}
 	recoverScript(ctx, r.client, sent, cmds)
+	apart := sendApart(ctx, r, sent, cmds)
 	for i, call := range sent {
 		if len(call.members) > 0 {
-			call.deliver(cmds[i].Result())
+			if slices.Contains(apart, i) {
+				call.release()
+			} else {
+				call.deliver(cmds[i].Result())
+			}
 			continue
 		}
 		call.val, call.err = cmds[i].Result()

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -20,7 +21,8 @@ import (
 // (standalone, or a Sentinel's primary) any; on a Cluster only calls of
 // one hash slot (a script touches one slot); on any other client (a Ring)
 // none. A call that may not merge ends the run of merged calls it would
-// cut into, so that the calls of one slot keep their order.
+// cut into, so that the calls of one slot keep their order. A merged call
+// refused for its keys together is sent again apart (see sendApart).
 
 const (
 	// defaultMaxMerge is the most decisions of one merged call when
@@ -177,10 +179,18 @@ func (m *scriptCall) deliver(v any, err error) {
 	if err == nil && !splitMerged(arr, m.members) {
 		err = fmt.Errorf("%w: merged script call of %d decisions replied %s", ratelimit.ErrUnavailable, len(m.members), replyShape(v))
 	}
-	for _, c := range m.members {
-		if err != nil {
+	if err != nil {
+		for _, c := range m.members {
 			c.val, c.err = nil, err
 		}
+	}
+	m.release()
+}
+
+// release signals the done of each member of the merged call m, whose
+// replies are set, and releases m's hold on them.
+func (m *scriptCall) release() {
+	for _, c := range m.members {
 		c.done <- struct{}{}
 	}
 	clear(m.members)
@@ -237,4 +247,55 @@ func arrayInt(arr []any, i int) (int64, bool) {
 	}
 	n, ok := arr[i].(int64)
 	return n, ok
+}
+
+// refusedTogether reports whether err, the error of a merged call, is a
+// refusal of the keys it carries together, given before the script ran:
+// while a Cluster slot migrates, ASK (the node lacks some of the keys) and
+// TRYAGAIN (it holds some but not all), and CROSSSLOT (a server or proxy
+// that requires one slot per call). Each decision alone may well run.
+func refusedTogether(err error) bool {
+	return redis.HasErrorPrefix(err, "ASK ") || redis.HasErrorPrefix(err, "TRYAGAIN") ||
+		redis.HasErrorPrefix(err, "CROSSSLOT")
+}
+
+// sendApart sends again, as calls of their own in one pipeline, the
+// members of the merged calls among sent whose commands (cmds) the server
+// refused for the keys they carry together (see refusedTogether): nothing
+// of them ran, and each decision gets what it would get alone, instead of
+// failing for a key of another. It sets those members' replies and
+// returns the indexes (into sent) of the merged calls it sent apart, to be
+// released rather than delivered; nil when there are none. A CROSSSLOT
+// from a client that merges any calls (the server, or a proxy in front of
+// it, requires one slot per call) makes r merge only calls of one slot
+// from then on, so that it is not refused again.
+func sendApart(ctx context.Context, r *runner, sent []*scriptCall, cmds []*redis.Cmd) []int {
+	var apart []int
+	var members []*scriptCall
+	for i, u := range sent {
+		if err := cmds[i].Err(); len(u.members) > 0 && refusedTogether(err) {
+			apart = append(apart, i)
+			members = append(members, u.members...)
+			if redis.HasErrorPrefix(err, "CROSSSLOT") {
+				r.mergeBy.CompareAndSwap(int32(mergeAll), int32(mergeSlot))
+			}
+		}
+	}
+	if len(apart) == 0 {
+		return nil
+	}
+	client := r.client
+	again := make([]*redis.Cmd, len(members))
+	pipe := client.Pipeline()
+	for k, c := range members {
+		again[k] = c.cmd(ctx, false)
+		_ = pipe.Process(ctx, again[k])
+	}
+	_, err := pipe.Exec(ctx)
+	stampUnanswered(again, err)
+	recoverScript(ctx, client, members, again)
+	for k, c := range members {
+		c.val, c.err = again[k].Result()
+	}
+	return apart
 }

@@ -79,10 +79,11 @@ type runner struct {
 	// pipes holds pipelines of client for reuse: one that has run (Exec)
 	// is empty again.
 	pipes sync.Pool
-	// mergeBy and maxMerge say which plain decisions of an EVALSHA
-	// pipeline share a merged script call, and at most how many (see
-	// units).
-	mergeBy  mergeBy
+	// mergeBy (a mergeBy) and maxMerge say which plain decisions of an
+	// EVALSHA pipeline share a merged script call, and at most how many
+	// (see units). mergeBy drops from mergeAll to mergeSlot once the
+	// server refuses a merged call's keys across slots (see sendApart).
+	mergeBy  atomic.Int32
 	maxMerge int
 }
 
@@ -99,7 +100,9 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &runner{client: client, log: log, now: time.Now, mergeBy: mergeByOf(client), maxMerge: defaultMaxMerge}
+	r := &runner{client: client, log: log, now: time.Now, maxMerge: defaultMaxMerge}
+	r.mergeBy.Store(int32(mergeByOf(client)))
+	return r
 }
 
 // useFunction reports how to send the next pipeline: as FCALL (fn) or as
