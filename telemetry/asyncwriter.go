@@ -43,8 +43,8 @@ const DefaultOperationalQueue = 1024
 // therefore reaches the destination at most one flush interval after it
 // was queued, plus the time the destination takes over the Writes under
 // way then and over the lines queued ahead of it; sooner when the queue is
-// more than half full, as the TryWrite that finds it so cuts the wait
-// short.
+// more than half full, as the TryWrite (or, for the operational queue, the
+// Write) that finds it so cuts the wait short.
 //
 // Write, for operational lines (the slog handler's), writes to the
 // destination at once, synchronously, until QueueWrites is called: the
@@ -73,8 +73,8 @@ type AsyncWriter struct {
 	// operational line is written after that many access lines.
 	queued atomic.Uint64
 	half   int // a TryWrite that leaves more lines queued nudges the writer
-	// nudge, 1-buffered, ends the writer's wait: sent to when the queue is
-	// more than half full, closed by Close.
+	// nudge, 1-buffered, ends the writer's wait: sent to when either queue
+	// is more than half full, closed by Close.
 	nudge    chan struct{}
 	interval time.Duration // the writer's wait; 0: none
 	// after, when not nil, stands in for the writer's timer: it returns a
@@ -168,10 +168,7 @@ func (w *AsyncWriter) TryWrite(line []byte) bool {
 	case w.queue <- b:
 		w.queued.Add(1)
 		if len(w.queue) > w.half {
-			select {
-			case w.nudge <- struct{}{}:
-			default: // already nudged
-			}
+			w.wake()
 		}
 		w.mu.RUnlock()
 		return true
@@ -210,6 +207,9 @@ func (w *AsyncWriter) Write(p []byte) (int, error) {
 	o := opLine{b: copyLine(p), after: w.queued.Load()}
 	select {
 	case w.ops <- o:
+		if len(w.ops) > cap(w.ops)/2 {
+			w.wake()
+		}
 		w.mu.RUnlock()
 		return len(p), nil
 	default:
@@ -217,6 +217,15 @@ func (w *AsyncWriter) Write(p []byte) (int, error) {
 		linePool.Put(o.b)
 		w.droppedOps.Add(1)
 		return 0, ErrLineDropped
+	}
+}
+
+// wake ends the writer's wait, unless it has been nudged already; called
+// with mu held shared, so not after Close has closed nudge.
+func (w *AsyncWriter) wake() {
+	select {
+	case w.nudge <- struct{}{}:
+	default: // already nudged
 	}
 }
 

@@ -210,6 +210,39 @@ func TestAsyncWriterNudgedPastHalf(t *testing.T) {
 	closeWithin(t, w)
 }
 
+// TestAsyncWriterOperationalNudgedPastHalf: once Write queues, an
+// operational line that leaves its queue more than half full ends the
+// writer's wait too, so that a burst of operational lines to a destination
+// that reads is written rather than dropped while the interval runs.
+func TestAsyncWriterOperationalNudgedPastHalf(t *testing.T) {
+	dst := chanWriter{writes: make(chan string, 100)}
+	clock := newManualTimer() // never elapses unless told: an endless interval
+	w := newAsyncWriter(dst, 8, time.Hour, clock.after)
+	w.QueueWrites()
+	const n = DefaultOperationalQueue/2 + 2 // the first is held by the writer
+	var want strings.Builder
+	for i := range n {
+		want.WriteString(numbered(i))
+		if _, err := w.Write([]byte(numbered(i))); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			clock.waitStarted(t, time.Hour) // the writer holds line 0
+		}
+	}
+	var got string
+	for len(got) < want.Len() {
+		got += nextWrite(t, dst)
+	}
+	if got != want.String() {
+		t.Errorf("written %d bytes, want lines 0 to %d", len(got), n-1)
+	}
+	if d := w.Drops(); d.Operational != 0 {
+		t.Errorf("dropped %d", d.Operational)
+	}
+	closeWithin(t, w)
+}
+
 // TestAsyncWriterCloseDoesNotWaitForInterval: Close writes what is queued
 // at once, in one Write, however long the flush interval (here an hour, on
 // the real clock).
