@@ -117,8 +117,8 @@ type scriptCall struct {
 	// script call with others (see merge.go).
 	merge bool
 	// members are the calls of a merged call (one of an owner's merged,
-	// never pooled), in order, and mergedArgs the arguments they add to
-	// it; empty for any other call.
+	// never pooled), in order, and mergedArgs the number of its
+	// arguments (ARGV); empty for any other call.
 	members    []*scriptCall
 	mergedArgs int
 	// units, merged and open are the scratch of the pipelines this call

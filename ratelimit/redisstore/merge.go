@@ -36,6 +36,9 @@ const (
 	// and the size of the command (a decision's arguments are its items'
 	// specs, under 200 bytes each, so under 200 KB in all).
 	maxMergeArgs = 1024
+	// mergedHead is the number of a merged call's arguments before its
+	// decisions': its mode and its number of decisions.
+	mergedHead = 2
 )
 
 // mergeBy says which calls a client's pipelines may merge.
@@ -100,7 +103,7 @@ func units(owner *scriptCall, live []*scriptCall, by mergeBy, maxMerge int) []*s
 			u := out[at]
 			calls, args := len(u.members), u.mergedArgs
 			if calls == 0 {
-				calls, args = 1, 2+len(u.argv())
+				calls, args = 1, mergedHead+2+len(u.argv())
 			}
 			if calls < maxMerge && args+2+len(c.argv()) <= maxMergeArgs {
 				if len(u.members) == 0 {

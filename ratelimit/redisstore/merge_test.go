@@ -478,6 +478,11 @@ func TestUnitsBounds(t *testing.T) {
 		// 2 + 300 arguments per call: three fit in 1024 arguments.
 		{"bounded by arguments", many(4, a1, 300, true), mergeAll, 16, "3."},
 		{"a call above the bound goes alone", append(many(1, a1, 1100, true), many(2, a1, 1, true)...), mergeAll, 16, ".2"},
+		// 'm', the count, then per call its counts, mode, now and specs:
+		// 2 + 2 * (2 + 2 + 507) = 1024 arguments merge, 2 more do not.
+		{"exactly at the argument bound", many(2, a1, 507, true), mergeAll, 16, "2"},
+		{"two arguments past the bound", many(2, a1, 508, true), mergeAll, 16, ".."},
+		{"exactly at maxMerge", many(16, a1, 1, true), mergeAll, 16, "16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			owner := &scriptCall{}
