@@ -23,6 +23,13 @@ import (
 // none. A call that may not merge ends the run of merged calls it would
 // cut into, so that the calls of one slot keep their order. A merged call
 // refused for its keys together is sent again apart (see sendApart).
+//
+// One difference from separate calls remains: at maxmemory with
+// noeviction Redis refuses a script's write that may grow memory only
+// while the script has written nothing, so a decision that follows one
+// that wrote, in the same merged call, is written where alone it would
+// fail with OOM (it is decided exactly; memory goes above maxmemory by the
+// keys of one call's decisions).
 
 const (
 	// defaultMaxMerge is the most decisions of one merged call when

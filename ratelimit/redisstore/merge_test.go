@@ -566,3 +566,36 @@ func TestMergedCallsCoalescedExact(t *testing.T) {
 	}
 	t.Logf("%d decisions took %d script calls", callers*each, evalshaCalls(t, srv)-before)
 }
+
+// TestMergedCallAtMaxmemory pins the one way a merged call differs from
+// separate calls (see merge.go): at maxmemory with noeviction, a decision
+// that follows one that wrote (a concurrency decision on a key holding
+// slots) in the same merged call is decided and written, where alone it
+// fails with OOM. The decision before it is the same either way.
+func TestMergedCallAtMaxmemory(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	p := redistest.KeyPrefix(t)
+	slot := func(holder string) []ratelimit.Item {
+		return []ratelimit.Item{{Key: p + "{a}c", Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: 5, Per: time.Hour}, Cost: 1, Holder: holder}}
+	}
+	bucket := []ratelimit.Item{{Key: p + "{a}b", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}, Cost: 1}}
+	for _, maxMerge := range []int{16, 1} {
+		s := mergeStore(t, []string{srv.Addr}, maxMerge)
+		if err := s.client.Del(context.Background(), p+"{a}c", p+"{a}b").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, errs := s.sendDecisions([]mergeDecision{{items: slot("h1"), mode: modeDecide, merge: true}}, 0); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		srv.MustDo(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+		srv.MustDo(t, "CONFIG", "SET", "maxmemory", "1")
+		_, errs := s.sendDecisions([]mergeDecision{{items: slot("h2"), mode: modeDecide, merge: true}, {items: bucket, mode: modeDecide, merge: true}}, 0)
+		srv.MustDo(t, "CONFIG", "SET", "maxmemory", "0")
+		if errs[0] != nil {
+			t.Errorf("merged by %d: the concurrency decision failed: %v", maxMerge, errs[0])
+		}
+		if oom := errs[1] != nil && strings.HasPrefix(errs[1].Error(), "OOM"); oom != (maxMerge == 1) {
+			t.Errorf("merged by %d: the token bucket decision after it: %v; want OOM only alone", maxMerge, errs[1])
+		}
+	}
+}
