@@ -33,6 +33,7 @@ var luaOrder = []string{
 	"lua/concurrency.lua",
 	"lua/items.lua",
 	"lua/state.lua",
+	"lua/bucketalone.lua",
 }
 
 const luaEntry = "lua/dispatch.lua"

@@ -16,7 +16,7 @@ local function after(now)
 end
 
 local function zset_type(key)
-  local t = redis.call('TYPE', key)
+  local t = rcall('TYPE', key)
   if type(t) == 'table' then t = t.ok end
   return t
 end
@@ -28,9 +28,9 @@ local function count(s)
   local key = s.uncounted
   if not key then return end
   s.uncounted = nil
-  s.n = redis.call('ZCOUNT', key, after(s.now), '+inf')
+  s.n = rcall('ZCOUNT', key, after(s.now), '+inf')
   if s.n > 0 then
-    local l = redis.call('ZREVRANGEBYSCORE', key, '+inf', after(s.now), 'WITHSCORES', 'LIMIT', 0, 1)
+    local l = rcall('ZREVRANGEBYSCORE', key, '+inf', after(s.now), 'WITHSCORES', 'LIMIT', 0, 1)
     s.last = tonumber(l[2])
     s.stored_first = key
   end
@@ -42,7 +42,7 @@ local function earliest(s)
   local key = s.stored_first
   if key then
     s.stored_first = nil
-    local f = redis.call('ZRANGEBYSCORE', key, after(s.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local f = rcall('ZRANGEBYSCORE', key, after(s.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local e = tonumber(f[2])
     if not s.first or e < s.first then s.first = e end
   end
@@ -96,14 +96,14 @@ ALGORITHMS[5] = {
   end,
 
   save = function(key, s, lim, keep_ttl)
-    if s.stale then redis.call('DEL', key) end
+    if s.stale then rcall('DEL', key) end
     -- Expired members go when slots are taken (the key was counted); a
     -- release leaves them to the next decision or the key's expiry.
     if not s.uncounted and not s.absent then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', s.now))
+      rcall('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', s.now))
     end
-    for _, h in ipairs(s.rem) do redis.call('ZREM', key, h) end
-    for _, a in ipairs(s.add) do redis.call('ZADD', key, a[2], a[1]) end
+    for _, h in ipairs(s.rem) do rcall('ZREM', key, h) end
+    for _, a in ipairs(s.add) do rcall('ZADD', key, a[2], a[1]) end
     if not keep_ttl and s.last then expire_us(key, s.last - s.now, lim.ttl_memo) end
   end,
 
@@ -125,19 +125,19 @@ ALGORITHMS[5] = {
     local t = zset_type(key)
     local r = 2
     if t == 'zset' then
-      local sc = redis.call('ZSCORE', key, lim.holder)
+      local sc = rcall('ZSCORE', key, lim.holder)
       if sc and tonumber(sc) > now then
         r = 1
       else
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now))
-        if redis.call('ZCARD', key) >= lim.rate then return 0 end
+        rcall('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now))
+        if rcall('ZCARD', key) >= lim.rate then return 0 end
       end
     elseif t ~= 'none' then
       return 0
     end
-    redis.call('ZADD', key, now + lim.per, lim.holder)
+    rcall('ZADD', key, now + lim.per, lim.holder)
     local ms = cdiv(lim.per, 1000)
-    if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+    if rcall('PTTL', key) < ms then rcall('PEXPIRE', key, ms) end
     return r
   end,
 }

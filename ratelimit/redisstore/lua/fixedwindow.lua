@@ -27,7 +27,7 @@ ALGORITHMS[2] = {
     local w = (now - into) / lim.per
     local s = {now = now, w = w, window = w, count = 0, kept = false, stale = false, same = false}
     if not key then return s end
-    local v = redis.call('HMGET', key, 'a', 'w', 'n', 'p')
+    local v = rcall('HMGET', key, 'a', 'w', 'n', 'p')
     -- Every version writes a as '2' and p as per's integer text, so that
     -- the usual state is recognised without parsing them.
     local a = v[1]
@@ -85,16 +85,16 @@ ALGORITHMS[2] = {
 
   save = function(key, s, lim, keep_ttl)
     if s.count <= 0 then
-      redis.call('DEL', key)
+      rcall('DEL', key)
       return
     end
     if s.same then
-      redis.call('HSET', key, 'n', memo_text(s.count, lim.value_memo))
+      rcall('HSET', key, 'n', memo_text(s.count, lim.value_memo))
     else
-      if s.stale then redis.call('DEL', key) end
+      if s.stale then rcall('DEL', key) end
       local p = lim.per_text
       if s.cal then p = int_text(s.p) end
-      redis.call('HSET', key, 'a', '2', 'w', memo_text(s.window, lim.window_memo), 'n', memo_text(s.count, lim.value_memo), 'p', p)
+      rcall('HSET', key, 'a', '2', 'w', memo_text(s.window, lim.window_memo), 'n', memo_text(s.count, lim.value_memo), 'p', p)
     end
     if not keep_ttl then expire_us(key, ALGORITHMS[2].left(s, lim), lim.ttl_memo) end
   end,

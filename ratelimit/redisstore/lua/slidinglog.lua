@@ -7,7 +7,7 @@ ALGORITHMS[4] = {
     -- s.now is max(now, newest admission); s.real is now.
     local s = {now = now, real = now, at = {}, cost = {}, used = 0}
     local v = {false, false}
-    if key then v = redis.call('HMGET', key, 'a', 'e') end
+    if key then v = rcall('HMGET', key, 'a', 'e') end
     s.stale = v[1] ~= false and v[1] ~= '4'
     if v[1] ~= '4' or not v[2] then return s end
     local flat = {cmsgpack.unpack(v[2])}
@@ -64,7 +64,7 @@ ALGORITHMS[4] = {
   save = function(key, s, lim, keep_ttl)
     local n = #s.at
     if n == 0 then
-      redis.call('DEL', key)
+      rcall('DEL', key)
       return
     end
     local flat = {}
@@ -72,8 +72,8 @@ ALGORITHMS[4] = {
       flat[2 * i - 1] = s.at[i]
       flat[2 * i] = s.cost[i]
     end
-    if s.stale then redis.call('DEL', key) end
-    redis.call('HSET', key, 'a', 4, 'p', lim.per, 'e', cmsgpack.pack(flat))
+    if s.stale then rcall('DEL', key) end
+    rcall('HSET', key, 'a', 4, 'p', lim.per, 'e', cmsgpack.pack(flat))
     if not keep_ttl then expire_us(key, s.at[n] + lim.per - s.real, lim.ttl_memo) end
   end,
 

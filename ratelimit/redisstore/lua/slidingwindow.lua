@@ -18,7 +18,7 @@ ALGORITHMS[3] = {
     local s = {now = now, k = k, L = L, c = {}, stored = false}
     for i = 1, N + 1 do s.c[i] = 0 end
     local v = {}
-    if key then v = redis.call('HMGET', key, 'a', 'p', 'n', 'w', 'b') end
+    if key then v = rcall('HMGET', key, 'a', 'p', 'n', 'w', 'b') end
     -- Every version writes a, p and n as integer text, so that the usual
     -- state is recognised without parsing them.
     local a = v[1]
@@ -94,10 +94,10 @@ ALGORITHMS[3] = {
       if s.c[i] > 0 then first = i; break end
     end
     if first == 0 then
-      redis.call('DEL', key)
+      rcall('DEL', key)
       return
     end
-    if s.stale then redis.call('DEL', key) end
+    if s.stale then rcall('DEL', key) end
     -- table.concat writes a number with %.14g, which is its integer text
     -- below 10^14; a larger count is formatted first.
     local out, big = {}, false
@@ -109,7 +109,7 @@ ALGORITHMS[3] = {
     if big then
       for i = 1, #out do out[i] = int_text(out[i]) end
     end
-    redis.call('HSET', key, 'a', '3', 'p', lim.per_text, 'n', lim.burst_text, 'w', memo_text(s.k, lim.window_memo),
+    rcall('HSET', key, 'a', '3', 'p', lim.per_text, 'n', lim.burst_text, 'w', memo_text(s.k, lim.window_memo),
       'b', table.concat(out, ','))
     if not keep_ttl then expire_us(key, ALGORITHMS[3].left(s, lim), lim.ttl_memo) end
   end,

@@ -2,11 +2,12 @@
 -- s = stamp (µs), p = per (µs) the level is scaled by.
 
 ALGORITHMS[1] = {
-  load = function(key, lim, now)
+  -- v, when set, is the key's HMGET of a, l, s and p, read already.
+  load = function(key, lim, now, v)
     local cap = lim.cap
     local s = {cap = cap, now = now, level = cap, stamp = now, stale = false, same = false}
     if not key then return s end
-    local v = redis.call('HMGET', key, 'a', 'l', 's', 'p')
+    if not v then v = rcall('HMGET', key, 'a', 'l', 's', 'p') end
     -- Every version writes a as '1' and p as per's integer text, so that
     -- the usual state is recognised without parsing them.
     local a = v[1]
@@ -106,15 +107,15 @@ ALGORITHMS[1] = {
 
   save = function(key, s, lim, keep_ttl)
     if s.level >= s.cap then
-      redis.call('DEL', key) -- a full bucket is the same as an absent one
+      rcall('DEL', key) -- a full bucket is the same as an absent one
       return
     end
     if s.same then
       -- Only the level and the stamp change; a and p stay as they are.
-      redis.call('HSET', key, 'l', memo_text(s.level, lim.value_memo), 's', time_text(s.stamp))
+      rcall('HSET', key, 'l', memo_text(s.level, lim.value_memo), 's', time_text(s.stamp))
     else
-      if s.stale then redis.call('DEL', key) end
-      redis.call('HSET', key, 'a', '1', 'l', memo_text(s.level, lim.value_memo), 's', time_text(s.stamp), 'p', lim.per_text)
+      if s.stale then rcall('DEL', key) end
+      rcall('HSET', key, 'a', '1', 'l', memo_text(s.level, lim.value_memo), 's', time_text(s.stamp), 'p', lim.per_text)
     end
     -- Full again reset µs after the stamp, which is ahead of now when the
     -- clock went back.

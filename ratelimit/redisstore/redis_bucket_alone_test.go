@@ -1,0 +1,152 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+)
+
+// TestBucketAloneSameAsGeneralPath: a token bucket decided alone on a key
+// without state takes a path of its own (lua/bucketalone.lua), which
+// copies a decision worked out once per item. The library with that path
+// and one with it turned off decide the same calls on keys of their own,
+// at the same caller times, and must give the same replies, leave the
+// same state and set the same time to live after every call: on absent
+// keys, on keys the call before wrote, once the bucket is full again, on
+// a hash without the field a, on another algorithm's key and on a key of
+// another type, for admissions, denials, shadow items, cost 0 and times
+// to live below a millisecond, in the long and the short reply.
+func TestBucketAloneSameAsGeneralPath(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+
+	body := assembleBody()
+	off := strings.Replace(body, "local BUCKET_ALONE = true", "local BUCKET_ALONE = false", 1)
+	if off == body {
+		t.Fatal("the library has no BUCKET_ALONE switch to turn off")
+	}
+	onName, onSrc := assembleLibrary(body)
+	offName, offSrc := assembleLibrary(off)
+	for _, src := range []string{onSrc, offSrc} {
+		if err := c.FunctionLoadReplace(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Specs: algorithm,rate,per,burst,cost,shadow,cs,ce,cn (see items.lua).
+	specs := []string{
+		"1,10,1000000,5,1,0,0,0,0",            // admitted, a time to live of 100 ms
+		"1,10,1000000,5,5,0,0,0,0",            // the whole burst
+		"1,10,1000000,5,0,0,0,0,0",            // cost 0: nothing written
+		"1,10,1000000,5,6,0,0,0,0",            // above the burst: denied
+		"1,10,1000000,5,6,1,0,0,0",            // the same in shadow: admitted, nothing taken
+		"1,1000000,1000000,1000000,1,0,0,0,0", // a time to live of 1 µs, written as 1 ms
+		"1,3,7000,2,1,0,0,0,0",                // a level not in whole units of rate
+		"1,1,60000000,9007199254,3,0,0,0,0",   // a large capacity
+	}
+	// The calls on each key, at caller times (µs): the first, the same
+	// again (on the key the first wrote), later but not yet full, on the
+	// key expired (deleted first), and once it is full again. A key's
+	// expiry is set to park (an hour ahead) after each call, once read, so
+	// that it expires only when a step says so, however slow the server
+	// is, and a call that leaves it as it was is told apart.
+	const t0 = int64(1_700_000_000_000_000)
+	steps := []struct {
+		now    int64
+		expire bool
+	}{{t0, false}, {t0, false}, {t0 + 150_000, false}, {t0 + 150_001, true}, {t0 + 200_000, false}, {t0 + 100_000_000_000, false}}
+	// What a key holds before the first call, written the same on both
+	// sides.
+	setups := map[string]func(key string){
+		"absent":     func(string) {},
+		"no field a": func(key string) { c.HSet(ctx, key, "x", "1") },
+		"window":     func(key string) { c.HSet(ctx, key, "a", "2", "n", "3", "w", "1", "p", "1000000") },
+		"string":     func(key string) { c.Set(ctx, key, "v", 0) },
+		"other per":  func(key string) { c.HSet(ctx, key, "a", "1", "l", "5", "s", fmt.Sprint(t0-10), "p", "1") },
+		"in debt":    func(key string) { c.HSet(ctx, key, "a", "1", "l", "-3000000", "s", fmt.Sprint(t0), "p", "1000000") },
+	}
+
+	prefix := redistest.KeyPrefix(t)
+	park := time.Now().Add(time.Hour).UnixMilli()
+	// call runs fn on key and reads what it left in one transaction, in
+	// which the server's clock stands still: a key that lives 1 ms is
+	// read and parked before it can expire, however slow the server is.
+	// The server's clock before and after bound the time to live.
+	call := func(fn, key, mode, spec string, now int64) (any, ttlRange, string) {
+		var reply *redis.Cmd
+		var exp *redis.IntCmd
+		var typ *redis.StatusCmd
+		var fields *redis.MapStringStringCmd
+		before := c.Time(ctx)
+		_, _ = c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			reply = pipe.FCall(ctx, fn, []string{key}, mode, fmt.Sprint(now), spec)
+			exp = redis.NewIntCmd(ctx, "pexpiretime", key)
+			_ = pipe.Process(ctx, exp)
+			typ = pipe.Type(ctx, key)
+			fields = pipe.HGetAll(ctx, key)
+			pipe.PExpireAt(ctx, key, time.UnixMilli(park))
+			return nil
+		})
+		after := c.Time(ctx)
+		var v any = reply.Val()
+		if err := reply.Err(); err != nil {
+			// Without the name of the library and the line, which differ.
+			msg, _, _ := strings.Cut(err.Error(), " script: ")
+			v = "error: " + msg
+		}
+		p, err := exp.Result()
+		if err != nil || before.Err() != nil || after.Err() != nil || typ.Err() != nil {
+			t.Fatalf("reading %s: %v %v %v %v", key, err, before.Err(), after.Err(), typ.Err())
+		}
+		r := ttlRange{p, p}
+		if p == park {
+			r = ttlRange{-3, -3} // the call left the expiry as it was
+		} else if p >= 0 {
+			r = ttlRange{p - after.Val().UnixMilli(), p - before.Val().UnixMilli()}
+		}
+		state := typ.Val()
+		if state == "hash" {
+			state += fmt.Sprint(fields.Val())
+		}
+		return v, r, state
+	}
+
+	n := 0
+	for setup, prepare := range setups {
+		for si, spec := range specs {
+			for _, mode := range []string{"c", "d"} {
+				n++
+				key := fmt.Sprintf("{ba%d}", n)
+				onKey, offKey := prefix+"on"+key, prefix+"off"+key
+				prepare(onKey)
+				prepare(offKey)
+				t.Cleanup(func() { c.Del(ctx, onKey, offKey) })
+				for step, st := range steps {
+					if st.expire {
+						c.Del(ctx, onKey, offKey)
+					}
+					gotOn, ttlOn, stateOn := call(onName, onKey, mode, spec, st.now)
+					gotOff, ttlOff, stateOff := call(offName, offKey, mode, spec, st.now)
+					where := fmt.Sprintf("%s key, spec %d (%s), mode %s, call %d", setup, si, spec, mode, step)
+					if fmt.Sprint(gotOn) != fmt.Sprint(gotOff) {
+						t.Errorf("%s: reply %v, general path %v", where, gotOn, gotOff)
+					}
+					if stateOn != stateOff {
+						t.Errorf("%s: state %s, general path %s", where, stateOn, stateOff)
+					}
+					if !ttlOn.overlaps(ttlOff) {
+						t.Errorf("%s: time to live %v ms, general path %v ms", where, ttlOn, ttlOff)
+					}
+				}
+			}
+		}
+	}
+}
