@@ -12,16 +12,19 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
-// TestBucketAloneSameAsGeneralPath: a token bucket decided alone on a key
-// without state takes a path of its own (lua/bucketalone.lua), which
-// copies a decision worked out once per item. The library with that path
-// and one with it turned off decide the same calls on keys of their own,
-// at the same caller times, and must give the same replies, leave the
-// same state and set the same time to live after every call: on absent
-// keys, on keys the call before wrote, once the bucket is full again, on
-// a hash without the field a, on another algorithm's key and on a key of
-// another type, for admissions, denials, shadow items, cost 0 and times
-// to live below a millisecond, in the long and the short reply.
+// TestBucketAloneSameAsGeneralPath: a token bucket decided alone takes a
+// path of its own (lua/bucketalone.lua), which judges it without
+// decide_items and, on a key without state, copies a decision worked out
+// once per item. The library with that path and one with it turned off
+// decide the same calls on keys of their own, at the same caller times,
+// and must give the same replies, leave the same state and set the same
+// time to live after every call: on absent keys, on keys the call before
+// wrote, once the bucket is full again, on a hash without the field a,
+// on another algorithm's key, on a key in debt or of another per and on
+// a key of another type, for admissions, denials, shadow items, cost 0
+// and times to live rounded up to the millisecond, in the long and the
+// short reply. (Times to live are of a second or more: one of a few
+// milliseconds may run out before the server reads it.)
 func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 	srv := redistest.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -43,14 +46,14 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 
 	// Specs: algorithm,rate,per,burst,cost,shadow,cs,ce,cn (see items.lua).
 	specs := []string{
-		"1,10,1000000,5,1,0,0,0,0",            // admitted, a time to live of 100 ms
-		"1,10,1000000,5,5,0,0,0,0",            // the whole burst
-		"1,10,1000000,5,0,0,0,0,0",            // cost 0: nothing written
-		"1,10,1000000,5,6,0,0,0,0",            // above the burst: denied
-		"1,10,1000000,5,6,1,0,0,0",            // the same in shadow: admitted, nothing taken
-		"1,1000000,1000000,1000000,1,0,0,0,0", // a time to live of 1 µs, written as 1 ms
-		"1,3,7000,2,1,0,0,0,0",                // a level not in whole units of rate
-		"1,1,60000000,9007199254,3,0,0,0,0",   // a large capacity
+		"1,10,10000000,5,1,0,0,0,0",         // admitted, a time to live of 1 s
+		"1,10,10000000,5,5,0,0,0,0",         // the whole burst
+		"1,10,10000000,5,0,0,0,0,0",         // cost 0: nothing written
+		"1,10,10000000,5,6,0,0,0,0",         // above the burst: denied
+		"1,10,10000000,5,6,1,0,0,0",         // the same in shadow: admitted, nothing taken
+		"1,7,10000000,5,1,0,0,0,0",          // 1 428 572 µs to live, written as 1429 ms
+		"1,3,7000000,2,1,0,0,0,0",           // a level not in whole units of rate
+		"1,1,60000000,9007199254,3,0,0,0,0", // a large capacity
 	}
 	// The calls on each key, at caller times (µs): the first, the same
 	// again (on the key the first wrote), later but not yet full, on the

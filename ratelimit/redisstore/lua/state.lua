@@ -121,9 +121,8 @@ end
 -- and commit is set, saves what they took. Returns the reply (see
 -- dispatch.lua), cut after now when short is set: Redis ends a reply
 -- array at the first nil of the table, and the next call that needs the
--- values writes them again. first, when set, is what the algorithm's
--- load of keys[1] read already (see bucketalone.lua).
-local function decide_items(keys, items, wants, n, now, commit, short, first)
+-- values writes them again.
+local function decide_items(keys, items, wants, n, now, commit, short)
   local admitted = 1
   local reply = reply_of(n)
   -- Keys that appear once (the usual batch) need no table of states by
@@ -140,7 +139,7 @@ local function decide_items(keys, items, wants, n, now, commit, short, first)
   if distinct then
     for i = 1, n do
       local it = items[i]
-      local s = it.alg.load(keys[i], it.lim, now, first)
+      local s = it.alg.load(keys[i], it.lim, now)
       local allowed, taken = judge(it, s, reply, 1 + (i - 1) * 5, 2 + n * 5 + (i - 1) * 3, wants[i])
       if not allowed and not it.shadow then admitted = 0 end
       taken_by[i] = taken > 0 and s
