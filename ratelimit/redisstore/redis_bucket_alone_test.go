@@ -21,10 +21,16 @@ import (
 // time to live after every call: on absent keys, on keys the call before
 // wrote, once the bucket is full again, on a hash without the field a,
 // on another algorithm's key, on a key in debt or of another per and on
-// a key of another type, for admissions, denials, shadow items, cost 0
-// and times to live rounded up to the millisecond, in the long and the
-// short reply. (Times to live are of a second or more: one of a few
-// milliseconds may run out before the server reads it.)
+// a key of another type, for admissions, denials, shadow items, cost 0,
+// a capacity of 2^53, a per not in whole milliseconds, a rate above per,
+// the caller's clock going back, and times to live rounded up to the
+// millisecond, in the long and the short reply, called as a function and
+// as the second of two calls merged into one script call (the script
+// parses its items on every call, so only a merged call's later calls
+// find their item parsed and take the path). (Times to live are of a
+// second or more: Redis 7.0 reads its clock afresh for each command of a
+// transaction, so a key of a few milliseconds may run out before the
+// transaction's next command reads it.)
 func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 	srv := redistest.Shared(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -43,21 +49,30 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	tail := luaFile(luaMerged) + "return entry(KEYS, ARGV)\n"
+	onScript, offScript := redis.NewScript(body+tail), redis.NewScript(off+tail)
+	for _, s := range []*redis.Script{onScript, offScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Specs: algorithm,rate,per,burst,cost,shadow,cs,ce,cn (see items.lua).
 	specs := []string{
-		"1,10,10000000,5,1,0,0,0,0",         // admitted, a time to live of 1 s
-		"1,10,10000000,5,5,0,0,0,0",         // the whole burst
-		"1,10,10000000,5,0,0,0,0,0",         // cost 0: nothing written
-		"1,10,10000000,5,6,0,0,0,0",         // above the burst: denied
-		"1,10,10000000,5,6,1,0,0,0",         // the same in shadow: admitted, nothing taken
-		"1,7,10000000,5,1,0,0,0,0",          // 1 428 572 µs to live, written as 1429 ms
-		"1,3,7000000,2,1,0,0,0,0",           // a level not in whole units of rate
-		"1,1,60000000,9007199254,3,0,0,0,0", // a large capacity
+		"1,10,10000000,5,1,0,0,0,0",          // admitted, a time to live of 1 s
+		"1,10,10000000,5,5,0,0,0,0",          // the whole burst
+		"1,10,10000000,5,0,0,0,0,0",          // cost 0: nothing written
+		"1,10,10000000,5,6,0,0,0,0",          // above the burst: denied
+		"1,10,10000000,5,6,1,0,0,0",          // the same in shadow: admitted, nothing taken
+		"1,7,10000000,5,1,0,0,0,0",           // 1 428 572 µs to live, written as 1429 ms
+		"1,3,7000000,2,1,0,0,0,0",            // a level not in whole units of rate
+		"1,3,1048576,8589934592,7,0,0,0,0",   // a capacity of 2^53, per not in whole ms
+		"1,1000,999,5000000,3000000,0,0,0,0", // a rate above per: 2 997 000 µs to live
 	}
 	// The calls on each key, at caller times (µs): the first, the same
-	// again (on the key the first wrote), later but not yet full, on the
-	// key expired (deleted first), and once it is full again. A key's
+	// again (on the key the first wrote), later but not yet full, earlier
+	// (the clock went back: the stamp stays ahead of now), on the key
+	// expired (deleted first), and once it is full again. A key's
 	// expiry is set to park (an hour ahead) after each call, once read, so
 	// that it expires only when a step says so, however slow the server
 	// is, and a call that leaves it as it was is told apart.
@@ -65,7 +80,7 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 	steps := []struct {
 		now    int64
 		expire bool
-	}{{t0, false}, {t0, false}, {t0 + 150_000, false}, {t0 + 150_001, true}, {t0 + 200_000, false}, {t0 + 100_000_000_000, false}}
+	}{{t0, false}, {t0, false}, {t0 + 150_000, false}, {t0 + 100_000, false}, {t0 + 150_001, true}, {t0 + 200_000, false}, {t0 + 100_000_000_000, false}}
 	// What a key holds before the first call, written the same on both
 	// sides.
 	setups := map[string]func(key string){
@@ -79,18 +94,24 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 
 	prefix := redistest.KeyPrefix(t)
 	park := time.Now().Add(time.Hour).UnixMilli()
-	// call runs fn on key and reads what it left in one transaction, in
-	// which the server's clock stands still: a key that lives 1 ms is
-	// read and parked before it can expire, however slow the server is.
-	// The server's clock before and after bound the time to live.
-	call := func(fn, key, mode, spec string, now int64) (any, ttlRange, string) {
+	// call runs fn on key (the function fn, or with a script the second
+	// of two calls merged) and reads what it left in one transaction. The
+	// server's clock before and after bound the time to live.
+	call := func(fn string, script *redis.Script, key, mode, spec string, now int64) (any, ttlRange, string) {
 		var reply *redis.Cmd
 		var exp *redis.IntCmd
 		var typ *redis.StatusCmd
 		var fields *redis.MapStringStringCmd
 		before := c.Time(ctx)
 		_, _ = c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			reply = pipe.FCall(ctx, fn, []string{key}, mode, fmt.Sprint(now), spec)
+			if script != nil {
+				// The first call evaluates the item on a key of the same
+				// slot, which it never writes, and so parses the item.
+				args := []any{"m", 2, 1, 3, modeEval, fmt.Sprint(now), spec, 1, 3, mode, fmt.Sprint(now), spec}
+				reply = pipe.EvalSha(ctx, script.Hash(), []string{key + "warm", key}, args...)
+			} else {
+				reply = pipe.FCall(ctx, fn, []string{key}, mode, fmt.Sprint(now), spec)
+			}
 			exp = redis.NewIntCmd(ctx, "pexpiretime", key)
 			_ = pipe.Process(ctx, exp)
 			typ = pipe.Type(ctx, key)
@@ -125,7 +146,11 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 	n := 0
 	for setup, prepare := range setups {
 		for si, spec := range specs {
-			for _, mode := range []string{"c", "d"} {
+			for _, v := range []struct {
+				mode    string
+				on, off *redis.Script // nil: called as a function
+			}{{"c", nil, nil}, {"d", nil, nil}, {"c", onScript, offScript}, {"d", onScript, offScript}} {
+				mode := v.mode
 				n++
 				key := fmt.Sprintf("{ba%d}", n)
 				onKey, offKey := prefix+"on"+key, prefix+"off"+key
@@ -136,9 +161,9 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 					if st.expire {
 						c.Del(ctx, onKey, offKey)
 					}
-					gotOn, ttlOn, stateOn := call(onName, onKey, mode, spec, st.now)
-					gotOff, ttlOff, stateOff := call(offName, offKey, mode, spec, st.now)
-					where := fmt.Sprintf("%s key, spec %d (%s), mode %s, call %d", setup, si, spec, mode, step)
+					gotOn, ttlOn, stateOn := call(onName, v.on, onKey, mode, spec, st.now)
+					gotOff, ttlOff, stateOff := call(offName, v.off, offKey, mode, spec, st.now)
+					where := fmt.Sprintf("%s key, spec %d (%s), mode %s, merged script %t, call %d", setup, si, spec, mode, v.on != nil, step)
 					if fmt.Sprint(gotOn) != fmt.Sprint(gotOff) {
 						t.Errorf("%s: reply %v, general path %v", where, gotOn, gotOff)
 					}
@@ -149,6 +174,66 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 						t.Errorf("%s: time to live %v ms, general path %v ms", where, ttlOn, ttlOff)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestBucketAloneServerClock: a call that reads the server clock (an
+// empty now) decides at TIME's seconds and microseconds, which the entry point
+// joins into a text (the microseconds padded to six digits) and converts
+// by arithmetic: the time the reply gives and the stamp a full bucket's
+// first admission writes must be the same instant, for microseconds of
+// six digits and of fewer. Calls are sent until one has decided in the
+// first tenth of a second (fewer digits), which the server's clock
+// reaches within a second.
+func TestBucketAloneServerClock(t *testing.T) {
+	c := libraryClient(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	const calls = 20
+	replies := make([]*redis.Cmd, calls)
+	stamps := make([]*redis.StringCmd, calls)
+	short, long := 0, 0
+	for start := time.Now(); short == 0 || long == 0; {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("missed deadline, not a wrong answer: in 30 s, %d calls decided in a second's first tenth and %d after it", short, long)
+		}
+		var before, after *redis.TimeCmd
+		_, err := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			before = pipe.Time(ctx)
+			for i := range calls {
+				key := fmt.Sprintf("%sclock%d", prefix, i)
+				replies[i] = pipe.FCall(ctx, libraryName, []string{key}, modeDecideShort, "", "1,1,10000000,5,1,0,0,0,0")
+				stamps[i] = pipe.HGet(ctx, key, "s")
+				pipe.Del(ctx, key)
+			}
+			after = pipe.Time(ctx)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A second of slack either side: the bound only tells a time in
+		// microseconds from one in other units or scaled wrong, whatever
+		// the wall clock does.
+		lo, hi := before.Val().Add(-time.Second).UnixMicro(), after.Val().Add(time.Second).UnixMicro()
+		for i := range calls {
+			v, err := replies[i].Slice()
+			if err != nil || len(v) != 7 {
+				t.Fatalf("call %d: reply %v, %v", i, v, err)
+			}
+			now, _ := v[6].(int64)
+			if s := stamps[i].Val(); s != fmt.Sprint(now) {
+				t.Fatalf("decided at %d, stamp written %q", now, s)
+			}
+			if now < lo || now > hi {
+				t.Fatalf("decided at %d µs, server clock %d..%d", now, lo, hi)
+			}
+			if now%1_000_000 < 100_000 {
+				short++
+			} else {
+				long++
 			}
 		}
 	}
