@@ -27,9 +27,10 @@ type rateLimitView struct {
 // are delta seconds, never timestamps.
 //
 // Both values are formatted into one string, and the two header slices
-// share one backing array of capacity one each (an Add to either header
-// copies it rather than overwriting the other): two allocations per
-// response, whatever the numbers.
+// are windows of capacity one on vals (the request state's, so that they
+// allocate nothing; an Add to either header copies it rather than
+// overwriting the other): one allocation per response, whatever the
+// numbers.
 func setRateLimitHeaders(h http.Header, v rateLimitView, vals *[2]string) {
 	if v.policy == "" {
 		return

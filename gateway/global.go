@@ -155,21 +155,21 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		}
 		switch {
 		case !res.Allowed && bp.shadow:
-			g.countIn(ctx, series, bp.name, stage, "shadow_denied")
+			g.countIn(ctx, series, bp.name, stage, telemetry.ResultShadowDenied)
 			span.AddEvent("shadow_denied", trace.WithAttributes(attribute.String("quotagate.policy", bp.name)))
 		case !res.Allowed:
 			violated = append(violated, bp.name)
-			g.countIn(ctx, series, bp.name, stage, "denied")
+			g.countIn(ctx, series, bp.name, stage, telemetry.ResultDenied)
 			if decided < 0 || res.RetryAfter > d.Results[decided].RetryAfter {
 				decided = i
 			}
 		case d.Allowed && !bp.shadow:
-			g.countIn(ctx, series, bp.name, stage, "allowed")
+			g.countIn(ctx, series, bp.name, stage, telemetry.ResultAllowed)
 			if decided < 0 || res.Remaining < d.Results[decided].Remaining {
 				decided = i
 			}
 		case d.Allowed:
-			g.countIn(ctx, series, bp.name, stage, "allowed")
+			g.countIn(ctx, series, bp.name, stage, telemetry.ResultAllowed)
 		}
 	}
 	recording := span.IsRecording()
@@ -201,7 +201,8 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 }
 
 // countIn counts a decision of policy in its prebuilt series when s is
-// not nil (the global stage), and by its label values otherwise.
+// not nil (the global stage), and by its label values otherwise. result is
+// one of the telemetry.Result constants the series are built for.
 func (g *Gateway) countIn(ctx context.Context, s *policySeries, policy, stage, result string) {
 	m := g.opts.Metrics
 	if m == nil {
@@ -216,10 +217,8 @@ func (g *Gateway) countIn(ctx context.Context, s *policySeries, policy, stage, r
 		m.CountDecision(s.allowed)
 	case telemetry.ResultDenied:
 		m.CountDecision(s.denied)
-	case telemetry.ResultShadowDenied:
-		m.CountDecision(s.shadowDenied)
 	default:
-		m.Decision(ctx, policy, stage, result)
+		m.CountDecision(s.shadowDenied)
 	}
 }
 
