@@ -38,11 +38,12 @@ const (
 	// maxMergeArgs bounds the arguments (ARGV) of one merged call: a call
 	// whose arguments would take a merged call past it starts another
 	// (one larger alone is sent alone). The script copies each decision's
-	// keys and arguments into tables of its own, through unpack up to
-	// 4000 values and one by one past that (copy_of in lua/merged.lua),
-	// so the bound is not Lua's stack but the time one script call holds
-	// the server and the size of the command (a decision's arguments are
-	// its items' specs, under 200 bytes each, so under 200 KB in all).
+	// keys and arguments into tables of its own through unpack, and so
+	// refuses a merged call with a count above 4000 (MAX_COUNT in
+	// lua/merged.lua), far above this bound; the bound is the time one
+	// script call holds the server and the size of the command (a
+	// decision's arguments are its items' specs, under 200 bytes each, so
+	// under 200 KB in all).
 	maxMergeArgs = 1024
 	// mergedHead is the number of a merged call's arguments before its
 	// decisions': its mode and its number of decisions.

@@ -37,8 +37,9 @@ end
 -- call repeats a few counts (its calls' numbers of keys and arguments).
 -- Only counts up to MAX_COUNT are kept, so the table stays small (the
 -- store's merged calls carry at most 1024 arguments, so every count is
--- below it).
-local counts, MAX_COUNT = {}, 4096
+-- below it). MAX_COUNT is also the most values copy_of copies through
+-- unpack, which puts them on Lua's C stack (LUAI_MAXCSTACK, 8000).
+local counts, MAX_COUNT = {}, 4000
 
 -- The count that text (a decimal integer 0 <= n <= MAX_COUNT) gives, or
 -- nil.
@@ -52,17 +53,12 @@ local function count_of(text)
   return n
 end
 
--- The values t[from + 1 .. from + n] as a new array. A table filled one
--- value at a time grows, and is rehashed, at every power of two, which
--- costs more than the rest of the copy; one built from unpack's values is
--- made at its size at once. unpack puts its values on Lua's C stack, whose
--- size is bounded (LUAI_MAXCSTACK, 8000), so larger arrays, which no
--- merged call of the store makes, are copied one value at a time.
+-- The values t[from + 1 .. from + n], n <= MAX_COUNT, as a new array. A
+-- table filled one value at a time grows, and is rehashed, at every
+-- power of two, which costs more than the rest of the copy; one built
+-- from unpack's values is made at its size at once.
 local function copy_of(t, from, n)
-  if n <= 4000 then return {unpack(t, from + 1, from + n)} end
-  local c = {}
-  for i = 1, n do c[i] = t[from + i] end
-  return c
+  return {unpack(t, from + 1, from + n)}
 end
 
 local function decide_merged(KEYS, ARGV)
