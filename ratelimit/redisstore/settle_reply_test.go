@@ -43,7 +43,7 @@ func TestSettleRefusesUnexpectedReplies(t *testing.T) {
 				t.Fatalf("the server never sent its reply (Settle = %v, %v)", applied, err)
 			}
 			if applied {
-				t.Errorf("Settle reported the settlement applied on reply %q", shorten(payload))
+				t.Errorf("Settle reported the settlement applied on reply %.40q", payload)
 			}
 			if !errors.Is(err, ratelimit.ErrUnavailable) {
 				t.Fatalf("Settle = %v, want ErrUnavailable", err)
@@ -53,12 +53,4 @@ func TestSettleRefusesUnexpectedReplies(t *testing.T) {
 			}
 		})
 	}
-}
-
-// shorten is s cut to 40 bytes, for messages.
-func shorten(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
 }
