@@ -77,26 +77,18 @@ func (w *AsyncWriter) CloseWithin(timeout time.Duration) error {
 		return nil
 	default:
 	}
-	lost := discardOps(w.ops) + discard(w.queue) + uint64(max(w.held.Load(), 0))
+	lost := discard(w.ops, func(o opLine) *[]byte { return o.b }) +
+		discard(w.queue, func(b *[]byte) *[]byte { return b }) + uint64(max(w.held.Load(), 0))
 	return &LinesLostError{Lines: lost, Timeout: timeout}
 }
 
-// discard takes every line left in the closed queue q and returns how many
-// there were.
-func discard(q chan *[]byte) uint64 {
+// discard takes every line left in the closed queue q, hands the buffer
+// buf returns for each to recycle (so that an oversized one is not pooled,
+// as after a Write), and returns how many there were.
+func discard[T any](q chan T, buf func(T) *[]byte) uint64 {
 	var n uint64
-	for b := range q {
-		linePool.Put(b)
-		n++
-	}
-	return n
-}
-
-// discardOps is discard for the operational queue.
-func discardOps(q chan opLine) uint64 {
-	var n uint64
-	for o := range q {
-		linePool.Put(o.b)
+	for v := range q {
+		recycle(buf(v))
 		n++
 	}
 	return n
