@@ -4,9 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // stuckWriter stands for a pipe whose reader hung: each Write reports
@@ -33,21 +30,7 @@ func (s *stuckWriter) Write(p []byte) (int, error) {
 // returns what it is writing.
 func (s *stuckWriter) stuckOn(t *testing.T) string {
 	t.Helper()
-	select {
-	case p := <-s.entered:
-		return p
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "the writer did not write within %v", deadline)
-		return ""
-	}
-}
-
-// startClose calls w.Close in a goroutine and returns where its result
-// arrives.
-func startClose(w *AsyncWriter) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- w.Close() }()
-	return done
+	return await(t, s.entered, "the writer did not write")
 }
 
 // TestAsyncWriterCloseGivesUpOnStuckDestination: against a destination
@@ -80,12 +63,7 @@ func TestAsyncWriterCloseGivesUpOnStuckDestination(t *testing.T) {
 		t.Error("a line offered while Close waits was taken, with the destination stuck")
 	}
 	bound.elapse(t)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "Close did not return within %v of its bound passing", deadline)
-	}
+	err := await(t, done, "Close did not return after its bound passed")
 	var lost *LinesLostError
 	if !errors.As(err, &lost) {
 		t.Fatalf("Close returned %v, want a *LinesLostError", err)
@@ -127,13 +105,8 @@ func TestAsyncWriterQueueWritesNeverWaits(t *testing.T) {
 		}
 		wrote <- dropped
 	}()
-	select {
-	case dropped := <-wrote:
-		if dropped != 3 {
-			t.Errorf("%d operational lines dropped, want 3 beyond the queue of %d", dropped, DefaultOperationalQueue)
-		}
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "operational Writes still blocked after %v with the destination stuck", deadline)
+	if dropped := await(t, wrote, "operational Writes did not return with the destination stuck"); dropped != 3 {
+		t.Errorf("%d operational lines dropped, want 3 beyond the queue of %d", dropped, DefaultOperationalQueue)
 	}
 	if d := w.Drops(); d.Operational != 3 || d.Access != 0 {
 		t.Errorf("drops %+v, want 3 operational and no access line", d)
@@ -142,13 +115,9 @@ func TestAsyncWriterQueueWritesNeverWaits(t *testing.T) {
 	bound.waitStarted(t, DefaultCloseTimeout)
 	bound.elapse(t)
 	var lost *LinesLostError
-	select {
-	case err := <-done:
-		if !errors.As(err, &lost) || lost.Lines != 1+8+DefaultOperationalQueue {
-			t.Errorf("Close returned %v, want %d lines lost", err, 1+8+DefaultOperationalQueue)
-		}
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "Close did not return within %v of its bound passing", deadline)
+	if err := await(t, done, "Close did not return after its bound passed"); !errors.As(err, &lost) ||
+		lost.Lines != 1+8+DefaultOperationalQueue {
+		t.Errorf("Close returned %v, want %d lines lost", err, 1+8+DefaultOperationalQueue)
 	}
 }
 
@@ -183,13 +152,8 @@ func TestAsyncWriterCloseWaitsForReadingDestination(t *testing.T) {
 			}
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "Close did not return within %v of the last Write", deadline)
+	if err := await(t, done, "Close did not return after the last Write"); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 	if gotAccess.String() != access.String() || gotOps.String() != ops.String() {
 		t.Error("the destination did not get every line of each kind in order")

@@ -59,13 +59,8 @@ func (m *manualTimer) after(d time.Duration) <-chan time.Time {
 // waitStarted waits until the writer has begun a wait of d.
 func (m *manualTimer) waitStarted(t *testing.T, d time.Duration) {
 	t.Helper()
-	select {
-	case got := <-m.waits:
-		if got != d {
-			t.Fatalf("the writer waits %v, want %v", got, d)
-		}
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "the writer began no wait within %v", deadline)
+	if got := await(t, m.waits, "the writer began no wait"); got != d {
+		t.Fatalf("the writer waits %v, want %v", got, d)
 	}
 }
 
@@ -79,30 +74,40 @@ func (m *manualTimer) elapse(t *testing.T) {
 	}
 }
 
+// await returns what c delivers, or ends t as a missed deadline (not a
+// wrong answer) when nothing has arrived within deadline; missing says
+// what did not happen then ("nothing written").
+func await[T any](t *testing.T, c <-chan T, missing string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(deadline):
+		proctest.FatalOverrun(t, "%s within %v", missing, deadline)
+		var zero T
+		return zero
+	}
+}
+
 // nextWrite returns the next Write to c.
 func nextWrite(t *testing.T, c chanWriter) string {
 	t.Helper()
-	select {
-	case p := <-c.writes:
-		return p
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "nothing written within %v", deadline)
-		return ""
-	}
+	return await(t, c.writes, "nothing written")
+}
+
+// startClose calls w.Close in a goroutine and returns where its result
+// arrives.
+func startClose(w *AsyncWriter) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- w.Close() }()
+	return done
 }
 
 // closeWithin closes w, failing t if Close has not returned by deadline.
 func closeWithin(t *testing.T, w *AsyncWriter) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- w.Close() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(deadline):
-		proctest.FatalOverrun(t, "Close did not return within %v", deadline)
+	if err := await(t, startClose(w), "Close did not return"); err != nil {
+		t.Fatal(err)
 	}
 }
 
