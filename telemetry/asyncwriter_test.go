@@ -380,57 +380,42 @@ func TestAsyncWriterQueuedLinesKeepOrder(t *testing.T) {
 	clock := newManualTimer()
 	w := newAsyncWriter(dst, 16, time.Hour, clock.after)
 	w.QueueWrites()
-	access := func(s string) {
-		t.Helper()
-		if !w.TryWrite([]byte(s + "\n")) {
-			t.Fatalf("access line %s dropped", s)
+	// Each flush queues its lines in the order given, "a…" by TryWrite
+	// (access), the others by Write (operational), and must write them in
+	// that order. The first line starts the writer's wait; the flush comes
+	// when the interval ends, or from Close.
+	for _, f := range []struct {
+		what, lines string
+		close       bool
+	}{
+		{"a flush opened by an access line", "a1 op1 a2 a3 op2 op3 a4", false},
+		{"a flush opened by an operational line", "op4 a5 op5 a6", false},
+		{"Close", "a7 a8 stopped", true},
+	} {
+		queued := strings.Fields(f.lines)
+		for i, s := range queued {
+			if strings.HasPrefix(s, "a") {
+				if !w.TryWrite([]byte(s + "\n")) {
+					t.Fatalf("access line %s dropped", s)
+				}
+			} else if _, err := w.Write([]byte(s + "\n")); err != nil {
+				t.Fatalf("operational line %s: %v", s, err)
+			}
+			if i == 0 {
+				clock.waitStarted(t, time.Hour)
+			}
 		}
-	}
-	operational := func(s string) {
-		t.Helper()
-		if _, err := w.Write([]byte(s + "\n")); err != nil {
-			t.Fatalf("operational line %s: %v", s, err)
+		if f.close {
+			closeWithin(t, w)
+		} else {
+			clock.elapse(t)
 		}
-	}
-	// lines reads Writes until they hold n lines.
-	lines := func(n int) string {
-		t.Helper()
 		var got string
-		for strings.Count(got, "\n") < n {
+		for strings.Count(got, "\n") < len(queued) {
 			got += nextWrite(t, dst)
 		}
-		return strings.ReplaceAll(strings.TrimSuffix(got, "\n"), "\n", " ")
-	}
-
-	access("a1")
-	clock.waitStarted(t, time.Hour)
-	operational("op1")
-	access("a2")
-	access("a3")
-	operational("op2")
-	operational("op3")
-	access("a4")
-	clock.elapse(t)
-	if got, want := lines(7), "a1 op1 a2 a3 op2 op3 a4"; got != want {
-		t.Errorf("a flush opened by an access line wrote %q, want %q", got, want)
-	}
-
-	operational("op4")
-	clock.waitStarted(t, time.Hour)
-	access("a5")
-	operational("op5")
-	access("a6")
-	clock.elapse(t)
-	if got, want := lines(4), "op4 a5 op5 a6"; got != want {
-		t.Errorf("a flush opened by an operational line wrote %q, want %q", got, want)
-	}
-
-	access("a7")
-	clock.waitStarted(t, time.Hour)
-	access("a8")
-	operational("stopped")
-	closeWithin(t, w)
-	if got, want := lines(3), "a7 a8 stopped"; got != want {
-		t.Errorf("Close flushed %q, want %q", got, want)
+		if got = strings.ReplaceAll(strings.TrimSuffix(got, "\n"), "\n", " "); got != f.lines {
+			t.Errorf("%s wrote %q, want %q", f.what, got, f.lines)
+		}
 	}
 }
