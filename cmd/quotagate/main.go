@@ -77,22 +77,36 @@ func (b boundedWriter) Write(p []byte) (int, error) {
 		n   int
 		err error
 	}
-	done := make(chan result, 1)
-	go func() {
+	r, ok := within(b.timeout, b.after, func() result {
 		n, err := b.w.Write(p)
-		done <- result{n, err}
-	}()
-	expired := b.after
-	if expired == nil {
-		t := time.NewTimer(b.timeout)
+		return result{n, err}
+	})
+	if !ok {
+		return 0, fmt.Errorf("write not done within %v", b.timeout)
+	}
+	return r.n, r.err
+}
+
+// within runs f in a goroutine of its own and returns its result and true,
+// or, when f has not returned once timeout has passed, the zero T and
+// false, leaving f to finish (or not) on its own: a write to a pipe that
+// no one reads, or a shutdown that waits for one, never returns. after,
+// when not nil, stands in for the timer: it returns a channel that
+// receives once the given time has passed.
+func within[T any](timeout time.Duration, after func(time.Duration) <-chan time.Time, f func() T) (T, bool) {
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	if after == nil {
+		t := time.NewTimer(timeout)
 		defer t.Stop()
-		expired = func(time.Duration) <-chan time.Time { return t.C }
+		after = func(time.Duration) <-chan time.Time { return t.C }
 	}
 	select {
 	case r := <-done:
-		return r.n, r.err
-	case <-expired(b.timeout):
-		return 0, fmt.Errorf("write not done within %v", b.timeout)
+		return r, true
+	case <-after(timeout):
+		var zero T
+		return zero, false
 	}
 }
 

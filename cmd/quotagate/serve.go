@@ -173,20 +173,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 const telemetryFlushTimeout = 5 * time.Second
 
 // shutdownWithin calls shutdown with a context of the given timeout and
-// returns its error, or the context's once the timeout has passed, leaving
-// shutdown running: the SDK's periodic metric reader waits for its
-// exporter's last Export whatever the context says, and the console
-// exporter's Export is a write to stdout, which a reader that hung never
-// lets return.
+// returns its error, or context.DeadlineExceeded once the timeout has
+// passed (within), leaving shutdown running: the SDK's periodic metric
+// reader waits for its exporter's last Export whatever the context says,
+// and the console exporter's Export is a write to stdout, which a reader
+// that hung never lets return.
 func shutdownWithin(shutdown func(context.Context) error, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- shutdown(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	err, ok := within(timeout, nil, func() error { return shutdown(ctx) })
+	if !ok {
+		return context.DeadlineExceeded
 	}
+	return err
 }
