@@ -72,7 +72,6 @@ type AsyncWriter struct {
 	// queued is the number of access lines queued since the start; an
 	// operational line is written after that many access lines.
 	queued atomic.Uint64
-	half   int // a TryWrite that leaves more lines queued nudges the writer
 	// nudge, 1-buffered, ends the writer's wait: sent to when either queue
 	// is more than half full, closed by Close.
 	nudge    chan struct{}
@@ -141,7 +140,6 @@ func newAsyncWriter(dst io.Writer, queue int, interval time.Duration, after func
 		dst:      dst,
 		queue:    make(chan *[]byte, queue),
 		ops:      make(chan opLine, DefaultOperationalQueue),
-		half:     queue / 2,
 		nudge:    make(chan struct{}, 1),
 		interval: max(interval, 0),
 		after:    after,
@@ -167,7 +165,7 @@ func (w *AsyncWriter) TryWrite(line []byte) bool {
 	select {
 	case w.queue <- b:
 		w.queued.Add(1)
-		if len(w.queue) > w.half {
+		if len(w.queue) > cap(w.queue)/2 {
 			w.wake()
 		}
 		w.mu.RUnlock()
