@@ -15,9 +15,8 @@ type cellSet[K comparable, C any] struct {
 	make  func(K) C    // a new cell of label values K
 	fast  cowMap[K, C] // at most limit cells; written under mu
 	limit int          // most cells in fast
-	mu    sync.Mutex   // serialises the writers of fast, extra and all
+	mu    sync.Mutex   // serialises the writers of fast and extra
 	extra map[K]C      // cells past limit
-	all   []C          // every cell, in creation order; append-only
 }
 
 func newCellSet[K comparable, C any](make func(K) C) cellSet[K, C] {
@@ -38,13 +37,19 @@ func (s *cellSet[K, C]) get(k K) C {
 		return c
 	}
 	c := s.make(k)
-	s.all = append(s.all, c)
 	if s.fast.size() >= s.limit {
 		s.extra[k] = c
 		return c
 	}
 	s.fast.store(k, c)
 	return c
+}
+
+// size returns the number of cells made.
+func (s *cellSet[K, C]) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fast.size() + len(s.extra)
 }
 
 // firstUse lists the cells of an instrument that have been counted or

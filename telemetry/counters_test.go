@@ -147,8 +147,8 @@ func TestAsyncCounterPastItsLimit(t *testing.T) {
 		t.Errorf("lookup map holds %d cells, want 2", n)
 	}
 	again := c.cell(4)
-	if again != c.cell(4) || len(c.cells.all) != 5 {
-		t.Errorf("%d cells for 5 keys, or a key past the limit got a new cell", len(c.cells.all))
+	if again != c.cell(4) || c.cells.size() != 5 {
+		t.Errorf("%d cells for 5 keys, or a key past the limit got a new cell", c.cells.size())
 	}
 	_, points := sumPoints(t, collect(t, r)["test.count"])
 	for k := range 5 {

@@ -275,9 +275,9 @@ func TestHistogramsCardinalityLimit(t *testing.T) {
 		r.recordSync(ref)
 	}
 	e := m.StageSeries("e")
-	if e != m.StageSeries("e") || len(m.decisionDur.cells.all) != 5 || m.decisionDur.cells.fast.size() != 2 {
+	if e != m.StageSeries("e") || m.decisionDur.cells.size() != 5 || m.decisionDur.cells.fast.size() != 2 {
 		t.Errorf("%d cells (%d in the lookup map) for 5 stages, or a stage past the limit got a new cell",
-			len(m.decisionDur.cells.all), m.decisionDur.cells.fast.size())
+			m.decisionDur.cells.size(), m.decisionDur.cells.fast.size())
 	}
 	want, got := histogramsOf(t, reference), histogramsOf(t, cells)
 	sameHistograms(t, "past the limit", want, got)
