@@ -60,8 +60,8 @@ func BenchmarkMetricsDecision(b *testing.B) {
 		}
 	})
 	b.Run("baseline_prebuilt", func(b *testing.B) {
-		opts := newMeasureOpts(attribute.NewSet(labelPolicy.String("transfers"),
-			labelStage.String("global"), labelResult.String(ResultAllowed))).add
+		opts := addOptions(attribute.NewSet(labelPolicy.String("transfers"),
+			labelStage.String("global"), labelResult.String(ResultAllowed)))
 		b.ReportAllocs()
 		for b.Loop() {
 			syncCounter.Add(ctx, 1, opts...)

@@ -2,6 +2,13 @@ package telemetry
 
 import "sync"
 
+// maxCachedSets bounds the lock-free lookup map of each cellSet. Label
+// values are bounded by the configuration (routes, policies, stages), so
+// real deployments stay below it; past it, further combinations are found
+// under a lock instead of growing the map, whose copy-on-write inserts cost
+// O(size).
+const maxCachedSets = 1024
+
 // cellSet maps label values K to a value C made once per K: the cells of
 // an instrument whose series are kept in cells of our own (asyncCounter,
 // asyncHistogram), or prebuilt attribute options. Looking a value up is

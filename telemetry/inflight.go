@@ -22,8 +22,8 @@ type slotInstruments struct {
 	queueWait *asyncHistogram[string] // policy
 	lost      metric.Int64Counter
 	retaken   metric.Int64Counter
-	policies  cellSet[string, measureOpts] // policy
-	reg       metric.Registration          // inflight callback, guarded by Metrics.mu
+	policies  cellSet[string, []metric.AddOption] // policy
+	reg       metric.Registration                 // inflight callback, guarded by Metrics.mu
 }
 
 func (m *Metrics) initSlots() error {
@@ -46,7 +46,7 @@ func (m *Metrics) initSlots() error {
 	if err != nil {
 		return err
 	}
-	s.policies = newCellSet(func(p string) measureOpts { return newMeasureOpts(attribute.NewSet(labelPolicy.String(p))) })
+	s.policies = newCellSet(func(p string) []metric.AddOption { return addOptions(attribute.NewSet(labelPolicy.String(p))) })
 	return nil
 }
 
@@ -67,7 +67,7 @@ func (m *Metrics) SlotsLost(ctx context.Context, policy string, n int64) {
 	if m == nil {
 		return
 	}
-	m.slots.lost.Add(ctx, n, m.slots.policies.get(policy).add...)
+	m.slots.lost.Add(ctx, n, m.slots.policies.get(policy)...)
 }
 
 // SlotsRetaken adds n to quotagate_concurrency_slots_retaken_total{policy}:
@@ -77,15 +77,16 @@ func (m *Metrics) SlotsRetaken(ctx context.Context, policy string, n int64) {
 	if m == nil {
 		return
 	}
-	m.slots.retaken.Add(ctx, n, m.slots.policies.get(policy).add...)
+	m.slots.retaken.Add(ctx, n, m.slots.policies.get(policy)...)
 }
 
 // primeSlots exports the lost-slot and retaken-slot counters of each
 // concurrency policy at 0.
 func (m *Metrics) primeSlots(ctx context.Context, policies []string) {
 	for _, p := range policies {
-		m.slots.lost.Add(ctx, 0, m.slots.policies.get(p).add...)
-		m.slots.retaken.Add(ctx, 0, m.slots.policies.get(p).add...)
+		opts := m.slots.policies.get(p)
+		m.slots.lost.Add(ctx, 0, opts...)
+		m.slots.retaken.Add(ctx, 0, opts...)
 	}
 }
 
