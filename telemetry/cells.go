@@ -1,6 +1,9 @@
 package telemetry
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // maxCachedSets bounds the lock-free lookup map of each cellSet. Label
 // values are bounded by the configuration (routes, policies, stages), so
@@ -74,6 +77,21 @@ func (o *firstUse[C]) add(c C) {
 	o.mu.Lock()
 	o.cells = append(o.cells, c)
 	o.mu.Unlock()
+}
+
+// listing is what a cell of an instrument keeps to be listed in the
+// instrument's firstUse at its first use.
+type listing[C any] struct {
+	seen  atomic.Bool  // listed in order
+	order *firstUse[C] // its instrument's cells by first use
+}
+
+// use lists c, the cell that holds l, in order at its first use; a later
+// use costs one atomic load.
+func (l *listing[C]) use(c C) {
+	if !l.seen.Load() && l.seen.CompareAndSwap(false, true) {
+		l.order.add(c)
+	}
 }
 
 // list returns the cells used so far, in order; the slice stays as it is

@@ -32,10 +32,9 @@ import (
 // it has been counted in (and so is exported), and the options that name
 // its attribute set when it is observed.
 type counterCell struct {
-	n     atomic.Int64
-	seen  atomic.Bool             // counted in, and listed in order
-	order *firstUse[*counterCell] // its counter's cells by first count
-	obs   []metric.ObserveOption
+	n      atomic.Int64
+	listed listing[*counterCell] // by first count
+	obs    []metric.ObserveOption
 }
 
 // add counts n (not negative: a counter never goes back) in c; n may be 0
@@ -44,9 +43,7 @@ func (c *counterCell) add(n int64) {
 	if n > 0 {
 		c.n.Add(n)
 	}
-	if !c.seen.Load() && c.seen.CompareAndSwap(false, true) {
-		c.order.add(c)
-	}
+	c.listed.use(c)
 }
 
 // asyncCounter is a monotonic counter whose series are counterCells keyed
@@ -66,7 +63,7 @@ func newAsyncCounter[K comparable](meter metric.Meter, name, desc string, build 
 	}
 	order := &firstUse[*counterCell]{}
 	return &asyncCounter[K]{inst: inst, counted: order, cells: newCellSet(func(k K) *counterCell {
-		return &counterCell{order: order, obs: []metric.ObserveOption{metric.WithAttributeSet(build(k))}}
+		return &counterCell{listed: listing[*counterCell]{order: order}, obs: []metric.ObserveOption{metric.WithAttributeSet(build(k))}}
 	})}, nil
 }
 

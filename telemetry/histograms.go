@@ -70,8 +70,7 @@ type histCell struct {
 	min, max  atomic.Uint64
 	imin      atomic.Uint64
 	imax      atomic.Uint64
-	seen      atomic.Bool                          // recorded in, and listed in order
-	order     *firstUse[*histCell]                 // its histogram's cells by first recording
+	listed    listing[*histCell]                   // by first recording
 	exemplars []atomic.Pointer[sampledMeasurement] // per bucket, nil until taken
 }
 
@@ -79,7 +78,7 @@ func newHistCell(bounds []float64, attrs attribute.Set, order *firstUse[*histCel
 	c := &histCell{
 		bounds:    bounds,
 		attrs:     attrs,
-		order:     order,
+		listed:    listing[*histCell]{order: order},
 		counts:    make([]atomic.Uint64, len(bounds)+1),
 		exemplars: make([]atomic.Pointer[sampledMeasurement], len(bounds)+1),
 	}
@@ -105,9 +104,7 @@ func (c *histCell) record(ctx context.Context, v float64, mode exemplarMode) {
 	raise(&c.max, v)
 	lower(&c.imin, v)
 	raise(&c.imax, v)
-	if !c.seen.Load() && c.seen.CompareAndSwap(false, true) {
-		c.order.add(c)
-	}
+	c.listed.use(c)
 	if mode == exemplarsNone {
 		return
 	}
