@@ -71,7 +71,9 @@ var upstreamBuckets = []float64{
 // Metrics records quotagate's metrics. Label values must come from bounded
 // sets (configured route and policy names, the constants above); each distinct
 // combination is a time series. Methods are safe for concurrent use and, after
-// a combination's first use, do not allocate. All methods on a nil *Metrics
+// a combination's first use, do not allocate, but for a histogram
+// measurement kept as its bucket's exemplar (one small record; see
+// asyncHistogram). All methods on a nil *Metrics
 // do nothing, so code under test may pass nil. The counters of the request
 // path are kept in atomics of their own and observed at each collection
 // (see asyncCounter): their methods do not read ctx, and their series carry
