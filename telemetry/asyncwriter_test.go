@@ -188,26 +188,47 @@ func TestAsyncWriterBatchesInMaxBatch(t *testing.T) {
 
 // TestAsyncWriterNudgedPastHalf: a TryWrite that leaves the queue more
 // than half full ends the writer's wait, so that lines are written rather
-// than dropped while the interval runs.
+// than dropped while the interval runs; one that leaves it half full does
+// not.
 func TestAsyncWriterNudgedPastHalf(t *testing.T) {
 	dst := chanWriter{writes: make(chan string, 100)}
 	clock := newManualTimer() // never elapses unless told: an endless interval
 	w := newAsyncWriter(dst, 8, time.Hour, clock.after)
-	var want strings.Builder
-	for i := range 6 {
-		want.WriteString(numbered(i))
-		w.TryWrite([]byte(numbered(i)))
-		if i == 0 {
-			clock.waitStarted(t, time.Hour) // the writer holds line 0
+	// queue offers lines from to to-1 and returns them; the writer holds
+	// the first and waits, the others are queued.
+	queue := func(from, to int) string {
+		t.Helper()
+		var want strings.Builder
+		for i := from; i < to; i++ {
+			want.WriteString(numbered(i))
+			if !w.TryWrite([]byte(numbered(i))) {
+				t.Fatalf("line %d dropped", i)
+			}
+			if i == from {
+				clock.waitStarted(t, time.Hour)
+			}
 		}
-		if i == 4 && len(dst.writes) != 0 {
-			// Lines 1 to 4 fill the queue of 8 to half: no nudge yet.
-			t.Fatalf("written at half full: %q", <-dst.writes)
-		}
+		return want.String()
 	}
-	// Line 5 left 5 of 8 queued.
-	if got := nextWrite(t, dst); got != want.String() {
-		t.Errorf("written %q, want lines 0 to 5", got)
+	// Lines 1 to 4 fill the queue of 8 to half: no nudge. A nudge would
+	// be pending still, or have ended the wait, so that the writer writes
+	// and no longer takes the timer's firing; without one it takes it.
+	want := queue(0, 5)
+	if len(w.nudge) != 0 {
+		t.Fatal("nudged at half full")
+	}
+	select {
+	case clock.fire <- time.Time{}:
+	case p := <-dst.writes:
+		t.Fatalf("written at half full: %q", p)
+	}
+	if got := nextWrite(t, dst); got != want {
+		t.Errorf("written %q, want lines 0 to 4", got)
+	}
+	// Line 10 leaves 5 of 8 queued: written with no timer firing.
+	want = queue(5, 11)
+	if got := nextWrite(t, dst); got != want {
+		t.Errorf("written %q, want lines 5 to 10", got)
 	}
 	if w.Dropped() != 0 {
 		t.Errorf("dropped %d", w.Dropped())
