@@ -257,7 +257,10 @@ type plan struct {
 // Store.Decide call, so that either all of the request's non-shadow costs
 // are consumed or none is (within one hash slot; see ratelimit.Store for
 // several). Unmatched descriptors and unknown domains are OK. The error
-// wraps ErrBadRequest or ErrUnavailable.
+// wraps ErrBadRequest or ErrUnavailable, or ctx's error when the caller
+// left before the store decided. A store call is bounded by
+// Options.Timeout; ctx's own deadline, when shorter, cancels the call
+// without counting as a store failure.
 func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 	if err := checkRequest(req); err != nil {
 		return Response{}, err
@@ -290,13 +293,26 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 	if p.over > 0 || req.DryRun {
 		p.zero(p.items)
 	}
-	sctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	if err := ctx.Err(); err != nil {
+		return Response{}, callerLeft(err)
+	}
+	// The store call's deadline is the service's own. A caller's shorter
+	// one (grpc-timeout) cancels the call when it passes rather than
+	// becoming its deadline: a caller that gives up is not a store that
+	// timed out, and must not count toward the circuit breaker, which
+	// would fail every other caller's decisions too.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.Timeout)
+	stop := context.AfterFunc(ctx, cancel)
 	start := time.Now()
 	d, err := e.opts.Store.Decide(sctx, p.items)
+	stop()
 	cancel()
 	if m := e.opts.Metrics; m != nil {
 		m.DecisionDuration(ctx, "rls", time.Since(start))
 		m.StoreCall(ctx, "decide", time.Since(start))
+	}
+	if cerr := ctx.Err(); cerr != nil && (err != nil || d.Failure != nil) {
+		return Response{}, callerLeft(cerr)
 	}
 	switch {
 	case err != nil: // a store without a Fallback layer
@@ -308,6 +324,11 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 	e.finish(ctx, span, req, p, &resp, d, true)
 	return resp, nil
 }
+
+// callerLeft is Decide's error when the caller's context ended (it
+// cancelled, or its deadline passed) before the store decided: nothing is
+// counted as a store failure and no on_store_error applies.
+func callerLeft(err error) error { return fmt.Errorf("rls: the caller left: %w", err) }
 
 // onError maps an on_store_error mode to what the store's Fallback layer
 // applies: unavailable refuses the batch (ratelimit.OnErrorClosed, which

@@ -79,6 +79,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 	}
 	resp, err := s.engine.Decide(ctx, &req)
 	switch {
+	case err != nil && ctx.Err() != nil: // the caller cancelled, or its grpc-timeout passed
+		return nil, status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, ErrBadRequest):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrUnavailable):

@@ -42,10 +42,26 @@ func startServerWith(t *testing.T, headers bool, files *redistest.TLSFiles) (rls
 		cfg.RLS.TLS = &config.TLS{CertFile: files.ServerCert, KeyFile: files.ServerKey}
 		creds, scheme = credentials.NewTLS(files.ClientConfig()), "https://"
 	}
-	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml", "testdata/extensions.yaml", "testdata/databases.yaml"}
 	cfg.RLS.ResponseHeaders = headers
 	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
 	t.Cleanup(func() { store.Close() })
+	return serveConfig(t, cfg, store, creds, scheme)
+}
+
+// startServerOn is startServer deciding on store, with timeout as
+// store.redis.timeout.
+func startServerOn(t *testing.T, store ratelimit.Store, timeout time.Duration) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Store.Redis.Timeout = timeout
+	client, _, _ := serveConfig(t, cfg, store, insecure.NewCredentials(), "http://")
+	return client
+}
+
+// serveConfig serves testdata's rules with cfg's rls section on store.
+func serveConfig(t *testing.T, cfg *config.Config, store ratelimit.Store, creds credentials.TransportCredentials, scheme string) (rlsv3.RateLimitServiceClient, *grpc.ClientConn, string) {
+	t.Helper()
+	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml", "testdata/extensions.yaml", "testdata/databases.yaml"}
 	srv, err := NewServer(cfg, ServerOptions{Store: store})
 	if err != nil {
 		t.Fatal(err)

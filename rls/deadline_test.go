@@ -1,0 +1,70 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
+)
+
+// TestCallerDeadlineIsNotAStoreFailure: callers whose grpc-timeout passes
+// while Redis is slow get DEADLINE_EXCEEDED, and their calls do not count
+// as store failures: the circuit breaker stays closed, so the next caller
+// is decided by Redis rather than refused (UNAVAILABLE) for the breaker's
+// cooldown. Before, the caller's deadline became the store call's, and a
+// few impatient callers opened the breaker for every caller.
+func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	store := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: time.Minute,
+		BreakerFailures: 2, BreakerCooldown: time.Hour, FleetStatic: true, KeyPrefix: redistest.KeyPrefix(t)})
+	t.Cleanup(func() { store.Close() })
+	client := startServerOn(t, store, time.Minute)
+	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.50")}}
+	if _, err := client.ShouldRateLimit(context.Background(), in); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+
+	srv.Pause() // Redis answers nothing until Resume
+	for i := range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := client.ShouldRateLimit(ctx, in)
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("call %d with a 20ms deadline on a frozen Redis: %v, want DeadlineExceeded", i, err)
+		}
+	}
+	srv.Resume()
+
+	if h := store.Health(); h.Breaker != ratelimit.BreakerClosed {
+		t.Errorf("breaker after callers' deadlines: %v, want closed", h.Breaker)
+	}
+	resp, err := client.ShouldRateLimit(context.Background(), in)
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after Redis is back: %v, %v, want a decision by Redis", resp, err)
+	}
+}
+
+// TestCallerGoneBeforeTheStore: a call whose context has already ended is
+// not sent to the store at all, and its error is the context's, not
+// ErrUnavailable.
+func TestCallerGoneBeforeTheStore(t *testing.T) {
+	e, _ := newTestEngine(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	addr := desc("remote_address", "192.0.2.51")
+	if _, err := e.Decide(ctx, &Request{Domain: "edge", Descriptors: []Descriptor{addr}}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("cancelled call: %v, want context.Canceled", err)
+	}
+	if r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{addr}}); r.Statuses[0].Remaining != 9 {
+		t.Errorf("after the cancelled call: %d left, want 9 (nothing charged)", r.Statuses[0].Remaining)
+	}
+}
