@@ -129,7 +129,7 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
 	var keys strings.Builder
-	for i := 1; i <= 16; i++ {
+	for i := 1; i <= 20; i++ {
 		fmt.Fprintf(&keys, "    - {key_sha256: %s, tenant: t%d, tier: t}\n", sha256Hex("KEY"+strconv.Itoa(i)), i)
 	}
 	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String(), "TIMEOUT", timeout.String()).Replace(settleConfig)
@@ -618,6 +618,12 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		{"whitespace after the value", strings.NewReader(`{"max_tokens":2}` + " \r\n"), nil, 2},
 		{"no body, header", http.NoBody, map[string]string{"X-Max-Tokens": "40"}, 40},
 		{"no body, nothing", http.NoBody, nil, 500},
+		// The upstream reads the header it receives: one the request
+		// names in Connection is removed on the way (hop-by-hop), so it
+		// states nothing; one spelled with "_" is the same variable to
+		// CGI, WSGI and Rack upstreams, so it states the reservation.
+		{"no body, header named in Connection", http.NoBody, map[string]string{"X-Max-Tokens": "1", "Connection": "X-Max-Tokens"}, 500},
+		{"no body, header spelled with underscores", http.NoBody, map[string]string{"X_Max_Tokens": "40"}, 40},
 		// Without a Content-Length (chunked) the body is still read: a
 		// header cannot state less than the body asks for.
 		{"chunked", &pieces{s: `{"max_tokens":400}`, n: 5}, map[string]string{"X-Max-Tokens": "1"}, 400},
@@ -638,38 +644,61 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		})
 	}
 	t.Run("statuses", func(t *testing.T) {
-		// Tenant 15 holds 400: a hidden reservation of 500 does not fit
+		// Tenant 20 holds 400: a hidden reservation of 500 does not fit
 		// (429); one that states 300 does.
-		if resp, body := sf.post(t, 15, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
+		if resp, body := sf.post(t, 20, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("using 600: %d %s", resp.StatusCode, body)
 		}
-		resp, body := send(15, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
+		resp, body := send(20, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Errorf("gzip'd body with 400 left: %d %s, want 429 (500 reserved)", resp.StatusCode, body)
 		}
-		if resp, body := send(15, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
+		if resp, body := send(20, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("stating 300 with 400 left: %d %s, want 200", resp.StatusCode, body)
 		}
 		// Above server.max_body_bytes: 413, nothing reserved.
-		resp, body = send(16, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
+		resp, body = send(19, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "payload_too_large") {
 			t.Errorf("body above max_body_bytes: %d %s, want 413 payload_too_large", resp.StatusCode, body)
 		}
-		if got := sf.remaining(t, 16)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 19)["tokens"]; got != 1000 {
 			t.Errorf("a 413 took %d tokens", 1000-got)
 		}
 		// X-Max-Tokens twice on a request without a body: the upstream
 		// may read either line (or both), so it states nothing the
 		// gateway can reserve: 400 naming the header, nothing reserved.
 		req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/missing", http.NoBody)
-		req.Header.Set("X-API-Key", "KEY14")
+		req.Header.Set("X-API-Key", "KEY18")
 		req.Header["X-Max-Tokens"] = []string{"1", "400"}
 		hresp, b := sf.send(t, req)
 		if hresp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "X-Max-Tokens") {
 			t.Errorf("X-Max-Tokens twice: %d %s, want 400 naming the header", hresp.StatusCode, b)
 		}
-		if got := sf.remaining(t, 14)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 18)["tokens"]; got != 1000 {
 			t.Errorf("a repeated X-Max-Tokens reserved %d tokens", 1000-got)
+		}
+		// The same header in another spelling: an upstream that reads
+		// X_Max_Tokens as X-Max-Tokens sees it twice (or only the other
+		// one): 400 as above; alone and above max, 400 as for X-Max-Tokens.
+		for _, c := range []struct {
+			hdr  map[string][]string
+			want string // in the body
+		}{
+			{map[string][]string{"X-Max-Tokens": {"1"}, "X_max_tokens": {"400"}}, "X-Max-Tokens"},
+			{map[string][]string{"X_max_tokens": {"100000"}}, "reserve 100000 units"},
+		} {
+			req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/missing", http.NoBody)
+			req.Header.Set("X-API-Key", "KEY17")
+			for k, v := range c.hdr {
+				req.Header[k] = v
+			}
+			hresp, b := sf.send(t, req)
+			if hresp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), c.want) {
+				t.Errorf("%v: %d %s, want 400 saying %q", c.hdr, hresp.StatusCode, b, c.want)
+			}
+		}
+		if got := sf.remaining(t, 17)["tokens"]; got != 1000 {
+			t.Errorf("X-Max-Tokens in two spellings or above max reserved %d tokens", 1000-got)
 		}
 	})
 }

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
+	"strings"
+
+	"github.com/quotagate/quotagate/internal/headername"
 )
 
 // ErrMalformed is wrapped by FromRequest's error when a source is present
@@ -50,10 +54,15 @@ func (s RequestSource) Validate() error {
 // max when found is false and src has JSON).
 //
 // Header: for a request without a body, or when src has no JSON; present
-// when the request has the field, even with an empty value. A field that
-// repeats is malformed: servers and frameworks read the first, the last
-// or all values joined, so the upstream may act on another than the
-// gateway would reserve.
+// when the request has the field, even with an empty value. The field is
+// read as the upstream receives it behind a proxy: under every spelling
+// that is the same name ignoring case and reading "_" as "-" (CGI, WSGI
+// and Rack turn X_Max_Tokens and X-Max-Tokens into one variable), and not
+// where the request's Connection header names it (a proxy removes such a
+// field, so the upstream never sees it). A field that repeats, in one
+// spelling or several, is malformed: servers and frameworks read the
+// first, the last or all values joined, so the upstream may act on
+// another than the gateway would reserve.
 //
 // It returns found=false when no source is present; an error wrapping
 // ErrMalformed when the first present source does not hold a usage (a
@@ -82,7 +91,7 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 	if src.Header == "" {
 		return 0, false, nil
 	}
-	vs := r.Header.Values(src.Header)
+	vs := forwardedValues(r.Header, src.Header)
 	if len(vs) == 0 {
 		return 0, false, nil
 	}
@@ -94,6 +103,45 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 		return 0, false, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
 	}
 	return n, true, nil
+}
+
+// forwardedValues returns the values of the field name in h that an
+// upstream behind a proxy may read as name: those of every field whose
+// name is name ignoring ASCII case and reading "_" as "-", except a field
+// the Connection header names (hop-by-hop: the proxy removes it). It does
+// not allocate when one field matches.
+func forwardedValues(h http.Header, name string) []string {
+	var vs []string
+	copied := false
+	for k, v := range h {
+		if len(k) != len(name) || !headername.Same(k, name) || len(v) == 0 || listedInConnection(h["Connection"], k) {
+			continue
+		}
+		switch {
+		case vs == nil:
+			vs = v
+		case !copied:
+			vs, copied = append(append([]string(nil), vs...), v...), true
+		default:
+			vs = append(vs, v...)
+		}
+	}
+	return vs
+}
+
+// listedInConnection reports whether one of the comma-separated names in
+// the Connection values conn is the field k (canonical), as a proxy that
+// deletes each of them with Header.Del would find it.
+func listedInConnection(conn []string, k string) bool {
+	for _, v := range conn {
+		for name := range strings.SplitSeq(v, ",") {
+			name = textproto.TrimString(name)
+			if len(name) == len(k) && strings.EqualFold(name, k) && textproto.CanonicalMIMEHeaderKey(name) == k {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasBody reports whether r has a body to read (a server's request with

@@ -186,3 +186,38 @@ func TestFromRequestNestedAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// TestFromRequestHeaderAsForwarded: the header is read as the upstream
+// receives it: every spelling CGI, WSGI and Rack take for it counts (and
+// two are a repeat), and one the request names in Connection, which the
+// proxy removes, states nothing.
+func TestFromRequestHeaderAsForwarded(t *testing.T) {
+	src := RequestSource{Header: "X-Max-Tokens"}
+	for _, tc := range []struct {
+		name      string
+		hdr       map[string][]string
+		units     uint64
+		found     bool
+		malformed bool
+	}{
+		{"underscores", map[string][]string{"X_max_tokens": {"40"}}, 40, true, false},
+		{"both spellings", map[string][]string{"X-Max-Tokens": {"1"}, "X_max_tokens": {"400"}}, 0, false, true},
+		{"named in Connection", map[string][]string{"X-Max-Tokens": {"1"}, "Connection": {"keep-alive, x-max-tokens"}}, 0, false, false},
+		{"the other spelling named in Connection", map[string][]string{"X-Max-Tokens": {"1"}, "X_max_tokens": {"400"}, "Connection": {"X_Max_Tokens"}}, 1, true, false},
+		{"another header named in Connection", map[string][]string{"X-Max-Tokens": {"7"}, "Connection": {"X-Max-Token, X-Max-Tokens-2"}}, 7, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", "http://x/", http.NoBody)
+			for k, v := range tc.hdr {
+				req.Header[k] = v
+			}
+			n, found, err := FromRequest(req, src, 0)
+			if tc.malformed != errors.Is(err, ErrMalformed) || (!tc.malformed && err != nil) {
+				t.Fatalf("err = %v, want malformed %v", err, tc.malformed)
+			}
+			if n != tc.units || found != tc.found {
+				t.Errorf("got %d, %v; want %d, %v", n, found, tc.units, tc.found)
+			}
+		})
+	}
+}

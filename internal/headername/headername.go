@@ -11,16 +11,34 @@ func Equal(name, lower string) bool {
 		return false
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_':
-			c = '-'
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
+		if fold(name[i]) != lower[i] {
 			return false
 		}
 	}
 	return true
+}
+
+// Same reports whether the names a and b are equal ignoring ASCII case and
+// reading "_" as "-", whatever their spelling. It does not allocate.
+func Same(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if fold(a[i]) != fold(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// fold is c lowercased, with "_" read as "-".
+func fold(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
 }

@@ -15,9 +15,15 @@ func TestEqual(t *testing.T) {
 		{"X.Quotagate-Tenant", "x-quotagate-tenant", false},
 		{"", "", true},
 	}
+	if !Same("X_max_tokens", "X-MAX_TOKENS") || Same("X_max_tokens", "X.MAX_TOKENS") {
+		t.Error(`Same reads "_" and "-" alike, ignoring case, in both names`)
+	}
 	for _, c := range cases {
 		if got := Equal(c.name, c.lower); got != c.want {
 			t.Errorf("Equal(%q, %q) = %v, want %v", c.name, c.lower, got, c.want)
+		}
+		if got := Same(c.lower, c.name); got != c.want {
+			t.Errorf("Same(%q, %q) = %v, want %v", c.lower, c.name, got, c.want)
 		}
 	}
 }
