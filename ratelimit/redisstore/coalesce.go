@@ -215,7 +215,10 @@ func (c *scriptCall) cmd(ctx context.Context, fn bool) *redis.Cmd {
 // coalescer is the queue and writer slots of one RedisStore. It starts no
 // goroutine: callers do the writing.
 type coalescer struct {
-	run      *runner
+	run *runner
+	// mode is the function mode of the server the queue's calls go to
+	// (on a Cluster, its primary's).
+	mode     *fnMode
 	maxBatch int
 	queue    chan *scriptCall
 	slots    chan struct{} // holds one token per writer at work
@@ -223,7 +226,7 @@ type coalescer struct {
 	stop     sync.Once
 }
 
-func newCoalescer(run *runner, o CoalesceOptions) *coalescer {
+func newCoalescer(run *runner, mode *fnMode, o CoalesceOptions) *coalescer {
 	writers, maxBatch := o.Writers, o.MaxBatch
 	if writers <= 0 {
 		writers = defaultWriters
@@ -233,6 +236,7 @@ func newCoalescer(run *runner, o CoalesceOptions) *coalescer {
 	}
 	return &coalescer{
 		run:      run,
+		mode:     mode,
 		maxBatch: maxBatch,
 		queue:    make(chan *scriptCall, queueDepth),
 		slots:    make(chan struct{}, writers),
@@ -392,13 +396,14 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 		}
 		break
 	}
-	sendPipeline(owner, c.run, batch, true)
+	sendPipeline(owner, c.run, c.mode, batch, true)
 	clear(batch)
 	owner.batch = batch[:0]
 }
 
 // sendPipeline sends calls as one pipeline of script calls (FCALL, or
-// EVALSHA once r has fallen back to it), sets each call's reply and
+// EVALSHA once m, the mode of the server they go to, has fallen back to
+// it), sets each call's reply and
 // signals its done. When claim is set, calls whose caller has already
 // stopped waiting are skipped (never sent), and the others are marked
 // sent; calls is then the writer's own slice, which it filters.
@@ -413,7 +418,7 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 // runner.recoverFunction), and so are calls that fail with NOSCRIPT (see
 // recoverScript); a merged call is sent again whole, or as calls of their
 // own when the server refused its keys together (see sendApart).
-func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool) {
+func sendPipeline(owner *scriptCall, r *runner, m *fnMode, calls []*scriptCall, claim bool) {
 	live := calls
 	if claim {
 		live = calls[:0]
@@ -430,7 +435,7 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	if ctx == &owner.pctx {
 		defer owner.pctx.stop()
 	}
-	fn, probe := r.useFunction()
+	fn, probe := r.useFunction(m)
 	sent := live
 	if !fn {
 		sent = units(owner, live, mergeBy(r.mergeBy.Load()), r.maxMerge)
@@ -451,7 +456,7 @@ func sendPipeline(owner *scriptCall, r *runner, calls []*scriptCall, claim bool)
 	r.pipes.Put(pipe)
 	stampUnanswered(cmds, err)
 	if fn {
-		r.recoverFunction(ctx, sent, cmds, probe)
+		r.recoverFunction(ctx, m, sent, cmds, probe)
 	}
 	recoverScript(ctx, r.client, sent, cmds)
 	apart := sendApart(ctx, r, sent, cmds)

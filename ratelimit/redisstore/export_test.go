@@ -9,8 +9,9 @@ const ReprobeEvery = reprobeEvery
 // tries of FCALL after it (see runner.useFunction).
 func SetModeClock(s *RedisStore, now func() time.Time) { s.run.now = now }
 
-// FellBack reports whether s sends its calls as EVALSHA.
-func FellBack(s *RedisStore) bool { return s.run.evalshaSince.Load() != 0 }
+// FellBack reports whether s sends its calls as EVALSHA (to its one
+// server; not for a Cluster).
+func FellBack(s *RedisStore) bool { return s.run.one.evalshaSince.Load() != 0 }
 
 // WithBreakerClock returns c with now as the clock of the circuit
 // breaker's cooldown that Open builds.

@@ -88,7 +88,7 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 		s.run.maxMerge = m
 	}
 	if !opts.Coalesce.Disabled {
-		s.co = newCoalescer(s.run, opts.Coalesce)
+		s.co = newCoalescer(s.run, &s.run.one, opts.Coalesce)
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			s.cluster, s.nodeCo = cc, map[string]*coalescer{}
 		}
@@ -107,7 +107,7 @@ func (s *RedisStore) coalescerFor(ctx context.Context, key string) *coalescer {
 	defer s.nodeMu.Unlock()
 	c, ok := s.nodeCo[addr]
 	if !ok {
-		c = newCoalescer(s.run, s.opts.Coalesce)
+		c = newCoalescer(s.run, s.run.modeFor(addr), s.opts.Coalesce)
 		s.nodeCo[addr] = c
 	}
 	return c
@@ -151,7 +151,7 @@ func (s *RedisStore) Close() error {
 func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	vals, errs := make([]any, len(calls)), make([]error, len(calls))
 	if s.co == nil {
-		sendPipeline(calls[0], s.run, calls, false)
+		s.sendAlone(calls)
 		for i, c := range calls {
 			<-c.done
 			vals[i], errs[i] = c.finish()
@@ -175,6 +175,28 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	return vals, errs
 }
 
+// sendAlone sends calls from the calling goroutine (coalescing disabled)
+// as one pipeline; on a Cluster as one pipeline per primary, one after
+// the other, each in its primary's function mode (see fnMode).
+func (s *RedisStore) sendAlone(calls []*scriptCall) {
+	if !s.run.cluster {
+		sendPipeline(calls[0], s.run, &s.run.one, calls, false)
+		return
+	}
+	var modes []*fnMode
+	byMode := map[*fnMode][]*scriptCall{}
+	for _, c := range calls {
+		m := s.run.modeFor(s.Primary(c.b.ctx, c.keys[0]))
+		if _, ok := byMode[m]; !ok {
+			modes = append(modes, m)
+		}
+		byMode[m] = append(byMode[m], c)
+	}
+	for _, m := range modes {
+		sendPipeline(byMode[m][0], s.run, m, byMode[m], false)
+	}
+}
+
 // getCall returns an unused script call of s that will run under b.
 func (s *RedisStore) getCall(b bound) *scriptCall { return s.calls.get(b) }
 
@@ -187,7 +209,7 @@ func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items 
 	// reservation's is kept apart.
 	c.merge = want == nil
 	if s.co == nil {
-		sendPipeline(c, s.run, []*scriptCall{c}, false)
+		s.sendAlone([]*scriptCall{c})
 		<-c.done
 		return c.finish()
 	}

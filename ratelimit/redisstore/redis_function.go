@@ -59,23 +59,28 @@ func assembleLibrary(body string) (name, src string) {
 // twice when the server still refuses.
 const reprobeEvery = time.Minute
 
-// runner sends the script calls of one client: as FCALL while the server
+// runner sends the script calls of one client: as FCALL while a server
 // runs the library, as EVALSHA after a server without functions (or an
 // ACL that refuses them) turned it down, with one FCALL pipeline per
-// reprobeEvery to see whether it still does.
+// reprobeEvery to see whether it still does. The mode is a server's (see
+// fnMode): on a Cluster each primary has its own, so that during a rolling
+// upgrade the primaries that run functions keep FCALL while those that do
+// not yet run EVALSHA.
 type runner struct {
 	client redis.UniversalClient
 	log    *slog.Logger
 	// now is the clock of the fallback and the probes; time.Now but in
 	// tests.
 	now func() time.Time
-	// evalshaSince is 0 while calls are FCALLs. Once a server had no
-	// FUNCTION or FCALL command or refused them (an ACL without +fcall or
-	// +function, a managed Redis), it holds when (Unix ns, at least 1) the
-	// runner fell back or last probed; see useFunction.
-	evalshaSince atomic.Int64
-	// announced is set once the mode in use has been logged.
-	announced atomic.Bool
+	// one is the mode of a client of one server (standalone, Sentinel's
+	// primary, a Ring) and of Cluster calls whose owner is unknown; nodes
+	// maps a Cluster primary's address to its *fnMode.
+	one     fnMode
+	nodes   sync.Map
+	cluster bool
+	// startSince is the evalshaSince of every mode made: 0 (FCALL), but
+	// in tests that pin EVALSHA (see pinEvalsha).
+	startSince int64
 	// pipes holds pipelines of client for reuse: one that has run (Exec)
 	// is empty again.
 	pipes sync.Pool
@@ -85,6 +90,49 @@ type runner struct {
 	// server refuses a merged call's keys across slots (see sendApart).
 	mergeBy  atomic.Int32
 	maxMerge int
+}
+
+// fnMode is how calls are sent to one server: as FCALL, or as EVALSHA
+// since a refusal (see runner.useFunction).
+type fnMode struct {
+	// node is the Cluster primary's address, "" for runner.one; the log
+	// lines name it.
+	node string
+	// evalshaSince is 0 while calls are FCALLs. Once the server had no
+	// FUNCTION or FCALL command or refused them (an ACL without +fcall or
+	// +function, a managed Redis), it holds when (Unix ns, at least 1) the
+	// runner fell back or last probed; see useFunction.
+	evalshaSince atomic.Int64
+	// announced is set once the mode in use has been logged.
+	announced atomic.Bool
+}
+
+// modeFor returns the mode of the Cluster primary at addr, made on first
+// use; runner.one for "" or a client of one server.
+func (r *runner) modeFor(addr string) *fnMode {
+	if addr == "" || !r.cluster {
+		return &r.one
+	}
+	if m, ok := r.nodes.Load(addr); ok {
+		return m.(*fnMode)
+	}
+	m := &fnMode{node: addr}
+	m.evalshaSince.Store(r.startSince)
+	got, _ := r.nodes.LoadOrStore(addr, m)
+	return got.(*fnMode)
+}
+
+// logAttrs are the attributes of a mode's log lines: the library, and the
+// node on a Cluster.
+func (m *fnMode) logAttrs(extra ...slog.Attr) []any {
+	out := []any{slog.String("library", libraryName)}
+	if m.node != "" {
+		out = append(out, slog.String("node", m.node))
+	}
+	for _, a := range extra {
+		out = append(out, a)
+	}
+	return out
 }
 
 // pipeline returns an empty pipeline of the client, to be put back in
@@ -101,17 +149,18 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{client: client, log: log, now: time.Now, maxMerge: defaultMaxMerge}
+	_, r.cluster = client.(*redis.ClusterClient)
 	r.mergeBy.Store(int32(mergeByOf(client)))
 	return r
 }
 
-// useFunction reports how to send the next pipeline: as FCALL (fn) or as
-// EVALSHA. After a fallback it is EVALSHA, except for one pipeline once
+// useFunction reports how to send the next pipeline to m's server: as
+// FCALL (fn) or as EVALSHA. After a fallback it is EVALSHA, except for one pipeline once
 // reprobeEvery has passed since the fallback or the last probe (or the
 // clock went back), which is sent as FCALL with probe set: its success
 // brings FCALL back for every call (see recoverFunction).
-func (r *runner) useFunction() (fn, probe bool) {
-	since := r.evalshaSince.Load()
+func (r *runner) useFunction(m *fnMode) (fn, probe bool) {
+	since := m.evalshaSince.Load()
 	if since == 0 {
 		return true, false
 	}
@@ -120,7 +169,7 @@ func (r *runner) useFunction() (fn, probe bool) {
 		return false, false
 	}
 	// One caller wins the probe of this interval; the others send EVALSHA.
-	won := r.evalshaSince.CompareAndSwap(since, now)
+	won := m.evalshaSince.CompareAndSwap(since, now)
 	return won, won
 }
 
@@ -131,16 +180,17 @@ func unixStamp(t time.Time) int64 { return max(t.UnixNano(), 1) }
 // did not run: those whose function the server lacks (it restarted
 // empty, FUNCTION FLUSH, a failover to a node without it) are sent again
 // after the library is loaded on the node that owns their keys, and when
-// the server has no functions or refuses them the runner falls back to
-// EVALSHA and sends them again as EVALSHA. Nothing ran in either case, so
+// the server has no functions or refuses them m (the mode of the server
+// they were sent to) falls back to EVALSHA and they are sent again as
+// EVALSHA. Nothing ran in either case, so
 // nothing is done twice. A call whose function is missing again after the
 // load (another FUNCTION FLUSH came between) is sent as EVAL with the
 // script's source. Any other failure, of a call or of the load (a timeout,
 // a dropped connection, LOADING, READONLY...), is the calls' error, as
 // for EVALSHA, and changes no mode. probe marks a pipeline sent as FCALL
 // after a fallback (see useFunction): when one of its calls runs and none
-// is refused, FCALL is back for every call.
-func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds []*redis.Cmd, probe bool) {
+// is refused, FCALL is back for m's server.
+func (r *runner) recoverFunction(ctx context.Context, m *fnMode, live []*scriptCall, cmds []*redis.Cmd, probe bool) {
 	var missing, refused []int
 	var cause error // of the refusal
 	ran := false
@@ -178,12 +228,12 @@ func (r *runner) recoverFunction(ctx context.Context, live []*scriptCall, cmds [
 		}
 	}
 	if len(refused) > 0 {
-		r.fallBack(cause)
+		r.fallBack(m, cause)
 		r.resend(ctx, live, cmds, refused, false)
 		return
 	}
 	if ran {
-		r.functionsRan(probe)
+		r.functionsRan(m, probe)
 	}
 }
 
@@ -263,29 +313,29 @@ func (r *runner) resend(ctx context.Context, live []*scriptCall, cmds []*redis.C
 	return false
 }
 
-// functionsRan is called when FCALLs ran: a probe's success brings FCALL
-// back for every call (logged at info), and the first success is logged
-// once. A pipeline sent before a fallback and answered after it is no
-// probe, and changes nothing.
-func (r *runner) functionsRan(probe bool) {
+// functionsRan is called when FCALLs ran on m's server: a probe's
+// success brings FCALL back for it (logged at info), and the first success
+// is logged once. A pipeline sent before a fallback and answered after it
+// is no probe, and changes nothing.
+func (r *runner) functionsRan(m *fnMode, probe bool) {
 	if probe {
-		if r.evalshaSince.Swap(0) != 0 {
-			r.announced.Store(true)
-			r.log.Info("redis store: Redis functions available again, decisions run as a Redis function", slog.String("library", libraryName))
+		if m.evalshaSince.Swap(0) != 0 {
+			m.announced.Store(true)
+			r.log.Info("redis store: Redis functions available again, decisions run as a Redis function", m.logAttrs()...)
 		}
 		return
 	}
-	if !r.announced.Load() && r.evalshaSince.Load() == 0 && r.announced.CompareAndSwap(false, true) {
-		r.log.Info("redis store: decisions run as a Redis function", slog.String("library", libraryName))
+	if !m.announced.Load() && m.evalshaSince.Load() == 0 && m.announced.CompareAndSwap(false, true) {
+		r.log.Info("redis store: decisions run as a Redis function", m.logAttrs()...)
 	}
 }
 
-// fallBack makes later calls EVALSHAs (see useFunction), logging why when
-// the runner was on FCALL.
-func (r *runner) fallBack(cause error) {
-	if r.evalshaSince.Swap(unixStamp(r.now())) == 0 {
-		r.announced.Store(true)
+// fallBack makes later calls to m's server EVALSHAs (see useFunction),
+// logging why when it was on FCALL.
+func (r *runner) fallBack(m *fnMode, cause error) {
+	if m.evalshaSince.Swap(unixStamp(r.now())) == 0 {
+		m.announced.Store(true)
 		r.log.Warn("redis store: Redis functions unavailable, decisions run as EVALSHA scripts (each call rebuilds the script's tables: more Redis CPU per decision); FCALL is tried again every minute",
-			slog.String("library", libraryName), slog.String("cause", cause.Error()))
+			m.logAttrs(slog.String("cause", cause.Error()))...)
 	}
 }

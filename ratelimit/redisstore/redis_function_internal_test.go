@@ -71,10 +71,12 @@ func TestRollingDeployCoexists(t *testing.T) {
 	}
 }
 
-// pinEvalsha makes r send every call as EVALSHA, for good: fallen back,
-// on a clock that never reaches the next try of FCALL.
+// pinEvalsha makes r send every call as EVALSHA, for good (on a Cluster
+// to every primary): fallen back, on a clock that never reaches the next
+// try of FCALL. It must be called before r sends anything.
 func (r *runner) pinEvalsha() {
 	t := time.Unix(1_700_000_000, 0)
 	r.now = func() time.Time { return t }
-	r.evalshaSince.Store(unixStamp(t))
+	r.startSince = unixStamp(t)
+	r.one.evalshaSince.Store(r.startSince)
 }
