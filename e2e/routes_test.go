@@ -7,8 +7,9 @@ import (
 )
 
 // TestHostileRouteSpellings runs the real binary with a strict route
-// (GET /v1/transfers/{id}, one request per hour) and, declared after it, a
-// catch-all without limits, then spends the strict route's only unit. Every
+// (GET /v1/transfers/{id} and GET /v1/transfers, sharing one request per
+// hour) and, declared after them, a catch-all without limits, then spends
+// the strict policy's only unit. Every
 // spelling of /v1/transfers/1 that some upstream reads as that route must
 // then be answered 429 by the strict policy (it is charged there) or 404
 // (it matches nothing); none may reach the upstream through the catch-all.
@@ -18,6 +19,7 @@ func TestHostileRouteSpellings(t *testing.T) {
 	cfg := limiterConfig(up.URL(), nil, "acme")
 	cfg.Policies["strict"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1h", 1)}}
 	cfg.route("transfers.get", "GET", "/v1/transfers/{id}", 1, "strict")
+	cfg.route("transfers.list", "GET", "/v1/transfers", 1, "strict")
 	cfg.route("rest", "GET", "/{rest...}", 1)
 	gw := startGateway(t, "gw", cfg)
 	auth := "X-API-Key: key-acme\r\n"
@@ -44,13 +46,15 @@ func TestHostileRouteSpellings(t *testing.T) {
 		"/v1/transfers./1",             // trailing dot
 		"/v1/transfers.%20./1",         // trailing dots and spaces
 		"/V1/%EF%BD%94RANSFERS%20;a/1", // several at once
+		"/v1/transfers.json",           // format suffix (Rails, Spring): transfers.list
+		"/v1/Transfers.tar.gz;x",       // format suffix, case, parameter
 	}
 	for _, p := range charged {
 		r := rawStatus(t, gw.Addr, get(p, auth))
 		var body struct{ Policy string }
 		_ = json.Unmarshal([]byte(r.body), &body)
 		if r.status != http.StatusTooManyRequests || body.Policy != "strict" {
-			t.Errorf("%s: %d %s, want 429 by policy strict (charged to transfers.get)", p, r.status, truncate(r.body, 120))
+			t.Errorf("%s: %d %s, want 429 by policy strict (charged to a strict route)", p, r.status, truncate(r.body, 120))
 		}
 	}
 	refused := []string{

@@ -147,6 +147,24 @@ func TestMatchHostileSpellings(t *testing.T) {
 		{"slashes", "/v1//transfers/1", none},
 		{"slashes", "/v1/transfers/1/", none},
 
+		// Format suffixes: Rails routes "/admin/users.json" as /admin/users
+		// with format json, and Spring (suffix pattern matching) serves any
+		// "/admin/users.*" there, so the last segment's part before its first
+		// "." matches a literal without a ".".
+		{"format suffix", "/admin/users.json", 3},
+		{"format suffix", "/v1/accounts/ME.json", 2},
+		{"format suffix", "/admin/users.tar.gz", 3},
+		{"format suffix", "/admin/users.JSON;x", 3},
+		{"format suffix", "/admin/users%2Ejson", 3},
+		{"format suffix", "/admin/users.%20json", 3},
+		{"format suffix", "/v1/thing:run.xml", 4},
+		{"format suffix", "/admin/users%EF%BC%8Ejson", 3}, // full-width "."
+		{"format suffix", "/v1/transfers/1.json", 0},      // a parameter takes it whole
+		{"format suffix", "/admin.json/users", catchAll},  // only the last segment
+		{"format suffix", "/v1/transfers.json/1", catchAll},
+		{"format suffix", "/admin/.json", catchAll},
+		{"format suffix", "/admin/users-x.json", catchAll},
+
 		// Several at once.
 		{"mixed", "/V1/%EF%BD%94RANSFERS%20;a/1", 0},
 		{"mixed", "/v1/%54ransfers.;x/1", 0},

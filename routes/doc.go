@@ -47,6 +47,13 @@
 //     "/v1/transfers%20" all match "/v1/transfers", never a catch-all
 //     declared after it: the request is charged under the route of its
 //     canonical path. See canon.go for every step.
+//   - The last segment also matches a literal without a "." by its part
+//     before its first "." (its format suffix dropped): Rails routes
+//     "/v1/transfers.json" to "/v1/transfers" with format json, and Spring's
+//     suffix pattern matching serves any "/v1/transfers.*" there. Both the
+//     literal of the whole segment and that of its stem are searched, and
+//     the lowest spec index wins as for any two branches; a literal holding a
+//     "." ("report.csv") matches only as written.
 //   - A path that has invalid percent-encoding, an encoded "/" (%2F) or
 //     backslash (%5C), a raw backslash, an encoded control character, a
 //     segment left with a percent-escape after decoding ("%2574"), invalid

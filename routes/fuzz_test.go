@@ -23,6 +23,7 @@ func FuzzMatch(f *testing.F) {
 		"/v2/a/b", "/v1/thing%3arun", "/?q", "%", "/v1/transfers/%C3%A9",
 		"/V1/Transfers;x=1/1", "/v1/%2574ransfers/1", "/v1/%EF%BD%94ransfers/1",
 		"/v1/transfers%20./1", "/v1/%E2%80%A5", "/v1/tra%CC%81nsfers/%C0%AE",
+		"/v1/accounts/me.json", "/v1/probe.x.y", "/v1/items/x/sub.json",
 	} {
 		f.Add("GET", seed)
 		f.Add("HEAD", seed)
@@ -181,12 +182,21 @@ func refTemplateMatches(template string, segs []string) bool {
 				return false
 			}
 		default:
-			if i >= len(segs) || segs[i] != strings.ToLower(ts) {
+			lit := strings.ToLower(ts)
+			if i >= len(segs) || segs[i] != lit && !(i == len(tsegs)-1 && refFormatStem(segs[i], lit)) {
 				return false
 			}
 		}
 	}
 	return len(segs) == len(tsegs)
+}
+
+// refFormatStem reports whether the last request segment seg is the literal
+// lit with a format suffix ("users.json" for "users"), which Rails and
+// Spring route to lit when lit has no ".".
+func refFormatStem(seg, lit string) bool {
+	stem, _, found := strings.Cut(seg, ".")
+	return found && stem != "" && stem == lit && !strings.Contains(lit, ".")
 }
 
 // upstreamModels are ways real servers read a path segment (escaped, as
@@ -267,6 +277,7 @@ func FuzzMatchNoEscape(f *testing.F) {
 		"/v1/transfers/1", "/v1/transfers;x=1/1", "/V1/Transfers/1", "/v1/%2574ransfers/1",
 		"/v1/%EF%BD%94ransfers/1", "/v1/transfers%20/1", "/v1/transfers./1", "/ADMIN/users%E2%80%8B",
 		"/v1/%2541ccounts/me", "/v1/reports/x", "/v1/thing%3Brun", "/admin/us%C3%A9rs", "/x/y/z",
+		"/admin/users.json", "/v1/accounts/me.xml;x", "/v1/thing:run%2Ecsv",
 	} {
 		f.Add(seed)
 	}
@@ -278,23 +289,36 @@ func FuzzMatchNoEscape(f *testing.F) {
 		}
 		resolved := map[int]string{}
 		for name, model := range upstreamModels {
-			var segs []string
-			var fold bool
-			for _, raw := range strings.Split(p[1:], "/") {
-				seg, f, ok := model(raw)
-				if !ok || seg == "" || strings.ContainsAny(seg, "/\\\\") {
-					segs = nil
-					break
+			// Each model also with a format suffix dropped from the last
+			// segment, as Rails and Spring route "/admin/users.json".
+			for _, format := range []bool{false, true} {
+				label := name
+				var segs []string
+				var fold bool
+				for _, raw := range strings.Split(p[1:], "/") {
+					seg, f, ok := model(raw)
+					if !ok || seg == "" || strings.ContainsAny(seg, "/\\\\") {
+						segs = nil
+						break
+					}
+					segs, fold = append(segs, seg), f
 				}
-				segs, fold = append(segs, seg), f
-			}
-			if segs == nil {
-				continue
-			}
-			for i, s := range hostileSpecs[:catchAll] {
-				if s.Method == "GET" && modelMatches(s.Path, segs, fold) {
-					resolved[i] = name
-					break
+				if segs == nil {
+					continue
+				}
+				if format {
+					last := &segs[len(segs)-1]
+					stem, _, found := strings.Cut(*last, ".")
+					if !found || stem == "" {
+						continue
+					}
+					*last, label = stem, name+" with a format suffix"
+				}
+				for i, s := range hostileSpecs[:catchAll] {
+					if s.Method == "GET" && modelMatches(s.Path, segs, fold) {
+						resolved[i] = label
+						break
+					}
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -170,13 +171,36 @@ func search(n *node, p *scannedPath, depth int, method string, best int) int {
 		return lowest(n.leaves, method, best)
 	}
 	best = lowest(n.catchAll, method, best)
-	if c := n.literal[string(p.seg(depth))]; c != nil {
+	seg := p.seg(depth)
+	if c := n.literal[string(seg)]; c != nil {
 		best = search(c, p, depth+1, method, best)
+	}
+	if depth == p.n-1 {
+		if stem, ok := formatStem(seg); ok {
+			if c := n.literal[string(stem)]; c != nil {
+				best = search(c, p, depth+1, method, best)
+			}
+		}
 	}
 	if n.param != nil {
 		best = search(n.param, p, depth+1, method, best)
 	}
 	return best
+}
+
+// formatStem returns the part of a canonical last segment before its first
+// ".", and whether there is one: "users" for "users.json" and
+// "users.tar.gz". Rails routes "/users.json" to the route "/users" (with
+// format json), and Spring's suffix pattern matching serves any "/users.*"
+// there, so a literal last segment without a "." also matches its own
+// spelling with a format suffix. A literal holding a "." ("report.csv") is
+// matched only as written: such a stem is never looked up.
+func formatStem(seg []byte) ([]byte, bool) {
+	i := bytes.IndexByte(seg, '.')
+	if i <= 0 {
+		return nil, false
+	}
+	return seg[:i], true
 }
 
 // lowest returns the index of the first leaf with method if it is below
