@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/headername"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
 	"github.com/quotagate/quotagate/usage"
@@ -84,8 +85,14 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 			if cb != nil && cb.settles && (cb.settleFrom.JSON != "" || cb.settleFrom.SSE != "") {
 				// A compressed body is not read for usage, so a caller asking
 				// for one would keep its (possibly tiny) reservation whatever
-				// it used: the upstream is asked for an identity body.
-				r.Header.Del("Accept-Encoding")
+				// it used: the upstream is asked for an identity body. In
+				// every spelling: Accept_Encoding is the same variable to
+				// CGI, WSGI and Rack upstreams.
+				for name := range r.Header {
+					if headername.Equal(name, "accept-encoding") {
+						delete(r.Header, name)
+					}
+				}
 			}
 			if cb == nil || !cb.asks {
 				next.ServeHTTP(w, r)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/headername"
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
@@ -180,7 +181,7 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	case "json":
 		w.Header().Set("Content-Type", "application/json")
-		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") { // as a real upstream would
+		if strings.Contains(cgiHeader(r.Header, "accept-encoding"), "gzip") { // as a real upstream would
 			w.Header().Set("Content-Encoding", "gzip")
 			zw := gzip.NewWriter(w)
 			fmt.Fprintf(zw, `{"usage":{"total_tokens":%s}}`, u)
@@ -213,6 +214,19 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// cgiHeader returns the values of the header lower (lowercase, with "-")
+// as a CGI, WSGI or Rack upstream reads them: one variable for every
+// spelling that differs only in case or in "_" for "-", values joined.
+func cgiHeader(h http.Header, lower string) string {
+	var vs []string
+	for k, v := range h {
+		if headername.Equal(k, lower) {
+			vs = append(vs, v...)
+		}
+	}
+	return strings.Join(vs, ",")
 }
 
 // crossWindow serves mode cross: the clock moves 2 ms on (into the
@@ -540,14 +554,23 @@ func TestSettleBrokenOffStream(t *testing.T) {
 // (whose usage the gateway cannot read) to keep a small reservation whatever
 // it used still has its usage settled: the gateway asks the upstream for an
 // identity body on routes that settle from the body.
+// Accept_Encoding is the same variable to an upstream that reads headers
+// as CGI does, and is dropped too.
 func TestSettleAsksIdentityBody(t *testing.T) {
 	sf := newSettleFixture(t)
-	resp, body := sf.post(t, 1, "/v1/chat/json?u=450", `{"max_tokens":1}`, map[string]string{"Accept-Encoding": "gzip"})
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
-		t.Fatalf("status %d, Content-Encoding %q: %s; want 200 and an identity body", resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
-	}
-	if got := sf.remaining(t, 1)["tokens"]; got != 550 {
-		t.Errorf("reserved 1, used 450 behind Accept-Encoding: gzip: remaining %d, want 550 (the usage charged)", got)
+	for i, name := range []string{"Accept-Encoding", "Accept_encoding"} {
+		n := i + 1
+		req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/json?u=450", strings.NewReader(`{"max_tokens":1}`))
+		req.Header.Set("X-API-Key", "KEY"+strconv.Itoa(n))
+		req.Header["Accept-Encoding"] = []string{"identity"} // else the client asks for gzip itself, and decodes it
+		req.Header[name] = []string{"gzip"}
+		resp, body := sf.send(t, req)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
+			t.Fatalf("%s: status %d, Content-Encoding %q: %s; want 200 and an identity body", name, resp.StatusCode, resp.Header.Get("Content-Encoding"), body)
+		}
+		if got := sf.remaining(t, n)["tokens"]; got != 550 {
+			t.Errorf("reserved 1, used 450 behind %s: gzip: remaining %d, want 550 (the usage charged)", name, got)
+		}
 	}
 }
 
