@@ -10,9 +10,6 @@ import (
 	"github.com/quotagate/quotagate/config"
 )
 
-// Error codes of the admin listener's protected endpoints.
-const codeForbidden = "forbidden"
-
 // adminAccess is what guards the protected admin endpoints under one
 // configuration.
 type adminAccess struct {

@@ -109,7 +109,8 @@ func checkProblem(t *testing.T, what string, a adminAnswer, status int, code str
 	t.Helper()
 	var p map[string]any
 	if a.code != status || a.header.Get("Content-Type") != "application/problem+json" ||
-		json.Unmarshal([]byte(a.body), &p) != nil || p["error"] != code || p["request_id"] == "" {
+		json.Unmarshal([]byte(a.body), &p) != nil || p["error"] != code || p["request_id"] == "" ||
+		p["title"] == "" || p["status"] != float64(status) {
 		t.Errorf("%s: %d %s %q, want %d problem+json %q", what, a.code, a.header.Get("Content-Type"), a.body, status, code)
 	}
 }

@@ -19,6 +19,7 @@ const (
 	codePayloadTooLarge     = "payload_too_large"
 	codeBadRequest          = "bad_request"
 	codeInternal            = "internal_error"
+	codeForbidden           = "forbidden"
 )
 
 // problemTitles gives the RFC 9457 title of each code.
@@ -33,6 +34,7 @@ var problemTitles = map[string]string{
 	codePayloadTooLarge:     "Payload Too Large",
 	codeBadRequest:          "Bad Request",
 	codeInternal:            "Internal Error",
+	codeForbidden:           "Forbidden",
 }
 
 // problem is an application/problem+json body (RFC 9457) with the members
