@@ -188,6 +188,7 @@ var invalidCases = map[string][]string{
 		`store.redis.tls: ca_file: testdata/minimal.yaml holds no PEM certificate`,
 	},
 	"bad_upstream_url.yaml": {
+		`upstreams.creds.url: must not carry credentials (user:password@), got "https://svc:xxxxx@api.example.com/base"`,
 		`upstreams.echo.timeout: must be > 0`,
 		`upstreams.echo.url: must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:", got "echo:x"`,
 		`upstreams.fragment.url: must not have a #fragment, got "http://example.com/#top"`,

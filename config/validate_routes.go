@@ -66,7 +66,8 @@ func (c *Config) hasTier(name string) bool {
 }
 
 // checkUpstreamURL accepts EchoURL or an absolute http(s) URL with a host
-// and without a fragment.
+// and without a fragment or user information (the proxy refuses
+// credentials in a URL, so validate must too).
 func checkUpstreamURL(raw string) error {
 	const want = `must be an absolute http or https URL such as http://127.0.0.1:9001, or "echo:"`
 	if raw == EchoURL {
@@ -86,6 +87,9 @@ func checkUpstreamURL(raw string) error {
 		if _, err := hostPort(u.Host, false); err != nil {
 			return fmt.Errorf("has a bad port, got %q", redactURL(raw))
 		}
+	}
+	if u.User != nil {
+		return fmt.Errorf("must not carry credentials (user:password@), got %q", redactURL(raw))
 	}
 	return nil
 }
