@@ -84,7 +84,10 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	}
 	// A fixed pool of stream workers instead of a goroutine per call: the
 	// calls are small and many.
-	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.MaxRecvMsgSize(MaxRequestBytes))
+	// The codec decodes requests whose strings are not UTF-8 (see
+	// requestCodec).
+	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.ForceServerCodecV2(newRequestCodec()))
 	s.grpc = grpc.NewServer(gopts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, NewService(e, cfg.RLS.ResponseHeaders))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
