@@ -48,6 +48,8 @@ func TestHostileRouteSpellings(t *testing.T) {
 		"/V1/%EF%BD%94RANSFERS%20;a/1", // several at once
 		"/v1/transfers.json",           // format suffix (Rails, Spring): transfers.list
 		"/v1/Transfers.tar.gz;x",       // format suffix, case, parameter
+		"/index.php/v1/transfers/1",    // PHP front controller (Laravel, Symfony)
+		"/Index%2Ephp/v1/transfers.json",
 	}
 	for _, p := range charged {
 		r := rawStatus(t, gw.Addr, get(p, auth))

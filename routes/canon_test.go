@@ -165,6 +165,23 @@ func TestMatchHostileSpellings(t *testing.T) {
 		{"format suffix", "/admin/.json", catchAll},
 		{"format suffix", "/admin/users-x.json", catchAll},
 
+		// Front controllers: Laravel and Symfony route
+		// "/index.php/admin/users" as /admin/users (the script name is the
+		// base URL, the rest is the path), so a path is also matched without
+		// its first segment but the last that ends in ".php".
+		{"front controller", "/index.php/admin/users", 3},
+		{"front controller", "/index.php/v1/transfers/1", 0},
+		{"front controller", "/INDEX.PHP/v1/accounts/me", 2},
+		{"front controller", "/index%2Ephp/admin/users", 3},
+		{"front controller", "/app.php/admin/users.json", 3},
+		{"front controller", "/v1/index.php/accounts/me", 2}, // an application below /v1
+		{"front controller", "/v1/accounts/index.php/me", 2},
+		{"front controller", "/index.php/index.php/admin/users", catchAll}, // only the first
+		{"front controller", "/.php/admin/users", catchAll},
+		{"front controller", "/index.php", catchAll},
+		{"front controller", "/admin/users/x.php", catchAll}, // a last segment is no script
+		{"front controller", "/index.phpx/admin/users", catchAll},
+
 		// Several at once.
 		{"mixed", "/V1/%EF%BD%94RANSFERS%20;a/1", 0},
 		{"mixed", "/v1/%54ransfers.;x/1", 0},

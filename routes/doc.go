@@ -54,6 +54,12 @@
 //     literal of the whole segment and that of its stem are searched, and
 //     the lowest spec index wins as for any two branches; a literal holding a
 //     "." ("report.csv") matches only as written.
+//   - A path with a segment, not the last, that names a PHP script
+//     ("index.php", "app.php": ending in ".php") is also matched without
+//     that segment: Laravel and Symfony take the path up to the script as
+//     their base URL and route the rest, so "/index.php/v1/transfers" is
+//     their /v1/transfers. Only the first such segment is dropped; the
+//     lowest spec index of the two readings wins.
 //   - A path that has invalid percent-encoding, an encoded "/" (%2F) or
 //     backslash (%5C), a raw backslash, an encoded control character, a
 //     segment left with a percent-escape after decoding ("%2574"), invalid

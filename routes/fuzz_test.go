@@ -24,6 +24,7 @@ func FuzzMatch(f *testing.F) {
 		"/V1/Transfers;x=1/1", "/v1/%2574ransfers/1", "/v1/%EF%BD%94ransfers/1",
 		"/v1/transfers%20./1", "/v1/%E2%80%A5", "/v1/tra%CC%81nsfers/%C0%AE",
 		"/v1/accounts/me.json", "/v1/probe.x.y", "/v1/items/x/sub.json",
+		"/index.php/v1/transfers/1", "/v1/index.php/accounts/me", "/index.php",
 	} {
 		f.Add("GET", seed)
 		f.Add("HEAD", seed)
@@ -70,9 +71,10 @@ func refMatch(specs []Spec, method, path string) int {
 	if !ok {
 		return -1
 	}
+	dropped, front := refFrontController(segs)
 	for _, m := range []string{method, "GET"} {
 		for i, s := range specs {
-			if s.Method == m && refTemplateMatches(s.Path, segs) {
+			if s.Method == m && (refTemplateMatches(s.Path, segs) || front && refTemplateMatches(s.Path, dropped)) {
 				return i
 			}
 		}
@@ -191,6 +193,18 @@ func refTemplateMatches(template string, segs []string) bool {
 	return len(segs) == len(tsegs)
 }
 
+// refFrontController returns segs without the first segment but the last
+// that names a PHP script ("index.php"), and whether there is one: Laravel
+// and Symfony route "/index.php/admin/users" as /admin/users.
+func refFrontController(segs []string) ([]string, bool) {
+	for i, s := range segs {
+		if i < len(segs)-1 && len(s) > len(".php") && strings.HasSuffix(s, ".php") {
+			return append(append([]string(nil), segs[:i]...), segs[i+1:]...), true
+		}
+	}
+	return nil, false
+}
+
 // refFormatStem reports whether the last request segment seg is the literal
 // lit with a format suffix ("users.json" for "users"), which Rails and
 // Spring route to lit when lit has no ".".
@@ -278,6 +292,7 @@ func FuzzMatchNoEscape(f *testing.F) {
 		"/v1/%EF%BD%94ransfers/1", "/v1/transfers%20/1", "/v1/transfers./1", "/ADMIN/users%E2%80%8B",
 		"/v1/%2541ccounts/me", "/v1/reports/x", "/v1/thing%3Brun", "/admin/us%C3%A9rs", "/x/y/z",
 		"/admin/users.json", "/v1/accounts/me.xml;x", "/v1/thing:run%2Ecsv",
+		"/index.php/admin/users", "/v1/index.php/accounts/me",
 	} {
 		f.Add(seed)
 	}
@@ -290,8 +305,10 @@ func FuzzMatchNoEscape(f *testing.F) {
 		resolved := map[int]string{}
 		for name, model := range upstreamModels {
 			// Each model also with a format suffix dropped from the last
-			// segment, as Rails and Spring route "/admin/users.json".
-			for _, format := range []bool{false, true} {
+			// segment, as Rails and Spring route "/admin/users.json", and
+			// with a front controller's segment dropped, as Laravel and
+			// Symfony route "/index.php/admin/users".
+			for _, variant := range []string{"", "format suffix", "front controller"} {
 				label := name
 				var segs []string
 				var fold bool
@@ -306,13 +323,22 @@ func FuzzMatchNoEscape(f *testing.F) {
 				if segs == nil {
 					continue
 				}
-				if format {
+				switch variant {
+				case "format suffix":
 					last := &segs[len(segs)-1]
 					stem, _, found := strings.Cut(*last, ".")
 					if !found || stem == "" {
 						continue
 					}
-					*last, label = stem, name+" with a format suffix"
+					*last = stem
+				case "front controller":
+					var found bool
+					if segs, found = refFrontController(segs); !found {
+						continue
+					}
+				}
+				if variant != "" {
+					label = name + " with a " + variant
 				}
 				for i, s := range hostileSpecs[:catchAll] {
 					if s.Method == "GET" && modelMatches(s.Path, segs, fold) {

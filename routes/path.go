@@ -13,6 +13,9 @@ type scannedPath struct {
 	ends [MaxSegments]uint16
 	// n is the number of segments; 0 for the root "/".
 	n int
+	// script is the index of the first segment but the last that names a
+	// PHP script ("index.php"), or -1; see withoutScript.
+	script int
 }
 
 // seg returns segment i, decoded and canonical (see canonSegment), as a
@@ -35,7 +38,7 @@ func (s *scannedPath) scan(p string) bool {
 	if p == "" || p[0] != '/' || len(p) > MaxPathLength {
 		return false
 	}
-	s.n = 0
+	s.n, s.script = 0, -1
 	if p == "/" {
 		return true
 	}
@@ -88,12 +91,44 @@ func (s *scannedPath) scan(p string) bool {
 		if i == len(p) {
 			return true
 		}
+		if s.script < 0 && isScript(s.buf[start:w]) { // not the last segment
+			s.script = s.n - 1
+		}
 		i++ // skip '/'
 		start = w
 		if i == len(p) { // trailing slash: an empty final segment
 			return false
 		}
 	}
+}
+
+// isScript reports whether the canonical segment seg names a PHP script:
+// it ends in ".php" after at least one other byte.
+func isScript(seg []byte) bool {
+	return len(seg) > len(".php") && string(seg[len(seg)-len(".php"):]) == ".php"
+}
+
+// withoutScript returns the path without its segment s.script, as a PHP
+// front controller reads it: Laravel and Symfony take the request path up
+// to and including the script's name ("/index.php", or "/app/index.php"
+// for an application below /app) as the base URL and route the rest, so
+// "/index.php/v1/transfers" is their /v1/transfers and
+// "/app/index.php/v1/transfers" the /app/v1/transfers of the gateway's
+// templates. A last segment is never taken for a script: "/v1/files/x.php"
+// is not read as /v1/files. s must have a script segment.
+func (s *scannedPath) withoutScript() scannedPath {
+	var out scannedPath
+	out.script = -1
+	w := 0
+	for i := 0; i < s.n; i++ {
+		if i == s.script {
+			continue
+		}
+		w += copy(out.buf[w:], s.seg(i))
+		out.ends[out.n] = uint16(w)
+		out.n++
+	}
+	return out
 }
 
 // isPathChar reports whether c may appear unencoded in an escaped path: the

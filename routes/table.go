@@ -150,15 +150,31 @@ func (t *Table) Match(method, escapedPath string) (Match, bool) {
 	if !p.scan(escapedPath) {
 		return Match{}, false
 	}
-	best := search(t.root, &p, 0, method, math.MaxInt)
+	var front *scannedPath
+	if p.script >= 0 {
+		q := p.withoutScript()
+		front = &q
+	}
+	best := searchPaths(t.root, &p, front, method)
 	if best == math.MaxInt && method == "HEAD" {
-		best = search(t.root, &p, 0, "GET", math.MaxInt)
+		best = searchPaths(t.root, &p, front, "GET")
 	}
 	if best == math.MaxInt {
 		return Match{}, false
 	}
 	s := t.specs[best]
 	return Match{Index: best, Name: s.Name, Template: s.Path}, true
+}
+
+// searchPaths returns the lowest spec index that p matches for method,
+// or that front, p as a PHP front controller reads it, matches when not
+// nil; math.MaxInt when neither matches.
+func searchPaths(root *node, p, front *scannedPath, method string) int {
+	best := search(root, p, 0, method, math.MaxInt)
+	if front != nil {
+		best = search(root, front, 0, method, best)
+	}
+	return best
 }
 
 // search returns the lowest spec index below n that matches segments

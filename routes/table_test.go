@@ -220,7 +220,7 @@ func TestTableCopiesSpecs(t *testing.T) {
 
 func TestMatchAllocs(t *testing.T) {
 	tab := mustTable(t, testSpecs)
-	for _, p := range []string{"/v1/transfers/1", "/v1/%74ransfers/a%20b", "/v1/files/a/b/c", "/nope/x"} {
+	for _, p := range []string{"/v1/transfers/1", "/v1/%74ransfers/a%20b", "/v1/files/a/b/c", "/nope/x", "/index.php/v1/accounts/me.json"} {
 		allocs := testing.AllocsPerRun(100, func() { tab.Match("GET", p) })
 		if allocs != 0 {
 			t.Errorf("Match(%q): %v allocations, want 0", p, allocs)
