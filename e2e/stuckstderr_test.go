@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -185,5 +187,59 @@ func TestStuckStdoutConsoleExporter(t *testing.T) {
 	gw.proc.Signal(syscall.SIGTERM)
 	if err := gw.proc.Wait(stuckStderrExit); err != nil {
 		t.Errorf("exit after SIGTERM with stdout stuck under the console exporter: %v, want status 0", err)
+	}
+}
+
+// TestStuckStderrAtStart: a gateway started while its stderr is a pipe
+// that is already full and that nobody reads (a log reader that hung
+// before a restart) starts and serves anyway: the lines it writes before
+// "quotagate started" wait for stderr for at most 2 s in all, then are
+// dropped and counted. Its Redis is down, so the start writes the
+// store's ERROR line too, and the open policy lets requests through. It
+// exits on SIGTERM; and a config error with such a stderr still ends the
+// process, with exit status 1.
+func TestStuckStderrAtStart(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() }) // after the gateway has stopped
+	topUp(t, r)
+
+	rs := redistest.StartStandalone(t)
+	rs.Kill()
+	up := startUpstream(t)
+	cfg := limiterConfig(up.URL(), nil, "acme")
+	cfg.useRedis("250ms", rs.Addr)
+	cfg.Log = &logCfg{Level: "info"}
+	cfg.Policies["p_open"] = policyCfg{OnStoreError: "open", Limits: map[string]limitCfg{"std": bucket(100, "1s", 100)}}
+	cfg.route("open", "GET", "/open/{rest...}", 1, "p_open")
+	gw := startGateway(t, "gw", cfg, func(o *proctest.Options) { o.Stderr = w })
+
+	o := do(newClient(1), call{base: gw.URL, path: "/open/1", key: "key-acme"}, false)
+	switch {
+	case o.status == 0:
+		proctest.FatalOverrun(t, "request unanswered within %v with stderr stuck since the start: %v", requestTimeout, o.err)
+	case o.status != http.StatusOK:
+		t.Errorf("status %d, want 200 (Redis down, on_store_error open)", o.status)
+	}
+	if n := gw.metric("quotagate_log_lines_dropped_total", "kind=operational"); n < 1 {
+		t.Errorf("quotagate_log_lines_dropped_total{kind=operational} = %v, want the start's lines that stderr did not take counted", n)
+	}
+	gw.proc.Signal(syscall.SIGTERM)
+	if err := gw.proc.Wait(stuckStderrExit); err != nil {
+		t.Errorf("exit after SIGTERM with stderr stuck since the start: %v, want status 0", err)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("server: {listen: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: "bad", NoListen: true,
+		Args: []string{"-config", bad}, Stderr: w})
+	w.Close()
+	var ee *exec.ExitError
+	if err := p.Wait(stuckStderrExit); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("a config error with stderr stuck: exit %v, want status 1", err)
 	}
 }

@@ -58,14 +58,8 @@ func (w *AsyncWriter) CloseWithin(timeout time.Duration) error {
 		<-w.done
 		return nil
 	}
-	var expired <-chan time.Time
-	if w.deadline != nil {
-		expired = w.deadline(timeout)
-	} else {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := w.bound(timeout)
+	defer stop()
 	select {
 	case <-w.done:
 		return nil
@@ -109,4 +103,14 @@ func (w *AsyncWriter) writeClosed(p []byte, drops *atomic.Uint64) (int, error) {
 	}
 	drops.Add(1)
 	return 0, ErrLineDropped
+}
+
+// bound returns a channel that receives once d has passed (w.deadline's,
+// when set) and a func that stops its timer.
+func (w *AsyncWriter) bound(d time.Duration) (<-chan time.Time, func()) {
+	if w.deadline != nil {
+		return w.deadline(d), func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
 }

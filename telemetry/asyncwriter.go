@@ -48,8 +48,11 @@ const DefaultOperationalQueue = 1024
 //
 // Write, for operational lines (the slog handler's), writes to the
 // destination at once, synchronously, until QueueWrites is called: the
-// lines of a start (a config error, the start announcement) are never lost,
-// and one may precede access lines queued before it. After QueueWrites,
+// lines of a start (a config error, the start announcement) are not lost
+// to a queue, and one may precede access lines queued before it. Such a
+// Write waits at most StartWriteTimeout; once one has timed out, later
+// ones are dropped and counted until its Write returns (see writeNow), so
+// that a destination stuck before the start delays it by that bound only. After QueueWrites,
 // Write queues too, in a queue of its own of DefaultOperationalQueue lines,
 // so that access lines never crowd operational ones out, and drops and
 // counts a line when that queue is full: from then on no line waits on the
@@ -79,7 +82,8 @@ type AsyncWriter struct {
 	// after, when not nil, stands in for the writer's timer: it returns a
 	// channel that receives once the given time has passed.
 	after func(time.Duration) <-chan time.Time
-	// deadline, when not nil, stands in for Close's timer in the same way.
+	// deadline, when not nil, stands in for Close's timer, and for the
+	// bound of a Write before QueueWrites, in the same way.
 	deadline func(time.Duration) <-chan time.Time
 
 	dropped    atomic.Uint64 // access lines dropped
@@ -100,6 +104,11 @@ type AsyncWriter struct {
 	mu     sync.RWMutex
 	closed bool
 	direct sync.Mutex // serialises every write to dst
+	// startStuck is the Write made before QueueWrites that outlived
+	// StartWriteTimeout and has not returned (nil: none); guarded by
+	// startMu. See writeNow.
+	startMu    sync.Mutex
+	startStuck *startWrite
 }
 
 // opLine is a queued operational line and the number of access lines
@@ -185,7 +194,9 @@ var ErrLineDropped = errors.New("telemetry: log line dropped")
 // Write writes p (whole lines) for an slog handler sharing the destination
 // with the access lines. Until QueueWrites it writes p to the destination
 // now, between two batches of queued lines, and returns what the
-// destination returned. After QueueWrites it queues a copy of p and
+// destination returned, or, past StartWriteTimeout, ErrStartWriteTimeout
+// (and, while that Write has not returned, drops and counts p: 0 and
+// ErrLineDropped). After QueueWrites it queues a copy of p and
 // returns len(p), or, when the operational queue is full, drops p, counts
 // it in Drops().Operational and returns 0 and ErrLineDropped. After Close
 // it writes p directly if Close flushed everything, and otherwise drops
@@ -193,9 +204,7 @@ var ErrLineDropped = errors.New("telemetry: log line dropped")
 // up on is not waited for again).
 func (w *AsyncWriter) Write(p []byte) (int, error) {
 	if !w.queueOps.Load() && !w.abandoned.Load() {
-		w.direct.Lock()
-		defer w.direct.Unlock()
-		return w.dst.Write(p)
+		return w.writeNow(p)
 	}
 	w.mu.RLock()
 	if w.closed {

@@ -32,12 +32,6 @@ var version = "dev"
 type exitError struct {
 	code int
 	err  error
-	// late is set for an error met after the gateway started serving: its
-	// message is written to stderr for at most telemetry.DefaultCloseTimeout,
-	// so that a stderr that no longer reads cannot keep the process from
-	// exiting. An error of the start (late unset) is waited for: it always
-	// reaches stderr.
-	late bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -53,11 +47,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	var stderr io.Writer = os.Stderr
-	if ee := (*exitError)(nil); errors.As(err, &ee) && ee.late {
-		stderr = boundedWriter{w: stderr, timeout: telemetry.DefaultCloseTimeout}
-	}
-	os.Exit(exitCode(err, stderr))
+	// The message of the exit is written to stderr for at most
+	// telemetry.DefaultCloseTimeout, so that a stderr that no longer
+	// reads (a log reader that hung) cannot keep the process from exiting,
+	// with a config error at the start as after it served: the exit status
+	// still says what happened.
+	os.Exit(exitCode(err, boundedWriter{w: os.Stderr, timeout: telemetry.DefaultCloseTimeout}))
 }
 
 // boundedWriter writes to w, but returns after timeout with an error when

@@ -46,8 +46,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Access lines are queued and written in batches by one goroutine,
 	// dropped and counted when the queue is full; operational lines go
 	// through the same writer, so the two never interleave: synchronously
-	// until the gateway has started (a start's errors are never lost),
-	// queued after it (a stuck stderr never holds a request or the
+	// until the gateway has started (a start's errors are not queued),
+	// each waiting for stderr at most telemetry.StartWriteTimeout (a
+	// stderr stuck before the start delays it by that bound, not for
+	// ever), queued after it (a stuck stderr never holds a request or the
 	// shutdown). The deferred Close, run last, flushes the queues after the
 	// gateway has stopped, for at most telemetry.DefaultCloseTimeout: when
 	// stderr does not read, the lines it would not take are lost, and the
@@ -163,7 +165,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		err = rerr
 	}
 	if err != nil {
-		return &exitError{code: 2, err: err, late: true}
+		return &exitError{code: 2, err: err}
 	}
 	logger.Info("quotagate stopped")
 	return nil
