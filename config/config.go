@@ -207,6 +207,11 @@ type JWT struct {
 // client IP.
 type Anonymous struct {
 	Tier string `mapstructure:"tier"`
+	// IPv6Prefix is the length in bits of the IPv6 prefix that is one
+	// anonymous caller: every address in it shares its limits. 32 to 128;
+	// 0 or left out means 64 (Validate sets it). IPv4 callers are always
+	// known by their address.
+	IPv6Prefix int `mapstructure:"ipv6_prefix"`
 }
 
 // Log configures the process log.

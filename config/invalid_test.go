@@ -77,6 +77,9 @@ var invalidCases = map[string][]string{
 	"cost_exceeds_local_burst.yaml": {
 		`routes[0].cost: 5 exceeds the stage 1 burst 3 of tier "free": its callers could never be admitted`,
 	},
+	"anonymous_prefix.yaml": {
+		`identity.anonymous.ipv6_prefix: must be 32 to 128 (the bits of the IPv6 prefix that is one caller; 0 or left out means 64), got 16`,
+	},
 	"unknown_tier.yaml": {
 		`identity.anonymous.tier: unknown tier "anonymous" (known: free)`,
 		`identity.api_keys[0].tier: unknown tier "gold" (known: free)`,

@@ -29,7 +29,7 @@ func (c *Config) Redacted() map[string]any {
 		}
 	}
 	if a := c.Identity.Anonymous; a != nil {
-		identity["anonymous"] = map[string]any{"tier": a.Tier}
+		identity["anonymous"] = map[string]any{"tier": a.Tier, "ipv6_prefix": a.IPv6Prefix}
 	}
 
 	tiers := make(map[string]any, len(c.Tiers))

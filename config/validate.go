@@ -236,6 +236,12 @@ func (c *Config) validateIdentity(errs *Errors) {
 	}
 	if a := id.Anonymous; a != nil {
 		c.checkTierRef(errs, "identity.anonymous.tier", &a.Tier)
+		switch {
+		case a.IPv6Prefix == 0:
+			a.IPv6Prefix = 64
+		case a.IPv6Prefix < 32 || a.IPv6Prefix > 128:
+			errs.addf("identity.anonymous.ipv6_prefix", "must be 32 to 128 (the bits of the IPv6 prefix that is one caller; 0 or left out means 64), got %d", a.IPv6Prefix)
+		}
 	}
 }
 

@@ -33,6 +33,8 @@ type serverCfg struct {
 	MaxBodyBytes      int64  `json:"max_body_bytes,omitempty"`
 	ShutdownTimeout   string `json:"shutdown_timeout,omitempty"`
 	Pprof             bool   `json:"pprof,omitempty"`
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []string `json:"trusted_proxies,omitempty"`
 }
 
 type storeCfg struct {
@@ -86,7 +88,8 @@ type jwtCfg struct {
 }
 
 type anonCfg struct {
-	Tier string `json:"tier"`
+	Tier       string `json:"tier"`
+	IPv6Prefix int    `json:"ipv6_prefix,omitempty"`
 }
 
 type tierCfg struct {

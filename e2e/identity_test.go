@@ -79,3 +79,38 @@ func TestCallerKindsApart(t *testing.T) {
 		}
 	}
 }
+
+// TestAnonymousIPv6Prefix runs the binary behind a trusted proxy (the
+// test, at 127.0.0.1) with anonymous callers grouped by IPv6 /48 and a
+// tenant policy of one request per hour. A holder of a /48, which a tunnel
+// broker hands out for free, used to be 65,536 anonymous callers (one per
+// /64); with ipv6_prefix: 48 all its addresses share one bucket, another
+// /48 has its own, and IPv4 callers are still one per address.
+func TestAnonymousIPv6Prefix(t *testing.T) {
+	up := startUpstream(t)
+	cfg := limiterConfig(up.URL(), nil)
+	cfg.Server.TrustedProxies = []string{"127.0.0.1/32"}
+	cfg.Identity.Anonymous = &anonCfg{Tier: "std", IPv6Prefix: 48}
+	cfg.Policies["tenant"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1h", 1)}}
+	cfg.route("ok.get", "GET", "/ok/{rest...}", 1, "tenant")
+	gw := startGateway(t, "gw", cfg)
+
+	for _, c := range []struct {
+		client string
+		want   int
+	}{
+		{"2001:db8:1:1::5", http.StatusOK},
+		{"2001:db8:1:2::5", http.StatusTooManyRequests}, // another /64 of the same /48
+		{"2001:db8:1:ffff:1:2:3:4", http.StatusTooManyRequests},
+		{"[2001:db8:1:3::9]:4711", http.StatusTooManyRequests},
+		{"2001:db8:2:1::5", http.StatusOK}, // another /48
+		{"192.0.2.1", http.StatusOK},
+		{"192.0.2.2", http.StatusOK},
+		{"::ffff:192.0.2.2", http.StatusTooManyRequests}, // 192.0.2.2 again
+	} {
+		r := rawStatus(t, gw.Addr, get("/ok/x", "X-Forwarded-For: "+c.client+"\r\n"))
+		if r.status != c.want {
+			t.Errorf("anonymous caller at %s: %d %s, want %d", c.client, r.status, truncate(r.body, 120), c.want)
+		}
+	}
+}

@@ -169,7 +169,7 @@ func newAuthenticator(cfg *config.Config, o *Options) (*identity.Authenticator, 
 		ic.ShareKeyAndJWTTenants = j.ShareTenantsWithAPIKeys
 	}
 	if a := cfg.Identity.Anonymous; a != nil {
-		ic.AnonymousTier = a.Tier
+		ic.AnonymousTier, ic.AnonymousIPv6Prefix = a.Tier, a.IPv6Prefix
 	}
 	return identity.New(ic)
 }

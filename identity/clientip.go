@@ -74,9 +74,11 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 }
 
 // anonymousTenant returns the tenant of an anonymous caller at a: "ip:" and
-// the address, or its /64 for IPv6, whose holders usually control the whole
-// /64 and could otherwise rotate through 2^64 identities.
-func anonymousTenant(a netip.Addr) string {
+// the address, or for IPv6 its prefix of v6bits bits (32 to 128). Holders
+// of an IPv6 address usually control a whole /64 at least, often a /56 or
+// a /48 (a tunnel broker hands out a /48 for free), and could otherwise
+// rotate through as many identities as the prefix has addresses.
+func anonymousTenant(a netip.Addr, v6bits int) string {
 	var buf [64]byte // "ip:" and the longest IPv6 prefix fit
 	b := append(buf[:0], anonymousNS...)
 	switch {
@@ -85,7 +87,7 @@ func anonymousTenant(a netip.Addr) string {
 	case a.Is4():
 		return string(a.AppendTo(b))
 	}
-	p, err := a.Prefix(64)
+	p, err := a.Prefix(v6bits)
 	if err != nil {
 		return anonymousNS + "unknown"
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -75,6 +76,46 @@ func TestAnonymousTenant(t *testing.T) {
 		}
 		if c.ID != callerID(KindAnonymous, tc.tenant) {
 			t.Fatalf("%s: ID %s", tc.remote, c.ID)
+		}
+	}
+}
+
+// TestAnonymousIPv6Prefix: with a prefix length set, every address of one
+// IPv6 prefix of that length is one caller (a /48 holder does not get
+// 65,536 callers), IPv4 callers are unaffected, and a length outside 32 to
+// 128 is refused.
+func TestAnonymousIPv6Prefix(t *testing.T) {
+	for _, tc := range []struct {
+		bits           int
+		remote, tenant string
+	}{
+		{48, "[2001:db8:1:2::1]:80", "ip:2001:db8:1::/48"},
+		{48, "[2001:db8:1:ffff:1:2:3:4]:80", "ip:2001:db8:1::/48"},
+		{48, "[2001:db8:2::1]:80", "ip:2001:db8:2::/48"},
+		{48, "203.0.113.7:1", "ip:203.0.113.7"},
+		{48, "[::ffff:203.0.113.7]:1", "ip:203.0.113.7"},
+		{56, "[2001:db8:1:2ff::1]:80", "ip:2001:db8:1:200::/56"},
+		{128, "[2001:db8:1:2::1]:80", "ip:2001:db8:1:2::1/128"},
+		{32, "[2001:db8:1:2::1]:80", "ip:2001:db8::/32"},
+	} {
+		c := testConfig()
+		c.AnonymousIPv6Prefix = tc.bits
+		a := mustNew(t, c)
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		caller, err := a.Authenticate(r)
+		if err != nil {
+			t.Fatalf("/%d %s: %v", tc.bits, tc.remote, err)
+		}
+		if caller.Kind != KindAnonymous || caller.Tenant != tc.tenant || caller.Subject != tc.tenant {
+			t.Errorf("/%d %s: caller %+v, want tenant and subject %s", tc.bits, tc.remote, caller, tc.tenant)
+		}
+	}
+	for _, bits := range []int{-1, 1, 31, 129} {
+		c := testConfig()
+		c.AnonymousIPv6Prefix = bits
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), "ipv6 prefix") {
+			t.Errorf("prefix %d: New = %v, want an error naming the ipv6 prefix", bits, err)
 		}
 	}
 }

@@ -46,8 +46,9 @@ type Caller struct {
 	Kind Kind
 	// Tenant is whom limits are kept for: the tenant of the API key or JWT,
 	// or for an anonymous caller "ip:" and its address, an IPv6 address
-	// grouped to its /64 ("ip:203.0.113.7", "ip:2001:db8:1:2::/64",
-	// "ip:unknown" when the address could not be read).
+	// grouped to its prefix of Config.AnonymousIPv6Prefix bits
+	// ("ip:203.0.113.7", "ip:2001:db8:1:2::/64", "ip:unknown" when the
+	// address could not be read).
 	Tenant string
 	// Tier is the caller's tier; never empty.
 	Tier string
@@ -95,6 +96,11 @@ type JWTConfig struct {
 // JWTConfig.Leeway is 0.
 const DefaultLeeway = 5 * time.Second
 
+// DefaultIPv6Prefix is the IPv6 prefix length, in bits, that an anonymous
+// caller is known by when Config.AnonymousIPv6Prefix is 0: a /64, the
+// smallest network an end site is given.
+const DefaultIPv6Prefix = 64
+
 // MaxCredentialBytes is the longest credential accepted; longer ones are
 // refused without being hashed or parsed.
 const MaxCredentialBytes = 4096
@@ -109,6 +115,11 @@ type Config struct {
 	// AnonymousTier is the tier of callers without a credential; "" means
 	// such a request is refused.
 	AnonymousTier string
+	// AnonymousIPv6Prefix is the length in bits of the IPv6 prefix that
+	// one anonymous caller is known by: every address in it is one caller
+	// (see Caller.Tenant). 0 means DefaultIPv6Prefix; otherwise 32 to 128.
+	// IPv4 callers are always known by their address.
+	AnonymousIPv6Prefix int
 	// Tiers are the known tier names. A token naming any other tier is
 	// refused, so that a signed but unforeseen tier cannot escape every
 	// limit; API keys and AnonymousTier must name known tiers too. Required
@@ -178,6 +189,7 @@ type Authenticator struct {
 	keys    map[[sha256.Size]byte]keyEntry
 	jwt     *jwtVerifier
 	anon    string
+	v6bits  int // AnonymousIPv6Prefix, defaulted
 	trusted []netip.Prefix
 	// keyNS and jwtNS start the subjects of API-key and JWT callers.
 	keyNS, jwtNS string
@@ -213,6 +225,7 @@ func New(c Config) (*Authenticator, error) {
 	a := &Authenticator{
 		keys:    make(map[[sha256.Size]byte]keyEntry, len(c.APIKeys)),
 		anon:    c.AnonymousTier,
+		v6bits:  c.AnonymousIPv6Prefix,
 		trusted: append([]netip.Prefix(nil), c.TrustedProxies...),
 		keyNS:   keyNS,
 		jwtNS:   jwtNS,
@@ -242,6 +255,12 @@ func New(c Config) (*Authenticator, error) {
 	}
 	if c.AnonymousTier != "" {
 		known("anonymous", c.AnonymousTier)
+	}
+	switch {
+	case a.v6bits == 0:
+		a.v6bits = DefaultIPv6Prefix
+	case a.v6bits < 32 || a.v6bits > 128:
+		errs = append(errs, fmt.Errorf("anonymous: ipv6 prefix must be 32 to 128 bits, got %d", a.v6bits))
 	}
 	for i, p := range c.TrustedProxies {
 		if !p.IsValid() {
@@ -287,7 +306,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (Caller, error) {
 		if a.anon == "" {
 			return Caller{}, errNoCredential
 		}
-		tenant := anonymousTenant(ip)
+		tenant := anonymousTenant(ip, a.v6bits)
 		return Caller{Kind: KindAnonymous, Tenant: tenant, Tier: a.anon, Subject: tenant, ID: callerID(KindAnonymous, tenant), ClientIP: ip}, nil
 	}
 	if bearer && a.jwt != nil && looksLikeJWT(cred) {
