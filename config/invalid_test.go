@@ -109,7 +109,7 @@ var invalidCases = map[string][]string{
 		`identity.api_keys[0].key_sha256: must be the SHA-256 of the key as 64 hex digits (not the key itself)`,
 		`identity.api_keys[1].key_sha256: must be the SHA-256 of the key as 64 hex digits (not the key itself)`,
 		`identity.api_keys[3].key_sha256: duplicate of identity.api_keys[2]`,
-		`identity.api_keys[4].tenant: must be 1 to 128 printable ASCII characters without spaces, '{' or '}'`,
+		`identity.api_keys[4].tenant: must be 1 to 256 bytes without control characters`,
 		`identity.api_keys[5].tenant: is required`,
 	},
 	"route_names.yaml": {

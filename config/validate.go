@@ -190,9 +190,24 @@ func (c *Config) validateStore(errs *Errors) {
 	validateRedisTLS(errs, r.TLS)
 }
 
-// tenantRE bounds a configured tenant: it is sent upstream in a header and
-// forms a Redis hash tag, so no spaces, controls or braces.
-var tenantRE = regexp.MustCompile(`^[!-z|~]{1,128}$`)
+// maxTenantBytes is the longest tenant, of an API key here as of a JWT's
+// claim (package identity checks the same bounds at start and per token).
+// Store keys hold only a hash of it, so any other byte is allowed.
+const maxTenantBytes = 256
+
+// validTenant reports whether t is 1 to maxTenantBytes bytes without
+// control characters (it is sent upstream in a header).
+func validTenant(t string) bool {
+	if t == "" || len(t) > maxTenantBytes {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] < ' ' || t[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
@@ -215,8 +230,8 @@ func (c *Config) validateIdentity(errs *Errors) {
 		}
 		if k.Tenant == "" {
 			errs.add(p+".tenant", "is required")
-		} else if !tenantRE.MatchString(k.Tenant) {
-			errs.add(p+".tenant", "must be 1 to 128 printable ASCII characters without spaces, '{' or '}'")
+		} else if !validTenant(k.Tenant) {
+			errs.addf(p+".tenant", "must be 1 to %d bytes without control characters", maxTenantBytes)
 		}
 		c.checkTierRef(errs, p+".tier", &k.Tier)
 	}

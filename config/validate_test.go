@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -293,6 +294,33 @@ func TestShowURL(t *testing.T) {
 	} {
 		if got := showURL(raw); got != want {
 			t.Errorf("showURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// TestAPIKeyTenants: an API key's tenant follows the rule of a JWT's
+// (README, "Store keys"): 1 to 256 bytes without control characters. Keys
+// hold only a hash of the subject, so braces, colons and spaces are fine.
+func TestAPIKeyTenants(t *testing.T) {
+	config := func(tenant string) string {
+		return fmt.Sprintf(`
+identity:
+  api_keys:
+    - {key_sha256: 9f8cfdb17116bf0e2a44e071454f25594cb9b8737bf331e6a2f0b30550572f29, tenant: %q, tier: free}
+tiers: {free: {}}
+upstreams: {app: {url: "echo:"}}
+routes: [{name: r, method: GET, path: /, upstream: app}]
+`, tenant)
+	}
+	for _, ok := range []string{"{acme}", "a:b", "Acme Corp", "société", strings.Repeat("a", 256)} {
+		if _, err := Parse([]byte(config(ok)), noEnv); err != nil {
+			t.Errorf("tenant %q: %v, want it accepted", ok, err)
+		}
+	}
+	const want = "identity.api_keys[0].tenant: must be 1 to 256 bytes without control characters"
+	for _, bad := range []string{strings.Repeat("a", 257), "a\tb", "a\x7fb", "a\nb"} {
+		if _, err := Parse([]byte(config(bad)), noEnv); err == nil || err.Error() != want {
+			t.Errorf("tenant %q: %v, want %q", bad, err, want)
 		}
 	}
 }
