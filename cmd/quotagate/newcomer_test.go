@@ -143,7 +143,44 @@ func TestBinaryFreshMetricsHaveEveryReadmeFamily(t *testing.T) {
 			}
 		}
 	}
+	checkReadmeMetricLabels(t, string(readme), body)
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
+	}
+}
+
+// checkReadmeMetricLabels checks every mention of a metric with labels
+// anywhere in the README's prose, such as
+// quotagate_decisions_total{policy,result="shadow_denied"}: the family is
+// exported and its series carry each label named. (Values are not checked:
+// many appear only once traffic, a reload or a failure made them.)
+func checkReadmeMetricLabels(t *testing.T, readme, metrics string) {
+	t.Helper()
+	labelsOf := map[string]map[string]bool{} // family -> label keys seen in its series
+	series := regexp.MustCompile(`(?m)^(quotagate_[a-z_]+?)(_bucket|_count|_sum)?\{([^}]*)\} `)
+	for _, m := range series.FindAllStringSubmatch(metrics, -1) {
+		if labelsOf[m[1]] == nil {
+			labelsOf[m[1]] = map[string]bool{}
+		}
+		for _, kv := range strings.Split(m[3], ",") {
+			k, _, _ := strings.Cut(kv, "=")
+			labelsOf[m[1]][k] = true
+		}
+	}
+	mentions := regexp.MustCompile("`(quotagate_[a-z_]+)\\{([^}`]*)\\}`").FindAllStringSubmatch(readme, -1)
+	if len(mentions) < 10 {
+		t.Fatalf("found %d metric mentions with labels in the README; the pattern no longer matches", len(mentions))
+	}
+	for _, m := range mentions {
+		name, have := m[1], labelsOf[m[1]]
+		if have == nil {
+			t.Errorf("README mentions %s, which the gateway does not export with labels", m[0])
+			continue
+		}
+		for _, kv := range strings.Split(m[2], ",") {
+			if k, _, _ := strings.Cut(strings.TrimSpace(kv), "="); !have[k] {
+				t.Errorf("README mentions %s: %s has no label %q", m[0], name, k)
+			}
+		}
 	}
 }
