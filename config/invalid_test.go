@@ -220,6 +220,7 @@ var invalidCases = map[string][]string{
 	"rls_settings.yaml": {
 		`rls.config_files: must name at least one descriptor file when rls.listen or rls.http_listen is set`,
 		`rls.http_listen: must be host:port, such as 127.0.0.1:6379, got "localhost"`,
+		`rls.limit_overrides: must be one of allow, ignore, got "raise"`,
 		`rls.listen: must differ from server.listen and server.admin_listen`,
 		`rls.on_store_error: must be one of unavailable, open, closed, local, got "maybe"`,
 		`rls.tls.key_file: is required when rls.tls is set`,

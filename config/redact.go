@@ -125,6 +125,7 @@ func (r RLS) redacted() map[string]any {
 		"config_files":     copyList(r.ConfigFiles),
 		"on_store_error":   r.OnStoreError,
 		"response_headers": r.ResponseHeaders,
+		"limit_overrides":  r.LimitOverrides,
 	}
 	if r.TLS != nil {
 		m["tls"] = map[string]any{"cert_file": r.TLS.CertFile, "key_file": r.TLS.KeyFile}

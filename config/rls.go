@@ -31,6 +31,15 @@ type RLS struct {
 	// headers to decisions (RLS response_headers_to_add, and the HTTP check
 	// API's response). Default false.
 	ResponseHeaders bool `mapstructure:"response_headers"`
+	// LimitOverrides is what a descriptor's limit override (a limit the
+	// caller sends with the descriptor) does: allow (the default, as in
+	// envoyproxy/ratelimit: it replaces the configured limit, on a counter
+	// of its own) or ignore (the descriptor is decided by the descriptor
+	// files alone, as if no override were sent). With allow, any caller
+	// can set its own limit, and keep a counter in Redis for every value
+	// it sends for up to the override's window: use ignore unless every
+	// caller is trusted. Reloadable.
+	LimitOverrides string `mapstructure:"limit_overrides"`
 	// TLS, when set, serves both listeners over TLS; nil means plaintext.
 	TLS *TLS `mapstructure:"tls"`
 }
@@ -45,10 +54,16 @@ type TLS struct {
 // descriptor's on_store_error.
 var RLSOnStoreError = []string{"unavailable", "open", "closed", "local"}
 
+// RLSLimitOverrides lists the values of rls.limit_overrides.
+var RLSLimitOverrides = []string{"allow", "ignore"}
+
 // Enabled reports whether the decision service serves anything.
 func (r *RLS) Enabled() bool { return r.Listen != "" || r.HTTPListen != "" }
 
-func (r *RLS) setDefaults() { setZero(&r.OnStoreError, "unavailable") }
+func (r *RLS) setDefaults() {
+	setZero(&r.OnStoreError, "unavailable")
+	setZero(&r.LimitOverrides, "allow")
+}
 
 func (c *Config) validateRLS(errs *Errors) {
 	r := &c.RLS
@@ -79,6 +94,9 @@ func (c *Config) validateRLS(errs *Errors) {
 	}
 	if !slices.Contains(RLSOnStoreError, r.OnStoreError) {
 		errs.addf("rls.on_store_error", "must be one of %s, got %q", strings.Join(RLSOnStoreError, ", "), r.OnStoreError)
+	}
+	if !slices.Contains(RLSLimitOverrides, r.LimitOverrides) {
+		errs.addf("rls.limit_overrides", "must be one of %s, got %q", strings.Join(RLSLimitOverrides, ", "), r.LimitOverrides)
 	}
 	if t := r.TLS; t != nil {
 		if t.CertFile == "" {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
@@ -27,7 +28,9 @@ func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
 	store := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: time.Minute,
 		BreakerFailures: 2, BreakerCooldown: time.Hour, FleetStatic: true, KeyPrefix: redistest.KeyPrefix(t)})
 	t.Cleanup(func() { store.Close() })
-	client := startServerOn(t, store, time.Minute)
+	cfg := config.Default()
+	cfg.Store.Redis.Timeout = time.Minute
+	client := startServerOn(t, store, cfg)
 	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.50")}}
 	if _, err := client.ShouldRateLimit(context.Background(), in); err != nil {
 		t.Fatalf("first call: %v", err)

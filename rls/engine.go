@@ -128,6 +128,10 @@ type Options struct {
 	// OnStoreError is the mode of rules without their own: unavailable
 	// (the default), open, closed or local.
 	OnStoreError string
+	// IgnoreOverrides drops every descriptor's limit override, malformed
+	// ones included: descriptors are decided by the rules alone
+	// (rls.limit_overrides: ignore). False applies them.
+	IgnoreOverrides bool
 	// Metrics counts decisions; nil counts nothing.
 	Metrics *telemetry.Metrics
 	// Logger receives a warning when the store fails (at most 5 per 10s
@@ -169,23 +173,25 @@ func NewEngine(rules *Rules, o Options) *Engine {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opts: o, tracer: tp.Tracer("github.com/quotagate/quotagate/rls"), logLimit: telemetry.NewLogLimiter(5, 10*time.Second, nil)}
-	e.live.Store(&live{rules: rules, onStoreError: o.OnStoreError})
+	e.live.Store(&live{rules: rules, onStoreError: o.OnStoreError, ignoreOverrides: o.IgnoreOverrides})
 	return e
 }
 
 // live is what a reload replaces, swapped as one value.
 type live struct {
-	rules        *Rules
-	onStoreError string
+	rules           *Rules
+	onStoreError    string
+	ignoreOverrides bool
 }
 
-// SetRules replaces the rules and the default on_store_error ("" keeps the
-// current one) for every later decision.
-func (e *Engine) SetRules(rules *Rules, onStoreError string) {
+// SetRules replaces the rules, the default on_store_error ("" keeps the
+// current one) and whether limit overrides are ignored (see
+// Options.IgnoreOverrides) for every later decision.
+func (e *Engine) SetRules(rules *Rules, onStoreError string, ignoreOverrides bool) {
 	if onStoreError == "" {
 		onStoreError = e.live.Load().onStoreError
 	}
-	e.live.Store(&live{rules: rules, onStoreError: onStoreError})
+	e.live.Store(&live{rules: rules, onStoreError: onStoreError, ignoreOverrides: ignoreOverrides})
 }
 
 // Rules returns the rules in use.
@@ -210,8 +216,9 @@ func checkCounts(n int, entries func(i int) int) error {
 	return nil
 }
 
-// checkRequest validates a request's shape.
-func checkRequest(req *Request) error {
+// checkRequest validates a request's shape; limit overrides only when
+// they apply (overrides).
+func checkRequest(req *Request, overrides bool) error {
 	if req.Domain == "" {
 		return fmt.Errorf("%w: domain must not be empty", ErrBadRequest)
 	}
@@ -224,7 +231,7 @@ func checkRequest(req *Request) error {
 				return fmt.Errorf("%w: descriptors[%d].entries[%d].key must not be empty", ErrBadRequest, i, j)
 			}
 		}
-		if o := d.Override; o != nil {
+		if o := d.Override; o != nil && overrides {
 			switch u := o.Unit.Duration(); {
 			case u == 0:
 				return fmt.Errorf("%w: descriptors[%d].limit.unit is unknown", ErrBadRequest, i)
@@ -262,10 +269,10 @@ type plan struct {
 // Options.Timeout; ctx's own deadline, when shorter, cancels the call
 // without counting as a store failure.
 func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
-	if err := checkRequest(req); err != nil {
+	lv := e.live.Load()
+	if err := checkRequest(req, !lv.ignoreOverrides); err != nil {
 		return Response{}, err
 	}
-	lv := e.live.Load()
 	dom := lv.rules.Domain(req.Domain)
 	ctx, span := e.tracer.Start(ctx, "quotagate.rls.decide", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
@@ -285,7 +292,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 		}
 		return resp, nil
 	}
-	p := e.plan(dom, req, resp.Statuses, lv.onStoreError)
+	p := e.plan(dom, req, resp.Statuses, lv)
 	if len(p.items) == 0 {
 		e.finish(ctx, span, req, p, &resp, ratelimit.Decision{Allowed: true}, true)
 		return resp, nil
@@ -342,14 +349,15 @@ var onError = map[string]ratelimit.OnError{
 }
 
 // plan matches each descriptor, applies replaces, and builds the items.
-func (e *Engine) plan(dom *Domain, req *Request, statuses []Status, defaultMode string) *plan {
+func (e *Engine) plan(dom *Domain, req *Request, statuses []Status, lv *live) *plan {
+	defaultMode := lv.onStoreError
 	p := &plan{statuses: statuses}
 	var replaced map[string]bool
 	var shared map[int][]string // share_threshold values by descriptor, rarely any
 	for i, desc := range req.Descriptors {
 		st := &statuses[i]
 		st.Code = OK
-		if desc.Override != nil {
+		if desc.Override != nil && !lv.ignoreOverrides {
 			st.Rule = overrideRule(dom, desc.Override)
 			continue
 		}

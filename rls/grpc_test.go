@@ -48,12 +48,10 @@ func startServerWith(t *testing.T, headers bool, files *redistest.TLSFiles) (rls
 	return serveConfig(t, cfg, store, creds, scheme)
 }
 
-// startServerOn is startServer deciding on store, with timeout as
-// store.redis.timeout.
-func startServerOn(t *testing.T, store ratelimit.Store, timeout time.Duration) rlsv3.RateLimitServiceClient {
+// startServerOn is startServer deciding on store, with cfg's settings
+// (its rls.config_files are testdata's).
+func startServerOn(t *testing.T, store ratelimit.Store, cfg *config.Config) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Store.Redis.Timeout = timeout
 	client, _, _ := serveConfig(t, cfg, store, insecure.NewCredentials(), "http://")
 	return client
 }

@@ -69,8 +69,8 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	}
 	e := NewEngine(rules, Options{
 		Store: o.Store, Timeout: cfg.Store.Redis.Timeout, KeyPrefix: cfg.Store.Redis.KeyPrefix,
-		OnStoreError: cfg.RLS.OnStoreError,
-		Metrics:      o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
+		OnStoreError: cfg.RLS.OnStoreError, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
+		Metrics: o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
 	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles)}
 	var gopts []grpc.ServerOption
@@ -170,7 +170,7 @@ func (s *Server) ReloadFile(path string) error {
 	if err == nil {
 		var rules *Rules
 		if rules, err = LoadFiles(cfg.RLS.ConfigFiles); err == nil {
-			s.engine.SetRules(rules, cfg.RLS.OnStoreError)
+			s.engine.SetRules(rules, cfg.RLS.OnStoreError, cfg.RLS.LimitOverrides == "ignore")
 			s.files = slices.Clone(cfg.RLS.ConfigFiles)
 			s.opts.Metrics.ConfigReload(context.Background(), true)
 			s.opts.Logger.Info("rls descriptor files reloaded", slog.Int("domains", rules.Domains()))
