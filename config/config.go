@@ -438,6 +438,13 @@ type CostBlock struct {
 	// event, parsed for a usage (and of a request body for reserve_from
 	// json); past it none is found (default 1 MiB, at most 64 MiB).
 	MaxBody int64 `mapstructure:"max_body"`
+	// OnMissingUsage is what a settled request takes when its usage goes
+	// unreported by the caller's doing: its client went away before the
+	// response's usage was whole (before the response, or mid-body before
+	// a final usage), or a 2xx response ended without one. "keep" (the
+	// default) leaves the reservation; "max" takes Max, or the usage read
+	// so far when that is more. Only with SettleFrom.
+	OnMissingUsage string `mapstructure:"on_missing_usage"`
 }
 
 // ReserveFrom names where a request states its reservation.

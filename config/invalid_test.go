@@ -251,6 +251,7 @@ var invalidCases = map[string][]string{
 	"cost_block.yaml": {
 		`routes[0].cost.max: must be >= reserve (1000), got 500`,
 		`routes[0].cost.max_body: must be in [1, 67108864] bytes, got 0`,
+		`routes[0].cost.on_missing_usage: must be keep or max, got "all"`,
 		`routes[0].cost.reserve_from.header: "X Max" is not a valid header name`,
 		`routes[0].cost.reserve_from.json: path "max..tokens" has an empty key`,
 		`routes[0].cost.settle_from.sse: path ".x" has an empty key`,
@@ -263,6 +264,7 @@ var invalidCases = map[string][]string{
 		`routes[1].cost.reserve: is required, >= 1 (the units taken when the request does not say)`,
 		`routes[1].cost.settle_from: must name header, json or sse (or be left out)`,
 		`routes[2].cost.max: is above reserve but no reserve_from says where a request asks for more; remove it or add reserve_from`,
+		`routes[2].cost.on_missing_usage: needs settle_from: without it nothing is settled and the reservation always stands`,
 		`routes[2].cost.settle_policies: needs settle_from: nothing says what to settle`,
 		`routes[3].cost.max: is required with reserve_from.json: a request whose body does not state max_tokens readably (compressed, without it, longer than max_body) reserves max`,
 	},

@@ -190,5 +190,8 @@ func showCost(r Route) any {
 	if len(b.SettlePolicies) > 0 {
 		m["settle_policies"] = copyList(b.SettlePolicies)
 	}
+	if b.OnMissingUsage != MissingUsageKeep {
+		m["on_missing_usage"] = b.OnMissingUsage
+	}
 	return m
 }

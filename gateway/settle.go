@@ -36,6 +36,9 @@ type costBlock struct {
 	// policies are the names of the settled policies.
 	policies []string
 	maxBody  int64
+	// missingMax: a request whose usage goes unreported (see
+	// unreported) takes max (on_missing_usage: max), not its reservation.
+	missingMax bool
 }
 
 // compileCost returns the compiled cost block of rc, nil for a fixed cost.
@@ -44,7 +47,7 @@ func compileCost(rc config.Route) *costBlock {
 	if b == nil {
 		return nil
 	}
-	cb := &costBlock{reserve: b.Reserve, max: b.Max, maxBody: b.MaxBody}
+	cb := &costBlock{reserve: b.Reserve, max: b.Max, maxBody: b.MaxBody, missingMax: b.OnMissingUsage == config.MissingUsageMax}
 	if f := b.ReserveFrom; f != nil {
 		cb.reserveFrom, cb.asks = usage.RequestSource{JSON: f.JSON, Header: f.Header}, true
 	}
@@ -188,17 +191,38 @@ func (g *Gateway) observeResponse(resp *http.Response) {
 		return
 	}
 	ps, cb, ctx := st.settle, st.route.block, resp.Request.Context()
+	success := resp.StatusCode >= 200 && resp.StatusCode < 300
 	usage.Watch(resp, cb.settleFrom, cb.maxBody, func(res usage.Result) {
 		if !ps.claim() {
 			return
 		}
 		used := int64(min(res.Units, usage.MaxUnits))
+		if cb.missingMax && unreported(ctx, res, success) {
+			g.settle(ctx, ps, max(used, cb.max))
+			return
+		}
 		if !res.Found || brokenOff(res) && used < ps.reserved {
 			g.settleMissing(ctx, ps)
 			return
 		}
 		g.settle(ctx, ps, used)
 	})
+}
+
+// unreported reports whether res, read from a response of a success
+// status or not, leaves a usage unreported that on_missing_usage: max
+// charges as max: the client went away (ctx is done, or the body was
+// closed before its end) before the usage was whole (a header usage is
+// whole when it arrives, a body's at its end), or a success response
+// was read to its end without one. An upstream that broke the body off,
+// or answered an error status without a usage, is not the caller's
+// doing: the reservation stands, as for on_missing_usage: keep.
+func unreported(ctx context.Context, res usage.Result, success bool) bool {
+	whole := res.Complete || res.Found && !brokenOff(res)
+	if !whole {
+		return res.Abandoned || ctx.Err() != nil
+	}
+	return !res.Found && success
 }
 
 // brokenOff reports whether res was read from a body that ended before
@@ -246,11 +270,18 @@ func settlePending(out *http.Request) bool {
 
 // endSettle settles as missing a reservation that neither a response nor
 // a failure settled (the client went away, the body could not be sent, a
-// protocol switch): the reservation stands.
+// protocol switch): the reservation stands. On a route with
+// on_missing_usage: max, a request whose client went away (ctx is done)
+// takes max instead: the upstream may have worked on it all the same.
 func (g *Gateway) endSettle(ctx context.Context, st *requestState) {
-	if st.settle != nil && st.settle.claim() {
-		g.settleMissing(ctx, st.settle)
+	if st.settle == nil || !st.settle.claim() {
+		return
 	}
+	if cb := st.route.block; cb.missingMax && ctx.Err() != nil {
+		g.settle(ctx, st.settle, cb.max)
+		return
+	}
+	g.settleMissing(ctx, st.settle)
 }
 
 // settleMissing counts a reservation that stands for want of a usage.

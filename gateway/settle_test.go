@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,7 +53,8 @@ next:
 // max_tokens or X-Max-Tokens up to 500) and settles the tokens policy
 // from the response; requests keeps its reservation. /dead reaches no
 // upstream. POST /v1/window/{mode} does the same with a fixed window of
-// 10 s. Request bodies are limited to 2 MiB, of which 1 MiB (the default
+// 10 s; POST /v1/gone/{mode} as chat, but a usage the caller keeps from
+// being reported takes max (on_missing_usage). Request bodies are limited to 2 MiB, of which 1 MiB (the default
 // max_body) is read for max_tokens. Each key KEYn is its own tenant tn.
 // Both token buckets refill slowly: Redis expires a bucket's key once it
 // would be full in real time, and a check that a loaded machine delays
@@ -103,6 +105,13 @@ routes:
     upstream: slow
     policies: [tokens]
     cost: {reserve: 100, reserve_from: {json: max_tokens}, max: 500, settle_from: {header: X-Usage}}
+  - name: gone
+    method: POST
+    path: /v1/gone/{mode}
+    upstream: llm
+    policies: [tokens]
+    cost: {reserve: 100, reserve_from: {json: max_tokens}, max: 500, on_missing_usage: max,
+           settle_from: {json: usage.total_tokens, sse: usage.total_tokens}}
 `
 
 // settleFixture is a gateway on a real Redis (on the fixture's clock),
@@ -113,6 +122,7 @@ type settleFixture struct {
 	srv     *redistest.Server
 	front   *httptest.Server
 	release chan struct{} // lets /v1/chat/sse-gated finish its stream
+	arrived chan struct{} // has a value once a stall request reached the upstream
 }
 
 func newSettleFixture(t *testing.T) *settleFixture {
@@ -126,7 +136,7 @@ func newSettleFixture(t *testing.T) *settleFixture {
 // to timeout, for a test that waits for calls to time out.
 func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture {
 	t.Helper()
-	sf := &settleFixture{srv: redistest.StartStandalone(t), release: make(chan struct{})}
+	sf := &settleFixture{srv: redistest.StartStandalone(t), release: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
 	var keys strings.Builder
@@ -162,15 +172,21 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 	return sf
 }
 
-// upstream answers /v1/chat/{mode} and /v1/window/{mode} with the usage
-// ?u= in the place mode names: header (header-pause freezes Redis first),
-// json, sse, sse-gated (the usage event only once release is closed),
-// missing (a JSON body without it), hangup (no answer: the connection
-// closes after the request was read), or cross (see crossWindow).
+// upstream answers /v1/chat/{mode}, /v1/window/{mode} and /v1/gone/{mode}
+// with the usage ?u= in the place mode names: header (header-pause
+// freezes Redis first), json, sse, sse-gated (the usage event only once
+// release is closed), sse-cut (a running usage, then nothing until the
+// caller leaves), missing (a JSON body without it), hangup (no answer:
+// the connection closes after the request was read), stall (no answer
+// until the caller leaves), or cross (see crossWindow).
 func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	u := r.URL.Query().Get("u")
-	switch strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1/chat/"), "/v1/window/") {
+	mode := r.URL.Path
+	for _, prefix := range []string{"/v1/chat/", "/v1/window/", "/v1/gone/"} {
+		mode = strings.TrimPrefix(mode, prefix)
+	}
+	switch mode {
 	case "cross":
 		sf.crossWindow(w, r, u)
 	case "header-pause": // Redis freezes before the settlement
@@ -203,6 +219,9 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	case "/v1/slow": // works on until the gateway gives up on it
+		<-r.Context().Done()
+	case "stall": // works on, without an answer, until the caller leaves
+		sf.arrived <- struct{}{}
 		<-r.Context().Done()
 	case "hangup": // had the whole request (read above), then closes without an answer
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
@@ -525,27 +544,104 @@ func TestSettleBrokenOffStream(t *testing.T) {
 			t.Fatalf("usage event: %q, %v", line, err)
 		}
 		resp.Body.Close() // the caller hangs up mid-stream
-		settled := func() (all float64, byResult map[string]float64) {
-			fams, byResult := sf.obs.scrape(t), map[string]float64{}
-			for _, r := range []string{"missing", "charge", "refund", "exact"} {
-				byResult[r] = counterValue(fams, "quotagate_settlements_total", map[string]string{"policy": "tokens", "result": r})
-				all += byResult[r]
-			}
-			return all, byResult
-		}
-		all, byResult := settled()
-		for deadline := time.Now().Add(10 * time.Second); all < float64(n); all, byResult = settled() {
-			if time.Now().After(deadline) {
-				proctest.FatalOverrun(t, "no settlement 10 s after the caller of usage %s hung up", c.used)
-			}
-			time.Sleep(5 * time.Millisecond) // polls a condition the gateway signals no other way
-		}
+		byResult := sf.awaitSettled(t, n)
 		if byResult[c.result] != 1 {
 			t.Errorf("stream cut after a usage of %s: settlements %v, want one %s", c.used, byResult, c.result)
 		}
 		sf.gw.settling.Wait()
 		if got := sf.remaining(t, n)["tokens"]; got != c.remaining {
 			t.Errorf("stream cut after a usage of %s (200 reserved): remaining %d, want %d", c.used, got, c.remaining)
+		}
+	}
+}
+
+// awaitSettled waits until the tokens policy has counted n settlements in
+// all (after a caller hung up, the gateway settles when it notices) and
+// returns them by result, once every settlement call has ended.
+func (sf *settleFixture) awaitSettled(t *testing.T, n int) map[string]float64 {
+	t.Helper()
+	settled := func() (all float64, byResult map[string]float64) {
+		fams, byResult := sf.obs.scrape(t), map[string]float64{}
+		for _, r := range []string{"missing", "charge", "refund", "exact"} {
+			byResult[r] = counterValue(fams, "quotagate_settlements_total", map[string]string{"policy": "tokens", "result": r})
+			all += byResult[r]
+		}
+		return all, byResult
+	}
+	all, byResult := settled()
+	for deadline := time.Now().Add(10 * time.Second); all < float64(n); all, byResult = settled() {
+		if time.Now().After(deadline) {
+			proctest.FatalOverrun(t, "%v settlements 10 s after the caller hung up, want %d", all, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polls a condition the gateway signals no other way
+	}
+	sf.gw.settling.Wait()
+	return byResult
+}
+
+// TestSettleMissingUsageTakesMax: on a route with on_missing_usage: max,
+// a caller that keeps its usage from being reported takes the route's max
+// (500), or the usage read so far when that is more, instead of keeping
+// its reservation (200): hanging up mid-stream after a running usage, or
+// before any response while the upstream works, or asking for a success
+// response without a usage. Otherwise it would skip every charge beyond
+// its reservation (the prompt's tokens). A response with a usage settles
+// as usual, and an upstream's error without one keeps the reservation.
+func TestSettleMissingUsageTakesMax(t *testing.T) {
+	sf := newSettleFixture(t)
+	hangUp := func(n int, mode string) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", sf.front.URL+"/v1/gone/"+mode, strings.NewReader(`{"max_tokens":200}`))
+		req.Header.Set("X-API-Key", "KEY"+strconv.Itoa(n))
+		if mode == "stall" {
+			go func() { <-sf.arrived; cancel() }() // the upstream has the request
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("stall: status %d, want the caller gone", resp.StatusCode)
+			}
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.Contains(line, "total_tokens") {
+			t.Fatalf("%s: usage event %q, %v", mode, line, err)
+		}
+		resp.Body.Close() // the caller hangs up mid-stream
+	}
+	for i, c := range []struct {
+		mode      string
+		remaining int64
+	}{
+		{"sse-cut?u=30", 500},  // 200 reserved, a running usage of 30: max
+		{"sse-cut?u=600", 400}, // a running usage above max: the usage
+		{"stall", 500},         // gone before the response: max
+	} {
+		n := i + 1
+		hangUp(n, c.mode)
+		sf.awaitSettled(t, n)
+		if got := sf.remaining(t, n)["tokens"]; got != c.remaining {
+			t.Errorf("%s, the caller gone after reserving 200: remaining %d, want %d", c.mode, got, c.remaining)
+		}
+	}
+	for i, c := range []struct {
+		mode      string
+		status    int
+		remaining int64
+	}{
+		{"missing", http.StatusOK, 500},       // a success without a usage: max
+		{"nowhere", http.StatusNotFound, 800}, // an error without one: the reservation
+		{"json?u=40", http.StatusOK, 960},     // a usage: settled
+	} {
+		n := i + 4
+		if resp, body := sf.post(t, n, "/v1/gone/"+c.mode, `{"max_tokens":200}`, nil); resp.StatusCode != c.status {
+			t.Fatalf("%s: %d %s, want %d", c.mode, resp.StatusCode, body, c.status)
+		}
+		if got := sf.remaining(t, n)["tokens"]; got != c.remaining {
+			t.Errorf("%s, read to its end after reserving 200: remaining %d, want %d", c.mode, got, c.remaining)
 		}
 	}
 }

@@ -51,7 +51,7 @@ func TestWatchSSEEventCap(t *testing.T) {
 	small := "data: {\"n\":1}\n\n"
 	big := "data: {\"pad\":\"" + strings.Repeat("x", 100) + "\",\"n\":2}\n\n"
 	r := watchAll(t, sseHeader, []string{small, big}, Source{SSE: "n"}, 50)
-	if r != (Result{1, true, "sse", true}) {
+	if r != (Result{1, true, "sse", true, false}) {
 		t.Errorf("an event over the cap changed the usage: %+v", r)
 	}
 	// the cap is per event: many small events add up to more than it
@@ -60,7 +60,7 @@ func TestWatchSSEEventCap(t *testing.T) {
 		many.WriteString("data: {\"n\":" + string(rune('0'+i%10)) + "}\n\n")
 	}
 	r = watchAll(t, sseHeader, []string{many.String()}, Source{SSE: "n"}, 50)
-	if r != (Result{9, true, "sse", true}) {
+	if r != (Result{9, true, "sse", true, false}) {
 		t.Errorf("small events past the cap in total: %+v, want 9", r)
 	}
 }

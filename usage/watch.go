@@ -62,6 +62,11 @@ type Result struct {
 	// ended, or from an SSE event received before; whether such a partial
 	// usage is to be trusted is the caller's decision.
 	Complete bool
+	// Abandoned reports that the body was closed before its end while no
+	// read had failed: its reader stopped (for a proxy, the client went
+	// away or could not be written to), rather than the upstream breaking
+	// off. Never with Complete.
+	Abandoned bool
 }
 
 // Watch reads the usage of resp as its body passes. It replaces resp.Body
@@ -156,7 +161,7 @@ func (w *watched) Read(p []byte) (int, error) {
 		w.mu.Unlock()
 		return n, err
 	}
-	w.finish(err == io.EOF) // unlocks
+	w.finish(err == io.EOF, false) // unlocks
 	return n, err
 }
 
@@ -167,15 +172,16 @@ func (w *watched) Close() error {
 		w.mu.Unlock()
 		return err
 	}
-	w.finish(false) // unlocks
+	w.finish(false, true) // unlocks
 	return err
 }
 
 // finish computes the result, unlocks w.mu and calls done outside the
 // lock (done may touch the body).
-func (w *watched) finish(complete bool) {
+func (w *watched) finish(complete, abandoned bool) {
 	w.finished = true
 	r := w.result(complete)
+	r.Abandoned = abandoned
 	w.mu.Unlock()
 	w.done(r)
 }

@@ -177,15 +177,15 @@ func TestWatchHeaderAndTrailer(t *testing.T) {
 		trailer http.Header
 		want    Result
 	}{
-		{"header wins", http.Header{"X-Usage": {"3"}}, http.Header{"X-Usage": {"4"}}, Result{3, true, "header", true}},
-		{"first value", http.Header{"X-Usage": {"3", "9"}}, nil, Result{3, true, "header", true}},
-		{"trailer before json", nil, http.Header{"X-Usage": {"4"}}, Result{4, true, "trailer", true}},
-		{"bad header falls through", http.Header{"X-Usage": {"-3"}}, http.Header{"X-Usage": {"4"}}, Result{4, true, "trailer", true}},
-		{"bad trailer falls through", nil, http.Header{"X-Usage": {"4.0"}}, Result{7, true, "json", true}},
-		{"empty header", http.Header{"X-Usage": {""}}, nil, Result{7, true, "json", true}},
-		{"leading zeros", http.Header{"X-Usage": {"007"}}, nil, Result{7, true, "header", true}},
-		{"too large", http.Header{"X-Usage": {"9007199254740993"}}, nil, Result{7, true, "json", true}},
-		{"plus sign", http.Header{"X-Usage": {"+3"}}, nil, Result{7, true, "json", true}},
+		{"header wins", http.Header{"X-Usage": {"3"}}, http.Header{"X-Usage": {"4"}}, Result{3, true, "header", true, false}},
+		{"first value", http.Header{"X-Usage": {"3", "9"}}, nil, Result{3, true, "header", true, false}},
+		{"trailer before json", nil, http.Header{"X-Usage": {"4"}}, Result{4, true, "trailer", true, false}},
+		{"bad header falls through", http.Header{"X-Usage": {"-3"}}, http.Header{"X-Usage": {"4"}}, Result{4, true, "trailer", true, false}},
+		{"bad trailer falls through", nil, http.Header{"X-Usage": {"4.0"}}, Result{7, true, "json", true, false}},
+		{"empty header", http.Header{"X-Usage": {""}}, nil, Result{7, true, "json", true, false}},
+		{"leading zeros", http.Header{"X-Usage": {"007"}}, nil, Result{7, true, "header", true, false}},
+		{"too large", http.Header{"X-Usage": {"9007199254740993"}}, nil, Result{7, true, "json", true, false}},
+		{"plus sign", http.Header{"X-Usage": {"+3"}}, nil, Result{7, true, "json", true, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.header.Clone()
@@ -233,7 +233,7 @@ func TestWatchEndings(t *testing.T) {
 		}
 		resp.Body.Close()
 		// the JSON value had ended: found, but not complete
-		if len(got) != 1 || got[0] != (Result{1, true, "json", false}) {
+		if len(got) != 1 || got[0] != (Result{1, true, "json", false, false}) {
 			t.Errorf("got %+v", got)
 		}
 	})
@@ -249,7 +249,8 @@ func TestWatchEndings(t *testing.T) {
 		if !up.closed {
 			t.Error("the upstream body was not closed")
 		}
-		if len(got) != 1 || got[0] != (Result{1, true, "sse", false}) {
+		// closed by its reader, not broken off by the upstream: abandoned
+		if len(got) != 1 || got[0] != (Result{1, true, "sse", false, true}) {
 			t.Errorf("got %+v", got)
 		}
 	})
@@ -260,8 +261,8 @@ func TestWatchEndings(t *testing.T) {
 		buf := make([]byte, 64)
 		resp.Body.Read(buf)
 		resp.Body.Close()
-		if len(got) != 1 || got[0] != (Result{Complete: false}) {
-			t.Errorf("got %+v, want nothing found", got)
+		if len(got) != 1 || got[0] != (Result{Abandoned: true}) {
+			t.Errorf("got %+v, want nothing found, abandoned", got)
 		}
 	})
 	t.Run("nil and empty body", func(t *testing.T) {
@@ -271,7 +272,7 @@ func TestWatchEndings(t *testing.T) {
 		if n, err := resp.Body.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 			t.Errorf("Read = %d, %v", n, err)
 		}
-		if len(got) != 1 || got[0] != (Result{5, true, "header", true}) {
+		if len(got) != 1 || got[0] != (Result{5, true, "header", true, false}) {
 			t.Errorf("got %+v", got)
 		}
 	})
@@ -298,7 +299,7 @@ func TestWatchContentEncoding(t *testing.T) {
 		t.Errorf("Content-Encoding identity: %+v, want found", r)
 	}
 	h = http.Header{"Content-Encoding": {"gzip"}, "X-U": {"2"}}
-	if r := watchAll(t, h, []string{`junk`}, Source{Header: "X-U", JSON: "n"}, 0); r != (Result{2, true, "header", true}) {
+	if r := watchAll(t, h, []string{`junk`}, Source{Header: "X-U", JSON: "n"}, 0); r != (Result{2, true, "header", true, false}) {
 		t.Errorf("gzip with a usage header: %+v, want the header", r)
 	}
 }
