@@ -120,7 +120,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 		h, err := proxy.New(proxy.Upstream{Name: name, URL: target, Timeout: u.Timeout}, proxy.Options{
 			Transport:  o.Transport,
 			WriteError: writeProxyError,
-			SetHeaders: ownHeaders,
+			SetHeaders: outboundHeaders,
 			AllowUpgrade: func(in *http.Request) bool {
 				st := stateFrom(in.Context())
 				return st != nil && st.route != nil && st.route.websocket

@@ -130,6 +130,35 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 	}
 }
 
+// outboundHeaders is the proxy's Options.SetHeaders: the gateway's own
+// headers (ownHeaders), and no request trailer under the name a route
+// reserves from (dropReserveTrailers).
+func outboundHeaders(out *http.Request) {
+	ownHeaders(out)
+	dropReserveTrailers(out)
+}
+
+// dropReserveTrailers removes from the outbound request's trailers every
+// one named as its route's reserve_from header, in any spelling the
+// upstream may take for it (case, "_" for "-"). The gateway reserves
+// from the header, before the body; some servers merge trailers into the
+// headers, so a trailer could state more to the upstream than the header
+// had the gateway reserve.
+func dropReserveTrailers(out *http.Request) {
+	if len(out.Trailer) == 0 {
+		return
+	}
+	st := stateFrom(out.Context())
+	if st == nil || st.route == nil || st.route.block == nil || st.route.block.reserveFrom.Header == "" {
+		return
+	}
+	for name := range out.Trailer {
+		if headername.Same(name, st.route.block.reserveFrom.Header) {
+			delete(out.Trailer, name)
+		}
+	}
+}
+
 // pendingSettle is a reservation waiting for its response: the items of
 // the settled policies as they were reserved. Exactly one of the usage
 // read from the response, an upstream failure, or the end of the request

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,7 +177,8 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 // with the usage ?u= in the place mode names: header (header-pause
 // freezes Redis first), json, sse, sse-gated (the usage event only once
 // release is closed), sse-cut (a running usage, then nothing until the
-// caller leaves), missing (a JSON body without it), hangup (no answer:
+// caller leaves), trailers (the request's trailers echoed in
+// X-Seen-Trailer), missing (a JSON body without it), hangup (no answer:
 // the connection closes after the request was read), stall (no answer
 // until the caller leaves), or cross (see crossWindow).
 func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +222,11 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	case "/v1/slow": // works on until the gateway gives up on it
 		<-r.Context().Done()
+	case "trailers": // says which request trailers arrived, with their values
+		for name, vs := range r.Trailer {
+			w.Header().Add("X-Seen-Trailer", name+"="+strings.Join(vs, ","))
+		}
+		w.Header().Set("X-Usage", u)
 	case "stall": // works on, without an answer, until the caller leaves
 		sf.arrived <- struct{}{}
 		<-r.Context().Done()
@@ -820,6 +827,31 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 			t.Errorf("X-Max-Tokens in two spellings or above max reserved %d tokens", 1000-got)
 		}
 	})
+}
+
+// TestSettleReserveHeaderNotInTrailers: a chunked body may end in
+// trailers, which some servers merge into the headers: a caller could
+// state X-Max-Tokens: 1 in the header, have it reserved, and send 400 in
+// a trailer the upstream then reads. The upstream receives no trailer
+// under the reserve_from header's name, in any spelling; others pass.
+func TestSettleReserveHeaderNotInTrailers(t *testing.T) {
+	sf := newSettleFixture(t)
+	const body = `{"max_tokens":1}`
+	resp, got := rawGet(t, sf.front.URL, "POST /v1/chat/trailers?u=1 HTTP/1.1\r\nHost: gw\r\nX-API-Key: KEY1\r\n"+
+		"Transfer-Encoding: chunked\r\nTrailer: X-Max-Tokens, X_Max_Tokens, X-Checksum\r\n\r\n"+
+		fmt.Sprintf("%x\r\n%s\r\n", len(body), body)+"0\r\nX-Max-Tokens: 400\r\nX_Max_Tokens: 400\r\nX-Checksum: abc\r\n\r\n")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, got)
+	}
+	seen := resp.Header.Values("X-Seen-Trailer")
+	for _, v := range seen {
+		if name, _, _ := strings.Cut(v, "="); headername.Equal(name, "x-max-tokens") {
+			t.Errorf("the upstream received the trailer %s", v)
+		}
+	}
+	if !slices.Contains(seen, "X-Checksum=abc") {
+		t.Errorf("upstream trailers %q, want X-Checksum=abc among them", seen)
+	}
 }
 
 // TestSettleUpstreamTimeoutKeepsReservation: an upstream that had the
