@@ -3,6 +3,9 @@ package rls
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 	cfg := config.Default()
 	cfg.Store.Redis.Timeout = time.Minute
-	client := startServerOn(t, store, cfg)
+	client, _ := startServerOn(t, store, cfg)
 	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.50")}}
 	if _, err := client.ShouldRateLimit(context.Background(), in); err != nil {
 		t.Fatalf("first call: %v", err)
@@ -69,5 +72,49 @@ func TestCallerGoneBeforeTheStore(t *testing.T) {
 	}
 	if r := decide(t, e, Request{Domain: "edge", Descriptors: []Descriptor{addr}}); r.Statuses[0].Remaining != 9 {
 		t.Errorf("after the cancelled call: %d left, want 9 (nothing charged)", r.Statuses[0].Remaining)
+	}
+}
+
+// TestClosedWhileRedisIsDown: with on_store_error closed and Redis down,
+// a descriptor is OVER_LIMIT until the store is tried again (the breaker's
+// cooldown), not for its unit: a daily limit used to answer "reset in a
+// day" (duration_until_reset, the RateLimit header's t=), telling clients
+// to stay away for a day after a blip of Redis.
+func TestClosedWhileRedisIsDown(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	store := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second,
+		BreakerFailures: 1, BreakerCooldown: 3 * time.Second, FleetStatic: true, KeyPrefix: redistest.KeyPrefix(t)})
+	t.Cleanup(func() { store.Close() })
+	cfg := config.Default()
+	cfg.Store.Redis.Timeout = 10 * time.Second
+	cfg.Store.Redis.BreakerCooldown = 3 * time.Second
+	cfg.RLS.OnStoreError = "closed"
+	cfg.RLS.ResponseHeaders = true
+	client, base := startServerOn(t, store, cfg)
+	srv.Kill()
+	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("plan", "silver")}} // 1000 a day
+	// The failure, then the open breaker.
+	for i := range 2 {
+		resp, err := client.ShouldRateLimit(context.Background(), in)
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("call %d: %v, %v, want OVER_LIMIT", i+1, resp, err)
+		}
+		if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != 3*time.Second {
+			t.Errorf("call %d: duration_until_reset %v, want the breaker's cooldown of 3s", i+1, got)
+		}
+		for _, h := range resp.ResponseHeadersToAdd {
+			if h.Key == "RateLimit" && !strings.HasSuffix(h.Value, ";t=3") {
+				t.Errorf("call %d: RateLimit: %s, want t=3", i+1, h.Value)
+			}
+		}
+	}
+	resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"domain": "edge", "descriptors": [[{"key": "plan", "value": "silver"}]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"retry_after_ms":3000`) {
+		t.Errorf("HTTP check: %d %s, want OVER_LIMIT with retry_after_ms 3000", resp.StatusCode, body)
 	}
 }

@@ -128,6 +128,11 @@ type Options struct {
 	// OnStoreError is the mode of rules without their own: unavailable
 	// (the default), open, closed or local.
 	OnStoreError string
+	// RetryAfter is when a descriptor that on_store_error closed made
+	// OVER_LIMIT may be decided again: its duration_until_reset, about the
+	// time until the store is tried again (the store's circuit breaker
+	// cooldown). 0 means 1s.
+	RetryAfter time.Duration
 	// IgnoreOverrides drops every descriptor's limit override, malformed
 	// ones included: descriptors are decided by the rules alone
 	// (rls.limit_overrides: ignore). False applies them.
@@ -158,6 +163,9 @@ func NewEngine(rules *Rules, o Options) *Engine {
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "qg"
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
 	}
 	if o.OnStoreError == "" {
 		o.OnStoreError = "unavailable"
@@ -570,8 +578,10 @@ func (e *Engine) storeFailed(ctx context.Context, span trace.Span, p *plan, err 
 
 // fellBack answers a decision the store's Fallback layer made by the
 // items' on_store_error after the store failed: unavailable (on a
-// non-shadow rule) fails the call, closed makes its descriptor OVER_LIMIT,
-// local was decided on this instance's share of the limit, open is OK.
+// non-shadow rule) fails the call, closed makes its descriptor OVER_LIMIT
+// until Options.RetryAfter (not its unit: a client told to wait a day for
+// a blip of Redis would), local was decided on this instance's share of
+// the limit, open is OK.
 func (e *Engine) fellBack(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, d ratelimit.Decision) (Response, error) {
 	e.storeFailed(ctx, span, p, d.Failure)
 	if d.Unavailable {
@@ -584,7 +594,7 @@ func (e *Engine) fellBack(ctx context.Context, span trace.Span, req *Request, p 
 		switch {
 		case p.modes[k] == "closed" && !it.Shadow:
 			st := &p.statuses[p.itemOf[k]]
-			st.Code, st.ResetAfter = OverLimit, st.Rule.Unit.Duration()
+			st.Code, st.ResetAfter = OverLimit, e.opts.RetryAfter
 			resp.Fallback = "closed"
 		case p.modes[k] == "local" && resp.Fallback == "open":
 			resp.Fallback = "local"

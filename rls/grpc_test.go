@@ -49,11 +49,12 @@ func startServerWith(t *testing.T, headers bool, files *redistest.TLSFiles) (rls
 }
 
 // startServerOn is startServer deciding on store, with cfg's settings
-// (its rls.config_files are testdata's).
-func startServerOn(t *testing.T, store ratelimit.Store, cfg *config.Config) rlsv3.RateLimitServiceClient {
+// (its rls.config_files are testdata's). It returns the gRPC client and
+// the HTTP check API's base URL.
+func startServerOn(t *testing.T, store ratelimit.Store, cfg *config.Config) (rlsv3.RateLimitServiceClient, string) {
 	t.Helper()
-	client, _, _ := serveConfig(t, cfg, store, insecure.NewCredentials(), "http://")
-	return client
+	client, _, base := serveConfig(t, cfg, store, insecure.NewCredentials(), "http://")
+	return client, base
 }
 
 // serveConfig serves testdata's rules with cfg's rls section on store.

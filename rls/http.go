@@ -65,8 +65,8 @@ type checkError struct {
 // "retry_after_ms": N} whatever the decision (with headers, the draft-10
 // RateLimit and RateLimit-Policy headers too), 400 for a malformed request
 // (unknown fields included), 405 for another method, 413 for a body over
-// 64 KiB, and 503 when the store cannot decide and on_store_error is
-// unavailable. Errors are {"error": code, "message": text}.
+// 64 KiB, and 503 (Retry-After: Options.RetryAfter, in whole seconds)
+// when the store cannot decide and on_store_error is unavailable. Errors are {"error": code, "message": text}.
 func CheckHandler(e *Engine, headers bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -104,7 +104,7 @@ func CheckHandler(e *Engine, headers bool) http.Handler {
 			writeJSON(w, http.StatusBadRequest, checkError{"bad_request", err.Error()})
 			return
 		case err != nil:
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(ceilSecond(e.opts.RetryAfter)/time.Second), 10))
 			writeJSON(w, http.StatusServiceUnavailable, checkError{"unavailable", "the store cannot decide now"})
 			return
 		}

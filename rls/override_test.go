@@ -32,7 +32,7 @@ func TestLimitOverridesIgnored(t *testing.T) {
 	cfg := config.Default()
 	cfg.Store.Redis.KeyPrefix = redistest.KeyPrefix(t) + "allow"
 	cfg.Store.Redis.Timeout = 10 * time.Second // a busy machine: a decision, not a deadline, is under test
-	allow := startServerOn(t, store, cfg)
+	allow, _ := startServerOn(t, store, cfg)
 	resp, err := allow.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{addr}})
 	if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != raise.RequestsPerUnit {
 		t.Fatalf("allow: %v, %v, want the caller's limit", resp, err)
@@ -42,7 +42,7 @@ func TestLimitOverridesIgnored(t *testing.T) {
 	cfg.Store.Redis.KeyPrefix = redistest.KeyPrefix(t) + "ignore"
 	cfg.Store.Redis.Timeout = 10 * time.Second
 	cfg.RLS.LimitOverrides = "ignore"
-	client := startServerOn(t, store, cfg)
+	client, _ := startServerOn(t, store, cfg)
 	for i := range 11 {
 		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{addr}})
 		if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10 {

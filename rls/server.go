@@ -69,7 +69,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	}
 	e := NewEngine(rules, Options{
 		Store: o.Store, Timeout: cfg.Store.Redis.Timeout, KeyPrefix: cfg.Store.Redis.KeyPrefix,
-		OnStoreError: cfg.RLS.OnStoreError, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
+		OnStoreError: cfg.RLS.OnStoreError, RetryAfter: cfg.Store.Redis.BreakerCooldown, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
 		Metrics: o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
 	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles)}
