@@ -92,7 +92,21 @@ type Server struct {
 	// response on the request's own goroutine; "standard" sends every
 	// request through net/http's Transport. Read at start only.
 	UpstreamExchanges string `mapstructure:"upstream_exchanges"`
+	// HeapFloorBytes is the heap size, in bytes, below which the garbage
+	// collector does not start a cycle (default 64 MiB; 0 turns the floor
+	// off; at most MaxHeapFloorBytes). It applies only when GOGC is not
+	// set in the environment, and is capped at a quarter of the runtime's
+	// memory limit when one is in force. Never nil after defaults. Read at
+	// start only.
+	HeapFloorBytes *int64 `mapstructure:"heap_floor_bytes"`
 }
+
+// DefaultHeapFloorBytes is server.heap_floor_bytes when it is not set.
+const DefaultHeapFloorBytes = 64 << 20
+
+// MaxHeapFloorBytes bounds server.heap_floor_bytes (64 GiB): a floor is
+// memory the gateway may hold as garbage, and a larger one is a typo.
+const MaxHeapFloorBytes = 64 << 30
 
 // Store selects and configures stage 2, the global decision.
 type Store struct {
@@ -504,6 +518,10 @@ func (s *Server) setDefaults() {
 	setZero(&s.ShutdownTimeout, 10*time.Second)
 	setZero(&s.MaxLocalCallers, 1_000_000)
 	setZero(&s.UpstreamExchanges, "direct")
+	if s.HeapFloorBytes == nil {
+		floor := int64(DefaultHeapFloorBytes)
+		s.HeapFloorBytes = &floor
+	}
 }
 
 func (s *Store) setDefaults() {

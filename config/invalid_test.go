@@ -27,6 +27,7 @@ var invalidCases = map[string][]string{
 		`policies.tenant.limits.free.rate: must be a whole number, got 1.5`,
 		`policies.tenant.shadow: must be true or false, got "maybe"`,
 		`routes[0].cost: must be a whole number, got a list`,
+		`server.heap_floor_bytes: must be a whole number, got "64MiB"`,
 		`server.idle_timeout: must be a duration such as 250ms, 1s or 1m, got "soon"`,
 		`server.max_header_bytes: must be a whole number, got "lots"`,
 		`server.read_header_timeout: must be a duration such as 250ms, 1s or 1m, got 5 (missing unit)`,
@@ -211,6 +212,7 @@ var invalidCases = map[string][]string{
 	},
 	"server_settings.yaml": {
 		`server.admin_listen: must differ from server.listen`,
+		`server.heap_floor_bytes: must be between 0 (no floor) and 68719476736 bytes (64 GiB), got -1`,
 		`server.max_body_bytes: must be > 0`,
 		`server.max_local_callers: must be > 0`,
 		`server.read_header_timeout: must be > 0`,

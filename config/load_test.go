@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -88,6 +90,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:   10 * time.Second,
 		MaxLocalCallers:   1_000_000,
 		UpstreamExchanges: "direct",
+		HeapFloorBytes:    new(int64(DefaultHeapFloorBytes)),
 	}
 	if !reflect.DeepEqual(c.Server, want) {
 		t.Errorf("Server = %+v\nwant %+v", c.Server, want)
@@ -286,5 +289,25 @@ func TestEmptyDocument(t *testing.T) {
 	var es Errors
 	if !errors.As(err, &es) || len(es) != 2 || es[0].Path != "identity" || es[1].Path != "routes" {
 		t.Errorf("Parse(empty) = %v, want identity and routes required", err)
+	}
+}
+
+// TestHeapFloorZeroKept: server.heap_floor_bytes: 0 turns the floor off,
+// so it is kept as 0, not replaced by the default.
+func TestHeapFloorZeroKept(t *testing.T) {
+	b, err := os.ReadFile("testdata/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, append(b, "server: {heap_floor_bytes: 0}\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := c.Server.HeapFloorBytes; f == nil || *f != 0 {
+		t.Errorf("heap_floor_bytes: 0 loaded as %v, want 0", f)
 	}
 }

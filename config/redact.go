@@ -90,6 +90,7 @@ func (c *Config) Redacted() map[string]any {
 			"trusted_proxies":     copyList(s.TrustedProxies),
 			"max_local_callers":   s.MaxLocalCallers,
 			"upstream_exchanges":  s.UpstreamExchanges,
+			"heap_floor_bytes":    derefOrNil(s.HeapFloorBytes),
 		},
 		"store": map[string]any{
 			"kind":       st.Kind,
@@ -194,4 +195,12 @@ func showCost(r Route) any {
 		m["on_missing_usage"] = b.OnMissingUsage
 	}
 	return m
+}
+
+// derefOrNil is *p, or nil when p is nil.
+func derefOrNil[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

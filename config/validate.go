@@ -68,6 +68,9 @@ func (c *Config) validateServer(errs *Errors) {
 	if s.UpstreamExchanges != "direct" && s.UpstreamExchanges != "standard" {
 		errs.addf("server.upstream_exchanges", "must be direct or standard, got %q", s.UpstreamExchanges)
 	}
+	if f := s.HeapFloorBytes; f != nil && (*f < 0 || *f > MaxHeapFloorBytes) {
+		errs.addf("server.heap_floor_bytes", "must be between 0 (no floor) and %d bytes (64 GiB), got %d", int64(MaxHeapFloorBytes), *f)
+	}
 
 	s.TrustedPrefixes = nil
 	for i, raw := range s.TrustedProxies {

@@ -29,10 +29,6 @@ const (
 	// default is 100): the memory limit, not the heap's growth, then
 	// bounds memory, so the collector may run half as often.
 	limitedGOGC = 200
-	// heapFloor is the heap size below which, when GOGC is not set, the
-	// collector does not start a cycle (package gcfloor), capped at a
-	// quarter of the memory limit when one is in force.
-	heapFloor = 64 << 20
 )
 
 // memDefaults is what applyMemoryDefaults sets; a zero field is left
@@ -52,20 +48,20 @@ type memDefaults struct {
 // memLimitPercent of this process's cgroup memory limit (v2 memory.max, or
 // v1 memory.limit_in_bytes) when GOMEMLIMIT is not set, and GOGC at limitedGOGC when GOGC is not set and a memory
 // limit is in force (GOMEMLIMIT's or the cgroup's), and, when GOGC is not
-// set, a heap floor of heapFloor bytes, at most a quarter of the cgroup's
-// limit. It reads
+// set, a heap floor of floor bytes (server.heap_floor_bytes; 0: none), at
+// most a quarter of the cgroup's limit. It reads
 // /proc/self/cgroup and /sys/fs/cgroup/<path>/memory.max from root (the
 // real root in production, a fake tree in tests), falling back to
 // /sys/fs/cgroup/memory.max, and the v1 files likewise (see
 // readMemoryMax). No cgroup, no limit file or an unlimited one means no
 // cgroup limit and no error; an unreadable or malformed limit file is an
 // error, and nothing is changed.
-func memoryDefaults(root fs.FS, getenv func(string) (string, bool)) (memDefaults, error) {
+func memoryDefaults(root fs.FS, getenv func(string) (string, bool), floor int64) (memDefaults, error) {
 	_, haveLimit := getenv("GOMEMLIMIT")
 	_, haveGOGC := getenv("GOGC")
 	var d memDefaults
 	if !haveGOGC {
-		d.floor = heapFloor
+		d.floor = max(floor, 0)
 	}
 	if !haveLimit {
 		file, raw, err := readMemoryMax(root)
@@ -91,10 +87,11 @@ func memoryDefaults(root fs.FS, getenv func(string) (string, bool)) (memDefaults
 	return d, nil
 }
 
-// applyMemoryDefaults applies memoryDefaults for this process and logs what
-// it set, or why it set nothing.
-func applyMemoryDefaults(logger *slog.Logger) {
-	d, err := memoryDefaults(os.DirFS("/"), os.LookupEnv)
+// applyMemoryDefaults applies memoryDefaults for this process, with a heap
+// floor of floor bytes (server.heap_floor_bytes), and logs what it set, or
+// why it set nothing.
+func applyMemoryDefaults(logger *slog.Logger, floor int64) {
+	d, err := memoryDefaults(os.DirFS("/"), os.LookupEnv, floor)
 	if err != nil {
 		logger.Warn("runtime memory defaults not applied", slog.String("error", err.Error()))
 		return

@@ -11,11 +11,18 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 func envOf(vars map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+// small is a cgroup v2 root with a memory limit of 128 MiB.
+var small = fstest.MapFS{
+	"proc/self/cgroup":         {Data: []byte("0::/\n")},
+	"sys/fs/cgroup/memory.max": {Data: []byte("134217728")},
 }
 
 func TestMemoryDefaults(t *testing.T) {
@@ -32,10 +39,6 @@ func TestMemoryDefaults(t *testing.T) {
 	unlimited := fstest.MapFS{
 		"proc/self/cgroup":                    {Data: []byte("0::/user.slice\n")},
 		"sys/fs/cgroup/user.slice/memory.max": {Data: []byte("max\n")},
-	}
-	small := fstest.MapFS{
-		"proc/self/cgroup":         {Data: []byte("0::/\n")},
-		"sys/fs/cgroup/memory.max": {Data: []byte("134217728")},
 	}
 	v1 := fstest.MapFS{ // cgroup v1 only: no hierarchy 0, no memory.max
 		"proc/self/cgroup": {Data: []byte("4:memory:/docker/abc\n")},
@@ -78,7 +81,7 @@ func TestMemoryDefaults(t *testing.T) {
 		{"GOGC=off kept", rootOnly, map[string]string{"GOGC": "off"}, 2 * gib / 100 * 90, 0, "90%", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := memoryDefaults(tc.root, envOf(tc.env))
+			d, err := memoryDefaults(tc.root, envOf(tc.env), config.DefaultHeapFloorBytes)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,13 +92,37 @@ func TestMemoryDefaults(t *testing.T) {
 	}
 }
 
+// TestMemoryDefaultsConfiguredFloor: server.heap_floor_bytes sets the
+// floor (0: none), still capped at a quarter of a memory limit, and GOGC
+// in the environment still turns it off.
+func TestMemoryDefaultsConfiguredFloor(t *testing.T) {
+	unlimited := fstest.MapFS{}
+	for _, tc := range []struct {
+		name       string
+		root       fstest.MapFS
+		env        map[string]string
+		set, floor int64
+	}{
+		{"smaller floor", unlimited, nil, 8 << 20, 8 << 20},
+		{"larger floor", unlimited, nil, 1 << 30, 1 << 30},
+		{"no floor", unlimited, nil, 0, 0},
+		{"capped by the limit", small, nil, 1 << 30, 128 << 20 / 100 * 90 / 4},
+		{"GOGC set", unlimited, map[string]string{"GOGC": "100"}, 8 << 20, 0},
+	} {
+		d, err := memoryDefaults(tc.root, envOf(tc.env), tc.set)
+		if err != nil || d.floor != tc.floor {
+			t.Errorf("%s: floor %d, %v; want %d", tc.name, d.floor, err, tc.floor)
+		}
+	}
+}
+
 func TestMemoryDefaultsBadFile(t *testing.T) {
 	for _, content := range []string{"lots", "-5", "0", "12.5"} {
 		root := fstest.MapFS{
 			"proc/self/cgroup":         {Data: []byte("0::/\n")},
 			"sys/fs/cgroup/memory.max": {Data: []byte(content)},
 		}
-		d, err := memoryDefaults(root, envOf(nil))
+		d, err := memoryDefaults(root, envOf(nil), config.DefaultHeapFloorBytes)
 		if err == nil || !strings.Contains(err.Error(), "/sys/fs/cgroup/memory.max") || d != (memDefaults{}) {
 			t.Errorf("memory.max %q: %+v, %v; want an error naming the file and no change", content, d, err)
 		}
@@ -106,14 +133,15 @@ func TestMemoryDefaultsBadFile(t *testing.T) {
 		"etc/memory.max":           {Data: []byte("1")},
 		"sys/fs/cgroup/memory.max": {Data: []byte("max")},
 	}
-	if d, err := memoryDefaults(root, envOf(nil)); err != nil || d != (memDefaults{floor: heapFloor}) {
+	if d, err := memoryDefaults(root, envOf(nil), config.DefaultHeapFloorBytes); err != nil || d != (memDefaults{floor: config.DefaultHeapFloorBytes}) {
 		t.Errorf("escaping path: %+v, %v; want no limit and the floor", d, err)
 	}
 }
 
 // TestBinaryHeapFloor: without GOGC in its environment the gateway's next
-// collection waits for the heap floor it logs, at most a quarter of a
-// GOMEMLIMIT; with GOGC set it keeps Go's own target, far below.
+// collection waits for the heap floor it logs (server.heap_floor_bytes,
+// 64 MiB by default), at most a quarter of a GOMEMLIMIT; with GOGC set it
+// keeps Go's own target, far below.
 func TestBinaryHeapFloor(t *testing.T) {
 	const cfg = `server: {listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", pprof: true}
 identity: {anonymous: {tier: anonymous}}
@@ -127,7 +155,7 @@ routes: [{name: echo, method: GET, path: /, upstream: echo}]
 			env = append(env, kv)
 		}
 	}
-	start := func(extra ...string) *proctest.Proc {
+	startWith := func(cfg string, extra ...string) *proctest.Proc {
 		p := proctest.Start(t, proctest.Binary(t), proctest.Options{
 			Args: []string{"-config", configFile(t, cfg)},
 			Env:  append(slices.Clone(env), extra...),
@@ -135,6 +163,7 @@ routes: [{name: echo, method: GET, path: /, upstream: echo}]
 		p.WaitReady(0)
 		return p
 	}
+	start := func(extra ...string) *proctest.Proc { return startWith(cfg, extra...) }
 	nextGC := func(p *proctest.Proc) int64 {
 		t.Helper()
 		resp, err := http.Get(p.AdminURL() + "/debug/pprof/heap?debug=1")
@@ -170,6 +199,11 @@ routes: [{name: echo, method: GET, path: /, upstream: echo}]
 	limited := start("GOMEMLIMIT=67108864")
 	if line, ok := limited.Logs.WaitLine("runtime memory defaults", proctest.StartTimeout); !ok || !strings.Contains(line, `"heap_floor":16777216`) {
 		t.Errorf("with GOMEMLIMIT=64MiB: %q, want a heap floor of 16 MiB", line)
+	}
+	// server.heap_floor_bytes sets it.
+	set := startWith(strings.Replace(cfg, "pprof: true}", "pprof: true, heap_floor_bytes: 8388608}", 1))
+	if line, ok := set.Logs.WaitLine("runtime memory defaults", proctest.StartTimeout); !ok || !strings.Contains(line, `"heap_floor":8388608`) {
+		t.Errorf("with server.heap_floor_bytes: 8388608: %q, want a heap floor of 8 MiB", line)
 	}
 	plain := start("GOGC=100")
 	if n := nextGC(plain); n >= floor {

@@ -58,7 +58,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer func() { _ = logOut.Close() }()
 	logger := telemetry.NewLogger(logOut, level)
 	routeLibraryLogs(logger)
-	applyMemoryDefaults(logger)
+	applyMemoryDefaults(logger, *cfg.Server.HeapFloorBytes)
 	redis.SetLogger(redisLog{logger})
 
 	host, _ := os.Hostname()
