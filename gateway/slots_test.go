@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -42,6 +43,8 @@ routes:
 
 // holdingUpstream answers each request only when the test releases it by
 // the last segment of its path, and reports the order requests arrived in.
+// A request whose last segment starts with "stream" gets its headers and
+// a first line at once, the rest when released.
 type holdingUpstream struct {
 	srv     *httptest.Server
 	arrived chan string
@@ -53,6 +56,10 @@ func newHoldingUpstream(t *testing.T) *holdingUpstream {
 	u := &holdingUpstream{arrived: make(chan string, 32), gates: map[string]chan struct{}{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+		if strings.HasPrefix(id, "stream") { // a response under way
+			_, _ = io.WriteString(w, "start\n")
+			w.(http.Flusher).Flush()
+		}
 		u.arrived <- id
 		select {
 		case <-u.gate(id):
