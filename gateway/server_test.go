@@ -215,6 +215,11 @@ func TestReloadKeepsLocalStateOfUnchangedTiers(t *testing.T) {
 func TestAdminHotKeysShowsTheBusiestKeyHashed(t *testing.T) {
 	f := newFixture(t, baseConfig)
 	_, admin, _ := f.serve(t)
+	// Before any decision the list is empty: [], not null.
+	var empty map[string]json.RawMessage
+	if a := adminGet(t, admin+"/hotkeys", ""); json.Unmarshal([]byte(a.body), &empty) != nil || string(empty["keys"]) != "[]" {
+		t.Errorf("GET /hotkeys before any decision: %d %s, want an empty keys list", a.code, a.body)
+	}
 	// The summary samples about 1 decision in 16 at random: 400 requests
 	// leave a chance of about 1e-11 that none is sampled.
 	for i := 0; i < 400; i++ {

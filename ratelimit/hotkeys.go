@@ -132,6 +132,8 @@ func (h *HotKeys) rank(counts map[string]*hotCount, elapsed time.Duration) []Hot
 
 // Top returns up to n keys of the last complete window, highest rate
 // first; before the first window completes, the current window so far.
+// With no key it returns an empty slice, never nil, so that it encodes as
+// a JSON [] rather than null.
 func (h *HotKeys) Top(n int) []HotKey {
 	now := h.now()
 	h.mu.Lock()
@@ -144,5 +146,5 @@ func (h *HotKeys) Top(n int) []HotKey {
 	if len(top) > n {
 		top = top[:n]
 	}
-	return append([]HotKey(nil), top...)
+	return append(make([]HotKey, 0, len(top)), top...)
 }
