@@ -215,7 +215,25 @@ type JWT struct {
 	// key's tenant share that tenant's limit state (default false: callers
 	// of different credential kinds never share state).
 	ShareTenantsWithAPIKeys bool `mapstructure:"share_tenants_with_api_keys"`
+	// Issuers are the accepted values of the iss claim. Empty (the
+	// default) means iss is not checked; otherwise a token without iss or
+	// with another is refused. Entries are compared byte for byte.
+	Issuers []string `mapstructure:"issuers"`
+	// Audiences are the accepted audiences: the token's aud (a string or a
+	// list) must hold at least one. Empty (the default) means aud is not
+	// checked; otherwise a token without aud is refused.
+	Audiences []string `mapstructure:"audiences"`
+	// ClockSkew is the leeway on exp, nbf and iat, for clocks that
+	// disagree: 0 or left out means 5s (Validate sets it); at most 5m.
+	ClockSkew time.Duration `mapstructure:"clock_skew"`
 }
+
+// DefaultJWTClockSkew is JWT.ClockSkew when it is 0 or left out, and
+// MaxJWTClockSkew the largest accepted.
+const (
+	DefaultJWTClockSkew = 5 * time.Second
+	MaxJWTClockSkew     = 5 * time.Minute
+)
 
 // Anonymous admits callers without a credential; their identity is the
 // client IP.

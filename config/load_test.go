@@ -134,7 +134,7 @@ routes: [{name: r, method: GET, path: /, upstream: app}]
 
 func TestJWTDefaults(t *testing.T) {
 	c := mustParse(t, withJWT, noEnv)
-	want := &JWT{SecretEnv: "JWT_SECRET", TenantClaim: "sub", TierClaim: "tier"}
+	want := &JWT{SecretEnv: "JWT_SECRET", TenantClaim: "sub", TierClaim: "tier", ClockSkew: 5 * time.Second}
 	if !reflect.DeepEqual(c.Identity.JWT, want) {
 		t.Errorf("JWT = %+v, want %+v", c.Identity.JWT, want)
 	}
@@ -210,7 +210,7 @@ func TestEnvLeaves(t *testing.T) {
 	}
 	for _, want := range []string{"server.listen", "server.trusted_proxies", "server.max_local_callers",
 		"store.kind", "store.fleet_size", "store.redis.addrs", "store.redis.breaker_cooldown",
-		"identity.jwt.secret_env", "identity.jwt.share_tenants_with_api_keys", "identity.anonymous.tier", "log.level"} {
+		"identity.jwt.secret_env", "identity.jwt.share_tenants_with_api_keys", "identity.jwt.audiences", "identity.jwt.clock_skew", "identity.anonymous.tier", "log.level"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no variable for %s", want)
 		}

@@ -26,6 +26,9 @@ func (c *Config) Redacted() map[string]any {
 			"tenant_claim":                j.TenantClaim,
 			"tier_claim":                  j.TierClaim,
 			"share_tenants_with_api_keys": j.ShareTenantsWithAPIKeys,
+			"issuers":                     copyList(j.Issuers),
+			"audiences":                   copyList(j.Audiences),
+			"clock_skew":                  dur(j.ClockSkew),
 		}
 	}
 	if a := c.Identity.Anonymous; a != nil {

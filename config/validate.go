@@ -251,6 +251,14 @@ func (c *Config) validateIdentity(errs *Errors) {
 		if j.TierClaim == "" {
 			errs.add("identity.jwt.tier_claim", "must not be empty")
 		}
+		checkJWTValues(errs, "identity.jwt.issuers", j.Issuers)
+		checkJWTValues(errs, "identity.jwt.audiences", j.Audiences)
+		switch {
+		case j.ClockSkew == 0:
+			j.ClockSkew = DefaultJWTClockSkew
+		case j.ClockSkew < 0 || j.ClockSkew > MaxJWTClockSkew:
+			errs.addf("identity.jwt.clock_skew", "must be 0s to %v (the leeway on exp, nbf and iat; 0 or left out means %v), got %v", MaxJWTClockSkew, DefaultJWTClockSkew, j.ClockSkew)
+		}
 	}
 	if a := id.Anonymous; a != nil {
 		c.checkTierRef(errs, "identity.anonymous.tier", &a.Tier)
@@ -259,6 +267,31 @@ func (c *Config) validateIdentity(errs *Errors) {
 			a.IPv6Prefix = 64
 		case a.IPv6Prefix < 32 || a.IPv6Prefix > 128:
 			errs.addf("identity.anonymous.ipv6_prefix", "must be 32 to 128 (the bits of the IPv6 prefix that is one caller; 0 or left out means 64), got %d", a.IPv6Prefix)
+		}
+	}
+}
+
+// maxJWTValueBytes is the longest accepted issuer or audience.
+const maxJWTValueBytes = 1024
+
+// checkJWTValues checks a list of accepted issuers or audiences: each 1 to
+// maxJWTValueBytes bytes without control characters, none twice. They are
+// compared with the token's claims byte for byte, so they are not
+// lowercased or trimmed.
+func checkJWTValues(errs *Errors, path string, list []string) {
+	seen := make(map[string]int, len(list))
+	for i, v := range list {
+		p := index(path, i)
+		switch {
+		case v == "":
+			errs.add(p, "must not be empty")
+		case len(v) > maxJWTValueBytes || strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }):
+			errs.addf(p, "must be 1 to %d bytes without control characters", maxJWTValueBytes)
+		default:
+			if j, dup := seen[v]; dup {
+				errs.addf(p, "duplicate of %s", index(path, j))
+			}
+			seen[v] = i
 		}
 	}
 }

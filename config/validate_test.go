@@ -227,7 +227,7 @@ store:
 identity:
   api_keys:
     - {key_sha256: 9f8cfdb17116bf0e2a44e071454f25594cb9b8737bf331e6a2f0b30550572f29, tenant: acme, tier: free}
-  jwt: {secret_env: JWT_SECRET}
+  jwt: {secret_env: JWT_SECRET, issuers: ["https://id.example"], audiences: [quotagate]}
 tiers: {free: {local: {rate: 1, per: 250ms, burst: 2}}}
 policies: {w: {algorithm: fixed_window, limits: {"*": {rate: 5, per: 1m}}}}
 server: {admin_token_env: QG_ADMIN_TOKEN, pprof: true}
@@ -258,6 +258,9 @@ routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
 	for _, want := range []string{
 		`"api_keys":[{"tenant":"acme","tier":"free"}]`,
 		`"secret_env":"JWT_SECRET"`,
+		`"issuers":["https://id.example"]`,
+		`"audiences":["quotagate"]`,
+		`"clock_skew":"5s"`,
 		`"password_env":"REDIS_PASSWORD"`,
 		`"url":"https://redacted@api.example.com/base"`,
 		`"url":"http://redacted@10.0.0.2:8080/v1?redacted"`,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
@@ -165,7 +164,8 @@ func newAuthenticator(cfg *config.Config, o *Options) (*identity.Authenticator, 
 		if !ok || secret == "" {
 			return nil, fmt.Errorf("identity.jwt.secret_env: environment variable %s is not set", j.SecretEnv)
 		}
-		ic.JWT = &identity.JWTConfig{Secret: []byte(secret), TenantClaim: j.TenantClaim, TierClaim: j.TierClaim, Leeway: 5 * time.Second}
+		ic.JWT = &identity.JWTConfig{Secret: []byte(secret), TenantClaim: j.TenantClaim, TierClaim: j.TierClaim,
+			Leeway: j.ClockSkew, Issuers: j.Issuers, Audiences: j.Audiences}
 		ic.ShareKeyAndJWTTenants = j.ShareTenantsWithAPIKeys
 	}
 	if a := cfg.Identity.Anonymous; a != nil {

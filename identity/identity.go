@@ -87,12 +87,22 @@ type JWTConfig struct {
 	TenantClaim string
 	// TierClaim names the string claim holding the tier; "" means "tier".
 	TierClaim string
-	// Leeway is the clock skew tolerated on exp and nbf; 0 means
+	// Leeway is the clock skew tolerated on exp, nbf and iat; 0 means
 	// DefaultLeeway. Negative is an error.
 	Leeway time.Duration
+	// Issuers are the accepted values of the iss claim, compared byte for
+	// byte. When it is not empty, a token without iss or with any other
+	// issuer is refused; empty means iss is not checked. An empty entry is
+	// an error.
+	Issuers []string
+	// Audiences are the accepted audiences. When it is not empty, the
+	// token's aud (one string or a list of strings) must hold at least one
+	// of them, byte for byte; a token without aud is refused. Empty means
+	// aud is not checked. An empty entry is an error.
+	Audiences []string
 }
 
-// DefaultLeeway is the clock skew tolerated on exp and nbf when
+// DefaultLeeway is the clock skew tolerated on exp, nbf and iat when
 // JWTConfig.Leeway is 0.
 const DefaultLeeway = 5 * time.Second
 
@@ -176,6 +186,10 @@ var (
 	errTokenSignature   = &authError{"invalid token signature"}
 	errTokenExpired     = &authError{"token expired"}
 	errTokenNotYetValid = &authError{"token not yet valid"}
+	errTokenFutureIat   = &authError{"token issued in the future"}
+	errTokenIssuer      = &authError{"token issuer not accepted"}
+	errTokenAudience    = &authError{"token audience not accepted"}
+	errTokenCritical    = &authError{"token has unsupported critical header parameters"}
 	errTokenNoExpiry    = &authError{"token has no expiry"}
 	errTokenInvalid     = &authError{"invalid token"}
 	errTokenTenant      = &authError{"token has no valid tenant claim"}

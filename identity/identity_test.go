@@ -66,6 +66,21 @@ func claims(change func(jwt.MapClaims)) jwt.MapClaims {
 	return c
 }
 
+// signHeader signs claims with HS256 and the test secret, with extra header
+// parameters.
+func signHeader(t testing.TB, claims jwt.MapClaims, header map[string]any) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	for k, v := range header {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 func TestAuthenticate(t *testing.T) {
@@ -123,6 +138,13 @@ func TestAuthenticate(t *testing.T) {
 		{name: "jwt expired within leeway", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["exp"] = testT0.Add(-2 * time.Second).Unix() })}, want: want{KindJWT, "initech", "free", ""}},
 		{name: "jwt without exp", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { delete(c, "exp") })}, want: want{reason: "token has no expiry"}},
 		{name: "jwt nbf in the future", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["nbf"] = testT0.Add(time.Minute).Unix() })}, want: want{reason: "token not yet valid"}},
+		{name: "jwt nbf within leeway", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["nbf"] = testT0.Add(2 * time.Second).Unix() })}, want: want{KindJWT, "initech", "free", ""}},
+		{name: "jwt iat in the future", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = testT0.Add(time.Minute).Unix() })}, want: want{reason: "token issued in the future"}},
+		{name: "jwt iat within leeway", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = testT0.Add(2 * time.Second).Unix() })}, want: want{KindJWT, "initech", "free", ""}},
+		{name: "jwt with crit", authz: []string{"Bearer " + signHeader(t, claims(nil), map[string]any{"crit": []string{"exp"}})}, want: want{reason: "token has unsupported critical header parameters"}},
+		{name: "jwt with empty crit", authz: []string{"Bearer " + signHeader(t, claims(nil), map[string]any{"crit": []string{}})}, want: want{reason: "token has unsupported critical header parameters"}},
+		{name: "jwt with the b64 extension", authz: []string{"Bearer " + signHeader(t, claims(nil), map[string]any{"b64": false, "crit": []string{"b64"}})}, want: want{reason: "token has unsupported critical header parameters"}},
+		{name: "jwt with iss and aud when neither is configured", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iss"], c["aud"] = "https://other.example", "billing" })}, want: want{KindJWT, "initech", "free", ""}},
 		{name: "jwt nbf in the past", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["nbf"] = testT0.Add(-time.Minute).Unix() })}, want: want{KindJWT, "initech", "free", ""}},
 		{name: "jwt without tenant", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { delete(c, "sub") })}, want: want{reason: "token has no valid tenant claim"}},
 		{name: "jwt with empty tenant", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["sub"] = "" })}, want: want{reason: "token has no valid tenant claim"}},
@@ -190,6 +212,53 @@ func TestCallerIDs(t *testing.T) {
 	}
 }
 
+// TestJWTIssuerAndAudience: with accepted issuers and audiences
+// configured, a token signed with the same secret for another service, or
+// by another issuer, or without the claims, is refused; with them unset,
+// neither claim is looked at (see the table of TestAuthenticate).
+func TestJWTIssuerAndAudience(t *testing.T) {
+	c := testConfig()
+	c.JWT.Issuers = []string{"https://id.example", "https://id2.example"}
+	c.JWT.Audiences = []string{"quotagate", "payments"}
+	a := mustNew(t, c)
+	for _, tc := range []struct {
+		name   string
+		set    jwt.MapClaims // added to the valid claims; a nil value deletes
+		reason string
+	}{
+		{"accepted", jwt.MapClaims{"iss": "https://id.example", "aud": "payments"}, ""},
+		{"second issuer, audience in a list", jwt.MapClaims{"iss": "https://id2.example", "aud": []string{"billing", "quotagate"}}, ""},
+		{"other audience", jwt.MapClaims{"iss": "https://id.example", "aud": "billing"}, "token audience not accepted"},
+		{"other audiences in a list", jwt.MapClaims{"iss": "https://id.example", "aud": []string{"billing", "crm"}}, "token audience not accepted"},
+		{"empty audience list", jwt.MapClaims{"iss": "https://id.example", "aud": []string{}}, "token audience not accepted"},
+		{"no audience", jwt.MapClaims{"iss": "https://id.example"}, "token audience not accepted"},
+		{"numeric audience", jwt.MapClaims{"iss": "https://id.example", "aud": 7}, "token audience not accepted"},
+		{"audience differing in case", jwt.MapClaims{"iss": "https://id.example", "aud": "Quotagate"}, "token audience not accepted"},
+		{"other issuer", jwt.MapClaims{"iss": "https://evil.example", "aud": "quotagate"}, "token issuer not accepted"},
+		{"issuer with a trailing slash", jwt.MapClaims{"iss": "https://id.example/", "aud": "quotagate"}, "token issuer not accepted"},
+		{"no issuer", jwt.MapClaims{"aud": "quotagate"}, "token issuer not accepted"},
+		{"empty issuer", jwt.MapClaims{"iss": "", "aud": "quotagate"}, "token issuer not accepted"},
+		{"issuer in a list", jwt.MapClaims{"iss": []string{"https://id.example"}, "aud": "quotagate"}, "token issuer not accepted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := sign(t, jwt.SigningMethodHS256, testSecret, claims(func(c jwt.MapClaims) {
+				for k, v := range tc.set {
+					c[k] = v
+				}
+			}))
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("Authorization", "Bearer "+tok)
+			got, err := a.Authenticate(r)
+			if Reason(err) != tc.reason {
+				t.Fatalf("Authenticate = %+v, %v; want reason %q", got, err, tc.reason)
+			}
+			if tc.reason == "" && (got.Kind != KindJWT || got.Tenant != "initech") {
+				t.Fatalf("caller = %+v", got)
+			}
+		})
+	}
+}
+
 func TestJWTClockIsInjected(t *testing.T) {
 	now := testT0
 	c := testConfig()
@@ -231,6 +300,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"short secret", func(c *Config) { c.JWT.Secret = []byte("secret") }, "jwt: secret must be at least 32 bytes"},
 		{"negative leeway", func(c *Config) { c.JWT.Leeway = -time.Second }, "jwt: leeway must not be negative"},
 		{"jwt without tiers", func(c *Config) { c.Tiers = nil }, "jwt: the known tiers must be given"},
+		{"empty issuer", func(c *Config) { c.JWT.Issuers = []string{"https://id.example", ""} }, "jwt: issuers[1] must not be empty"},
+		{"empty audience", func(c *Config) { c.JWT.Audiences = []string{""} }, "jwt: audiences[0] must not be empty"},
 		{"invalid prefix", func(c *Config) { c.TrustedProxies = append(c.TrustedProxies, netip.Prefix{}) }, "trusted_proxies[1]: invalid prefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,8 @@ package identity
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -14,6 +16,8 @@ type jwtVerifier struct {
 	tenantClaim string
 	tierClaim   string
 	tiers       map[string]bool
+	issuers     []string // empty: iss not checked
+	audiences   []string // empty: aud not checked
 }
 
 func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*jwtVerifier, error) {
@@ -24,6 +28,8 @@ func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*
 	if c.Leeway < 0 {
 		errs = append(errs, errors.New("jwt: leeway must not be negative"))
 	}
+	errs = append(errs, nonEmpty("issuers", c.Issuers)...)
+	errs = append(errs, nonEmpty("audiences", c.Audiences)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -39,6 +45,8 @@ func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*
 		tenantClaim: c.TenantClaim,
 		tierClaim:   c.TierClaim,
 		tiers:       tiers,
+		issuers:     slices.Clone(c.Issuers),
+		audiences:   slices.Clone(c.Audiences),
 	}
 	if v.tenantClaim == "" {
 		v.tenantClaim = "sub"
@@ -50,6 +58,7 @@ func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*
 	v.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{"HS256"}), // refuses "none", RS256, ...
 		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(), // an iat beyond now + leeway is refused
 		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(now),
 		jwt.WithStrictDecoding(), // one encoding per token: no malleable signatures
@@ -57,7 +66,24 @@ func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*
 	return v, nil
 }
 
+// nonEmpty returns an error for each empty entry of list, named by what.
+func nonEmpty(what string, list []string) []error {
+	var errs []error
+	for i, s := range list {
+		if s == "" {
+			errs = append(errs, fmt.Errorf("jwt: %s[%d] must not be empty", what, i))
+		}
+	}
+	return errs
+}
+
 // verify checks token and returns its tenant and tier.
+//
+// Besides the signature (HS256 only), it requires exp in the future, and
+// nbf and iat, when present, not later than now, each with the leeway; a
+// crit header parameter, whatever it lists (no extension is understood);
+// iss among the accepted issuers and aud holding an accepted audience,
+// when those are configured; then the tenant and tier claims.
 func (v *jwtVerifier) verify(token string) (tenant, tier string, err error) {
 	claims := jwt.MapClaims{}
 	tok, err := v.parser.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) {
@@ -71,6 +97,15 @@ func (v *jwtVerifier) verify(token string) (tenant, tier string, err error) {
 		}
 		return "", "", jwtReason(err)
 	}
+	// RFC 7515, section 4.1.11: a recipient that does not understand an
+	// extension listed in crit must reject the token, and this verifier
+	// understands none. An empty or malformed crit is invalid too.
+	if _, ok := tok.Header["crit"]; ok {
+		return "", "", errTokenCritical
+	}
+	if err := v.checkIssuerAudience(claims); err != nil {
+		return "", "", err
+	}
 	tenant, ok := claims[v.tenantClaim].(string)
 	if !ok || checkTenant(tenant) != nil {
 		return "", "", errTokenTenant
@@ -83,6 +118,25 @@ func (v *jwtVerifier) verify(token string) (tenant, tier string, err error) {
 		return "", "", errUnknownTier
 	}
 	return tenant, tier, nil
+}
+
+// checkIssuerAudience checks the iss and aud claims against the accepted issuers
+// and audiences, when configured. A claim of the wrong type is refused like
+// a missing one.
+func (v *jwtVerifier) checkIssuerAudience(claims jwt.MapClaims) error {
+	if len(v.issuers) > 0 {
+		iss, err := claims.GetIssuer()
+		if err != nil || !slices.Contains(v.issuers, iss) {
+			return errTokenIssuer
+		}
+	}
+	if len(v.audiences) > 0 {
+		aud, err := claims.GetAudience()
+		if err != nil || !slices.ContainsFunc(aud, func(a string) bool { return slices.Contains(v.audiences, a) }) {
+			return errTokenAudience
+		}
+	}
+	return nil
 }
 
 // jwtReason maps a parser error to the reason shown to clients; the parser's
@@ -101,6 +155,8 @@ func jwtReason(err error) *authError {
 		return errTokenExpired
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		return errTokenNotYetValid
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return errTokenFutureIat
 	}
 	return errTokenInvalid
 }
