@@ -40,9 +40,12 @@ const (
 	MaxDescriptors = 64
 	MaxEntries     = 32
 	// MaxRequestBytes bounds a gRPC request message, before it is
-	// decoded: room for MaxDescriptors descriptors of MaxEntries entries
-	// of 128 bytes each (256 KiB). A larger one is RESOURCE_EXHAUSTED.
-	MaxRequestBytes = MaxDescriptors * MaxEntries * 128
+	// decoded: 4 MiB, gRPC's own default. A larger one is
+	// RESOURCE_EXHAUSTED. Envoy copies a header into each entry that
+	// reads it, so a client sets the size, and a refusal is one Envoy
+	// with failure_mode_deny: false answers by applying no limit: 4 MiB
+	// holds 68 entries of 60 KiB (Envoy's default max_request_headers_kb).
+	MaxRequestBytes = 4 << 20
 )
 
 // Request asks for one decision over several descriptors.

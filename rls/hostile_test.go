@@ -268,3 +268,29 @@ func TestHugeHitsOverTheWire(t *testing.T) {
 		t.Errorf("after the impossible costs: %v, %v, want 9 of 10 left", resp, err)
 	}
 }
+
+// TestLargeHeaderValuesAreDecided: Envoy copies a header into every
+// descriptor entry that reads it, so a client controls about its header
+// size (up to 60 KiB under Envoy's default max_request_headers_kb) times
+// the number of such entries. A request built from long headers is decided
+// like any other: refused for its size, it would be an error that Envoy
+// with failure_mode_deny: false answers by applying none of its limits,
+// the client address's included. Here five entries read a 60 KiB path
+// (300 KiB in all).
+func TestLargeHeaderValuesAreDecided(t *testing.T) {
+	client, _, _ := startServer(t, false)
+	path := "/" + strings.Repeat("p", 60<<10)
+	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.100")}}
+	for i := range 5 {
+		in.Descriptors = append(in.Descriptors, pbDesc("client", fmt.Sprint("c", i), "path", path))
+	}
+	for i := range 11 {
+		resp, err := client.ShouldRateLimit(context.Background(), in)
+		if err != nil {
+			t.Fatalf("call %d: %v, want a decision", i+1, err)
+		}
+		if want := map[bool]rlsv3.RateLimitResponse_Code{true: rlsv3.RateLimitResponse_OK, false: rlsv3.RateLimitResponse_OVER_LIMIT}[i < 10]; resp.OverallCode != want {
+			t.Fatalf("call %d: %v, want %s (10 a minute for the address)", i+1, resp.OverallCode, want)
+		}
+	}
+}
