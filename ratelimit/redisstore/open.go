@@ -111,7 +111,11 @@ func Open(c Config) *ratelimit.Stack {
 			if len(items) == 0 {
 				return ""
 			}
-			return store.Primary(ctx, items[len(items)-1].Key)
+			// No round trip: the breaker picks the domain before it
+			// refuses a call, so a lookup here would cost every refused
+			// call a CLUSTER SLOTS per seed while the Cluster has never
+			// answered (the domain is then "").
+			return store.KnownPrimary(ctx, items[len(items)-1].Key)
 		}
 	}
 	breaker := ratelimit.NewBreaker(leased, bo)

@@ -165,3 +165,112 @@ func TestOpenBreakerCooldownOnItsClock(t *testing.T) {
 	answered("the decision after the probe")
 	expect("the decision after the probe", closed)
 }
+
+// TestOpenClusterSilentAtStart: a store opened while every Cluster seed
+// accepts connections and answers nothing (frozen nodes, or a network
+// that drops replies), so that the client has never learnt the slot map.
+// A decision then asks the seeds for it within its own deadline only (one
+// CLUSTER SLOTS at most: the deadline has passed once one seed has not
+// answered), and once the breaker has opened, decisions are refused
+// without a command sent. Before, each decision asked every seed, each
+// for a full read timeout, two or three times over, and so did every
+// decision the open breaker refused. Nothing is timed: the seeds count
+// the commands they read.
+func TestOpenClusterSilentAtStart(t *testing.T) {
+	seeds := []*redistest.Hostile{redistest.StartHostile(t, nil, "CLUSTER"), redistest.StartHostile(t, nil, "CLUSTER")}
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	s := redisstore.Open(redisstore.WithBreakerClock(redisstore.Config{
+		Addrs: []string{seeds[0].Addr, seeds[1].Addr}, Timeout: 100 * time.Millisecond,
+		BreakerFailures: 3, BreakerCooldown: time.Minute, FleetStatic: true, FleetSize: 1,
+	}, clock.Now))
+	t.Cleanup(func() { _ = s.Close() })
+	it := tb(redistest.KeyPrefix(t)+"{silent}k", 1, 100, time.Hour, 1)
+	it.OnError = ratelimit.OnErrorOpen
+	// asked is the CLUSTER commands the seeds have read so far. A command
+	// is written at least the store's deadline before the decision that
+	// sent it returns, but a seed may read it later: a count taken after
+	// a decision may miss the commands of that decision, never add any.
+	asked := func() int64 { return seeds[0].Answered.Load() + seeds[1].Answered.Load() }
+	decide := func() error { t.Helper(); return failureOpen(t, s, it) }
+	const failures = 3
+	for i := range failures {
+		if err := decide(); !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("decision %d on the silent Cluster: failure %v, want the store's", i+1, err)
+		}
+	}
+	if n := asked(); n > failures {
+		t.Errorf("%d decisions sent %d CLUSTER commands to the silent seeds, want at most one each (within the decision's deadline)", failures, n)
+	}
+	if st := s.Health().Breaker; st != ratelimit.BreakerOpen {
+		t.Fatalf("breaker %v after %d failures, want open", st, failures)
+	}
+	before := asked()
+	const refusals = 10
+	for i := range refusals {
+		if err := decide(); !errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("decision %d with the breaker open: failure %v, want a refusal by the breaker", i+1, err)
+		}
+	}
+	// At most the one command of the last failed decision may have been
+	// read after before was taken.
+	if n := asked() - before; n > 1 {
+		t.Errorf("%d decisions refused by the open breaker sent %d CLUSTER commands, want none", refusals, n)
+	}
+}
+
+// TestOpenClusterBackAfterSilentStart: a store opened while every primary
+// of a real Cluster is frozen (SIGSTOP) fails its decisions until its
+// breaker opens; once the Cluster runs again and the cooldown has passed,
+// the probe finds it, and the breaker state the gateway exports
+// (Health().Breaker, quotagate_store_breaker_state) is closed again.
+// Before, the failures were counted in a domain named "" (no primary
+// known), the probe went to the primary's own domain, and the "" domain
+// stayed open, so the state read half-open for as long as the process
+// ran.
+func TestOpenClusterBackAfterSilentStart(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	s := redisstore.Open(redisstore.WithBreakerClock(redisstore.Config{
+		Addrs: c.Addrs(), Timeout: 250 * time.Millisecond,
+		BreakerFailures: 3, BreakerCooldown: time.Minute, FleetStatic: true, FleetSize: 1,
+	}, clock.Now))
+	t.Cleanup(func() { _ = s.Close() })
+	it := tb(redistest.KeyPrefix(t)+"{back}k", 1, 100, time.Hour, 1)
+	it.OnError = ratelimit.OnErrorOpen
+	decide := func() error { t.Helper(); return failureOpen(t, s, it) }
+	for _, n := range c.Nodes() {
+		n.Pause()
+	}
+	for i := range 3 {
+		if err := decide(); !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrBreakerOpen) {
+			t.Fatalf("decision %d on the frozen Cluster: failure %v, want the store's", i+1, err)
+		}
+	}
+	if st := s.Health().Breaker; st != ratelimit.BreakerOpen {
+		t.Fatalf("breaker %v after 3 failures, want open", st)
+	}
+	for _, n := range c.Nodes() {
+		n.Resume()
+	}
+	if err := c.WaitOK(30 * time.Second); err != nil {
+		proctest.FatalOverrun(t, "the Cluster did not recover within 30s of its resume: %v", err)
+	}
+	clock.Add(time.Minute)
+	if err := decide(); err != nil {
+		proctest.FatalOverrun(t, "the probe after the cooldown: %v (the Cluster, back, did not answer within 250ms)", err)
+	}
+	if st := s.Health().Breaker; st != ratelimit.BreakerClosed {
+		t.Errorf("breaker %v once the probe found the Cluster back (domains %v), want closed", st, s.BreakerStates())
+	}
+}
+
+// failureOpen decides it, whose on_store_error is open, on s and returns
+// the store's failure (nil when the store decided).
+func failureOpen(t *testing.T, s *ratelimit.Stack, it ratelimit.Item) error {
+	t.Helper()
+	d, err := s.Decide(context.Background(), []ratelimit.Item{it})
+	if err != nil || !d.Allowed {
+		t.Fatalf("Decide: %+v, %v; want allowed (on_store_error open)", d, err)
+	}
+	return d.Failure
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,6 +73,12 @@ type RedisStore struct {
 	cluster *redis.ClusterClient
 	nodeMu  sync.Mutex
 	nodeCo  map[string]*coalescer
+	// slotsKnown is set once a lookup of a key's primary succeeded: the
+	// Cluster client holds a slot map from then on, and a lookup reads it
+	// without a round trip (go-redis refreshes it in the background).
+	// Before, a lookup asks the seeds for it (CLUSTER SLOTS), one after
+	// the other, each for up to its read timeout.
+	slotsKnown atomic.Bool
 }
 
 var (
@@ -97,12 +104,12 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 }
 
 // coalescerFor returns the queue of the primary that owns key (on a
-// Cluster), or the store's one queue. ctx bounds the lookup of the owner.
-func (s *RedisStore) coalescerFor(ctx context.Context, key string) *coalescer {
+// Cluster), or the store's one queue. b bounds the lookup of the owner.
+func (s *RedisStore) coalescerFor(b bound, key string) *coalescer {
 	if s.cluster == nil {
 		return s.co
 	}
-	addr := s.Primary(ctx, key)
+	addr := s.primaryWithin(b, key)
 	s.nodeMu.Lock()
 	defer s.nodeMu.Unlock()
 	c, ok := s.nodeCo[addr]
@@ -126,7 +133,33 @@ func (s *RedisStore) Primary(ctx context.Context, key string) string {
 	if err != nil {
 		return ""
 	}
+	s.slotsKnown.Store(true)
 	return node.Options().Addr
+}
+
+// KnownPrimary is Primary without a round trip: "" while the Cluster
+// client has never had a slot map (no lookup has succeeded yet), where
+// Primary would ask the seeds for one. It is for a caller that must not
+// wait on Redis (the circuit breaker choosing a failure domain, which it
+// does before it refuses a call).
+func (s *RedisStore) KnownPrimary(ctx context.Context, key string) string {
+	if !s.slotsKnown.Load() {
+		return ""
+	}
+	return s.Primary(ctx, key)
+}
+
+// primaryWithin is Primary for a call under b: until the slot map is
+// known, its lookup ends at b's deadline, so that a Cluster whose seeds
+// do not answer costs a decision its own deadline, not a read timeout
+// per seed.
+func (s *RedisStore) primaryWithin(b bound, key string) string {
+	if s.slotsKnown.Load() || !b.own {
+		return s.Primary(b.ctx, key)
+	}
+	ctx, cancel := context.WithDeadline(b.ctx, b.at)
+	defer cancel()
+	return s.Primary(ctx, key)
 }
 
 // Close closes the Redis client. Decide must not be called after; a
@@ -160,7 +193,7 @@ func (s *RedisStore) exchange(calls []*scriptCall) ([]any, []error) {
 	}
 	queued := make([]*coalescer, len(calls))
 	for i, c := range calls {
-		co := s.coalescerFor(c.b.ctx, c.keys[0])
+		co := s.coalescerFor(c.b, c.keys[0])
 		if errs[i] = co.enqueue(c); errs[i] == nil {
 			queued[i] = co
 		} else {
@@ -186,7 +219,7 @@ func (s *RedisStore) sendAlone(calls []*scriptCall) {
 	var modes []*fnMode
 	byMode := map[*fnMode][]*scriptCall{}
 	for _, c := range calls {
-		m := s.run.modeFor(s.Primary(c.b.ctx, c.keys[0]))
+		m := s.run.modeFor(s.primaryWithin(c.b, c.keys[0]))
 		if _, ok := byMode[m]; !ok {
 			modes = append(modes, m)
 		}
@@ -213,7 +246,7 @@ func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items 
 		<-c.done
 		return c.finish()
 	}
-	return s.coalescerFor(c.b.ctx, c.keys[0]).do(c)
+	return s.coalescerFor(c.b, c.keys[0]).do(c)
 }
 
 // group is the items of one hash tag, decided by one script call.
