@@ -65,14 +65,7 @@ func serveConfig(t *testing.T, cfg *config.Config, store ratelimit.Store, creds 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	gl, hl := listeners(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, gl, hl, 5*time.Second) }()
@@ -234,4 +227,18 @@ func TestTLS(t *testing.T) {
 			t.Fatal("plaintext HTTP was served")
 		}
 	}
+}
+
+// listeners opens a gRPC and an HTTP listener on free ports.
+func listeners(t *testing.T) (grpcLn, httpLn net.Listener) {
+	t.Helper()
+	var ls [2]net.Listener
+	for i := range ls {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	return ls[0], ls[1]
 }

@@ -50,6 +50,10 @@ type Server struct {
 	tls    *tls.Config
 	opts   ServerOptions
 
+	// drainContext returns the context of a graceful stop of d;
+	// context.WithTimeout unless a test replaces it.
+	drainContext func(d time.Duration) (context.Context, context.CancelFunc)
+
 	mu    sync.Mutex // serializes reloads
 	files []string   // the descriptor files in use
 }
@@ -72,7 +76,10 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 		OnStoreError: cfg.RLS.OnStoreError, RetryAfter: cfg.Store.Redis.BreakerCooldown, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
 		Metrics: o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
-	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles)}
+	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles),
+		drainContext: func(d time.Duration) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), d)
+		}}
 	var gopts []grpc.ServerOption
 	if t := cfg.RLS.TLS; t != nil {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
@@ -106,7 +113,9 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 func (s *Server) Engine() *Engine { return s.engine }
 
 // Serve serves gRPC on grpcLn and the HTTP check API on httpLn (either may
-// be nil) until ctx is done, then stops gracefully within drain. It
+// be nil) until ctx is done, then stops gracefully within drain, both
+// listeners together: calls still running when drain has passed are ended
+// (their connections closed). It
 // returns the first listener's error other than a normal stop.
 func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain time.Duration) error {
 	errc := make(chan error, 2)
@@ -136,18 +145,27 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 		n--
 	}
 	s.health.Shutdown() // NOT_SERVING: balancers drain us first
+	// One drain for both listeners, side by side: an HTTP call that holds
+	// on must not give the gRPC calls a second drain of their own after
+	// it (twice server.shutdown_timeout, past a pod's grace period). Past
+	// it, whatever is still open is closed.
+	dctx, cancel := s.drainContext(drain)
+	defer cancel()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
-	if hs != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), drain)
-		_ = hs.Shutdown(sctx)
-		cancel()
-	}
+	httpDone := make(chan struct{})
+	go func() {
+		if hs != nil && hs.Shutdown(dctx) != nil {
+			_ = hs.Close()
+		}
+		close(httpDone)
+	}()
 	select {
 	case <-done:
-	case <-time.After(drain):
+	case <-dctx.Done():
 		s.grpc.Stop()
 	}
+	<-httpDone
 	for ; n > 0; n-- {
 		if err := <-errc; first == nil {
 			first = err

@@ -1,0 +1,98 @@
+package rls
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// heldStore holds every decision until its caller's context ends, and
+// says on entered that it holds one.
+type heldStore struct{ entered chan struct{} }
+
+func (s heldStore) Decide(ctx context.Context, _ []ratelimit.Item) (ratelimit.Decision, error) {
+	s.entered <- struct{}{}
+	<-ctx.Done()
+	return ratelimit.Decision{}, ctx.Err()
+}
+func (heldStore) Close() error { return nil }
+
+// await receives from ch, failing the test when nothing comes for a
+// minute (a hang, not a slow machine).
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("no %s after a minute", what)
+		panic("unreachable")
+	}
+}
+
+// TestDrainIsOneBudget: with a gRPC call and an HTTP call that both hold
+// on, a stop takes one drain, not one for each listener after the other:
+// when the drain has passed, Serve ends both calls and returns. Before,
+// the HTTP listener's drain ran first and the gRPC calls then got a
+// second, so a stop could take twice server.shutdown_timeout, beyond a
+// pod's grace period.
+func TestDrainIsOneBudget(t *testing.T) {
+	cfg := config.Default()
+	cfg.Store.Redis.Timeout = time.Hour
+	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
+	store := heldStore{entered: make(chan struct{}, 2)}
+	srv, err := NewServer(cfg, ServerOptions{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drains := make(chan context.CancelFunc, 2)
+	srv.drainContext = func(time.Duration) (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		drains <- cancel // the test says when the drain has passed
+		return ctx, cancel
+	}
+	gl, hl := listeners(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, gl, hl, time.Hour) }()
+
+	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		_, _ = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.110")}})
+	}()
+	go func() {
+		resp, err := http.Post("http://"+hl.Addr().String()+"/v1/check", "application/json",
+			strings.NewReader(`{"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "192.0.2.111"}]]}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	await(t, store.entered, "gRPC or HTTP call in the store")
+	await(t, store.entered, "second call in the store")
+
+	stop()
+	passed := await(t, drains, "drain")
+	passed()
+	if err := await(t, served, "return from Serve after its drain had passed"); err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if len(drains) > 0 {
+		t.Error("Serve started a second drain")
+	}
+}
