@@ -35,6 +35,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return unknownCommand(fs.Arg(0))
 	}
+	// SIGHUP is caught from before the config is read: during the start
+	// (which may wait a second on the store check, more on a stuck
+	// stderr) its default action would end the process, and a config
+	// pushed then would be missed. One that arrives before the gateway
+	// serves is acted on once it does (a reload, harmless when the file
+	// is unchanged).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := config.Load(*path, nil)
 	if err != nil {
 		return &exitError{code: 1, err: err}
@@ -108,9 +117,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		adm.Close()
 		return runtimeErr(err)
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	go func() {
 		for {
 			select {
