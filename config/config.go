@@ -483,6 +483,10 @@ type CostBlock struct {
 type ReserveFrom struct {
 	// JSON is a dotted path into the JSON request body, such as max_tokens.
 	JSON string `mapstructure:"json"`
+	// JSONAliases are more paths into the body that the upstream takes
+	// for the same limit as JSON, such as max_completion_tokens: a body
+	// that states several reserves the largest. Only with JSON.
+	JSONAliases []string `mapstructure:"json_aliases"`
 	// Header is a request header.
 	Header string `mapstructure:"header"`
 }

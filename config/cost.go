@@ -76,6 +76,15 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 			errs.add(p+".reserve_from", "must name json or header (or be left out)")
 		}
 		sourceErr(errs, p+".reserve_from.json", usage.RequestSource{JSON: f.JSON}.Validate(), "json")
+		if len(f.JSONAliases) > 0 && f.JSON == "" {
+			errs.add(p+".reserve_from.json_aliases", "needs json: they are more names of the field json names")
+		}
+		for j, a := range f.JSONAliases {
+			if a == "" {
+				errs.add(index(p+".reserve_from.json_aliases", j), "must not be empty")
+			}
+			sourceErr(errs, index(p+".reserve_from.json_aliases", j), usage.RequestSource{JSON: a}.Validate(), "json")
+		}
 		sourceErr(errs, p+".reserve_from.header", usage.RequestSource{Header: f.Header}.Validate(), "header")
 	} else if b.Max > b.Reserve {
 		errs.add(p+".max", "is above reserve but no reserve_from says where a request asks for more; remove it or add reserve_from")

@@ -37,7 +37,7 @@ routes:
 	if r.Cost != 1000 || b == nil || b.Reserve != 1000 || b.Max != 32000 || b.MaxBody != 1<<20 {
 		t.Fatalf("chat.create: cost %d, block %+v", r.Cost, b)
 	}
-	if *b.ReserveFrom != (ReserveFrom{JSON: "max_tokens", Header: "X-Max-Tokens"}) ||
+	if rf := b.ReserveFrom; rf.JSON != "max_tokens" || rf.Header != "X-Max-Tokens" || rf.JSONAliases != nil ||
 		*b.SettleFrom != (SettleFrom{Header: "X-Usage-Total-Tokens", JSON: "usage.total_tokens", SSE: "usage.total_tokens"}) {
 		t.Errorf("sources: %+v %+v", b.ReserveFrom, b.SettleFrom)
 	}

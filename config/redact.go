@@ -186,7 +186,11 @@ func showCost(r Route) any {
 	}
 	m := map[string]any{"reserve": b.Reserve, "max": b.Max, "max_body": b.MaxBody}
 	if f := b.ReserveFrom; f != nil {
-		m["reserve_from"] = map[string]any{"json": f.JSON, "header": f.Header}
+		rf := map[string]any{"json": f.JSON, "header": f.Header}
+		if len(f.JSONAliases) > 0 {
+			rf["json_aliases"] = copyList(f.JSONAliases)
+		}
+		m["reserve_from"] = rf
 	}
 	if f := b.SettleFrom; f != nil {
 		m["settle_from"] = map[string]any{"header": f.Header, "json": f.JSON, "sse": f.SSE}

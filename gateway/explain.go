@@ -86,7 +86,7 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 	rt := p.routes[m.Index]
 	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
 	if cb := rt.block; cb != nil {
-		ex.Settle = &SettleExplained{Max: cb.max, ReserveFrom: sources("json", cb.reserveFrom.JSON, "header", cb.reserveFrom.Header)}
+		ex.Settle = &SettleExplained{Max: cb.max, ReserveFrom: sources("json", strings.Join(append([]string{cb.reserveFrom.JSON}, cb.reserveFrom.JSONAliases...), " or "), "header", cb.reserveFrom.Header)}
 		if cb.settles {
 			ex.Settle.SettleFrom = sources("header", cb.settleFrom.Header, "json", cb.settleFrom.JSON, "sse", cb.settleFrom.SSE)
 			ex.Settle.Policies = cb.policies

@@ -26,13 +26,27 @@ type RequestSource struct {
 	// JSON is a dotted path into a JSON request body (whatever its
 	// Content-Type says), such as "max_tokens".
 	JSON string
+	// JSONAliases are more paths into the body that the upstream takes
+	// for the same limit, such as "max_completion_tokens" beside
+	// "max_tokens" (read only with JSON): a body that states several
+	// reserves the largest, and one that states any of them ambiguously
+	// states nothing.
+	JSONAliases []string
 }
 
 // Validate reports whether s can be used: Header a valid field name, JSON
 // a valid path. The error names the field. FromRequest itself does not
 // validate: an invalid field is never present.
 func (s RequestSource) Validate() error {
-	return errors.Join(validHeader("header", s.Header), validPath("json", s.JSON))
+	errs := []error{validHeader("header", s.Header), validPath("json", s.JSON)}
+	for i, a := range s.JSONAliases {
+		if a == "" {
+			errs = append(errs, fmt.Errorf("json_aliases[%d]: is empty", i))
+			continue
+		}
+		errs = append(errs, validPath(fmt.Sprintf("json_aliases[%d]", i), a))
+	}
+	return errors.Join(errs...)
 }
 
 // FromRequest reads the units r asks to reserve.
@@ -77,14 +91,20 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 		if !identity(r.Header) {
 			return 0, false, nil
 		}
-		res, n, err := jsonPrefix(r, p, maxPrefix)
+		paths, names := []path{p}, []string{src.JSON}
+		for _, a := range src.JSONAliases {
+			if ap, aerr := parsePath(a); aerr == nil {
+				paths, names = append(paths, ap), append(names, a)
+			}
+		}
+		res, n, at, err := jsonPrefix(r, paths, maxPrefix)
 		switch {
 		case err != nil:
 			return 0, false, fmt.Errorf("usage: reading the request body: %w", err)
 		case res == resFound:
 			return n, true, nil
 		case res == resInvalid:
-			return 0, false, fmt.Errorf("usage: request body field %s: %w", src.JSON, ErrMalformed)
+			return 0, false, fmt.Errorf("usage: request body field %s: %w", names[at], ErrMalformed)
 		}
 		return 0, false, nil
 	}
@@ -151,16 +171,25 @@ func hasBody(r *http.Request) bool {
 }
 
 // jsonPrefix reads r's body to its end, at most limit bytes, puts what
-// it read back in front of the rest, and returns the value at p:
-// resAbsent unless the body is one JSON value (whitespace may follow)
-// that ends within limit bytes and states the path once (see
-// strictKeys). The body is read past its value because an upstream may
-// read more than the first value (a stream of JSON values), and one
-// that is not one value states nothing the gateway can rely on.
-func jsonPrefix(r *http.Request, p path, limit int64) (res uint8, units uint64, err error) {
-	var sc scanner
-	sc.reset(p, limit)
-	sc.strictKeys()
+// it read back in front of the rest, and returns the value at the paths
+// ps: resAbsent unless the body is one JSON value (whitespace may follow)
+// that ends within limit bytes and states every path at most once (see
+// strictKeys); else resInvalid when a path holds a value that is not a
+// usage (at is its index), else the largest usage found. The body is
+// read past its value because an upstream may read more than the first
+// value (a stream of JSON values), and one that is not one value states
+// nothing the gateway can rely on.
+func jsonPrefix(r *http.Request, ps []path, limit int64) (res uint8, units uint64, at int, err error) {
+	var one [1]scanner
+	scs := one[:]
+	if len(ps) > 1 {
+		scs = make([]scanner, len(ps))
+	}
+	for i := range scs {
+		scs[i].reset(ps[i], limit)
+		scs[i].strictKeys()
+	}
+	sc := &scs[0] // every scanner reads the same bytes: they fail alike
 	size := int64(4 << 10)
 	if r.ContentLength >= 0 {
 		size = min(r.ContentLength+1, 64<<10) // grows as the body goes on; +1 for its end
@@ -174,7 +203,9 @@ func jsonPrefix(r *http.Request, p path, limit int64) (res uint8, units uint64, 
 			buf = buf[:len(buf):min(int64(cap(buf)), limit+1)]
 		}
 		n, rerr := r.Body.Read(buf[len(buf):cap(buf)])
-		sc.feed(buf[len(buf) : len(buf)+n])
+		for i := range scs {
+			scs[i].feed(buf[len(buf) : len(buf)+n])
+		}
 		buf = buf[:len(buf)+n]
 		if rerr == io.EOF {
 			eof = true
@@ -186,13 +217,22 @@ func jsonPrefix(r *http.Request, p path, limit int64) (res uint8, units uint64, 
 		}
 	}
 	r.Body = &prefixed{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), body: r.Body}
-	if err != nil {
-		return resAbsent, 0, err
+	if err != nil || !eof {
+		return resAbsent, 0, 0, err
 	}
-	if res, units, _ = sc.end(); !eof {
-		return resAbsent, 0, nil
+	res = resAbsent
+	for i := range scs {
+		r, n, _ := scs[i].end()
+		switch {
+		case scs[i].ambiguous:
+			return resAbsent, 0, 0, nil
+		case r == resInvalid && res != resInvalid:
+			res, at = resInvalid, i
+		case r == resFound && res != resInvalid:
+			res, units = resFound, max(units, n)
+		}
 	}
-	return res, units, nil
+	return res, units, at, nil
 }
 
 // prefixed is a request body whose first bytes were read ahead.

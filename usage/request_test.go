@@ -221,3 +221,46 @@ func TestFromRequestHeaderAsForwarded(t *testing.T) {
 		})
 	}
 }
+
+// TestFromRequestAliases: a body may state the limit in a field the
+// upstream takes for the same one (vLLM reads max_completion_tokens
+// before max_tokens): the largest stated value is reserved, a value that
+// is not a usage in any of them is malformed, and a field stated
+// ambiguously states nothing, whatever the others say.
+func TestFromRequestAliases(t *testing.T) {
+	src := RequestSource{JSON: "max_tokens", JSONAliases: []string{"max_completion_tokens"}}
+	for _, tc := range []struct {
+		name, body string
+		units      uint64
+		found      bool
+		malformed  bool
+	}{
+		{"first only", `{"max_tokens":30}`, 30, true, false},
+		{"alias only", `{"max_completion_tokens":40}`, 40, true, false},
+		{"alias larger", `{"max_tokens":1,"max_completion_tokens":40000}`, 40000, true, false},
+		{"first larger", `{"max_completion_tokens":1,"max_tokens":400}`, 400, true, false},
+		{"alias null", `{"max_tokens":7,"max_completion_tokens":null}`, 7, true, false},
+		{"alias malformed", `{"max_tokens":7,"max_completion_tokens":"40000"}`, 0, false, true},
+		{"alias twice", `{"max_tokens":1,"max_completion_tokens":1,"max_completion_tokens":40000}`, 0, false, false},
+		{"alias in another case", `{"max_tokens":1,"Max_Completion_Tokens":40000}`, 0, false, false},
+		{"neither", `{"model":"m"}`, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", "http://x/", strings.NewReader(tc.body))
+			n, found, err := FromRequest(req, src, 0)
+			if tc.malformed != errors.Is(err, ErrMalformed) || (!tc.malformed && err != nil) {
+				t.Fatalf("err = %v, want malformed %v", err, tc.malformed)
+			}
+			if tc.malformed && !strings.Contains(err.Error(), "max_completion_tokens") {
+				t.Errorf("err = %v, want it to name max_completion_tokens", err)
+			}
+			if n != tc.units || found != tc.found {
+				t.Errorf("got %d, %v; want %d, %v", n, found, tc.units, tc.found)
+			}
+		})
+	}
+	if err := (RequestSource{JSON: "a", JSONAliases: []string{"b..c", ""}}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "json_aliases[0]") || !strings.Contains(err.Error(), "json_aliases[1]") {
+		t.Errorf("Validate of bad aliases = %v, want both named", err)
+	}
+}
