@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,45 @@ func listeners(t *testing.T) (grpcLn, httpLn net.Listener) {
 		ls[i] = l
 	}
 	return ls[0], ls[1]
+}
+
+// TestOnlyDecisionAndHealthServed: the gRPC listener serves the rate
+// limit service and health checking, nothing else: no reflection (which
+// would list every method to any caller) and no channelz (which would show
+// the addresses of every connected client); a call to either is
+// UNIMPLEMENTED.
+func TestOnlyDecisionAndHealthServed(t *testing.T) {
+	_, conn, _ := startServer(t, false)
+	for _, method := range []string{
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+		"/grpc.channelz.v1.Channelz/GetTopChannels",
+	} {
+		stream, err := conn.NewStream(context.Background(), &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+		if err == nil {
+			err = stream.SendMsg(&healthpb.HealthCheckRequest{})
+			if err == nil {
+				err = stream.RecvMsg(&healthpb.HealthCheckResponse{})
+			}
+		}
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("%s: %v, want Unimplemented", method, err)
+		}
+	}
+	cfg := config.Default()
+	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	t.Cleanup(func() { store.Close() })
+	srv, err := NewServer(cfg, ServerOptions{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range srv.grpc.GetServiceInfo() {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if want := []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health"}; !slices.Equal(names, want) {
+		t.Errorf("services %v, want %v", names, want)
+	}
 }
