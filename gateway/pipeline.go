@@ -162,7 +162,8 @@ func newAuthenticator(cfg *config.Config, o *Options) (*identity.Authenticator, 
 	if j := cfg.Identity.JWT; j != nil {
 		secret, ok := o.Getenv(j.SecretEnv)
 		if !ok || secret == "" {
-			return nil, fmt.Errorf("identity.jwt.secret_env: environment variable %s is not set", j.SecretEnv)
+			// A config problem like the admin token's (exit 1 at start).
+			return nil, config.Errors{{Path: "identity.jwt.secret_env", Problem: "environment variable " + j.SecretEnv + " is not set"}}
 		}
 		ic.JWT = &identity.JWTConfig{Secret: []byte(secret), TenantClaim: j.TenantClaim, TierClaim: j.TierClaim,
 			Leeway: j.ClockSkew, Issuers: j.Issuers, Audiences: j.Audiences}

@@ -104,3 +104,24 @@ func TestBinaryAdminTokenVariableMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestBinarySecretVariablesMissing: every secret the config names by an
+// environment variable is a config problem when the variable is missing,
+// exit 1 naming the field, as for the admin token (README: exit 1 for an
+// invalid config, 2 for a failure to start).
+func TestBinarySecretVariablesMissing(t *testing.T) {
+	for field, env := range map[string][]string{
+		"identity.jwt.secret_env":  {"QUOTAGATE_IDENTITY_JWT_SECRET_ENV=QG_TEST_UNSET_SECRET"},
+		"store.redis.password_env": {"QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_PASSWORD_ENV=QG_TEST_UNSET_SECRET"},
+	} {
+		args := append([]string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"}, env...)
+		proc := proctest.Start(t, proctest.Binary(t), proctest.Options{
+			Args: []string{"-config", "../../config.yaml"}, Env: proctest.Environ(args...), NoListen: true,
+		})
+		err := proc.Wait(time.Minute)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(proc.Logs.String(), field+": environment variable QG_TEST_UNSET_SECRET is not set") {
+			t.Errorf("%s unset: exit %v, log:\n%s\nwant exit 1 naming %s", field, err, proc.Logs.String(), field)
+		}
+	}
+}

@@ -39,7 +39,8 @@ func openStore(c config.Store, id string, logger *slog.Logger) (*ratelimit.Stack
 		if r.PasswordEnv != "" {
 			v, ok := os.LookupEnv(r.PasswordEnv)
 			if !ok {
-				return nil, fmt.Errorf("store.redis.password_env: environment variable %s is not set", r.PasswordEnv)
+				// A config problem, not a failure to start: exit 1.
+				return nil, config.Errors{{Path: "store.redis.password_env", Problem: "environment variable " + r.PasswordEnv + " is not set"}}
 			}
 			password = v
 		}
