@@ -274,3 +274,41 @@ func failureOpen(t *testing.T, s *ratelimit.Stack, it ratelimit.Item) error {
 	}
 	return d.Failure
 }
+
+// TestOpenPingClusterWhileAnyPrimaryAnswers: the readiness PING of a
+// Cluster stack succeeds while any primary answers: with one primary of
+// three dead, and then a second frozen, every PING succeeds (a lone PING
+// went to the owner of a random slot, so a third of them failed, and
+// /readyz flapped); with none answering it fails, wrapping
+// ErrUnavailable.
+func TestOpenPingClusterWhileAnyPrimaryAnswers(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	s := redisstore.Open(redisstore.Config{Addrs: c.Addrs(), Timeout: 250 * time.Millisecond, FleetStatic: true, FleetSize: 1})
+	t.Cleanup(func() { _ = s.Close() })
+	ping := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return s.Ping(ctx)
+	}
+	if err := ping(10 * time.Second); err != nil {
+		t.Fatalf("PING with every primary up: %v", err)
+	}
+	nodes := c.Nodes()
+	nodes[1].Kill()
+	for i := range 30 {
+		if err := ping(10 * time.Second); err != nil {
+			t.Fatalf("PING %d with one primary of three dead: %v, want nil", i+1, err)
+		}
+	}
+	nodes[0].Pause()
+	defer nodes[0].Resume()
+	for i := range 10 {
+		if err := ping(10 * time.Second); err != nil {
+			t.Fatalf("PING %d with one primary dead and one frozen: %v, want nil", i+1, err)
+		}
+	}
+	nodes[2].Kill()
+	if err := ping(time.Second); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Errorf("PING with no primary answering: %v, want ErrUnavailable", err)
+	}
+}

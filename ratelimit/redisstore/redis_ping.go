@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -23,8 +24,19 @@ import (
 // connection, a failed TLS handshake, a connection closed without a reply
 // (as a TLS-only server does to plain TCP), an endpoint that is not
 // Redis, or no answer before ctx's deadline.
+//
+// On a Cluster it sends PING to every primary at once and returns nil as
+// soon as one answers: the store answers while any primary does (as the
+// breaker counts the store down only when every primary's domain is
+// open). A lone PING would go to the owner of a random slot, so that
+// with one primary of three dead, a third of the checks would fail.
 func PingRedis(ctx context.Context, client redis.UniversalClient) error {
-	err := client.Ping(ctx).Err()
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		err = pingAnyPrimary(ctx, cc)
+	} else {
+		err = client.Ping(ctx).Err()
+	}
 	if err == nil {
 		return nil
 	}
@@ -66,4 +78,49 @@ func redisCause(err error) string {
 		return "no answer in time"
 	}
 	return ""
+}
+
+// pingAnyPrimary sends PING to every primary of cc concurrently and
+// returns nil once one answers, without waiting for the others (they end
+// with ctx); otherwise, once all have failed, the first failure (or the
+// failure to learn the primaries).
+func pingAnyPrimary(ctx context.Context, cc *redis.ClusterClient) error {
+	answered := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var first error
+	all := make(chan error, 1)
+	go func() {
+		all <- cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				return nil
+			}
+			once.Do(func() { close(answered) })
+			return nil
+		})
+	}()
+	select {
+	case <-answered:
+		return nil
+	case err := <-all:
+		select {
+		case <-answered:
+			return nil
+		default:
+		}
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			return errors.New("redis cluster: no primary known")
+		}
+		return first
+	}
 }
