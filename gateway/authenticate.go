@@ -14,8 +14,10 @@ import (
 // A bad credential is never downgraded to an anonymous caller.
 //
 // It also prepares the headers the upstream will see: X-Forwarded-For is
-// dropped unless the peer is a trusted proxy, and X-Quotagate-Tenant is
-// replaced by the authenticated tenant (absent for anonymous callers).
+// dropped unless the peer is a trusted proxy (which it records for
+// ownHeaders, which drops the other client-address headers then), and
+// X-Quotagate-Tenant is replaced by the authenticated tenant (absent for
+// anonymous callers).
 func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 	trusted := p.cfg.Server.TrustedPrefixes
 	return func(next http.Handler) http.Handler {
@@ -35,7 +37,8 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 			// The names are canonical and the server stores names
 			// canonicalised: direct map access is what Del and Set do,
 			// without canonicalising the constant names per request.
-			if !peerTrusted(r.RemoteAddr, trusted) {
+			st.peerTrusted = peerTrusted(r.RemoteAddr, trusted)
+			if !st.peerTrusted {
 				delete(r.Header, "X-Forwarded-For")
 			}
 			if caller.Kind == identity.KindAnonymous {

@@ -23,7 +23,14 @@ import (
 // hop-by-hop headers were removed, so a caller naming an owned header in
 // Connection cannot remove what the gateway sets. Trailers under owned
 // names are dropped too.
+//
+// Unless the peer is a trusted proxy, the other headers that claim the
+// client's address (X-Real-IP, True-Client-IP, ...; see clientIPNames) are
+// dropped as well, in headers and trailers: the peer's address reaches the
+// upstream in X-Forwarded-For. A trusted proxy's are forwarded as sent.
 func ownHeaders(out *http.Request) {
+	st := stateFrom(out.Context())
+	untrusted := st == nil || !st.peerTrusted
 	h := out.Header
 	for name := range h {
 		if ownedHeader(name) {
@@ -35,16 +42,17 @@ func ownHeaders(out *http.Request) {
 			default:
 				delete(h, name)
 			}
+		} else if untrusted && clientIPHeader(name) {
+			delete(h, name)
 		}
 	}
 	// A chunked body may end in trailers, which some servers merge into the
 	// headers: the caller gets no say under an owned name there either.
 	for name := range out.Trailer {
-		if ownedHeader(name) {
+		if ownedHeader(name) || untrusted && clientIPHeader(name) {
 			delete(out.Trailer, name)
 		}
 	}
-	st := stateFrom(out.Context())
 	if st == nil {
 		delete(h, "X-Request-Id")
 		delete(h, "X-Quotagate-Tenant")

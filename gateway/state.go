@@ -33,7 +33,10 @@ type requestState struct {
 	// bodyUnreadable is set when reading the caller's body failed (for
 	// example a malformed chunk), so the proxy's failure is answered 400.
 	bodyUnreadable bool
-	rec            statusRecorder
+	// peerTrusted is set by the identity stage when the TCP peer is one of
+	// server.trusted_proxies, whose forwarding headers are then believed.
+	peerTrusted bool
+	rec         statusRecorder
 	// hdr backs the one-value header slices the gateway sets for this
 	// request (see headerValues), so that they cost no allocation of
 	// their own.
