@@ -1,7 +1,10 @@
 package rls
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -94,5 +97,37 @@ func TestDrainIsOneBudget(t *testing.T) {
 	}
 	if len(drains) > 0 {
 		t.Error("Serve started a second drain")
+	}
+}
+
+// TestStalledCheckBodyIsCut: a /v1/check client that sends part of its
+// body and stops is answered 408 once the read timeout passes, and its
+// connection does not stay open for as long as it likes (holding a
+// goroutine, and a stop's drain).
+func TestStalledCheckBodyIsCut(t *testing.T) {
+	srv := newMemoryServer(t)
+	srv.readTimeout = 100 * time.Millisecond
+	gl, hl := listeners(t)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, gl, hl, 5*time.Second) }()
+	t.Cleanup(func() { stop(); <-served })
+
+	c, err := net.Dial("tcp", hl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: rls\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"domain\": "); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang, not a slow machine
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a stalled body: %v, want a 408", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("a stalled body: %d, want 408", resp.StatusCode)
 	}
 }

@@ -5,12 +5,18 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 )
 
 // maxCheckBody bounds a /v1/check request body.
 const maxCheckBody = 64 << 10
+
+// checkReadTimeout bounds the read of a /v1/check request, headers and
+// body: a client that sends its body slowly, or stops halfway, would hold
+// its connection (and a stop's drain) for as long as it likes.
+const checkReadTimeout = 10 * time.Second
 
 // checkRequest is the JSON body of POST /v1/check.
 type checkBody struct {
@@ -64,9 +70,11 @@ type checkError struct {
 // answers 200 with {"overall": "OK"|"OVER_LIMIT", "statuses": [...],
 // "retry_after_ms": N} whatever the decision (with headers, the draft-10
 // RateLimit and RateLimit-Policy headers too), 400 for a malformed request
-// (unknown fields included), 405 for another method, 413 for a body over
+// (unknown fields included), 405 for another method, 408 for a request
+// not read within 10 seconds (the server's ReadTimeout), 413 for a body over
 // 64 KiB, and 503 (Retry-After: Options.RetryAfter, in whole seconds)
-// when the store cannot decide and on_store_error is unavailable. Errors are {"error": code, "message": text}.
+// when the store cannot decide and on_store_error is unavailable. Errors
+// are {"error": code, "message": text}.
 func CheckHandler(e *Engine, headers bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -81,6 +89,10 @@ func CheckHandler(e *Engine, headers bool) http.Handler {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				writeJSON(w, http.StatusRequestEntityTooLarge, checkError{"too_large", "the body exceeds 64 KiB"})
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				writeJSON(w, http.StatusRequestTimeout, checkError{"request_timeout", "the body did not arrive in time"})
 				return
 			}
 			writeJSON(w, http.StatusBadRequest, checkError{"bad_request", "malformed JSON: " + err.Error()})

@@ -50,6 +50,9 @@ type Server struct {
 	tls    *tls.Config
 	opts   ServerOptions
 
+	// readTimeout bounds the read of an HTTP check request, body
+	// included (checkReadTimeout unless a test changes it).
+	readTimeout time.Duration
 	// drainContext returns the context of a graceful stop of d;
 	// context.WithTimeout unless a test replaces it.
 	drainContext func(d time.Duration) (context.Context, context.CancelFunc)
@@ -76,7 +79,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 		OnStoreError: cfg.RLS.OnStoreError, RetryAfter: cfg.Store.Redis.BreakerCooldown, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
 		Metrics: o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
-	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles),
+	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles), readTimeout: checkReadTimeout,
 		drainContext: func(d time.Duration) (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), d)
 		}}
@@ -131,7 +134,8 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 		// service's logger, like the gateway's, not to the log package's
 		// stderr, whose synchronous write would hold the connection's
 		// goroutine on a stuck stderr.
-		hs = &http.Server{Handler: s.check, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
+		hs = &http.Server{Handler: s.check, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: s.readTimeout,
+			IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
 			ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)}
 		if s.tls != nil {
 			httpLn = tls.NewListener(httpLn, s.tls)
