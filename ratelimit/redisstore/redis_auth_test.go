@@ -47,3 +47,19 @@ func TestRedisStoreWrongPasswordNamesCause(t *testing.T) {
 		})
 	}
 }
+
+// TestPingRedisNamesUnresolvableHost: a Redis address whose host name
+// does not resolve (DNS down, a typo, a service removed) is named as such
+// by PingRedis, the cause the start's store check logs first; a DNS
+// lookup that timed out was reported as "no answer in time", as if Redis
+// were slow.
+func TestPingRedisNamesUnresolvableHost(t *testing.T) {
+	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{"quotagate-test.invalid:6379"}})
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := redisstore.PingRedis(ctx, client)
+	if !errors.Is(err, ratelimit.ErrUnavailable) || !strings.Contains(err.Error(), "does not resolve") {
+		t.Errorf("PingRedis = %v, want ErrUnavailable saying the host name does not resolve", err)
+	}
+}

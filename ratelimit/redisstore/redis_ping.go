@@ -21,9 +21,9 @@ import (
 // returns an error wrapping ratelimit.ErrUnavailable and the client's error, whose
 // text starts with the cause in words where it is one an operator can
 // fix: a wrong password (WRONGPASS), a missing one (NOAUTH), a refused
-// connection, a failed TLS handshake, a connection closed without a reply
-// (as a TLS-only server does to plain TCP), an endpoint that is not
-// Redis, or no answer before ctx's deadline.
+// connection, a host name that does not resolve, a failed TLS handshake,
+// a connection closed without a reply (as a TLS-only server does to plain
+// TCP), an endpoint that is not Redis, or no answer before ctx's deadline.
 //
 // On a Cluster it sends PING to every primary at once and returns nil as
 // soon as one answers: the store answers while any primary does (as the
@@ -55,6 +55,7 @@ func redisCause(err error) string {
 		hostname x509.HostnameError
 		record   tls.RecordHeaderError
 		alert    tls.AlertError
+		dnsErr   *net.DNSError
 		netErr   net.Error
 	)
 	switch {
@@ -62,6 +63,10 @@ func redisCause(err error) string {
 		return "Redis refused the credentials (WRONGPASS): check store.redis.username and the password in store.redis.password_env"
 	case strings.Contains(msg, "NOAUTH"):
 		return "Redis requires a password (NOAUTH): set store.redis.password_env"
+	case errors.As(err, &dnsErr):
+		// Before the timeout case: a DNS lookup that timed out is not
+		// a Redis that does not answer.
+		return "the host name does not resolve (DNS): check store.redis.addrs and the resolver"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused: nothing listens at the address"
 	case errors.Is(err, ErrReplyBound):
