@@ -487,6 +487,11 @@ type ReserveFrom struct {
 	// for the same limit as JSON, such as max_completion_tokens: a body
 	// that states several reserves the largest. Only with JSON.
 	JSONAliases []string `mapstructure:"json_aliases"`
+	// JSONCount is a path into the body whose value multiplies the
+	// reservation stated at JSON, such as n (the number of completions,
+	// each up to max_tokens); absent, null or 0 count as 1. Only with
+	// JSON.
+	JSONCount string `mapstructure:"json_count"`
 	// Header is a request header.
 	Header string `mapstructure:"header"`
 }

@@ -79,6 +79,10 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 		if len(f.JSONAliases) > 0 && f.JSON == "" {
 			errs.add(p+".reserve_from.json_aliases", "needs json: they are more names of the field json names")
 		}
+		if f.JSONCount != "" && f.JSON == "" {
+			errs.add(p+".reserve_from.json_count", "needs json: it multiplies the reservation json states")
+		}
+		sourceErr(errs, p+".reserve_from.json_count", usage.RequestSource{JSON: f.JSONCount}.Validate(), "json")
 		for j, a := range f.JSONAliases {
 			if a == "" {
 				errs.add(index(p+".reserve_from.json_aliases", j), "must not be empty")

@@ -190,6 +190,9 @@ func showCost(r Route) any {
 		if len(f.JSONAliases) > 0 {
 			rf["json_aliases"] = copyList(f.JSONAliases)
 		}
+		if f.JSONCount != "" {
+			rf["json_count"] = f.JSONCount
+		}
 		m["reserve_from"] = rf
 	}
 	if f := b.SettleFrom; f != nil {

@@ -49,7 +49,7 @@ func compileCost(rc config.Route) *costBlock {
 	}
 	cb := &costBlock{reserve: b.Reserve, max: b.Max, maxBody: b.MaxBody, missingMax: b.OnMissingUsage == config.MissingUsageMax}
 	if f := b.ReserveFrom; f != nil {
-		cb.reserveFrom, cb.asks = usage.RequestSource{JSON: f.JSON, JSONAliases: f.JSONAliases, Header: f.Header}, true
+		cb.reserveFrom, cb.asks = usage.RequestSource{JSON: f.JSON, JSONAliases: f.JSONAliases, JSONCount: f.JSONCount, Header: f.Header}, true
 	}
 	if f := b.SettleFrom; f != nil {
 		cb.settleFrom, cb.settles = usage.Source{Header: f.Header, JSON: f.JSON, SSE: f.SSE}, true

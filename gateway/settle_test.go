@@ -84,7 +84,7 @@ routes:
     policies: [tokens, requests]
     cost:
       reserve: 100
-      reserve_from: {json: max_tokens, json_aliases: [max_completion_tokens], header: X-Max-Tokens}
+      reserve_from: {json: max_tokens, json_aliases: [max_completion_tokens], json_count: n, header: X-Max-Tokens}
       max: 500
       settle_from: {header: X-Usage, json: usage.total_tokens, sse: usage.total_tokens}
       settle_policies: [tokens]
@@ -141,7 +141,7 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
 	var keys strings.Builder
-	for i := 1; i <= 24; i++ {
+	for i := 1; i <= 25; i++ {
 		fmt.Fprintf(&keys, "    - {key_sha256: %s, tenant: t%d, tier: t}\n", sha256Hex("KEY"+strconv.Itoa(i)), i)
 	}
 	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String(), "TIMEOUT", timeout.String()).Replace(settleConfig)
@@ -747,6 +747,8 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		{"an alias states more", strings.NewReader(`{"max_tokens":1,"max_completion_tokens":400}`), nil, 400},
 		{"the alias alone", strings.NewReader(`{"max_completion_tokens":40}`), nil, 40},
 		{"an alias twice", strings.NewReader(`{"max_tokens":1,"max_completion_tokens":1,"max_completion_tokens":400}`), nil, 500},
+		// n completions of up to max_tokens each.
+		{"n completions", strings.NewReader(`{"max_tokens":100,"n":4}`), nil, 400},
 		{"no body, header", http.NoBody, map[string]string{"X-Max-Tokens": "40"}, 40},
 		{"no body, nothing", http.NoBody, nil, 500},
 		// The upstream reads the header it receives: one the request
@@ -775,37 +777,42 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 		})
 	}
 	t.Run("statuses", func(t *testing.T) {
-		// Tenant 24 holds 400: a hidden reservation of 500 does not fit
+		// Tenant 25 holds 400: a hidden reservation of 500 does not fit
 		// (429); one that states 300 does.
-		if resp, body := sf.post(t, 24, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
+		if resp, body := sf.post(t, 25, "/v1/chat/header?u=600", `{"max_tokens":500}`, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("using 600: %d %s", resp.StatusCode, body)
 		}
-		resp, body := send(24, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
+		resp, body := send(25, bytes.NewReader(gz.Bytes()), map[string]string{"Content-Encoding": "gzip", "X-Max-Tokens": "1"})
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Errorf("gzip'd body with 400 left: %d %s, want 429 (500 reserved)", resp.StatusCode, body)
 		}
-		if resp, body := send(24, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
+		if resp, body := send(25, strings.NewReader(`{"max_tokens":300}`), nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("stating 300 with 400 left: %d %s, want 200", resp.StatusCode, body)
 		}
+		// n completions of 200 each ask for 600, above max: 400.
+		if resp, body := send(22, strings.NewReader(`{"max_tokens":200,"n":3}`), nil); resp.StatusCode != http.StatusBadRequest ||
+			!strings.Contains(body, "reserve 600 units") {
+			t.Errorf("3 completions of 200, max 500: %d %s, want 400 saying 600", resp.StatusCode, body)
+		}
 		// Above server.max_body_bytes: 413, nothing reserved.
-		resp, body = send(23, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
+		resp, body = send(24, strings.NewReader(`{"messages":"`+strings.Repeat("y", 2<<20)+`"}`), nil)
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "payload_too_large") {
 			t.Errorf("body above max_body_bytes: %d %s, want 413 payload_too_large", resp.StatusCode, body)
 		}
-		if got := sf.remaining(t, 23)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 24)["tokens"]; got != 1000 {
 			t.Errorf("a 413 took %d tokens", 1000-got)
 		}
 		// X-Max-Tokens twice on a request without a body: the upstream
 		// may read either line (or both), so it states nothing the
 		// gateway can reserve: 400 naming the header, nothing reserved.
 		req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/missing", http.NoBody)
-		req.Header.Set("X-API-Key", "KEY22")
+		req.Header.Set("X-API-Key", "KEY23")
 		req.Header["X-Max-Tokens"] = []string{"1", "400"}
 		hresp, b := sf.send(t, req)
 		if hresp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "X-Max-Tokens") {
 			t.Errorf("X-Max-Tokens twice: %d %s, want 400 naming the header", hresp.StatusCode, b)
 		}
-		if got := sf.remaining(t, 22)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 23)["tokens"]; got != 1000 {
 			t.Errorf("a repeated X-Max-Tokens reserved %d tokens", 1000-got)
 		}
 		// The same header in another spelling: an upstream that reads
@@ -819,7 +826,7 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 			{map[string][]string{"X_max_tokens": {"100000"}}, "reserve 100000 units"},
 		} {
 			req, _ := http.NewRequest("POST", sf.front.URL+"/v1/chat/missing", http.NoBody)
-			req.Header.Set("X-API-Key", "KEY21")
+			req.Header.Set("X-API-Key", "KEY22")
 			for k, v := range c.hdr {
 				req.Header[k] = v
 			}
@@ -828,7 +835,7 @@ func TestSettleReserveMaxWhenBodyHides(t *testing.T) {
 				t.Errorf("%v: %d %s, want 400 saying %q", c.hdr, hresp.StatusCode, b, c.want)
 			}
 		}
-		if got := sf.remaining(t, 21)["tokens"]; got != 1000 {
+		if got := sf.remaining(t, 22)["tokens"]; got != 1000 {
 			t.Errorf("X-Max-Tokens in two spellings or above max reserved %d tokens", 1000-got)
 		}
 	})

@@ -32,6 +32,13 @@ type RequestSource struct {
 	// reserves the largest, and one that states any of them ambiguously
 	// states nothing.
 	JSONAliases []string
+	// JSONCount is a path into the body whose value multiplies the work
+	// asked for, such as "n" (the number of completions, each up to
+	// max_tokens; read only with JSON): the stated reservation is
+	// multiplied by it (absent, null or 0 count as 1, a product past
+	// MaxUnits as MaxUnits). A value that is not a usage is malformed,
+	// and one stated ambiguously states nothing, as for JSON.
+	JSONCount string
 }
 
 // Validate reports whether s can be used: Header a valid field name, JSON
@@ -39,6 +46,7 @@ type RequestSource struct {
 // validate: an invalid field is never present.
 func (s RequestSource) Validate() error {
 	errs := []error{validHeader("header", s.Header), validPath("json", s.JSON)}
+	errs = append(errs, validPath("json_count", s.JSONCount))
 	for i, a := range s.JSONAliases {
 		if a == "" {
 			errs = append(errs, fmt.Errorf("json_aliases[%d]: is empty", i))
@@ -97,7 +105,11 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 				paths, names = append(paths, ap), append(names, a)
 			}
 		}
-		res, n, at, err := jsonPrefix(r, paths, maxPrefix)
+		limits := len(paths)
+		if cp, cerr := parsePath(src.JSONCount); cerr == nil {
+			paths, names = append(paths, cp), append(names, src.JSONCount)
+		}
+		res, n, at, err := jsonPrefix(r, paths, limits, maxPrefix)
 		switch {
 		case err != nil:
 			return 0, false, fmt.Errorf("usage: reading the request body: %w", err)
@@ -172,14 +184,16 @@ func hasBody(r *http.Request) bool {
 
 // jsonPrefix reads r's body to its end, at most limit bytes, puts what
 // it read back in front of the rest, and returns the value at the paths
-// ps: resAbsent unless the body is one JSON value (whitespace may follow)
-// that ends within limit bytes and states every path at most once (see
-// strictKeys); else resInvalid when a path holds a value that is not a
-// usage (at is its index), else the largest usage found. The body is
-// read past its value because an upstream may read more than the first
-// value (a stream of JSON values), and one that is not one value states
-// nothing the gateway can rely on.
-func jsonPrefix(r *http.Request, ps []path, limit int64) (res uint8, units uint64, at int, err error) {
+// ps, of which the first limits name the limit and the one after them,
+// if any, a count that multiplies it: resAbsent unless the body is one
+// JSON value (whitespace may follow) that ends within limit bytes and
+// states every path at most once (see strictKeys); else resInvalid when
+// a path holds a value that is not a usage (at is its index), else the
+// largest usage found at a limit path times the count (at most
+// MaxUnits). The body is read past its value because an upstream may
+// read more than the first value (a stream of JSON values), and one that
+// is not one value states nothing the gateway can rely on.
+func jsonPrefix(r *http.Request, ps []path, limits int, limit int64) (res uint8, units uint64, at int, err error) {
 	var one [1]scanner
 	scs := one[:]
 	if len(ps) > 1 {
@@ -220,19 +234,35 @@ func jsonPrefix(r *http.Request, ps []path, limit int64) (res uint8, units uint6
 	if err != nil || !eof {
 		return resAbsent, 0, 0, err
 	}
-	res = resAbsent
+	res, count := resAbsent, uint64(1)
 	for i := range scs {
 		r, n, _ := scs[i].end()
 		switch {
 		case scs[i].ambiguous:
 			return resAbsent, 0, 0, nil
-		case r == resInvalid && res != resInvalid:
-			res, at = resInvalid, i
-		case r == resFound && res != resInvalid:
+		case r == resInvalid:
+			if res != resInvalid {
+				res, at = resInvalid, i
+			}
+		case r != resFound:
+		case i >= limits:
+			count = max(n, 1)
+		case res != resInvalid:
 			res, units = resFound, max(units, n)
 		}
 	}
+	if res == resFound {
+		units = mulUnits(units, count)
+	}
 	return res, units, at, nil
+}
+
+// mulUnits returns a × b, or MaxUnits when that is more.
+func mulUnits(a, b uint64) uint64 {
+	if b != 0 && a > MaxUnits/b {
+		return MaxUnits
+	}
+	return min(a*b, MaxUnits)
 }
 
 // prefixed is a request body whose first bytes were read ahead.

@@ -222,13 +222,14 @@ func TestFromRequestHeaderAsForwarded(t *testing.T) {
 	}
 }
 
-// TestFromRequestAliases: a body may state the limit in a field the
-// upstream takes for the same one (vLLM reads max_completion_tokens
-// before max_tokens): the largest stated value is reserved, a value that
-// is not a usage in any of them is malformed, and a field stated
+// TestFromRequestAliasesAndCount: a body may state the limit in a field
+// the upstream takes for the same one (vLLM reads max_completion_tokens
+// before max_tokens): the largest stated value is reserved, times the
+// count field (n completions, each up to max_tokens) when stated. A value
+// that is not a usage in any of them is malformed, and a field stated
 // ambiguously states nothing, whatever the others say.
-func TestFromRequestAliases(t *testing.T) {
-	src := RequestSource{JSON: "max_tokens", JSONAliases: []string{"max_completion_tokens"}}
+func TestFromRequestAliasesAndCount(t *testing.T) {
+	src := RequestSource{JSON: "max_tokens", JSONAliases: []string{"max_completion_tokens"}, JSONCount: "n"}
 	for _, tc := range []struct {
 		name, body string
 		units      uint64
@@ -244,6 +245,15 @@ func TestFromRequestAliases(t *testing.T) {
 		{"alias twice", `{"max_tokens":1,"max_completion_tokens":1,"max_completion_tokens":40000}`, 0, false, false},
 		{"alias in another case", `{"max_tokens":1,"Max_Completion_Tokens":40000}`, 0, false, false},
 		{"neither", `{"model":"m"}`, 0, false, false},
+		{"count", `{"max_tokens":30,"n":4}`, 120, true, false},
+		{"count first, alias larger", `{"n":3,"max_tokens":1,"max_completion_tokens":50}`, 150, true, false},
+		{"count 0", `{"max_tokens":30,"n":0}`, 30, true, false},
+		{"count null", `{"max_tokens":30,"n":null}`, 30, true, false},
+		{"count past 2^53", `{"max_tokens":9007199254740992,"n":2}`, MaxUnits, true, false},
+		{"count alone", `{"n":4}`, 0, false, false},
+		{"count malformed", `{"max_tokens":30,"n":"4"}`, 0, false, true},
+		{"count twice", `{"max_tokens":30,"n":1,"n":400}`, 0, false, false},
+		{"count in another case", `{"max_tokens":30,"n":1,"N":400}`, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("POST", "http://x/", strings.NewReader(tc.body))
@@ -251,8 +261,8 @@ func TestFromRequestAliases(t *testing.T) {
 			if tc.malformed != errors.Is(err, ErrMalformed) || (!tc.malformed && err != nil) {
 				t.Fatalf("err = %v, want malformed %v", err, tc.malformed)
 			}
-			if tc.malformed && !strings.Contains(err.Error(), "max_completion_tokens") {
-				t.Errorf("err = %v, want it to name max_completion_tokens", err)
+			if tc.malformed && !strings.Contains(err.Error(), "max_completion_tokens") && !strings.Contains(err.Error(), "field n:") {
+				t.Errorf("err = %v, want it to name the field", err)
 			}
 			if n != tc.units || found != tc.found {
 				t.Errorf("got %d, %v; want %d, %v", n, found, tc.units, tc.found)
