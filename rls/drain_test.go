@@ -2,6 +2,7 @@ package rls
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -129,5 +132,56 @@ func TestStalledCheckBodyIsCut(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestTimeout {
 		t.Errorf("a stalled body: %d, want 408", resp.StatusCode)
+	}
+}
+
+// TestStreamsPerConnectionBounded: a client that opens streams and never
+// sends their messages (ignoring the server's SETTINGS, as an attacker
+// would) has the stream beyond MaxStreams refused. Before, gRPC's default
+// (2^32-1) let one connection open streams without end, each holding a
+// goroutine that waits for its message.
+func TestStreamsPerConnectionBounded(t *testing.T) {
+	_, conn, _ := startServer(t, false)
+	c, err := net.Dial("tcp", conn.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute)) // a hang, not a slow machine
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "rls"},
+		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	last := uint32(2*MaxStreams + 1) // stream ids are odd: this is the (MaxStreams+1)th
+	for id := uint32(1); id <= last; id += 2 {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no stream refused after %d open: %v", MaxStreams+1, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID != last || f.ErrCode != http2.ErrCodeRefusedStream {
+				t.Fatalf("stream %d reset with %v; want only stream %d refused", f.StreamID, f.ErrCode, last)
+			}
+			return
+		}
 	}
 }

@@ -46,6 +46,12 @@ const (
 	// with failure_mode_deny: false answers by applying no limit: 4 MiB
 	// holds 68 entries of 60 KiB (Envoy's default max_request_headers_kb).
 	MaxRequestBytes = 4 << 20
+	// MaxStreams bounds the calls one gRPC connection has open at once
+	// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). Without it a client could
+	// open streams that never send their message, each holding a
+	// goroutine, until memory runs out. Envoy opens another connection
+	// when one is full.
+	MaxStreams = 1024
 )
 
 // Request asks for one decision over several descriptors.

@@ -97,7 +97,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	// The codec decodes requests whose strings are not UTF-8 (see
 	// requestCodec).
 	gopts = append(gopts, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.MaxRecvMsgSize(MaxRequestBytes),
-		grpc.ForceServerCodecV2(newRequestCodec()))
+		grpc.ForceServerCodecV2(newRequestCodec()), grpc.MaxConcurrentStreams(MaxStreams))
 	s.grpc = grpc.NewServer(gopts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, NewService(e, cfg.RLS.ResponseHeaders))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
