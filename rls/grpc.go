@@ -51,7 +51,10 @@ var overrideUnits = map[typev3.RateLimitUnit]Unit{
 
 // ShouldRateLimit decides a request. A malformed request is
 // INVALID_ARGUMENT; a store failure whose on_store_error is unavailable is
-// UNAVAILABLE, so that Envoy's failure_mode_deny decides. A descriptor with
+// UNAVAILABLE, so that Envoy's failure_mode_deny decides; a caller that
+// left before the store decided (it cancelled, or its grpc-timeout passed)
+// gets CANCELLED or DEADLINE_EXCEEDED, which is not a store failure. Keys
+// and values may hold any bytes (see requestCodec). A descriptor with
 // is_negative_hits (a refund) is answered OK and charges nothing: refunds
 // are not supported.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
