@@ -11,8 +11,9 @@ import (
 //
 // It shows no secret: API keys appear as their tenant and tier only (no
 // hash, not even a part of it), passwords, JWT secrets and the admin token
-// only by the name of the environment variable holding them, and an
-// upstream URL without its user information and query (see showURL). It is built field by field, so a field added to
+// only by the name of the environment variable holding them, TLS files by
+// path only, and an upstream URL without its user information and query
+// (see showURL). It is built field by field, so a field added to
 // Config stays hidden until it is added here.
 func (c *Config) Redacted() map[string]any {
 	keys := make([]any, len(c.Identity.APIKeys))
@@ -109,6 +110,7 @@ func (c *Config) Redacted() map[string]any {
 				"key_prefix":       rd.KeyPrefix,
 				"breaker_failures": rd.BreakerFailures,
 				"breaker_cooldown": dur(rd.BreakerCooldown),
+				"tls":              rd.TLS.redacted(),
 			},
 		},
 		"identity":  identity,
@@ -118,6 +120,20 @@ func (c *Config) Redacted() map[string]any {
 		"upstreams": upstreams,
 		"routes":    routes,
 		"rls":       c.RLS.redacted(),
+	}
+}
+
+// redacted shows the TLS settings of the store: whether it is on, and the
+// files by path only (never what they hold). The server's certificate is
+// always verified (there is no setting to skip that), against ca_file or,
+// when it is empty, the system's roots.
+func (t RedisTLS) redacted() map[string]any {
+	return map[string]any{
+		"enabled":     t.Enabled,
+		"ca_file":     t.CAFile,
+		"cert_file":   t.CertFile,
+		"key_file":    t.KeyFile,
+		"server_name": t.ServerName,
 	}
 }
 

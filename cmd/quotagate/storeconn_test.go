@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"syscall"
@@ -103,7 +105,8 @@ func TestBinaryNamesWrongRedisPassword(t *testing.T) {
 // TestBinaryDecidesOverTLS runs the gateway against a real redis-server
 // that speaks only TLS and requires a client certificate: decisions reach
 // Redis (a burst of 2 admits 2 and denies the third, and the keys are
-// there), and no store error is logged.
+// there), no store error is logged, and the admin /config shows the TLS
+// settings (files by path only).
 func TestBinaryDecidesOverTLS(t *testing.T) {
 	files := redistest.NewTLSFiles(t)
 	srv := redistest.StartStandaloneWith(t, redistest.Options{Password: "pw", TLS: files})
@@ -120,6 +123,34 @@ func TestBinaryDecidesOverTLS(t *testing.T) {
 	}
 	if lines := storeErrorLines(p); len(lines) != 0 {
 		t.Fatalf("store ERROR lines with TLS working: %v", lines)
+	}
+	checkConfigShowsTLS(t, p, files)
+}
+
+// checkConfigShowsTLS checks that the admin /config of p shows
+// store.redis.tls as configured, files by path, and nothing they hold.
+func checkConfigShowsTLS(t *testing.T, p *proctest.Proc, files *redistest.TLSFiles) {
+	t.Helper()
+	code, _, body := getStatus(t, p.AdminURL()+"/config", "")
+	var cfg struct {
+		Store struct {
+			Redis struct {
+				TLS map[string]any `json:"tls"`
+			} `json:"redis"`
+		} `json:"store"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &cfg) != nil {
+		t.Fatalf("GET /config: %d %s", code, body)
+	}
+	want := map[string]any{"enabled": true, "ca_file": files.CA, "cert_file": files.ClientCert,
+		"key_file": files.ClientKey, "server_name": "localhost"}
+	if !maps.Equal(cfg.Store.Redis.TLS, want) {
+		t.Errorf("/config store.redis.tls = %v, want %v", cfg.Store.Redis.TLS, want)
+	}
+	for _, secret := range []string{"-----BEGIN", "PRIVATE KEY", `"pw"`} {
+		if strings.Contains(body, secret) {
+			t.Errorf("/config shows %q: %s", secret, body)
+		}
 	}
 }
 
