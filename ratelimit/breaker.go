@@ -162,21 +162,35 @@ func (b *Breaker) cell(ctx context.Context, items []Item) *breakerCell {
 	return c
 }
 
-// each calls f with every domain's cell.
+// each calls f with every domain's cell that counts (see counted).
 func (b *Breaker) each(f func(*breakerCell)) {
 	if b.partition == nil {
 		f(b.only)
 		return
 	}
-	b.mu.Lock()
-	cells := make([]*breakerCell, 0, len(b.cells))
-	for _, c := range b.cells {
-		cells = append(cells, c)
-	}
-	b.mu.Unlock()
-	for _, c := range cells {
+	for _, c := range b.counted() {
 		f(c)
 	}
+}
+
+// counted returns the cells of the domains seen so far, by name, without
+// the domain "" while it is closed and another domain exists. A Partition
+// names "" the calls whose domain it cannot tell yet (a Cluster whose slot
+// map is not known); once it can, that domain is left from the first
+// calls and says nothing about the store, so it neither keeps AllOpen
+// false while every named domain is open nor shows in States. Open, it
+// still counts: its calls are refused.
+func (b *Breaker) counted() map[string]*breakerCell {
+	b.mu.Lock()
+	cells := make(map[string]*breakerCell, len(b.cells))
+	for name, c := range b.cells {
+		cells[name] = c
+	}
+	b.mu.Unlock()
+	if c, ok := cells[""]; ok && len(cells) > 1 && b.stateOf(c) == BreakerClosed {
+		delete(cells, "")
+	}
+	return cells
 }
 
 // admit reports whether a call may go to the store, and whether it is the
@@ -257,19 +271,15 @@ func (b *Breaker) State() BreakerState {
 }
 
 // States returns the state of each failure domain seen so far, by the name
-// BreakerOptions.Partition gave it (a Redis Cluster primary's address);
+// BreakerOptions.Partition gave it (a Redis Cluster primary's address),
+// but the domain "" while it is closed and another exists (see counted);
 // without Partition, the single domain is named "". An open domain whose
 // cooldown has passed reports BreakerHalfOpen, as State does.
 func (b *Breaker) States() map[string]BreakerState {
 	if b.partition == nil {
 		return map[string]BreakerState{"": b.stateOf(b.only)}
 	}
-	b.mu.Lock()
-	cells := make(map[string]*breakerCell, len(b.cells))
-	for name, c := range b.cells {
-		cells[name] = c
-	}
-	b.mu.Unlock()
+	cells := b.counted()
 	out := make(map[string]BreakerState, len(cells))
 	for name, c := range cells {
 		out[name] = b.stateOf(c)
@@ -277,8 +287,9 @@ func (b *Breaker) States() map[string]BreakerState {
 	return out
 }
 
-// AllOpen reports whether every failure domain seen so far is open, that
-// is, whether no decision can reach the store right now.
+// AllOpen reports whether every failure domain seen so far is open (a
+// closed domain "" aside, see counted), that is, whether no decision can
+// reach the store right now.
 func (b *Breaker) AllOpen() bool {
 	all, seen := true, false
 	b.each(func(c *breakerCell) {

@@ -62,3 +62,48 @@ func TestBreakerPartitionsIsolateDomains(t *testing.T) {
 		t.Fatalf("States without Partition = %v, want one closed domain named \"\"", st)
 	}
 }
+
+// TestBreakerUnknownDomainLeftOut: the domain "" (calls made before the
+// Partition could tell their domain, as a Cluster's before its slot map
+// is known) does not count once other domains exist while it is closed:
+// every named domain open is AllOpen, and States lists only them. Open,
+// it counts like any other.
+func TestBreakerUnknownDomainLeftOut(t *testing.T) {
+	now := time.Unix(1000, 0)
+	down := map[string]bool{"a": true}
+	b := NewBreaker(domainStore{down: down}, BreakerOptions{
+		Failures: 2, Cooldown: time.Second, Now: func() time.Time { return now },
+		Partition: func(_ context.Context, items []Item) string {
+			if items[0].Key == "?" {
+				return ""
+			}
+			return items[0].Key
+		},
+	})
+	call := func(key string) error {
+		_, err := b.Decide(context.Background(), []Item{{Key: key}})
+		return err
+	}
+	if err := call("?"); err != nil {
+		t.Fatalf("a call of no known domain: %v", err)
+	}
+	for range 2 {
+		_ = call("a")
+	}
+	if !b.AllOpen() {
+		t.Errorf("AllOpen false with the only named domain open and the unknown one closed (States %v)", b.States())
+	}
+	if st := b.States(); len(st) != 1 || st["a"] != BreakerOpen {
+		t.Errorf("States = %v, want only a, open", st)
+	}
+	down["?"] = true
+	for range 2 {
+		_ = call("?")
+	}
+	if st := b.States(); len(st) != 2 || st[""] != BreakerOpen {
+		t.Errorf("States = %v with the unknown domain open, want it listed, open", st)
+	}
+	if !b.AllOpen() || b.State() != BreakerOpen {
+		t.Errorf("AllOpen %v, State %v with every domain open", b.AllOpen(), b.State())
+	}
+}

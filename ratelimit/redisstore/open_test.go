@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -310,5 +311,46 @@ func TestOpenPingClusterWhileAnyPrimaryAnswers(t *testing.T) {
 	nodes[2].Kill()
 	if err := ping(time.Second); !errors.Is(err, ratelimit.ErrUnavailable) {
 		t.Errorf("PING with no primary answering: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestOpenClusterAllDownAfterHealthyStart: on a Cluster that answered
+// from the start, once every primary is dead and each one's breaker has
+// opened, the stack reports the store all down (readiness then says
+// "store circuit open" without a PING, and concurrency slots are no
+// longer released to it): the domain of the first decisions, made
+// before the slot map was known, does not keep it up.
+func TestOpenClusterAllDownAfterHealthyStart(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	s := redisstore.Open(redisstore.Config{Addrs: c.Addrs(), Timeout: 250 * time.Millisecond,
+		BreakerFailures: 2, BreakerCooldown: time.Hour, FleetStatic: true, FleetSize: 1})
+	t.Cleanup(func() { _ = s.Close() })
+	prefix := redistest.KeyPrefix(t)
+	var items []ratelimit.Item
+	for _, n := range c.Nodes() {
+		for i := 0; ; i++ {
+			if k := fmt.Sprintf("%s{all%d}k", prefix, i); c.PrimaryForKey(k) == n {
+				it := tb(k, 1, 100, time.Hour, 1)
+				it.OnError = ratelimit.OnErrorOpen
+				items = append(items, it)
+				break
+			}
+		}
+	}
+	for _, it := range items {
+		if err := failureOpen(t, s, it); err != nil {
+			proctest.FatalOverrun(t, "decision on the healthy Cluster: %v", err)
+		}
+	}
+	for _, n := range c.Nodes() {
+		n.Kill()
+	}
+	for _, it := range items {
+		for range 2 {
+			_ = failureOpen(t, s, it)
+		}
+	}
+	if h := s.Health(); !h.AllDown || h.Breaker != ratelimit.BreakerOpen {
+		t.Errorf("health %+v with every primary dead and its breaker open (domains %v), want all down", h, s.BreakerStates())
 	}
 }
