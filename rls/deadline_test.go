@@ -81,17 +81,7 @@ func TestCallerGoneBeforeTheStore(t *testing.T) {
 // day" (duration_until_reset, the RateLimit header's t=), telling clients
 // to stay away for a day after a blip of Redis.
 func TestClosedWhileRedisIsDown(t *testing.T) {
-	srv := redistest.StartStandalone(t)
-	store := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second,
-		BreakerFailures: 1, BreakerCooldown: 3 * time.Second, FleetStatic: true, KeyPrefix: redistest.KeyPrefix(t)})
-	t.Cleanup(func() { store.Close() })
-	cfg := config.Default()
-	cfg.Store.Redis.Timeout = 10 * time.Second
-	cfg.Store.Redis.BreakerCooldown = 3 * time.Second
-	cfg.RLS.OnStoreError = "closed"
-	cfg.RLS.ResponseHeaders = true
-	client, base := startServerOn(t, store, cfg)
-	srv.Kill()
+	client, base := startOnDeadRedis(t, "closed")
 	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("plan", "silver")}} // 1000 a day
 	// The failure, then the open breaker.
 	for i := range 2 {
@@ -117,4 +107,43 @@ func TestClosedWhileRedisIsDown(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"retry_after_ms":3000`) {
 		t.Errorf("HTTP check: %d %s, want OVER_LIMIT with retry_after_ms 3000", resp.StatusCode, body)
 	}
+}
+
+// TestUnavailableWhileRedisIsDown: with on_store_error unavailable and
+// Redis down, gRPC answers UNAVAILABLE (Envoy's failure_mode_deny
+// decides) and the HTTP API 503 with Retry-After the breaker's cooldown,
+// when Redis is tried again.
+func TestUnavailableWhileRedisIsDown(t *testing.T) {
+	client, base := startOnDeadRedis(t, "unavailable")
+	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("plan", "silver")}}
+	if _, err := client.ShouldRateLimit(context.Background(), in); status.Code(err) != codes.Unavailable {
+		t.Errorf("gRPC: %v, want Unavailable", err)
+	}
+	resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"domain": "edge", "descriptors": [[{"key": "plan", "value": "silver"}]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
+		t.Errorf("HTTP check: %d, Retry-After %q; want 503 with Retry-After 3", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// startOnDeadRedis serves testdata's rules with rls.on_store_error mode
+// and response headers on a Redis that it then kills, behind a breaker
+// that opens at the first failure and has a cooldown of 3s.
+func startOnDeadRedis(t *testing.T, mode string) (rlsv3.RateLimitServiceClient, string) {
+	t.Helper()
+	srv := redistest.StartStandalone(t)
+	store := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second,
+		BreakerFailures: 1, BreakerCooldown: 3 * time.Second, FleetStatic: true, KeyPrefix: redistest.KeyPrefix(t)})
+	t.Cleanup(func() { store.Close() })
+	cfg := config.Default()
+	cfg.Store.Redis.Timeout = 10 * time.Second
+	cfg.Store.Redis.BreakerCooldown = 3 * time.Second
+	cfg.RLS.OnStoreError = mode
+	cfg.RLS.ResponseHeaders = true
+	client, base := startServerOn(t, store, cfg)
+	srv.Kill()
+	return client, base
 }
