@@ -27,10 +27,21 @@ type decoder struct {
 }
 
 func (d *decoder) fail(path, problem string) {
-	if name, ok := d.env[path]; ok {
-		problem += " (from " + name + ")"
+	d.errs.add(path, d.sourced(path, problem))
+}
+
+// sourced returns problem, the problem of the value at path, followed by
+// " (from NAME)" when that value, or the one it is part of (a list's item),
+// was set from the environment variable NAME, so that whoever reads the
+// problem looks for it in the environment rather than in the file.
+func (d *decoder) sourced(path, problem string) string {
+	for p, name := range d.env {
+		// Variables set leaves, none below another: at most one matches.
+		if under(path, p) {
+			return problem + " (from " + name + ")"
+		}
 	}
-	d.errs.add(path, problem)
+	return problem
 }
 
 var (

@@ -30,7 +30,9 @@ const EnvPrefix = "QUOTAGATE_"
 // up; nil means os.LookupEnv.
 //
 // A configuration problem (unknown key, value of the wrong type, failed
-// validation) makes Load return Errors holding every problem found. Any
+// validation) makes Load return Errors holding every problem found; the
+// problem of a value set from a variable (or of an item of its list) ends
+// with " (from NAME)", naming the variable. Any
 // other error (unreadable file, malformed YAML) is returned wrapped, naming
 // the file.
 func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
@@ -95,9 +97,11 @@ func build(v *viper.Viper, codec *yamlCodec, getenv func(string) (string, bool))
 	}
 	// A value that could not be decoded was left at its default; what
 	// validation says about it (or below it) would only repeat the problem.
+	// A value from a variable names it, as a problem of decoding does.
 	all := d.errs
 	for _, e := range errs {
 		if !coveredBy(e.Path, d.errs) {
+			e.Problem = d.sourced(e.Path, e.Problem)
 			all = append(all, e)
 		}
 	}

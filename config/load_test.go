@@ -196,10 +196,70 @@ func TestEnvOverrideInvalid(t *testing.T) {
 		"QUOTAGATE_STORE_KIND":          "redis",
 		"QUOTAGATE_STORE_REDIS_ADDRS":   " , ",
 	}))
-	want := `store.redis.addrs: must list at least one host:port when store.kind is "redis"` + "\n" +
+	want := `store.redis.addrs: must list at least one host:port when store.kind is "redis" (from QUOTAGATE_STORE_REDIS_ADDRS)` + "\n" +
 		`store.redis.timeout: must be a duration such as 250ms, 1s or 1m, got "fast" (from QUOTAGATE_STORE_REDIS_TIMEOUT)`
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v\nwant %s", err, want)
+	}
+}
+
+// TestEnvOverrideRefusedByValidation: a value from a variable that decodes
+// but that validation refuses (out of range, or an item of a list) names
+// the variable, as one that does not decode does; a value refused in the
+// file names none.
+func TestEnvOverrideRefusedByValidation(t *testing.T) {
+	minimal, err := os.ReadFile("testdata/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(string(minimal), "identity:",
+		"store: {fleet: {ttl: 100ms}}\nidentity:", 1)
+	vars := map[string]string{
+		"QUOTAGATE_STORE_KIND":                  "redis",
+		"QUOTAGATE_STORE_REDIS_TIMEOUT":         "5s",
+		"QUOTAGATE_STORE_REDIS_ADDRS":           "10.0.0.1:6379,10.0.0.1:6379",
+		"QUOTAGATE_STORE_FLEET_SIZE":            "0",
+		"QUOTAGATE_LOG_LEVEL":                   "loud",
+		"QUOTAGATE_IDENTITY_ANONYMOUS_TIER":     "nobody",
+		"QUOTAGATE_IDENTITY_JWT_SECRET_ENV":     "JWT_SECRET",
+		"QUOTAGATE_IDENTITY_JWT_CLOCK_SKEW":     "1h",
+		"QUOTAGATE_SERVER_HEAP_FLOOR_BYTES":     "-1",
+		"QUOTAGATE_STORE_REDIS_PASSWORD_ENV":    "1BAD",
+		"QUOTAGATE_SERVER_TRUSTED_PROXIES":      "10.0.0.0/8,not-a-prefix",
+		"QUOTAGATE_STORE_REDIS_TLS_SERVER_NAME": "redis.internal",
+	}
+	_, err = Parse([]byte(yaml), env(vars))
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("err = %v, want config Errors", err)
+	}
+	byPath := map[string]string{}
+	for _, e := range errs {
+		byPath[e.Path] = e.Problem
+	}
+	for path, name := range map[string]string{
+		"store.redis.timeout":         "QUOTAGATE_STORE_REDIS_TIMEOUT",
+		"store.redis.addrs[1]":        "QUOTAGATE_STORE_REDIS_ADDRS",
+		"store.fleet_size":            "QUOTAGATE_STORE_FLEET_SIZE",
+		"log.level":                   "QUOTAGATE_LOG_LEVEL",
+		"identity.anonymous.tier":     "QUOTAGATE_IDENTITY_ANONYMOUS_TIER",
+		"identity.jwt.clock_skew":     "QUOTAGATE_IDENTITY_JWT_CLOCK_SKEW",
+		"server.heap_floor_bytes":     "QUOTAGATE_SERVER_HEAP_FLOOR_BYTES",
+		"store.redis.password_env":    "QUOTAGATE_STORE_REDIS_PASSWORD_ENV",
+		"server.trusted_proxies[1]":   "QUOTAGATE_SERVER_TRUSTED_PROXIES",
+		"store.redis.tls.server_name": "QUOTAGATE_STORE_REDIS_TLS_SERVER_NAME",
+	} {
+		problem, ok := byPath[path]
+		if !ok {
+			t.Errorf("no problem at %s; got:\n%v", path, err)
+			continue
+		}
+		if want := " (from " + name + ")"; !strings.HasSuffix(problem, want) || strings.Count(problem, "(from ") != 1 {
+			t.Errorf("%s: %s\nwant it to end with%s", path, problem, want)
+		}
+	}
+	if problem, ok := byPath["store.fleet.ttl"]; !ok || strings.Contains(problem, "(from ") {
+		t.Errorf("store.fleet.ttl, set in the file: %q, want a problem naming no variable", problem)
 	}
 }
 
