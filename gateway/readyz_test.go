@@ -8,8 +8,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
+
+// fallbackOnlyConfig is failureConfig with its closed policy in shadow
+// mode and another closed one no route uses: no enforced policy fails
+// closed.
+var fallbackOnlyConfig = strings.NewReplacer(
+	"fail_closed: {on_store_error: closed,", "fail_closed: {on_store_error: closed, shadow: true,",
+	"policies:\n", "policies:\n  unused: {on_store_error: closed, limits: {\"*\": {rate: 1, per: 1h, burst: 1}}}\n",
+).Replace(failureConfig)
 
 // readyz calls /readyz of f's admin handler and decodes its body.
 func (f *fixture) readyz(t *testing.T) (int, map[string]any) {
@@ -40,14 +51,8 @@ func names(body map[string]any, field string) []string {
 // but not a shadow one, which denies nobody — makes it 503. With Redis up
 // both are plain "ready".
 func TestReadyzFollowsOnStoreError(t *testing.T) {
-	// failureConfig with its closed policy in shadow mode and another
-	// closed one no route uses.
-	fallbackOnly := strings.NewReplacer(
-		"fail_closed: {on_store_error: closed,", "fail_closed: {on_store_error: closed, shadow: true,",
-		"policies:\n", "policies:\n  unused: {on_store_error: closed, limits: {\"*\": {rate: 1, per: 1h, burst: 1}}}\n",
-	).Replace(failureConfig)
 	srv := redistest.StartStandalone(t)
-	degradable := newRedisFixtureWith(t, srv, fallbackOnly)
+	degradable := newRedisFixtureWith(t, srv, fallbackOnlyConfig)
 	strict := newRedisFixture(t, srv)
 	for _, f := range []*fixture{degradable, strict} {
 		if code, body := f.readyz(t); code != http.StatusOK || body["status"] != "ready" || body["store"] != nil {
@@ -77,8 +82,8 @@ func TestReadyzFollowsOnStoreError(t *testing.T) {
 	}
 
 	code, body = strict.readyz(t)
-	if code != http.StatusServiceUnavailable || !strings.HasPrefix(body["status"].(string), "store ") {
-		t.Errorf("Redis stopped, a closed policy: /readyz = %d %v, want 503 naming the store", code, body)
+	if code != http.StatusServiceUnavailable || body["status"] != "store unreachable" || body["store"] != "store unreachable" {
+		t.Errorf("Redis stopped, a closed policy: /readyz = %d %v, want 503 store unreachable", code, body)
 	}
 	if got := names(body, "fail_closed"); !slices.Equal(got, []string{"fail_closed"}) {
 		t.Errorf("fail_closed = %v, want [fail_closed]", got)
@@ -90,5 +95,61 @@ func TestReadyzFollowsOnStoreError(t *testing.T) {
 	}
 	if code, body := degradable.readyz(t); code != http.StatusOK || body["status"] != "degraded" || body["store"] != "store circuit open" {
 		t.Errorf("breaker open, only open/local policies: /readyz = %d %v, want 200 degraded, store circuit open", code, body)
+	}
+}
+
+// TestReadyzClusterCircuitOpen: once every primary of a real Cluster has
+// died and the breaker of each primary the gateway decided on is open,
+// /readyz says "store circuit open" (503 with a closed policy enforced,
+// 200 "degraded" without), not "store unreachable" from a PING: the
+// breaker of the decisions made before the slot map was known, closed
+// since, does not count.
+func TestReadyzClusterCircuitOpen(t *testing.T) {
+	c := redistest.StartCluster(t, 2)
+	cluster := func(yaml, path string) (*fixture, string) {
+		f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
+		// A cooldown far longer than the test: the breakers stay open.
+		text := strings.NewReplacer("REDIS", strings.Join(c.Addrs(), ", "), "UPSTREAM", f.upstream.srv.URL,
+			"breaker_cooldown: 200ms", "breaker_cooldown: 1h").Replace(yaml)
+		f.path = writeConfig(t, text)
+		cfg, err := config.Load(f.path, testGetenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw, err := New(cfg, Options{Now: f.clock.Now, OpenStore: func(s config.Store) (*ratelimit.Stack, error) {
+			r := s.Redis
+			// A static fleet: no heartbeat counts in a breaker of its own.
+			return redisstore.Open(redisstore.Config{Addrs: r.Addrs, PoolSize: r.PoolSize, Timeout: r.Timeout,
+				BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, Now: f.clock.Now,
+				FleetSize: s.FleetSize, FleetStatic: true, KeyPrefix: r.KeyPrefix}), nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = gw.Close() })
+		f.gw = gw
+		return f, path
+	}
+	strict, strictPath := cluster(failureConfig, "/closed")
+	degradable, degradablePath := cluster(fallbackOnlyConfig, "/open")
+	for f, path := range map[*fixture]string{strict: strictPath, degradable: degradablePath} {
+		if code, _, _ := f.timed(path); code != http.StatusOK {
+			t.Fatalf("%s with the Cluster up: %d, want 200", path, code)
+		}
+	}
+	for _, n := range c.Nodes() {
+		n.Kill()
+	}
+	// breaker_failures is 3 in failureConfig; the cooldown is an hour.
+	for f, path := range map[*fixture]string{strict: strictPath, degradable: degradablePath} {
+		for range 3 {
+			f.timed(path)
+		}
+	}
+	if code, body := strict.readyz(t); code != http.StatusServiceUnavailable || body["status"] != "store circuit open" || body["store"] != "store circuit open" {
+		t.Errorf("every primary down, breakers open, a closed policy: /readyz = %d %v, want 503 store circuit open", code, body)
+	}
+	if code, body := degradable.readyz(t); code != http.StatusOK || body["status"] != "degraded" || body["store"] != "store circuit open" {
+		t.Errorf("every primary down, breakers open, only open/local policies: /readyz = %d %v, want 200 degraded, store circuit open", code, body)
 	}
 }
