@@ -43,6 +43,10 @@ type Config struct {
 	// RLS is the decision service (Envoy RLS v3 and the HTTP check API);
 	// off by default.
 	RLS RLS `mapstructure:"rls"`
+
+	// env maps the paths Load set from environment variables to the
+	// variables' names (see Sourced).
+	env map[string]string
 }
 
 // Server configures the two listeners and their HTTP limits.

@@ -27,15 +27,15 @@ type decoder struct {
 }
 
 func (d *decoder) fail(path, problem string) {
-	d.errs.add(path, d.sourced(path, problem))
+	d.errs.add(path, sourced(d.env, path, problem))
 }
 
 // sourced returns problem, the problem of the value at path, followed by
-// " (from NAME)" when that value, or the one it is part of (a list's item),
-// was set from the environment variable NAME, so that whoever reads the
-// problem looks for it in the environment rather than in the file.
-func (d *decoder) sourced(path, problem string) string {
-	for p, name := range d.env {
+// " (from NAME)" when env says that value, or the one it is part of (a
+// list's item), was set from the environment variable NAME, so that whoever
+// reads the problem looks for it in the environment rather than in the file.
+func sourced(env map[string]string, path, problem string) string {
+	for p, name := range env {
 		// Variables set leaves, none below another: at most one matches.
 		if under(path, p) {
 			return problem + " (from " + name + ")"

@@ -101,14 +101,31 @@ func build(v *viper.Viper, codec *yamlCodec, getenv func(string) (string, bool))
 	all := d.errs
 	for _, e := range errs {
 		if !coveredBy(e.Path, d.errs) {
-			e.Problem = d.sourced(e.Path, e.Problem)
+			e.Problem = sourced(d.env, e.Path, e.Problem)
 			all = append(all, e)
 		}
 	}
 	if len(all) > 0 {
 		return nil, all.sort()
 	}
+	c.env = d.env
 	return c, nil
+}
+
+// Sourced returns err, problems of c found after Load (such as a variable
+// that a *_env key names being unset), with the problem of each value that
+// came from an environment variable followed by " (from NAME)", as Load's
+// own problems are. An err that is not Errors is returned as it is.
+func (c *Config) Sourced(err error) error {
+	errs, ok := err.(Errors)
+	if !ok {
+		return err
+	}
+	out := make(Errors, len(errs))
+	for i, e := range errs {
+		out[i] = &FieldError{Path: e.Path, Problem: sourced(c.env, e.Path, e.Problem)}
+	}
+	return out
 }
 
 func coveredBy(path string, errs Errors) bool {

@@ -219,9 +219,21 @@ func TestAdminTokenVariableMustBeSet(t *testing.T) {
 	if err := f.gw.Reload(cfg, 0); err == nil || !strings.Contains(err.Error(), "server.admin_token_env") {
 		t.Errorf("Reload with a missing token variable: %v", err)
 	}
+	// A reload of the file, whose token variable's name comes from the
+	// environment, names that variable too.
+	f.gw.opts.Getenv = func(name string) (string, bool) {
+		if name == "QUOTAGATE_SERVER_ADMIN_TOKEN_ENV" {
+			return "TEST_NOT_SET", true
+		}
+		return adminEnv(name)
+	}
+	want := "server.admin_token_env: environment variable TEST_NOT_SET is not set (from QUOTAGATE_SERVER_ADMIN_TOKEN_ENV)"
+	if err := f.gw.ReloadFile(f.path); err == nil || err.Error() != want {
+		t.Errorf("ReloadFile with a missing token variable set from the environment: %v, want %q", err, want)
+	}
 	admin := f.serveAdminOn(t, "127.0.0.1:0")
 	if a := adminGet(t, admin+"/config", "Bearer "+adminToken); a.code != http.StatusOK {
-		t.Errorf("after the refused reload: %d, want the old token to hold", a.code)
+		t.Errorf("after the refused reloads: %d, want the old token to hold", a.code)
 	}
 }
 

@@ -26,6 +26,7 @@ func (g *Gateway) ReloadFile(path string) error {
 		g.opts.Logger.Warn("listen addresses changed; they take effect only after a restart")
 	}
 	if err := g.Reload(cfg, old.ShutdownTimeout); err != nil {
+		err = cfg.Sourced(err)
 		g.opts.Logger.Error("config reload failed; keeping the live configuration", slog.String("path", path), slog.String("error", err.Error()))
 		return err
 	}

@@ -89,7 +89,7 @@ func TestBinaryAdminOnEveryInterface(t *testing.T) {
 
 // TestBinaryAdminTokenVariableMissing: a token variable that the config
 // names but the environment lacks, or holds empty, stops the start with
-// exit 1 and the field's name.
+// exit 1, the field's name and the variable that set the field.
 func TestBinaryAdminTokenVariableMissing(t *testing.T) {
 	for _, env := range [][]string{{}, {"QG_TEST_ADMIN_TOKEN="}} {
 		args := append([]string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0",
@@ -99,7 +99,8 @@ func TestBinaryAdminTokenVariableMissing(t *testing.T) {
 		})
 		err := proc.Wait(time.Minute)
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(proc.Logs.String(), "server.admin_token_env: environment variable QG_TEST_ADMIN_TOKEN is") {
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(proc.Logs.String(), "server.admin_token_env: environment variable QG_TEST_ADMIN_TOKEN is") ||
+			!strings.Contains(proc.Logs.String(), "(from QUOTAGATE_SERVER_ADMIN_TOKEN_ENV)") {
 			t.Errorf("env %q: exit %v, log:\n%s\nwant exit 1 naming server.admin_token_env", env, err, proc.Logs.String())
 		}
 	}
@@ -107,8 +108,8 @@ func TestBinaryAdminTokenVariableMissing(t *testing.T) {
 
 // TestBinarySecretVariablesMissing: every secret the config names by an
 // environment variable is a config problem when the variable is missing,
-// exit 1 naming the field, as for the admin token (README: exit 1 for an
-// invalid config, 2 for a failure to start).
+// exit 1 naming the field (and the variable that set it), as for the admin
+// token (README: exit 1 for an invalid config, 2 for a failure to start).
 func TestBinarySecretVariablesMissing(t *testing.T) {
 	for field, env := range map[string][]string{
 		"identity.jwt.secret_env":  {"QUOTAGATE_IDENTITY_JWT_SECRET_ENV=QG_TEST_UNSET_SECRET"},
@@ -120,7 +121,7 @@ func TestBinarySecretVariablesMissing(t *testing.T) {
 		})
 		err := proc.Wait(time.Minute)
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(proc.Logs.String(), field+": environment variable QG_TEST_UNSET_SECRET is not set") {
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(proc.Logs.String(), field+": environment variable QG_TEST_UNSET_SECRET is not set (from "+strings.SplitN(env[len(env)-1], "=", 2)[0]+")") {
 			t.Errorf("%s unset: exit %v, log:\n%s\nwant exit 1 naming %s", field, err, proc.Logs.String(), field)
 		}
 	}

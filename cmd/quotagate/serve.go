@@ -96,7 +96,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		var invalid config.Errors
 		if errors.As(err, &invalid) { // a variable the config names is missing
-			return &exitError{code: 1, err: err}
+			return &exitError{code: 1, err: cfg.Sourced(err)}
 		}
 		return runtimeErr(err)
 	}
