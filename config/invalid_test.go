@@ -189,7 +189,7 @@ var invalidCases = map[string][]string{
 		`store.redis.tls.server_name: is set but store.redis.tls.enabled is false (set enabled: true, or remove it)`,
 	},
 	"redis_tls_content.yaml": {
-		`store.redis.tls: ca_file: testdata/minimal.yaml holds no PEM certificate`,
+		`store.redis.tls.ca_file: testdata/minimal.yaml holds no PEM certificate`,
 	},
 	"bad_upstream_url.yaml": {
 		`upstreams.creds.url: must not carry credentials (user:password@), got "https://svc:xxxxx@api.example.com/base"`,

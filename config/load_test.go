@@ -261,6 +261,16 @@ func TestEnvOverrideRefusedByValidation(t *testing.T) {
 	if problem, ok := byPath["store.fleet.ttl"]; !ok || strings.Contains(problem, "(from ") {
 		t.Errorf("store.fleet.ttl, set in the file: %q, want a problem naming no variable", problem)
 	}
+
+	// A TLS file that can be read but holds no certificate.
+	_, err = Parse(minimal, env(map[string]string{
+		"QUOTAGATE_STORE_REDIS_TLS_ENABLED": "true",
+		"QUOTAGATE_STORE_REDIS_TLS_CA_FILE": "testdata/minimal.yaml",
+	}))
+	want := "store.redis.tls.ca_file: testdata/minimal.yaml holds no PEM certificate (from QUOTAGATE_STORE_REDIS_TLS_CA_FILE)"
+	if err == nil || err.Error() != want {
+		t.Errorf("a CA file without a certificate, from a variable: %v\nwant %s", err, want)
+	}
 }
 
 func TestEnvLeaves(t *testing.T) {

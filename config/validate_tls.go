@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/quotagate/quotagate/ratelimit"
 )
@@ -47,7 +48,16 @@ func validateRedisTLS(errs *Errors, t RedisTLS) {
 		return
 	}
 	if _, err := t.Files().Config(); err != nil {
-		errs.add(p, err.Error())
+		// A problem of one file goes to that file's key, so that it names
+		// the variable the path came from, if any.
+		path, problem := p, err.Error()
+		for _, f := range files {
+			if rest, ok := strings.CutPrefix(problem, f.field+": "); ok {
+				path, problem = p+"."+f.field, rest
+				break
+			}
+		}
+		errs.add(path, problem)
 	}
 }
 
