@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -36,12 +37,26 @@ const EnvPrefix = "QUOTAGATE_"
 // other error (unreadable file, malformed YAML) is returned wrapped, naming
 // the file.
 func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
-	v, codec := newViper()
-	v.SetConfigFile(path)
-	if err := v.ReadInConfig(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, unwrapParse(err))
+	cfg, _, err := LoadDigest(path, getenv)
+	return cfg, err
+}
+
+// LoadDigest is Load that also returns the Digest of the bytes it read and
+// parsed (the zero Digest when the file could not be read), so that a
+// watcher started later compares the file with what was loaded, not with
+// what the file holds by the time the watcher starts.
+func LoadDigest(path string, getenv func(string) (string, bool)) (*Config, Digest, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Digest{}, fmt.Errorf("config %s: %w", path, err)
 	}
-	return build(v, codec, getenv)
+	d := sha256.Sum256(data)
+	v, codec := newViper()
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, d, fmt.Errorf("config %s: %w", path, unwrapParse(err))
+	}
+	cfg, err := build(v, codec, getenv)
+	return cfg, d, err
 }
 
 // Parse is Load for a configuration held in memory.

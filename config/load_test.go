@@ -381,3 +381,38 @@ func TestHeapFloorZeroKept(t *testing.T) {
 		t.Errorf("heap_floor_bytes: 0 loaded as %v, want 0", f)
 	}
 }
+
+// TestLoadDigestIsTheLoadedContent: LoadDigest's Digest is that of the
+// bytes it parsed, the one FileDigest gives for the same content, so a
+// watcher comparing with it sees any later change; an unreadable file is
+// an error naming it, as with Load.
+func TestLoadDigestIsTheLoadedContent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(minimalDigestConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, loaded, err := LoadDigest(path, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now, ok := FileDigest(path); !ok || now != loaded {
+		t.Fatalf("FileDigest of the unchanged file = %x, %v; LoadDigest gave %x", now, ok, loaded)
+	}
+	if err := os.WriteFile(path, []byte(minimalDigestConfig+"# changed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := FileDigest(path); now == loaded {
+		t.Fatal("a changed file has the digest of what was loaded")
+	}
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	if _, _, err := LoadDigest(missing, nil); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("LoadDigest of a missing file: %v, want an error naming it", err)
+	}
+}
+
+const minimalDigestConfig = `store: {kind: memory}
+identity: {anonymous: {tier: anonymous}}
+tiers: {anonymous: {}}
+upstreams: {app: {url: "echo:"}}
+routes: [{name: app, method: GET, path: /, upstream: app}]
+`

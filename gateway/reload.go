@@ -1,11 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/quotagate/quotagate/config"
@@ -34,39 +31,44 @@ func (g *Gateway) ReloadFile(path string) error {
 	return nil
 }
 
-// WatchFile reloads path whenever its content changes, checking every
-// interval, until ctx is done. Polling the content (not the modification
-// time) also catches the atomic renames with which editors and Kubernetes
-// ConfigMaps replace files. It takes the content's digest before it
-// returns, so a change made after WatchFile returns is never missed, and
-// watches in a goroutine of its own.
-func (g *Gateway) WatchFile(ctx context.Context, path string, interval time.Duration) {
-	go g.watchFile(ctx, path, interval, fileDigest(path))
+// WatchFile reloads path whenever its content differs from the last
+// content loaded, checking every interval, until ctx is done. loaded is
+// the Digest of the content the live configuration was loaded from
+// (config.LoadDigest): a change made after that load, even one made
+// before WatchFile is called (a ConfigMap update or a deploy tool's write
+// during the start), is reloaded at the first check. Comparing the content
+// (not the modification time) also catches the atomic renames and symlink
+// swaps with which editors and Kubernetes ConfigMaps replace files. A file
+// that cannot be read is skipped until it can. It watches in a goroutine
+// of its own.
+func (g *Gateway) WatchFile(ctx context.Context, path string, interval time.Duration, loaded config.Digest) {
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		g.watchFile(ctx, path, t.C, loaded)
+	}()
 }
 
-func (g *Gateway) watchFile(ctx context.Context, path string, interval time.Duration, last []byte) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+// watchFile compares the file with last at every tick and reloads when it
+// differs. The first difference is logged as found since the start, when
+// the file changed after the live configuration was loaded but before
+// the first check.
+func (g *Gateway) watchFile(ctx context.Context, path string, tick <-chan time.Time, last config.Digest) {
+	since := "start"
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			d := fileDigest(path)
-			if d == nil || bytes.Equal(d, last) {
+		case <-tick:
+			d, ok := config.FileDigest(path)
+			if !ok || d == last {
+				since = "last check"
 				continue
 			}
 			last = d
+			g.opts.Logger.Info("config file changed; reloading", slog.String("path", path), slog.String("since", since))
+			since = "last check"
 			_ = g.ReloadFile(path)
 		}
 	}
-}
-
-func fileDigest(path string) []byte {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	sum := sha256.Sum256(b)
-	return sum[:]
 }

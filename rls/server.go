@@ -59,6 +59,10 @@ type Server struct {
 
 	mu    sync.Mutex // serializes reloads
 	files []string   // the descriptor files in use
+	// loadedFiles holds the digests of the descriptor files as NewServer
+	// found them, taken before it read them: a change after its read is
+	// never taken for the content it loaded.
+	loadedFiles []config.Digest
 }
 
 // NewServer loads cfg.RLS.ConfigFiles and builds the service. The error
@@ -70,6 +74,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	loadedFiles := fileDigests(cfg.RLS.ConfigFiles)
 	rules, err := LoadFiles(cfg.RLS.ConfigFiles)
 	if err != nil {
 		return nil, err
@@ -79,7 +84,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 		OnStoreError: cfg.RLS.OnStoreError, RetryAfter: cfg.Store.Redis.BreakerCooldown, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
 		Metrics: o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
-	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles), readTimeout: checkReadTimeout,
+	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles), loadedFiles: loadedFiles, readTimeout: checkReadTimeout,
 		drainContext: func(d time.Duration) (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), d)
 		}}
@@ -206,25 +211,38 @@ func (s *Server) ReloadFile(path string) error {
 
 // Watch reloads whenever the main configuration at path or one of the
 // descriptor files changes content, checking every interval, until ctx is
-// done. It takes the digests before it returns (a change made after it
-// returns is never missed) and watches in a goroutine of its own.
-func (s *Server) Watch(ctx context.Context, path string, interval time.Duration) {
-	go s.watch(ctx, path, interval, s.digest(path))
+// done. loaded is the Digest of the main configuration the server was
+// built from (config.LoadDigest), and the descriptor files are compared
+// with their content as NewServer found it: a change made after those
+// loads, even before Watch is called, is reloaded at the first check. It
+// watches in a goroutine of its own.
+func (s *Server) Watch(ctx context.Context, path string, interval time.Duration, loaded config.Digest) {
+	last := combineDigests(loaded, s.loadedFiles)
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		s.watch(ctx, path, t.C, last)
+	}()
 }
 
-func (s *Server) watch(ctx context.Context, path string, interval time.Duration, last []byte) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+// watch compares the files with last at every tick and reloads when they
+// differ. The log of a difference found at the first check says "since"
+// start: the files changed after they were loaded, before the first check.
+func (s *Server) watch(ctx context.Context, path string, tick <-chan time.Time, last []byte) {
+	since := "start"
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 			d := s.digest(path)
 			if bytes.Equal(d, last) {
+				since = "last check"
 				continue
 			}
 			last = d
+			s.opts.Logger.Info("rls config or descriptor file changed; reloading", slog.String("path", path), slog.String("since", since))
+			since = "last check"
 			_ = s.ReloadFile(path)
 		}
 	}
@@ -236,11 +254,27 @@ func (s *Server) digest(path string) []byte {
 	s.mu.Lock()
 	files := s.files
 	s.mu.Unlock()
-	h := sha256.New()
-	for _, f := range append([]string{path}, files...) {
+	return combineDigests(fileDigests([]string{path})[0], fileDigests(files))
+}
+
+// fileDigests returns the Digest of each file's content, that of no bytes
+// for a file that cannot be read.
+func fileDigests(files []string) []config.Digest {
+	ds := make([]config.Digest, len(files))
+	for i, f := range files {
 		b, _ := os.ReadFile(f)
-		sum := sha256.Sum256(b)
-		h.Write(sum[:])
+		ds[i] = sha256.Sum256(b)
+	}
+	return ds
+}
+
+// combineDigests hashes the main file's digest and the descriptor files'
+// into one.
+func combineDigests(main config.Digest, files []config.Digest) []byte {
+	h := sha256.New()
+	h.Write(main[:])
+	for _, d := range files {
+		h.Write(d[:])
 	}
 	return h.Sum(nil)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // command is one row of the command table: the help text and the
@@ -97,25 +100,28 @@ func writeUsage(w io.Writer) {
 
 // parseFlags parses args into fs, whose output is the command's stderr. -h
 // prints the flags to stdout and ends the command with exit 0
-// (errHelpShown); a bad flag is reported with the flags on stderr, exit 1.
+// (errHelpShown); a bad flag is reported with the flags on stderr, exit 1,
+// in one write that waits for stderr at most telemetry.StartWriteTimeout,
+// like every line written before the gateway starts: a stderr that does
+// not read (a log reader that hung) cannot keep a start with a bad flag
+// from exiting 1.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	stderr := fs.Output()
+	var msg bytes.Buffer
+	fs.SetOutput(&msg)
+	defer fs.SetOutput(stderr)
 	fs.Usage = func() {}
 	err := fs.Parse(args)
 	if err == nil {
 		return nil
 	}
-	out := stderr
-	if errors.Is(err, flag.ErrHelp) {
-		out = stdout
-	}
-	fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
-	fs.SetOutput(out)
+	fmt.Fprintf(&msg, "Usage of %s:\n", fs.Name())
 	fs.PrintDefaults()
-	fs.SetOutput(stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		_, _ = stdout.Write(msg.Bytes())
 		return errHelpShown
 	}
+	_, _ = boundedWriter{w: stderr, timeout: telemetry.StartWriteTimeout}.Write(msg.Bytes())
 	return &exitError{code: 1, err: errors.New("")}
 }
 

@@ -5,6 +5,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // everyCommand is what the README promises; the help text and the
@@ -113,4 +117,24 @@ func FuzzCommandLine(f *testing.F) {
 			t.Fatalf("%q: exit %d (%v)", args, code, err)
 		}
 	})
+}
+
+// TestBadFlagWithStuckStderrExits1: a bad flag of the gateway, with a
+// stderr that does not read (a log reader that hung), still ends the
+// start with exit 1 once telemetry.StartWriteTimeout has passed. Before,
+// the usage went to stderr with no bound and the start hung for ever.
+func TestBadFlagWithStuckStderrExits1(t *testing.T) {
+	t.Parallel()
+	stuck := blockedWriter{release: make(chan struct{})}
+	defer close(stuck.release)
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background(), []string{"-no-such-flag"}, io.Discard, stuck) }()
+	select {
+	case err := <-done:
+		if code := exitCode(err, io.Discard); code != 1 {
+			t.Fatalf("a bad flag with a stuck stderr: exit %d (%v), want 1", code, err)
+		}
+	case <-time.After(time.Minute):
+		proctest.FatalOverrun(t, "a bad flag with a stuck stderr: no exit within a minute (the bound is %v)", telemetry.StartWriteTimeout)
+	}
 }

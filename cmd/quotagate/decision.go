@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"time"
+
+	"github.com/quotagate/quotagate/config"
 )
 
 // decisionService is the running rls section: its server, listeners and
@@ -19,7 +21,7 @@ type decisionService struct {
 type rlsServer interface {
 	Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain time.Duration) error
 	ReloadFile(path string) error
-	Watch(ctx context.Context, path string, interval time.Duration)
+	Watch(ctx context.Context, path string, interval time.Duration, loaded config.Digest)
 }
 
 // close releases a decision service that will not serve: its listeners and

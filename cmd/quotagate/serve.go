@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	cfg, err := config.Load(*path, nil)
+	cfg, loaded, err := config.LoadDigest(*path, nil)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -130,12 +130,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}()
-	// The watchers take the file's digest now, before the start is
-	// announced: a change made after the announcement is never missed.
+	// The watchers compare the file with the content loaded above, not
+	// with what it holds now: a change made during the start (a ConfigMap
+	// update, a deploy tool's write) is reloaded at their first check.
 	if *watch > 0 {
-		gw.WatchFile(ctx, *path, *watch)
+		gw.WatchFile(ctx, *path, *watch, loaded)
 		if ds != nil {
-			ds.srv.Watch(ctx, *path, *watch)
+			ds.srv.Watch(ctx, *path, *watch, loaded)
 		}
 	}
 	if *addrFile != "" {
