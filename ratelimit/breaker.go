@@ -59,6 +59,16 @@ type BreakerOptions struct {
 	// of distinct names it returns must be bounded (the nodes of a cluster).
 	// ctx is the Decide's: a lookup it makes must honour its deadline.
 	Partition func(ctx context.Context, items []Item) string
+	// Live, with Partition, reports whether the failure domain name
+	// still exists: a Redis Cluster primary still in the slot map. A
+	// domain it reports gone (a primary replaced by its replica after a
+	// failover) is dropped and its state freed: State, States and
+	// AllOpen leave it out from then on, and a later call in that name
+	// starts a closed domain afresh. It is asked only about named
+	// domains (never ""), whenever the domains are read (State, States,
+	// AllOpen), not on Decide; it must be cheap and safe for concurrent
+	// use. nil means every domain seen lives for the life of the breaker.
+	Live func(name string) bool
 }
 
 // Breaker is a Store that stops calling a failing store for a while, so that
@@ -82,6 +92,7 @@ type Breaker struct {
 	cooldown  time.Duration
 	now       func() time.Time
 	partition func(context.Context, []Item) string
+	live      func(string) bool
 
 	mu    sync.Mutex
 	cells map[string]*breakerCell
@@ -102,7 +113,7 @@ var _ Store = (*Breaker)(nil)
 // NewBreaker returns a closed Breaker around s.
 func NewBreaker(s Store, opts BreakerOptions) *Breaker {
 	b := &Breaker{store: s, failures: opts.Failures, cooldown: opts.Cooldown, now: opts.Now,
-		partition: opts.Partition, cells: map[string]*breakerCell{}, only: &breakerCell{}}
+		partition: opts.Partition, live: opts.Live, cells: map[string]*breakerCell{}, only: &breakerCell{}}
 	if b.failures <= 0 {
 		b.failures = 5
 	}
@@ -179,7 +190,8 @@ func (b *Breaker) each(f func(*breakerCell)) {
 // map is not known); once it can, that domain is left from the first
 // calls and says nothing about the store, so it neither keeps AllOpen
 // false while every named domain is open nor shows in States. Open, it
-// still counts: its calls are refused.
+// still counts: its calls are refused. A named domain that
+// BreakerOptions.Live reports gone is dropped for good (see drop).
 func (b *Breaker) counted() map[string]*breakerCell {
 	b.mu.Lock()
 	cells := make(map[string]*breakerCell, len(b.cells))
@@ -187,10 +199,28 @@ func (b *Breaker) counted() map[string]*breakerCell {
 		cells[name] = c
 	}
 	b.mu.Unlock()
+	if b.live != nil {
+		for name, c := range cells {
+			if name != "" && !b.live(name) {
+				delete(cells, name)
+				b.drop(name, c)
+			}
+		}
+	}
 	if c, ok := cells[""]; ok && len(cells) > 1 && b.stateOf(c) == BreakerClosed {
 		delete(cells, "")
 	}
 	return cells
+}
+
+// drop forgets the domain name if c is still its state. A call that took
+// c just before records its outcome in c, which nothing reads any more.
+func (b *Breaker) drop(name string, c *breakerCell) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cells[name] == c {
+		delete(b.cells, name)
+	}
 }
 
 // admit reports whether a call may go to the store, and whether it is the
@@ -272,9 +302,10 @@ func (b *Breaker) State() BreakerState {
 
 // States returns the state of each failure domain seen so far, by the name
 // BreakerOptions.Partition gave it (a Redis Cluster primary's address),
-// but the domain "" while it is closed and another exists (see counted);
-// without Partition, the single domain is named "". An open domain whose
-// cooldown has passed reports BreakerHalfOpen, as State does.
+// but those BreakerOptions.Live reports gone and the domain "" while it
+// is closed and another exists (see counted); without Partition, the
+// single domain is named "". An open domain whose cooldown has passed
+// reports BreakerHalfOpen, as State does.
 func (b *Breaker) States() map[string]BreakerState {
 	if b.partition == nil {
 		return map[string]BreakerState{"": b.stateOf(b.only)}
@@ -288,8 +319,8 @@ func (b *Breaker) States() map[string]BreakerState {
 }
 
 // AllOpen reports whether every failure domain seen so far is open (a
-// closed domain "" aside, see counted), that is, whether no decision can
-// reach the store right now.
+// closed domain "" and those BreakerOptions.Live reports gone aside, see
+// counted), that is, whether no decision can reach the store right now.
 func (b *Breaker) AllOpen() bool {
 	all, seen := true, false
 	b.each(func(c *breakerCell) {

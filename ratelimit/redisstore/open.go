@@ -117,6 +117,10 @@ func Open(c Config) *ratelimit.Stack {
 			// answered (the domain is then "").
 			return store.KnownPrimary(ctx, items[len(items)-1].Key)
 		}
+		// A primary gone from the slot map (replaced by its replica)
+		// leaves the breaker's domains, so that its last state is not
+		// reported for the life of the process.
+		bo.Live = store.IsPrimary
 	}
 	breaker := ratelimit.NewBreaker(leased, bo)
 	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}

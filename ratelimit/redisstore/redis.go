@@ -79,6 +79,10 @@ type RedisStore struct {
 	// Before, a lookup asks the seeds for it (CLUSTER SLOTS), one after
 	// the other, each for up to its read timeout.
 	slotsKnown atomic.Bool
+	// prim is the set of primaries IsPrimary last read from the slot
+	// map (nil before); primMu makes one caller at a time read it.
+	prim   atomic.Pointer[primaries]
+	primMu sync.Mutex
 }
 
 var (
@@ -88,7 +92,9 @@ var (
 )
 
 // NewRedisStore returns a store that decides with client, which it owns
-// from then on: Close closes it. It starts no goroutine.
+// from then on: Close closes it. It starts no goroutine. A Cluster client
+// gets a hook that reads the slot map again after a node failed to
+// answer (see slotReload), so that calls follow a failover at once.
 func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
 	s := &RedisStore{client: client, opts: opts, run: newRunner(client, opts.Logger)}
 	if m := opts.Coalesce.MaxMerge; m != 0 {
@@ -99,6 +105,9 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			s.cluster, s.nodeCo = cc, map[string]*coalescer{}
 		}
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.AddHook(slotReload{cc: cc, known: &s.slotsKnown})
 	}
 	return s
 }
@@ -134,7 +143,9 @@ func (s *RedisStore) Primary(ctx context.Context, key string) string {
 		return ""
 	}
 	s.slotsKnown.Store(true)
-	return node.Options().Addr
+	addr := node.Options().Addr
+	s.notePrimary(addr)
+	return addr
 }
 
 // KnownPrimary is Primary without a round trip: "" while the Cluster

@@ -1,0 +1,63 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBreakerDropsGoneDomains: a domain that BreakerOptions.Live reports
+// gone (a Cluster primary replaced by its replica) leaves State, States
+// and AllOpen, and its state is freed, while an open domain that lives
+// stays open; a later call in the gone name starts a closed domain.
+func TestBreakerDropsGoneDomains(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	gone := map[string]bool{}
+	b := NewBreaker(domainStore{down: map[string]bool{"old": true, "dead": true}}, BreakerOptions{
+		Failures: 1, Cooldown: time.Second, Now: func() time.Time { return now },
+		Partition: func(_ context.Context, items []Item) string { return items[0].Key },
+		Live: func(name string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return !gone[name]
+		},
+	})
+	call := func(key string) { _, _ = b.Decide(context.Background(), []Item{{Key: key}}) }
+	call("old")
+	call("new")
+	if st := b.States(); len(st) != 2 || st["old"] != BreakerOpen || st["new"] != BreakerClosed {
+		t.Fatalf("States = %v, want old open, new closed", st)
+	}
+	mu.Lock()
+	gone["old"] = true
+	mu.Unlock()
+	if st := b.States(); len(st) != 1 || st["new"] != BreakerClosed {
+		t.Errorf("States = %v with old gone, want only new, closed", st)
+	}
+	if st := b.State(); st != BreakerClosed {
+		t.Errorf("State = %v with old gone and new closed, want closed", st)
+	}
+	b.mu.Lock()
+	_, kept := b.cells["old"]
+	b.mu.Unlock()
+	if kept {
+		t.Errorf("the state of the gone domain old is still held")
+	}
+	call("dead")
+	if st := b.States(); st["dead"] != BreakerOpen || b.State() != BreakerOpen {
+		t.Errorf("States = %v, State = %v: a live domain's open breaker must stay open", st, b.State())
+	}
+	now = now.Add(time.Hour)
+	mu.Lock()
+	gone["old"] = false
+	mu.Unlock()
+	call("new")
+	if st := b.States(); len(st) != 2 || st["dead"] != BreakerHalfOpen {
+		t.Errorf("States = %v, want new and dead (half-open) only", st)
+	}
+	if b.AllOpen() {
+		t.Errorf("AllOpen with new closed")
+	}
+}

@@ -1,0 +1,107 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// primariesEvery is how long IsPrimary trusts the set of primaries it read
+// from the client's slot map, unless a lookup meets a primary the set
+// lacks (a replica promoted by a failover), which makes it read it again.
+const primariesEvery = time.Second
+
+// primaries is a Cluster's set of primaries, as the client's slot map had
+// it when read.
+type primaries struct {
+	addrs map[string]bool
+	at    time.Time
+}
+
+// IsPrimary reports whether addr owns a slot in the Cluster client's slot
+// map, read without a round trip (at most once per primariesEvery, or
+// again as soon as a lookup met a primary it did not list). It is true
+// when the client is not a Cluster client, or has no slot map yet (there
+// is nothing to compare with). Reading the map also forgets the queue and
+// function mode of each node that is no longer a primary; a call in
+// flight there ends as it would have.
+func (s *RedisStore) IsPrimary(addr string) bool {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok || !s.slotsKnown.Load() {
+		return true
+	}
+	p := s.prim.Load()
+	if p == nil || time.Since(p.at) >= primariesEvery {
+		if p = s.readPrimaries(cc); p == nil {
+			return true
+		}
+	}
+	return p.addrs[addr]
+}
+
+// notePrimary makes the next IsPrimary read the slot map again when addr,
+// just found to own a key, is not in the set of primaries last read.
+func (s *RedisStore) notePrimary(addr string) {
+	if p := s.prim.Load(); p != nil && !p.addrs[addr] {
+		s.prim.CompareAndSwap(p, &primaries{addrs: p.addrs})
+	}
+}
+
+// readPrimaries reads the owner of every slot from cc's slot map, stores
+// the set and prunes the per-node state of the nodes left out. It returns
+// the set last stored (nil if none) when the map cannot be read.
+func (s *RedisStore) readPrimaries(cc *redis.ClusterClient) *primaries {
+	s.primMu.Lock()
+	defer s.primMu.Unlock()
+	if p := s.prim.Load(); p != nil && time.Since(p.at) < primariesEvery {
+		return p // read by another caller meanwhile
+	}
+	addrs := map[string]bool{}
+	for _, k := range slotKeys() {
+		node, err := cc.MasterForKey(context.Background(), strconv.FormatUint(uint64(k), 10))
+		if err != nil {
+			return s.prim.Load()
+		}
+		addrs[node.Options().Addr] = true
+	}
+	p := &primaries{addrs: addrs, at: time.Now()}
+	s.prim.Store(p)
+	s.prune(addrs)
+	return p
+}
+
+// prune forgets the queue and function mode of every node not in live.
+// A queue is dropped, not closed: its callers write their own calls (see
+// coalescer), so those queued still go out.
+func (s *RedisStore) prune(live map[string]bool) {
+	s.nodeMu.Lock()
+	for addr := range s.nodeCo {
+		if !live[addr] {
+			delete(s.nodeCo, addr)
+		}
+	}
+	s.nodeMu.Unlock()
+	s.run.nodes.Range(func(k, _ any) bool {
+		if !live[k.(string)] {
+			s.run.nodes.Delete(k)
+		}
+		return true
+	})
+}
+
+// slotKeys returns, for each hash slot, a number whose decimal text is a
+// key of that slot.
+var slotKeys = sync.OnceValue(func() []uint32 {
+	keys := make([]uint32, clusterSlots)
+	seen := make([]bool, clusterSlots)
+	for i, left := uint32(0), clusterSlots; left > 0; i++ {
+		if sl := keySlot(strconv.FormatUint(uint64(i), 10)); !seen[sl] {
+			seen[sl], keys[sl] = true, i
+			left--
+		}
+	}
+	return keys
+})
