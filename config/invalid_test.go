@@ -232,6 +232,7 @@ var invalidCases = map[string][]string{
 		`rls.limit_overrides: must be one of allow, ignore, got "raise"`,
 		`rls.listen: must differ from server.listen and server.admin_listen`,
 		`rls.on_store_error: must be one of unavailable, open, closed, local, got "maybe"`,
+		`rls.shutdown_delay: must be 0s (no delay) to 1m0s (how long NOT_SERVING is answered before the graceful stop; left out means 5s), got 2m0s`,
 		`rls.tls.key_file: is required when rls.tls is set`,
 	},
 	"lease_settings.yaml": {

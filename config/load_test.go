@@ -382,6 +382,25 @@ func TestHeapFloorZeroKept(t *testing.T) {
 	}
 }
 
+// TestRLSShutdownDelay: rls.shutdown_delay left out is the default; a
+// written 0s is kept (no delay), not replaced by it.
+func TestRLSShutdownDelay(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", DefaultRLSShutdownDelay},
+		{"rls: {shutdown_delay: }\n", DefaultRLSShutdownDelay},
+		{"rls: {shutdown_delay: 0s}\n", 0},
+		{"rls: {shutdown_delay: 1m}\n", time.Minute},
+	} {
+		c := mustParse(t, withJWT+tc.yaml, noEnv)
+		if c.RLS.ShutdownDelay != tc.want {
+			t.Errorf("%q: shutdown_delay %v, want %v", tc.yaml, c.RLS.ShutdownDelay, tc.want)
+		}
+	}
+}
+
 // TestLoadDigestIsTheLoadedContent: LoadDigest's Digest is that of the
 // bytes it parsed, the one FileDigest gives for the same content, so a
 // watcher comparing with it sees any later change; an unreadable file is

@@ -146,6 +146,7 @@ func (r RLS) redacted() map[string]any {
 		"on_store_error":   r.OnStoreError,
 		"response_headers": r.ResponseHeaders,
 		"limit_overrides":  r.LimitOverrides,
+		"shutdown_delay":   dur(r.ShutdownDelay),
 	}
 	if r.TLS != nil {
 		m["tls"] = map[string]any{"cert_file": r.TLS.CertFile, "key_file": r.TLS.KeyFile}

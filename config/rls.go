@@ -3,6 +3,7 @@ package config
 import (
 	"slices"
 	"strings"
+	"time"
 )
 
 // RLS configures the decision service: Envoy's rate limit service (RLS v3)
@@ -42,7 +43,25 @@ type RLS struct {
 	LimitOverrides string `mapstructure:"limit_overrides"`
 	// TLS, when set, serves both listeners over TLS; nil means plaintext.
 	TLS *TLS `mapstructure:"tls"`
+	// ShutdownDelay is how long the service, told to stop (SIGINT or
+	// SIGTERM), keeps serving every call while its health answers
+	// NOT_SERVING (gRPC grpc.health.v1, and 503 from the HTTP listener's
+	// /healthz), so that Envoy and load balancers that health-check it move
+	// their traffic away before its connections start to close. The
+	// graceful stop follows, bounded by server.shutdown_timeout as before:
+	// a stop takes at most ShutdownDelay + server.shutdown_timeout. Default
+	// DefaultRLSShutdownDelay when left out; a written 0s means no delay;
+	// at most MaxRLSShutdownDelay. Read at start only.
+	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
 }
+
+// DefaultRLSShutdownDelay is rls.shutdown_delay when it is left out, and
+// MaxRLSShutdownDelay the largest accepted (a longer one is a typo that
+// would outlast any termination grace period).
+const (
+	DefaultRLSShutdownDelay = 5 * time.Second
+	MaxRLSShutdownDelay     = time.Minute
+)
 
 // TLS names a certificate and its key, PEM files read at start.
 type TLS struct {
@@ -63,6 +82,8 @@ func (r *RLS) Enabled() bool { return r.Listen != "" || r.HTTPListen != "" }
 func (r *RLS) setDefaults() {
 	setZero(&r.OnStoreError, "unavailable")
 	setZero(&r.LimitOverrides, "allow")
+	// Filled only on a fresh value, before decoding: a written 0s stays.
+	setZero(&r.ShutdownDelay, DefaultRLSShutdownDelay)
 }
 
 func (c *Config) validateRLS(errs *Errors) {
@@ -97,6 +118,10 @@ func (c *Config) validateRLS(errs *Errors) {
 	}
 	if !slices.Contains(RLSLimitOverrides, r.LimitOverrides) {
 		errs.addf("rls.limit_overrides", "must be one of %s, got %q", strings.Join(RLSLimitOverrides, ", "), r.LimitOverrides)
+	}
+	if r.ShutdownDelay < 0 || r.ShutdownDelay > MaxRLSShutdownDelay {
+		errs.addf("rls.shutdown_delay", "must be 0s (no delay) to %v (how long NOT_SERVING is answered before the graceful stop; left out means %v), got %v",
+			MaxRLSShutdownDelay, DefaultRLSShutdownDelay, r.ShutdownDelay)
 	}
 	if t := r.TLS; t != nil {
 		if t.CertFile == "" {

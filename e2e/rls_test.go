@@ -66,6 +66,7 @@ rls:
   config_files: %s
   on_store_error: %s
   response_headers: true
+  shutdown_delay: 0s
 `, addr, timeout, prefix, files, mode)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

@@ -51,6 +51,7 @@ func BenchmarkGRPCDecide(b *testing.B) {
 	cfg.Store.Redis.Timeout = time.Second // measure Redis, not the fallback
 	cfg.Store.Redis.KeyPrefix = "bench" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg.RLS.ConfigFiles = []string{path}
+	cfg.RLS.ShutdownDelay = 0 // the cleanup's stop need not wait for health checkers
 	store := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
 		redisstore.RedisOptions{Timeout: time.Second})
 	b.Cleanup(func() { store.Close() })

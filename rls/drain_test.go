@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
@@ -56,6 +57,7 @@ func TestDrainIsOneBudget(t *testing.T) {
 	cfg := config.Default()
 	cfg.Store.Redis.Timeout = time.Hour
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
+	cfg.RLS.ShutdownDelay = 0 // the drain alone is measured here
 	store := heldStore{entered: make(chan struct{}, 2)}
 	srv, err := NewServer(cfg, ServerOptions{Store: store})
 	if err != nil {
@@ -184,4 +186,96 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestStopAnswersNotServingBeforeTheDrain: a stop first turns the health
+// to NOT_SERVING (gRPC, and /healthz 503) and then, for
+// rls.shutdown_delay, keeps both listeners answering calls before the
+// graceful stop begins, so that a balancer health-checking the service
+// moves its traffic away before connections close. Before, NOT_SERVING
+// and the graceful stop began at the same moment, leaving a balancer no
+// window: its calls met closing connections instead.
+func TestStopAnswersNotServingBeforeTheDrain(t *testing.T) {
+	srv := newMemoryServer(t)
+	srv.shutdownDelay = 7 * time.Second
+	delays := make(chan time.Duration, 1)
+	passed := make(chan time.Time)
+	srv.delay = func(d time.Duration) <-chan time.Time {
+		delays <- d
+		return passed // the test says when the delay has passed
+	}
+	drains := make(chan struct{}, 1)
+	srv.drainContext = func(d time.Duration) (context.Context, context.CancelFunc) {
+		drains <- struct{}{}
+		return context.WithTimeout(context.Background(), d)
+	}
+	gl, hl := listeners(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, gl, hl, time.Minute) }()
+	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	const service = "envoy.service.ratelimit.v3.RateLimitService"
+	if h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before the stop: %v, %v; want SERVING", h, err)
+	}
+
+	stop()
+	select {
+	case d := <-delays:
+		if d != 7*time.Second {
+			t.Errorf("delay of %v, want rls.shutdown_delay (7s)", d)
+		}
+	case err := <-served:
+		t.Fatalf("Serve returned (%v) without a delay before the drain", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no delay and no return a minute after the stop (a hang, not a slow machine)")
+	}
+	if len(drains) > 0 {
+		t.Error("the graceful stop began before the delay had passed")
+	}
+	if h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service}); err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health during the delay: %v, %v; want NOT_SERVING", h, err)
+	}
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{pbDesc("remote_address", "192.0.2.120")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a call during the delay: %v, %v; want it decided (OK)", resp, err)
+	}
+	base := "http://" + hl.Addr().String()
+	if code := httpStatus(t, http.MethodGet, base+"/healthz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /healthz during the delay: %d, want 503", code)
+	}
+	if code := httpStatus(t, http.MethodPost, base+"/v1/check", `{"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "192.0.2.121"}]]}`); code != http.StatusOK {
+		t.Errorf("POST /v1/check during the delay: %d, want 200", code)
+	}
+
+	close(passed)
+	if err := await(t, served, "return from Serve after the delay"); err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if len(drains) != 1 {
+		t.Error("no graceful stop after the delay")
+	}
+}
+
+// httpStatus sends a request and returns its status, failing the test
+// when there is no answer.
+func httpStatus(t *testing.T, method, url, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -62,6 +62,7 @@ func startServerOn(t *testing.T, store ratelimit.Store, cfg *config.Config) (rls
 func serveConfig(t *testing.T, cfg *config.Config, store ratelimit.Store, creds credentials.TransportCredentials, scheme string) (rlsv3.RateLimitServiceClient, *grpc.ClientConn, string) {
 	t.Helper()
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml", "testdata/extensions.yaml", "testdata/databases.yaml"}
+	cfg.RLS.ShutdownDelay = 0 // the cleanup's stop need not wait for health checkers
 	srv, err := NewServer(cfg, ServerOptions{Store: store})
 	if err != nil {
 		t.Fatal(err)
@@ -284,6 +285,7 @@ func newMemoryServer(t *testing.T) *Server {
 	t.Helper()
 	cfg := config.Default()
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
+	cfg.RLS.ShutdownDelay = 0 // a stop need not wait for health checkers
 	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
 	t.Cleanup(func() { store.Close() })
 	srv, err := NewServer(cfg, ServerOptions{Store: store})

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -56,6 +57,14 @@ type Server struct {
 	// drainContext returns the context of a graceful stop of d;
 	// context.WithTimeout unless a test replaces it.
 	drainContext func(d time.Duration) (context.Context, context.CancelFunc)
+	// shutdownDelay is rls.shutdown_delay: how long a stop answers
+	// NOT_SERVING, still serving every call, before the graceful stop.
+	shutdownDelay time.Duration
+	// delay returns a channel that receives once d has passed; time.After
+	// unless a test replaces it.
+	delay func(d time.Duration) <-chan time.Time
+	// stopping is set when a stop begins: the HTTP /healthz answers 503.
+	stopping atomic.Bool
 
 	mu    sync.Mutex // serializes reloads
 	files []string   // the descriptor files in use
@@ -87,7 +96,8 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles), loadedFiles: loadedFiles, readTimeout: checkReadTimeout,
 		drainContext: func(d time.Duration) (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), d)
-		}}
+		},
+		shutdownDelay: cfg.RLS.ShutdownDelay, delay: time.After}
 	var gopts []grpc.ServerOption
 	if t := cfg.RLS.TLS; t != nil {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
@@ -110,6 +120,10 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", CheckHandler(e, cfg.RLS.ResponseHeaders))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.stopping.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "stopping"})
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.check = mux
@@ -121,10 +135,13 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 func (s *Server) Engine() *Engine { return s.engine }
 
 // Serve serves gRPC on grpcLn and the HTTP check API on httpLn (either may
-// be nil) until ctx is done, then stops gracefully within drain, both
-// listeners together: calls still running when drain has passed are ended
-// (their connections closed). It
-// returns the first listener's error other than a normal stop.
+// be nil) until ctx is done. Then the health service answers NOT_SERVING
+// (and /healthz 503) while both listeners keep serving every call for
+// rls.shutdown_delay, so that health checkers move traffic away first;
+// then both stop gracefully together within drain: calls still running
+// when drain has passed are ended (their connections closed). A listener
+// that fails ends the service at once, without the delay. It returns the
+// first listener's error other than a normal stop.
 func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain time.Duration) error {
 	errc := make(chan error, 2)
 	n := 0
@@ -153,7 +170,20 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 	case first = <-errc:
 		n--
 	}
-	s.health.Shutdown() // NOT_SERVING: balancers drain us first
+	// NOT_SERVING first, while the listeners still serve: a balancer
+	// that health-checks us moves its traffic away during the delay,
+	// rather than meeting closing connections (a GOAWAY, then refused
+	// connects) and applying its failure mode to the calls in between.
+	s.stopping.Store(true)
+	s.health.Shutdown()
+	if first == nil && s.shutdownDelay > 0 {
+		s.opts.Logger.Info("rls stopping: answering NOT_SERVING before the drain", slog.Duration("shutdown_delay", s.shutdownDelay))
+		select {
+		case <-s.delay(s.shutdownDelay):
+		case first = <-errc: // a listener failed: no use waiting
+			n--
+		}
+	}
 	// One drain for both listeners, side by side: an HTTP call that holds
 	// on must not give the gRPC calls a second drain of their own after
 	// it (twice server.shutdown_timeout, past a pod's grace period). Past
