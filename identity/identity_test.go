@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,14 @@ func TestAuthenticate(t *testing.T) {
 		{name: "jwt nbf within leeway", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["nbf"] = testT0.Add(2 * time.Second).Unix() })}, want: want{KindJWT, "initech", "free", ""}},
 		{name: "jwt iat in the future", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = testT0.Add(time.Minute).Unix() })}, want: want{reason: "token issued in the future"}},
 		{name: "jwt iat within leeway", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = testT0.Add(2 * time.Second).Unix() })}, want: want{KindJWT, "initech", "free", ""}},
+		// A time claim must be a JSON number (a NumericDate): one of another
+		// type is refused, not ignored, whether or not it would pass as a
+		// number.
+		{name: "jwt iat a string", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = strconv.FormatInt(testT0.Unix(), 10) })}, want: want{reason: "invalid token"}},
+		{name: "jwt iat a boolean", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = true })}, want: want{reason: "invalid token"}},
+		{name: "jwt iat null", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["iat"] = nil })}, want: want{reason: "invalid token"}},
+		{name: "jwt nbf a string", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["nbf"] = strconv.FormatInt(testT0.Unix(), 10) })}, want: want{reason: "invalid token"}},
+		{name: "jwt exp a string", authz: []string{"Bearer " + hs(func(c jwt.MapClaims) { c["exp"] = strconv.FormatInt(testT0.Add(time.Hour).Unix(), 10) })}, want: want{reason: "invalid token"}},
 		{name: "jwt with crit", authz: []string{"Bearer " + signHeader(t, claims(nil), map[string]any{"crit": []string{"exp"}})}, want: want{reason: "token has unsupported critical header parameters"}},
 		{name: "jwt with empty crit", authz: []string{"Bearer " + signHeader(t, claims(nil), map[string]any{"crit": []string{}})}, want: want{reason: "token has unsupported critical header parameters"}},
 		{name: "jwt with the b64 extension", authz: []string{"Bearer " + signHeader(t, claims(nil), map[string]any{"b64": false, "crit": []string{"b64"}})}, want: want{reason: "token has unsupported critical header parameters"}},

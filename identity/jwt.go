@@ -80,8 +80,11 @@ func nonEmpty(what string, list []string) []error {
 // verify checks token and returns its tenant and tier.
 //
 // Besides the signature (HS256 only), it requires exp in the future, and
-// nbf and iat, when present, not later than now, each with the leeway; a
-// crit header parameter, whatever it lists (no extension is understood);
+// nbf and iat, when present, not later than now, each with the leeway;
+// each of the three must be a JSON number (one of another type, a string
+// of digits or null included, is refused as "invalid token": iat too,
+// which went unread before iat was checked). It refuses a crit header
+// parameter, whatever it lists (no extension is understood). It requires
 // iss among the accepted issuers and aud holding an accepted audience,
 // when those are configured; then the tenant and tier claims.
 func (v *jwtVerifier) verify(token string) (tenant, tier string, err error) {
