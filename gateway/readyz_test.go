@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -99,7 +100,7 @@ func TestReadyzFollowsOnStoreError(t *testing.T) {
 }
 
 // TestReadyzClusterCircuitOpen: once every primary of a real Cluster has
-// died and the breaker of each primary the gateway decided on is open,
+// died and the breaker of each is open,
 // /readyz says "store circuit open" (503 with a closed policy enforced,
 // 200 "degraded" without), not "store unreachable" from a PING: the
 // breaker of the decisions made before the slot map was known, closed
@@ -132,9 +133,21 @@ func TestReadyzClusterCircuitOpen(t *testing.T) {
 	}
 	strict, strictPath := cluster(failureConfig, "/closed")
 	degradable, degradablePath := cluster(fallbackOnlyConfig, "/open")
+	// Anonymous callers from 16 addresses: their keys fall on both
+	// primaries, so that each primary's breaker opens below (a primary
+	// no decision reached counts as closed).
+	from := func(f *fixture, path string, i int) int {
+		r := httptest.NewRequest("GET", path, nil)
+		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:4321", 20+i)
+		w := httptest.NewRecorder()
+		f.gw.ServeHTTP(w, r)
+		return w.Code
+	}
 	for f, path := range map[*fixture]string{strict: strictPath, degradable: degradablePath} {
-		if code, _, _ := f.timed(path); code != http.StatusOK {
-			t.Fatalf("%s with the Cluster up: %d, want 200", path, code)
+		for i := range 16 {
+			if code := from(f, path, i); code != http.StatusOK {
+				t.Fatalf("%s with the Cluster up: %d, want 200", path, code)
+			}
 		}
 	}
 	for _, n := range c.Nodes() {
@@ -143,7 +156,9 @@ func TestReadyzClusterCircuitOpen(t *testing.T) {
 	// breaker_failures is 3 in failureConfig; the cooldown is an hour.
 	for f, path := range map[*fixture]string{strict: strictPath, degradable: degradablePath} {
 		for range 3 {
-			f.timed(path)
+			for i := range 16 {
+				from(f, path, i)
+			}
 		}
 	}
 	if code, body := strict.readyz(t); code != http.StatusServiceUnavailable || body["status"] != "store circuit open" || body["store"] != "store circuit open" {

@@ -69,6 +69,15 @@ type BreakerOptions struct {
 	// AllOpen), not on Decide; it must be cheap and safe for concurrent
 	// use. nil means every domain seen lives for the life of the breaker.
 	Live func(name string) bool
+	// Domains, with Partition, returns the names of every failure domain
+	// the store has now (a Redis Cluster's primaries, from its slot map),
+	// whether or not a call has gone there yet, or nil when it cannot
+	// tell (no slot map read yet). With a non-empty answer, AllOpen is
+	// true only when each of those domains is open: a domain no call has
+	// reached counts as closed. It is asked only by AllOpen; it must be
+	// cheap and safe for concurrent use. nil means AllOpen judges the
+	// domains seen so far.
+	Domains func() []string
 }
 
 // Breaker is a Store that stops calling a failing store for a while, so that
@@ -93,6 +102,7 @@ type Breaker struct {
 	now       func() time.Time
 	partition func(context.Context, []Item) string
 	live      func(string) bool
+	domains   func() []string
 
 	mu    sync.Mutex
 	cells map[string]*breakerCell
@@ -113,7 +123,7 @@ var _ Store = (*Breaker)(nil)
 // NewBreaker returns a closed Breaker around s.
 func NewBreaker(s Store, opts BreakerOptions) *Breaker {
 	b := &Breaker{store: s, failures: opts.Failures, cooldown: opts.Cooldown, now: opts.Now,
-		partition: opts.Partition, live: opts.Live, cells: map[string]*breakerCell{}, only: &breakerCell{}}
+		partition: opts.Partition, live: opts.Live, domains: opts.Domains, cells: map[string]*breakerCell{}, only: &breakerCell{}}
 	if b.failures <= 0 {
 		b.failures = 5
 	}
@@ -318,10 +328,25 @@ func (b *Breaker) States() map[string]BreakerState {
 	return out
 }
 
-// AllOpen reports whether every failure domain seen so far is open (a
-// closed domain "" and those BreakerOptions.Live reports gone aside, see
-// counted), that is, whether no decision can reach the store right now.
+// AllOpen reports whether no decision can reach the store right now: with
+// BreakerOptions.Domains answering, whether every domain it names is open
+// (one that no call has reached is closed), so that one dead primary, the
+// only one decided on so far, does not make a Cluster whose other
+// primaries answer read all down; otherwise whether every failure domain
+// seen so far is open (a closed domain "" and those BreakerOptions.Live
+// reports gone aside, see counted).
 func (b *Breaker) AllOpen() bool {
+	if b.partition != nil && b.domains != nil {
+		if names := b.domains(); len(names) > 0 {
+			cells := b.counted()
+			for _, name := range names {
+				if c, ok := cells[name]; !ok || b.stateOf(c) != BreakerOpen {
+					return false
+				}
+			}
+			return true
+		}
+	}
 	all, seen := true, false
 	b.each(func(c *breakerCell) {
 		seen = true

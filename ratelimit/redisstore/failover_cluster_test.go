@@ -21,24 +21,9 @@ import (
 // its slots keeps its open breaker.
 func TestOpenClusterFailoverDropsGonePrimary(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t, 3)
-	var now atomic.Int64 // breaker clock, ns since the epoch
-	now.Store(time.Now().UnixNano())
 	const cooldown = time.Minute
-	s := redisstore.Open(redisstore.WithBreakerClock(redisstore.Config{Addrs: c.Addrs(), Timeout: 250 * time.Millisecond,
-		BreakerFailures: 1, BreakerCooldown: cooldown, FleetStatic: true, FleetSize: 1},
-		func() time.Time { return time.Unix(0, now.Load()) }))
-	t.Cleanup(func() { _ = s.Close() })
-	prefix := redistest.KeyPrefix(t)
-	items := make([]ratelimit.Item, 3)
-	for i, n := range c.Nodes() {
-		for j := 0; ; j++ {
-			if k := fmt.Sprintf("%s{fo%d}k", prefix, j); c.PrimaryForKey(k) == n {
-				items[i] = tb(k, 1, 1000, time.Hour, 1)
-				items[i].OnError = ratelimit.OnErrorOpen
-				break
-			}
-		}
-	}
+	s, now := openClusterClocked(t, c, cooldown)
+	items := itemPerPrimary(t, c)
 	for _, it := range items {
 		if err := failureOpen(t, s, it); err != nil {
 			proctest.FatalOverrun(t, "decision on the healthy Cluster: %v", err)
@@ -83,4 +68,35 @@ func TestOpenClusterFailoverDropsGonePrimary(t *testing.T) {
 	if h := s.Health(); h.Breaker != ratelimit.BreakerOpen {
 		t.Errorf("health %+v with a dead primary's breaker open, want open", h)
 	}
+}
+
+// openClusterClocked opens a store on c whose breaker opens at the first
+// failure, stays open for cooldown and reads the returned clock (ns since
+// the epoch, starting now), with a static fleet of one.
+func openClusterClocked(t *testing.T, c *redistest.Cluster, cooldown time.Duration) (*ratelimit.Stack, *atomic.Int64) {
+	t.Helper()
+	now := new(atomic.Int64)
+	now.Store(time.Now().UnixNano())
+	s := redisstore.Open(redisstore.WithBreakerClock(redisstore.Config{Addrs: c.Addrs(), Timeout: 250 * time.Millisecond,
+		BreakerFailures: 1, BreakerCooldown: cooldown, FleetStatic: true, FleetSize: 1},
+		func() time.Time { return time.Unix(0, now.Load()) }))
+	t.Cleanup(func() { _ = s.Close() })
+	return s, now
+}
+
+// itemPerPrimary returns, for each node of c (a primary) in order, a
+// token-bucket item that fails open whose key it owns.
+func itemPerPrimary(t *testing.T, c *redistest.Cluster) []ratelimit.Item {
+	prefix := redistest.KeyPrefix(t)
+	items := make([]ratelimit.Item, len(c.Nodes()))
+	for i, n := range c.Nodes() {
+		for j := 0; ; j++ {
+			if k := fmt.Sprintf("%s{fo%d}k", prefix, j); c.PrimaryForKey(k) == n {
+				items[i] = tb(k, 1, 1000, time.Hour, 1)
+				items[i].OnError = ratelimit.OnErrorOpen
+				break
+			}
+		}
+	}
+	return items
 }

@@ -121,6 +121,9 @@ func Open(c Config) *ratelimit.Stack {
 		// leaves the breaker's domains, so that its last state is not
 		// reported for the life of the process.
 		bo.Live = store.IsPrimary
+		// Readiness ("every breaker open") asks about every primary of
+		// the slot map, not only those decisions happened to reach.
+		bo.Domains = store.Primaries
 	}
 	breaker := ratelimit.NewBreaker(leased, bo)
 	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}

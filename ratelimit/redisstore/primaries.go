@@ -33,13 +33,40 @@ func (s *RedisStore) IsPrimary(addr string) bool {
 	if !ok || !s.slotsKnown.Load() {
 		return true
 	}
-	p := s.prim.Load()
-	if p == nil || time.Since(p.at) >= primariesEvery {
-		if p = s.readPrimaries(cc); p == nil {
-			return true
-		}
+	p := s.currentPrimaries(cc)
+	if p == nil {
+		return true
 	}
 	return p.addrs[addr]
+}
+
+// Primaries returns the addresses of the primaries in the Cluster client's
+// slot map, read as IsPrimary reads it, in no order; nil when the client
+// is not a Cluster client or has no slot map yet.
+func (s *RedisStore) Primaries() []string {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok || !s.slotsKnown.Load() {
+		return nil
+	}
+	p := s.currentPrimaries(cc)
+	if p == nil {
+		return nil
+	}
+	out := make([]string, 0, len(p.addrs))
+	for addr := range p.addrs {
+		out = append(out, addr)
+	}
+	return out
+}
+
+// currentPrimaries returns the set of primaries last read, read again
+// first when it is older than primariesEvery (nil if none could be read).
+func (s *RedisStore) currentPrimaries(cc *redis.ClusterClient) *primaries {
+	p := s.prim.Load()
+	if p == nil || time.Since(p.at) >= primariesEvery {
+		p = s.readPrimaries(cc)
+	}
+	return p
 }
 
 // notePrimary makes the next IsPrimary read the slot map again when addr,
