@@ -228,11 +228,12 @@ type JWT struct {
 	// checked; otherwise a token without aud is refused.
 	Audiences []string `mapstructure:"audiences"`
 	// ClockSkew is the leeway on exp, nbf and iat, for clocks that
-	// disagree: 0 or left out means 5s (Validate sets it); at most 5m.
+	// disagree: left out (or written empty) means DefaultJWTClockSkew; a
+	// written 0s means none; at most MaxJWTClockSkew.
 	ClockSkew time.Duration `mapstructure:"clock_skew"`
 }
 
-// DefaultJWTClockSkew is JWT.ClockSkew when it is 0 or left out, and
+// DefaultJWTClockSkew is JWT.ClockSkew when it is left out, and
 // MaxJWTClockSkew the largest accepted.
 const (
 	DefaultJWTClockSkew = 5 * time.Second
@@ -573,6 +574,9 @@ func (r *Redis) setDefaults() {
 func (j *JWT) setDefaults() {
 	setZero(&j.TenantClaim, "sub")
 	setZero(&j.TierClaim, "tier")
+	// Filled only on a fresh value, before decoding: a written 0s stays
+	// (no leeway).
+	setZero(&j.ClockSkew, DefaultJWTClockSkew)
 }
 
 func (l *Log) setDefaults() { setZero(&l.Level, "info") }

@@ -208,7 +208,7 @@ var invalidCases = map[string][]string{
 	},
 	"jwt_claims.yaml": {
 		`identity.jwt.audiences[1]: duplicate of identity.jwt.audiences[0]`,
-		`identity.jwt.clock_skew: must be 0s to 5m0s (the leeway on exp, nbf and iat; 0 or left out means 5s), got 1h0m0s`,
+		`identity.jwt.clock_skew: must be 0s (no leeway) to 5m0s (the leeway on exp, nbf and iat; left out means 5s), got 1h0m0s`,
 		`identity.jwt.issuers[1]: must not be empty`,
 		`identity.jwt.issuers[2]: duplicate of identity.jwt.issuers[0]`,
 		`identity.jwt.issuers[3]: must be 1 to 1024 bytes without control characters`,

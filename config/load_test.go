@@ -382,6 +382,34 @@ func TestHeapFloorZeroKept(t *testing.T) {
 	}
 }
 
+// TestJWTClockSkewZeroKept: identity.jwt.clock_skew left out (or written
+// empty) is the default 5s, and a written 0s, from the file or the
+// environment, is kept: no leeway. Before, 0 was taken for "left out" and
+// replaced by 5s, so no exact expiry could be configured.
+func TestJWTClockSkewZeroKept(t *testing.T) {
+	with := func(skew string) string {
+		return strings.Replace(withJWT, "jwt: {secret_env: JWT_SECRET}", "jwt: {secret_env: JWT_SECRET"+skew+"}", 1)
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		env        map[string]string
+		want       time.Duration
+	}{
+		{"left out", withJWT, nil, DefaultJWTClockSkew},
+		{"written empty", with(", clock_skew: "), nil, DefaultJWTClockSkew},
+		{"0s", with(", clock_skew: 0s"), nil, 0},
+		{"0", with(", clock_skew: 0"), nil, 0},
+		{"2s", with(", clock_skew: 2s"), nil, 2 * time.Second},
+		{"0s from the environment", withJWT, map[string]string{"QUOTAGATE_IDENTITY_JWT_CLOCK_SKEW": "0s"}, 0},
+	} {
+		getenv := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+		c := mustParse(t, tc.yaml, getenv)
+		if got := c.Identity.JWT.ClockSkew; got != tc.want {
+			t.Errorf("%s: clock_skew %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestRLSShutdownDelay: rls.shutdown_delay left out is the default; a
 // written 0s is kept (no delay), not replaced by it.
 func TestRLSShutdownDelay(t *testing.T) {

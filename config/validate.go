@@ -253,11 +253,8 @@ func (c *Config) validateIdentity(errs *Errors) {
 		}
 		checkJWTValues(errs, "identity.jwt.issuers", j.Issuers)
 		checkJWTValues(errs, "identity.jwt.audiences", j.Audiences)
-		switch {
-		case j.ClockSkew == 0:
-			j.ClockSkew = DefaultJWTClockSkew
-		case j.ClockSkew < 0 || j.ClockSkew > MaxJWTClockSkew:
-			errs.addf("identity.jwt.clock_skew", "must be 0s to %v (the leeway on exp, nbf and iat; 0 or left out means %v), got %v", MaxJWTClockSkew, DefaultJWTClockSkew, j.ClockSkew)
+		if j.ClockSkew < 0 || j.ClockSkew > MaxJWTClockSkew {
+			errs.addf("identity.jwt.clock_skew", "must be 0s (no leeway) to %v (the leeway on exp, nbf and iat; left out means %v), got %v", MaxJWTClockSkew, DefaultJWTClockSkew, j.ClockSkew)
 		}
 	}
 	if a := id.Anonymous; a != nil {

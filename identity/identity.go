@@ -88,7 +88,9 @@ type JWTConfig struct {
 	// TierClaim names the string claim holding the tier; "" means "tier".
 	TierClaim string
 	// Leeway is the clock skew tolerated on exp, nbf and iat; 0 means
-	// DefaultLeeway. Negative is an error.
+	// none (a token is expired from the second of its exp). Negative is an
+	// error. The configuration's default (identity.jwt.clock_skew, 5s) is
+	// applied by package config, not here.
 	Leeway time.Duration
 	// Issuers are the accepted values of the iss claim, compared byte for
 	// byte. When it is not empty, a token without iss or with any other
@@ -101,10 +103,6 @@ type JWTConfig struct {
 	// aud is not checked. An empty entry is an error.
 	Audiences []string
 }
-
-// DefaultLeeway is the clock skew tolerated on exp, nbf and iat when
-// JWTConfig.Leeway is 0.
-const DefaultLeeway = 5 * time.Second
 
 // DefaultIPv6Prefix is the IPv6 prefix length, in bits, that an anonymous
 // caller is known by when Config.AnonymousIPv6Prefix is 0: a /64, the

@@ -32,7 +32,7 @@ func testConfig() Config {
 			{SHA256Hex: HashKey(acmeKey), Tenant: "acme", Tier: "enterprise"},
 			{SHA256Hex: strings.ToUpper(HashKey(globexKey)), Tenant: "globex", Tier: "free"},
 		},
-		JWT:            &JWTConfig{Secret: testSecret, TenantClaim: "sub", TierClaim: "tier"},
+		JWT:            &JWTConfig{Secret: testSecret, TenantClaim: "sub", TierClaim: "tier", Leeway: 5 * time.Second},
 		AnonymousTier:  "anonymous",
 		Tiers:          testTiers,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
@@ -289,6 +289,35 @@ func TestJWTClockIsInjected(t *testing.T) {
 		_, err := a.Authenticate(r)
 		if Reason(err) != step.reason {
 			t.Fatalf("at t0+%v: %v, want reason %q", step.at.Sub(testT0), err, step.reason)
+		}
+	}
+}
+
+// TestJWTZeroLeeway: a Leeway of 0 tolerates no skew: a token is expired
+// from the second of its exp, and one whose nbf or iat is a second ahead
+// is refused. Before, 0 meant the default 5s, so identity.jwt.clock_skew:
+// 0s could not turn the leeway off.
+func TestJWTZeroLeeway(t *testing.T) {
+	c := testConfig()
+	jc := *c.JWT
+	jc.Leeway = 0
+	c.JWT = &jc
+	a := mustNew(t, c)
+	for _, tc := range []struct {
+		name   string
+		change func(jwt.MapClaims)
+		reason string // "" = accepted
+	}{
+		{"exp a second ahead", func(c jwt.MapClaims) { c["exp"] = testT0.Add(time.Second).Unix() }, ""},
+		{"exp a second ago", func(c jwt.MapClaims) { c["exp"] = testT0.Add(-time.Second).Unix() }, "token expired"},
+		{"nbf now", func(c jwt.MapClaims) { c["nbf"] = testT0.Unix() }, ""},
+		{"nbf a second ahead", func(c jwt.MapClaims) { c["nbf"] = testT0.Add(time.Second).Unix() }, "token not yet valid"},
+		{"iat a second ahead", func(c jwt.MapClaims) { c["iat"] = testT0.Add(time.Second).Unix() }, "token issued in the future"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodHS256, testSecret, claims(tc.change)))
+		if _, err := a.Authenticate(r); Reason(err) != tc.reason {
+			t.Errorf("%s: %v, want reason %q", tc.name, err, tc.reason)
 		}
 	}
 }

@@ -33,10 +33,6 @@ func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	leeway := c.Leeway
-	if leeway == 0 {
-		leeway = DefaultLeeway
-	}
 	if now == nil {
 		now = time.Now
 	}
@@ -59,7 +55,7 @@ func newJWTVerifier(c JWTConfig, tiers map[string]bool, now func() time.Time) (*
 		jwt.WithValidMethods([]string{"HS256"}), // refuses "none", RS256, ...
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(), // an iat beyond now + leeway is refused
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(c.Leeway),
 		jwt.WithTimeFunc(now),
 		jwt.WithStrictDecoding(), // one encoding per token: no malleable signatures
 	)
