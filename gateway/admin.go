@@ -100,13 +100,21 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// readyPingTimeout bounds the PING of /readyz. It is well below the 1 s
+// that a Kubernetes probe waits by default (timeoutSeconds): a probe that
+// times out counts as a failure whatever the answer would have been, so a
+// black-holed Redis would take out of its load balancer every instance,
+// also those serving their open and local policies on a 200 "degraded".
+const readyPingTimeout = 500 * time.Millisecond
+
 // storeDown returns why store cannot decide now ("store circuit open",
-// "store unreachable"), or "" when it answers a PING within a second.
+// "store unreachable"), or "" when it answers a PING within
+// readyPingTimeout.
 func storeDown(ctx context.Context, store *ratelimit.Stack) string {
 	if store.Health().AllDown {
 		return "store circuit open"
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
 	defer cancel()
 	if err := store.Ping(ctx); err != nil {
 		return "store unreachable"
