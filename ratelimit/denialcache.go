@@ -162,34 +162,33 @@ func (c *DenialCache) Decide(ctx context.Context, items []Item) (Decision, error
 	if err == nil && !d.Allowed {
 		c.remember(items, d)
 	}
-	if probe != "" {
-		c.endProbe(probe) // a denial just remembered there stays
+	if probe != nil {
+		c.endProbe(probe) // a denial just remembered stays
 	}
 	return d, err
 }
 
 // lookup returns the remembered denial that covers items, as of now. When
-// it returns none, probe is the key whose run-out denial this caller
-// probes ("" when none): the caller must end the probe if the store does
-// not deny.
-func (c *DenialCache) lookup(items []Item) (d Decision, ok bool, probe string) {
+// it returns none, probe is the run-out denial this caller probes (nil
+// when none): the caller must end the probe once the store has answered.
+func (c *DenialCache) lookup(items []Item) (d Decision, ok bool, probe *denial) {
 	if c.held.Load() == 0 {
-		return Decision{}, false, ""
+		return Decision{}, false, nil
 	}
 	now := c.now()
 	for i := range items {
 		if items[i].Shadow || items[i].Cost <= 0 {
 			continue
 		}
-		d, ok, probes := c.lookupKey(items[i].Key, items, now)
+		d, ok, probes := c.lookupKey(items[i].Key, items, now, probe)
 		if ok {
-			if probe != "" {
+			if probe != nil {
 				c.endProbe(probe) // another key answers: no probe after all
 			}
-			return d, true, ""
+			return d, true, nil
 		}
-		if probes && probe == "" {
-			probe = items[i].Key
+		if probes != nil {
+			probe = probes
 		}
 	}
 	return Decision{}, false, probe
@@ -197,8 +196,11 @@ func (c *DenialCache) lookup(items []Item) (d Decision, ok bool, probe string) {
 
 // lookupKey returns the denial remembered under key if it covers items at
 // now. A denial that ran out is dropped under key; under its other keys
-// it is dropped when they are looked up (it has run out there too).
-func (c *DenialCache) lookupKey(key string, items []Item, now time.Time) (d Decision, ok, probes bool) {
+// it is dropped when they are looked up (it has run out there too). When
+// the caller becomes the probe of a run-out denial, probes is that denial.
+// probing is the denial the caller already probes (under an earlier key
+// of the batch, or the same key twice): it does not hold the caller back.
+func (c *DenialCache) lookupKey(key string, items []Item, now time.Time, probing *denial) (d Decision, ok bool, probes *denial) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e := sh.keys[key]
@@ -210,14 +212,18 @@ func (c *DenialCache) lookupKey(key string, items []Item, now time.Time) (d Deci
 	if e != nil && !now.Before(e.until) {
 		// Run out: one request of the batch asks the store while the
 		// others hold back until its answer or the end of ProbeWait.
+		// The caller that probes e (found under an earlier key of the
+		// batch) goes to the store: it does not hold itself back.
 		if c.probeWait < 0 || !e.covers(items) {
 			c.drop(sh, key)
-		} else if p := e.probe.Load(); p <= now.UnixNano() && e.probe.CompareAndSwap(p, now.Add(c.probeWait).UnixNano()) {
-			probes = true
-		} else if wait := time.Duration(e.probe.Load() - now.UnixNano()); wait > 0 {
-			sh.mu.Unlock()
-			c.local.Add(1)
-			return e.decisionHeld(wait), true, false
+		} else if e != probing {
+			if p := e.probe.Load(); p <= now.UnixNano() && e.probe.CompareAndSwap(p, now.Add(c.probeWait).UnixNano()) {
+				probes = e
+			} else if wait := time.Duration(e.probe.Load() - now.UnixNano()); wait > 0 {
+				sh.mu.Unlock()
+				c.local.Add(1)
+				return e.decisionHeld(wait), true, nil
+			}
 		}
 		e = nil
 	}
@@ -228,18 +234,23 @@ func (c *DenialCache) lookupKey(key string, items []Item, now time.Time) (d Deci
 		return Decision{}, false, probes
 	}
 	c.local.Add(1)
-	return e.decisionAt(now.Sub(e.at)), true, false
+	return e.decisionAt(now.Sub(e.at)), true, nil
 }
 
-// endProbe forgets the run-out denial under key once its probe has its
-// answer (or is not needed); a denial remembered since stays.
-func (c *DenialCache) endProbe(key string) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	if e := sh.keys[key]; e != nil && e.probe.Load() != 0 {
-		c.drop(sh, key)
+// endProbe forgets the run-out denial e under each key it is kept by, once
+// its probe has the store's answer (or is not needed), so that the requests
+// it held back are no longer held; a denial remembered since under one of
+// those keys stays.
+func (c *DenialCache) endProbe(e *denial) {
+	for i := range e.items {
+		k := e.items[i].Key
+		sh := c.shard(k)
+		sh.mu.Lock()
+		if sh.keys[k] == e {
+			c.drop(sh, k)
+		}
+		sh.mu.Unlock()
 	}
-	sh.mu.Unlock()
 }
 
 // covers reports whether items are e's batch with each cost the same or

@@ -301,6 +301,47 @@ func TestDenialCacheClockBack(t *testing.T) {
 	}
 }
 
+// TestDenialCacheProbeOfBatchOverKeys: a batch denied under two keys (or
+// one key twice) is kept under each; when its denial runs out, the one
+// request that finds it so is the probe and reaches the store, rather than
+// holding itself back under the batch's next key, and once the probe is
+// admitted the denial is forgotten under every key, so the next request
+// is not held back either. TestDenialCacheMatchesStore found the first
+// (the cache refused for ProbeWait what the store admitted).
+func TestDenialCacheProbeOfBatchOverKeys(t *testing.T) {
+	for _, tc := range []struct {
+		keys [2]string
+		rate int64 // room for one batch of cost 3+3 per window, not two
+	}{{[2]string{"a", "b"}, 4}, {[2]string{"a", "a"}, 8}} {
+		t.Run(tc.keys[0]+tc.keys[1], func(t *testing.T) {
+			c, inner, clock := newDenialCache(4)
+			defer c.Close()
+			lim := ratelimit.Limit{Rate: tc.rate, Per: time.Second}
+			batch := func(cost int64) []ratelimit.Item {
+				return []ratelimit.Item{{Key: tc.keys[0], Algorithm: ratelimit.FixedWindow, Limit: lim, Cost: cost}, {Key: tc.keys[1], Algorithm: ratelimit.FixedWindow, Limit: lim, Cost: cost}}
+			}
+			if d := decide(t, c, batch(2)...); !d.Allowed {
+				t.Fatalf("first request: %+v", d)
+			}
+			d := decide(t, c, batch(3)...)
+			if d.Allowed || d.RetryAfter != time.Second {
+				t.Fatalf("over the limit: %+v, want denied for 1s", d)
+			}
+			clock.Set(dcT0.Add(d.RetryAfter)) // the next window: room for the batch once
+			calls := inner.Calls()
+			if d := decide(t, c, batch(3)...); !d.Allowed || inner.Calls() != calls+1 {
+				t.Fatalf("the probe: %+v after %d store calls, want admitted by the store", d, inner.Calls()-calls)
+			}
+			if c.Len() != 0 {
+				t.Errorf("Len %d after the probe was admitted, want 0 (forgotten under every key)", c.Len())
+			}
+			if d := decide(t, c, batch(3)...); d.Allowed || inner.Calls() != calls+2 || d.RetryAfter != time.Second {
+				t.Errorf("after the probe: %+v after %d store calls, want the store's denial for 1s", d, inner.Calls()-calls)
+			}
+		})
+	}
+}
+
 // gatedStore holds each Decide that reaches it until the test lets it go:
 // entered receives the call, and the call returns the store's decision,
 // or fail's error when fail is set, once release is sent.
