@@ -52,7 +52,10 @@ const DefaultDenialProbeWait = 20 * time.Millisecond
 //
 // Concurrency items never make a denial remembered (a slot frees whenever
 // its request ends): a batch is remembered only for its other denied items,
-// under their keys, until the earliest of their RetryAfter.
+// under their keys, until the earliest of their RetryAfter. A batch with a
+// shadow item on the key of an enforced one is never remembered: whether
+// it is denied depends on whether the shadow item fits, which other
+// callers can change either way (see shadowSharesKey).
 //
 // It never admits: it only repeats denials, so it never over-admits. A local
 // denial is exact unless units went back to a denied key after the denial:
@@ -302,7 +305,7 @@ func (e *denial) decision(f func(retry, reset time.Duration) (time.Duration, tim
 
 // remember keeps a denial of items by the store below.
 func (c *DenialCache) remember(items []Item, d Decision) {
-	if len(d.Results) != len(items) || d.Failure != nil {
+	if len(d.Results) != len(items) || d.Failure != nil || shadowSharesKey(items) {
 		return
 	}
 	var soonest time.Duration
@@ -347,6 +350,27 @@ func (c *DenialCache) remember(items []Item, d Decision) {
 		sh.keys[k] = e
 		sh.mu.Unlock()
 	}
+}
+
+// shadowSharesKey reports whether a shadow item of items with a cost
+// shares its key with a non-shadow item. Whether such a batch is denied
+// depends on whether the shadow item fits: admitted, it takes its cost
+// from the key before the items after it; refused (its own denial does
+// not refuse the batch), it takes nothing. Other callers can turn it from
+// admitted to refused at any moment, leaving more room for the enforced
+// item than when the batch was denied, so its denial is not remembered.
+func shadowSharesKey(items []Item) bool {
+	for i := range items {
+		if !items[i].Shadow || items[i].Cost <= 0 {
+			continue
+		}
+		for j := range items {
+			if !items[j].Shadow && items[j].Key == items[i].Key {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // evict makes room in sh (locked) for one more key: expired denials go

@@ -342,6 +342,30 @@ func TestDenialCacheProbeOfBatchOverKeys(t *testing.T) {
 	}
 }
 
+// TestDenialCacheShadowOnEnforcedKey: a batch whose shadow item shares
+// its key with an enforced one is not remembered. Denied while the shadow
+// item fit (and took its cost first), the same batch with a larger shadow
+// cost no longer fits the shadow item, which then takes nothing and leaves
+// the enforced item room: the store admits it. TestDenialCacheMatchesStore
+// found this (the cache refused what the store admitted).
+func TestDenialCacheShadowOnEnforcedKey(t *testing.T) {
+	c, inner, _ := newDenialCache(0)
+	defer c.Close()
+	item := func(cost int64, shadow bool) ratelimit.Item {
+		return ratelimit.Item{Key: "x", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 4, Per: time.Second}, Cost: cost, Shadow: shadow}
+	}
+	if d := decide(t, c, item(2, false)); !d.Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	if d := decide(t, c, item(1, true), item(2, false)); d.Allowed {
+		t.Fatalf("shadow 1 then 2 over 2 taken: %+v, want denied", d)
+	}
+	calls := inner.Calls()
+	if d := decide(t, c, item(3, true), item(2, false)); !d.Allowed || inner.Calls() != calls+1 {
+		t.Errorf("shadow 3 (refused) then 2: %+v after %d store calls, want admitted by the store", d, inner.Calls()-calls)
+	}
+}
+
 // gatedStore holds each Decide that reaches it until the test lets it go:
 // entered receives the call, and the call returns the store's decision,
 // or fail's error when fail is set, once release is sent.
