@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,8 +22,8 @@ type DenialCacheOptions struct {
 	Now func() time.Time
 	// Size is the most keys remembered at once (0: DefaultDenialCacheSize),
 	// split evenly over the shards. When a key's shard is full, its expired
-	// denials are dropped first, then arbitrary ones; a dropped denial only
-	// costs a store call.
+	// denials are dropped first, then those that run out soonest; a dropped
+	// denial only costs a store call.
 	Size int
 	// ProbeWait bounds how long one request that found a key's denial run
 	// out may ask the store alone (0: DefaultDenialProbeWait): the other
@@ -374,9 +375,12 @@ func shadowSharesKey(items []Item) bool {
 }
 
 // evict makes room in sh (locked) for one more key: expired denials go
-// first, then any. It frees an eighth of the shard beyond that, so that a
-// caller denied under many distinct keys pays the full scan of the shard
-// once per size/8 denials remembered, not on every one.
+// first, then those that run out soonest (the least worth keeping), by
+// key among equals, so that which denials stay depends only on what was
+// remembered, not on map order. It frees an eighth of the shard beyond
+// that, so that a caller denied under many distinct keys pays the full
+// scan (and sort) of the shard once per size/8 denials remembered, not
+// on every one.
 func (c *DenialCache) evict(sh *denialShard, now time.Time) {
 	target := max(sh.size-sh.size/8-1, 0)
 	for k, e := range sh.keys {
@@ -384,10 +388,20 @@ func (c *DenialCache) evict(sh *denialShard, now time.Time) {
 			c.drop(sh, k)
 		}
 	}
+	if len(sh.keys) <= target {
+		return
+	}
+	keys := make([]string, 0, len(sh.keys))
 	for k := range sh.keys {
-		if len(sh.keys) <= target {
-			return
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if n := sh.keys[a].until.Compare(sh.keys[b].until); n != 0 {
+			return n
 		}
+		return strings.Compare(a, b)
+	})
+	for _, k := range keys[:len(keys)-target] {
 		c.drop(sh, k)
 	}
 }

@@ -114,6 +114,31 @@ func TestDenialCacheIsBounded(t *testing.T) {
 	}
 }
 
+// TestDenialCacheEvictsSoonestFirst: a full cache drops the denial that
+// runs out soonest, whatever the order of its map, so the same requests
+// always leave the same denials remembered.
+func TestDenialCacheEvictsSoonestFirst(t *testing.T) {
+	for run := range 20 { // map order changes per map and per range
+		c, inner, clock := newDenialCache(4)
+		item := func(i int) ratelimit.Item {
+			return ratelimit.Item{Key: fmt.Sprint("k", i), Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Minute, Burst: 1}, Cost: 1}
+		}
+		for i := range 5 { // k0 runs out first, k4 last
+			clock.Set(dcT0.Add(time.Duration(i) * time.Second))
+			decide(t, c, item(i))
+			decide(t, c, item(i))
+		}
+		for _, i := range []int{4, 3, 2, 1, 0} { // k0 last: its new denial evicts k1
+			calls := inner.Calls()
+			decide(t, c, item(i))
+			if asked := inner.Calls() != calls; asked != (i == 0) {
+				t.Fatalf("run %d: k%d asked the store: %v, want only k0 (the soonest to run out) dropped", run, i, asked)
+			}
+		}
+		c.Close()
+	}
+}
+
 // TestDenialCacheEvictsWithHeadroom: when full, the cache frees an eighth
 // of its size at once, so a flood of distinct denied keys scans the map once
 // per size/8 new keys rather than on every one; it never exceeds its size.
