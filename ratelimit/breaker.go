@@ -64,7 +64,9 @@ type BreakerOptions struct {
 	// domain it reports gone (a primary replaced by its replica after a
 	// failover) is dropped and its state freed: State, States and
 	// AllOpen leave it out from then on, and a later call in that name
-	// starts a closed domain afresh. It is asked only about named
+	// starts a closed domain afresh, unless it comes within a minute
+	// of the drop of a domain then open or half-open, which goes on
+	// in that state (the name was missing only briefly). It is asked only about named
 	// domains (never ""), whenever the domains are read (State, States,
 	// AllOpen), not on Decide; it must be cheap and safe for concurrent
 	// use. nil means every domain seen lives for the life of the breaker.
@@ -107,6 +109,19 @@ type Breaker struct {
 	mu    sync.Mutex
 	cells map[string]*breakerCell
 	only  *breakerCell // the single domain when partition is nil
+	// gone holds the domains dropped while not closed, for breakerGoneKeep
+	// (see drop).
+	gone map[string]goneCell
+}
+
+// breakerGoneKeep is how long a domain dropped while open or half-open
+// (see drop) keeps its state for a return of its name.
+const breakerGoneKeep = time.Minute
+
+// goneCell is the state of a dropped domain and when it was dropped.
+type goneCell struct {
+	c  *breakerCell
+	at time.Time
 }
 
 // breakerCell is the state of one failure domain.
@@ -123,7 +138,8 @@ var _ Store = (*Breaker)(nil)
 // NewBreaker returns a closed Breaker around s.
 func NewBreaker(s Store, opts BreakerOptions) *Breaker {
 	b := &Breaker{store: s, failures: opts.Failures, cooldown: opts.Cooldown, now: opts.Now,
-		partition: opts.Partition, live: opts.Live, domains: opts.Domains, cells: map[string]*breakerCell{}, only: &breakerCell{}}
+		partition: opts.Partition, live: opts.Live, domains: opts.Domains, cells: map[string]*breakerCell{}, only: &breakerCell{},
+		gone: map[string]goneCell{}}
 	if b.failures <= 0 {
 		b.failures = 5
 	}
@@ -177,7 +193,12 @@ func (b *Breaker) cell(ctx context.Context, items []Item) *breakerCell {
 	defer b.mu.Unlock()
 	c, ok := b.cells[name]
 	if !ok {
-		c = &breakerCell{}
+		if g, ok := b.gone[name]; ok && b.now().Sub(g.at) < breakerGoneKeep {
+			c = g.c
+		} else {
+			c = &breakerCell{}
+		}
+		delete(b.gone, name)
 		b.cells[name] = c
 	}
 	return c
@@ -225,11 +246,31 @@ func (b *Breaker) counted() map[string]*breakerCell {
 
 // drop forgets the domain name if c is still its state. A call that took
 // c just before records its outcome in c, which nothing reads any more.
+//
+// A domain dropped while open or half-open keeps its state aside for
+// breakerGoneKeep: if a call names it again meanwhile, it goes on from
+// that state rather than closed. A slot map read while a primary is
+// briefly missing from it (a node answering with a partial view) would
+// otherwise close the breaker of a primary that is down, and up to
+// Failures calls would wait for it again.
 func (b *Breaker) drop(name string, c *breakerCell) {
+	c.mu.Lock()
+	closed := c.state == BreakerClosed
+	c.mu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.cells[name] == c {
-		delete(b.cells, name)
+	if b.cells[name] != c {
+		return
+	}
+	delete(b.cells, name)
+	now := b.now()
+	for n, g := range b.gone {
+		if now.Sub(g.at) >= breakerGoneKeep {
+			delete(b.gone, n)
+		}
+	}
+	if !closed {
+		b.gone[name] = goneCell{c: c, at: now}
 	}
 }
 

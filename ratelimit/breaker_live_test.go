@@ -61,3 +61,60 @@ func TestBreakerDropsGoneDomains(t *testing.T) {
 		t.Errorf("AllOpen with new closed")
 	}
 }
+
+// TestBreakerGoneBrieflyStaysOpen: a domain that Live reports gone for a
+// moment (a slot map read missing a primary that is down) and that a call
+// names again soon after goes on open: the calls are refused, rather than
+// Failures calls waiting for the dead primary again on a closed domain.
+// A name that returns after breakerGoneKeep starts closed.
+func TestBreakerGoneBrieflyStaysOpen(t *testing.T) {
+	now := time.Unix(1000, 0)
+	gone := false
+	store := &countingStore{down: true}
+	b := NewBreaker(store, BreakerOptions{
+		Failures: 3, Cooldown: time.Hour, Now: func() time.Time { return now },
+		Partition: func(_ context.Context, items []Item) string { return items[0].Key },
+		Live:      func(string) bool { return !gone },
+	})
+	call := func() { _, _ = b.Decide(context.Background(), []Item{{Key: "dead"}}) }
+	for range 3 {
+		call()
+	}
+	if st := b.States()["dead"]; st != BreakerOpen || store.calls != 3 {
+		t.Fatalf("after 3 failures: dead is %v with %d calls, want open after 3", st, store.calls)
+	}
+	gone = true
+	if st := b.States(); len(st) != 0 {
+		t.Errorf("States = %v with dead gone, want none", st)
+	}
+	gone = false
+	call()
+	if st := b.States()["dead"]; st != BreakerOpen || store.calls != 3 {
+		t.Errorf("dead back at once: %v, %d calls to the store, want still open and 3", st, store.calls)
+	}
+
+	gone = true
+	_ = b.States()
+	gone = false
+	now = now.Add(breakerGoneKeep)
+	call()
+	if st := b.States()["dead"]; st != BreakerClosed || store.calls != 4 {
+		t.Errorf("dead back after %v: %v, %d calls to the store, want closed and 4", breakerGoneKeep, st, store.calls)
+	}
+}
+
+// countingStore counts its calls and fails them while down.
+type countingStore struct {
+	down  bool
+	calls int
+}
+
+func (s *countingStore) Decide(_ context.Context, items []Item) (Decision, error) {
+	s.calls++
+	if s.down {
+		return Decision{}, ErrUnavailable
+	}
+	return Decision{Allowed: true, Results: make([]Result, len(items))}, nil
+}
+
+func (*countingStore) Close() error { return nil }
