@@ -222,8 +222,10 @@ type coalescer struct {
 	maxBatch int
 	queue    chan *scriptCall
 	slots    chan struct{} // holds one token per writer at work
-	quit     chan struct{}
-	stop     sync.Once
+	// quit ends the queue when closed; stop closes it once. On a Cluster
+	// every node's queue shares the store's (see RedisStore.nodeQuit).
+	quit chan struct{}
+	stop *sync.Once
 }
 
 func newCoalescer(run *runner, mode *fnMode, o CoalesceOptions) *coalescer {
@@ -241,6 +243,7 @@ func newCoalescer(run *runner, mode *fnMode, o CoalesceOptions) *coalescer {
 		queue:    make(chan *scriptCall, queueDepth),
 		slots:    make(chan struct{}, writers),
 		quit:     make(chan struct{}),
+		stop:     new(sync.Once),
 	}
 }
 

@@ -102,7 +102,8 @@ func (s *RedisStore) readPrimaries(cc *redis.ClusterClient) *primaries {
 
 // prune forgets the queue and function mode of every node not in live.
 // A queue is dropped, not closed: its callers write their own calls (see
-// coalescer), so those queued still go out.
+// coalescer), so those queued still go out; the store's Close still ends
+// it, as it shares the store's nodeQuit.
 func (s *RedisStore) prune(live map[string]bool) {
 	s.nodeMu.Lock()
 	for addr := range s.nodeCo {

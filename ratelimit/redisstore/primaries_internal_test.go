@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -36,5 +37,39 @@ func BenchmarkReadPrimaries(b *testing.B) {
 		if p := s.readPrimaries(cc); len(p.addrs) != 3 {
 			b.Fatalf("primaries %v, want 3", p.addrs)
 		}
+	}
+}
+
+// TestCloseEndsPrunedQueue: a node's queue that prune dropped (its node no
+// longer a primary) while a call waited in it is still ended by Close: the
+// call returns errStoreClosed rather than waiting for its deadline. Close
+// used to end only the queues the store still listed.
+func TestCloseEndsPrunedQueue(t *testing.T) {
+	c := redistest.StartCluster(t, 2)
+	s := NewRedisStore(NewRedisClient(RedisClientOptions{Addrs: c.Addrs(), DialTimeout: time.Second}), RedisOptions{
+		Coalesce: CoalesceOptions{Writers: 1}})
+	if s.cluster == nil {
+		t.Fatal("not a Cluster client")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	co := s.coalescerFor(bound{ctx: ctx, at: time.Now().Add(time.Hour)}, "k")
+	s.prune(map[string]bool{})
+	co.slots <- struct{}{} // the only writer slot is taken: the call stays queued
+	call := s.calls.get(bound{ctx: ctx, at: time.Now().Add(time.Hour)})
+	done := make(chan error, 1)
+	go func() {
+		_, err := co.do(call)
+		done <- err
+	}()
+	_ = s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errStoreClosed) {
+			t.Errorf("a call queued in a pruned queue, store closed: %v, want %v", err, errStoreClosed)
+		}
+	case <-time.After(10 * time.Second):
+		// Not a timed assertion: the call's own deadline is an hour away.
+		t.Fatal("a call queued in a pruned queue was not ended by Close within 10s")
 	}
 }

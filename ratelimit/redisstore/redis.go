@@ -73,6 +73,10 @@ type RedisStore struct {
 	cluster *redis.ClusterClient
 	nodeMu  sync.Mutex
 	nodeCo  map[string]*coalescer
+	// nodeQuit ends every node's queue, also one prune dropped while
+	// calls waited in it; Close closes it (once, with nodeStop).
+	nodeQuit chan struct{}
+	nodeStop *sync.Once
 	// slotsKnown is set once a lookup of a key's primary succeeded: the
 	// Cluster client holds a slot map from then on, and a lookup reads it
 	// without a round trip (go-redis refreshes it in the background).
@@ -104,6 +108,7 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore 
 		s.co = newCoalescer(s.run, &s.run.one, opts.Coalesce)
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			s.cluster, s.nodeCo = cc, map[string]*coalescer{}
+			s.nodeQuit, s.nodeStop = make(chan struct{}), new(sync.Once)
 		}
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
@@ -124,6 +129,7 @@ func (s *RedisStore) coalescerFor(b bound, key string) *coalescer {
 	c, ok := s.nodeCo[addr]
 	if !ok {
 		c = newCoalescer(s.run, s.run.modeFor(addr), s.opts.Coalesce)
+		c.quit, c.stop = s.nodeQuit, s.nodeStop
 		s.nodeCo[addr] = c
 	}
 	return c
@@ -180,11 +186,10 @@ func (s *RedisStore) Close() error {
 	if s.co != nil {
 		s.co.close()
 	}
-	s.nodeMu.Lock()
-	for _, c := range s.nodeCo {
-		c.close()
+	if s.nodeStop != nil {
+		// Also the queues that prune dropped, which nodeCo no longer holds.
+		s.nodeStop.Do(func() { close(s.nodeQuit) })
 	}
-	s.nodeMu.Unlock()
 	return s.client.Close()
 }
 
