@@ -1,37 +1,18 @@
 package rls
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/syncbuf"
 	"github.com/quotagate/quotagate/ratelimit"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestWatchReloadsAChangeMadeBeforeItStarted: a descriptor file changes
 // after the server loaded it but before Watch starts (a ConfigMap update
@@ -64,7 +45,7 @@ rls:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
 	t.Cleanup(func() { store.Close() })
 	srv, err := NewServer(cfg, ServerOptions{Store: store, Logger: slog.New(slog.NewTextHandler(logs, nil))})
