@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -279,7 +278,7 @@ func (s *Server) watch(ctx context.Context, path string, tick <-chan time.Time, 
 }
 
 // digest hashes the content of the main file and of the descriptor files
-// in use; a missing file hashes as empty.
+// in use; a file that cannot be read hashes as the zero Digest.
 func (s *Server) digest(path string) []byte {
 	s.mu.Lock()
 	files := s.files
@@ -287,13 +286,12 @@ func (s *Server) digest(path string) []byte {
 	return combineDigests(fileDigests([]string{path})[0], fileDigests(files))
 }
 
-// fileDigests returns the Digest of each file's content, that of no bytes
+// fileDigests returns the config.FileDigest of each file, the zero Digest
 // for a file that cannot be read.
 func fileDigests(files []string) []config.Digest {
 	ds := make([]config.Digest, len(files))
 	for i, f := range files {
-		b, _ := os.ReadFile(f)
-		ds[i] = sha256.Sum256(b)
+		ds[i], _ = config.FileDigest(f)
 	}
 	return ds
 }
