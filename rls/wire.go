@@ -37,6 +37,13 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	b := buf.ReadOnlyData()
+	if overCounts(b) {
+		// Decoded in full, a MaxRequestBytes message of empty descriptors
+		// (or entries) is millions of them, over 60 times its size in
+		// memory, only to be refused: decodeRequest stops one past each
+		// limit, which the service refuses as INVALID_ARGUMENT all the same.
+		return decodeRequest(b, in)
+	}
 	err := proto.Unmarshal(b, in)
 	if err != nil {
 		proto.Reset(in)
@@ -47,7 +54,38 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return err
 }
 
-var errWire = errors.New("rls: malformed RateLimitRequest")
+var (
+	errWire = errors.New("rls: malformed RateLimitRequest")
+	// errOver ends overCounts' scan at the first count over its limit.
+	errOver = errors.New("rls: over a count limit")
+)
+
+// overCounts reports whether the wire form b of a RateLimitRequest holds
+// more than MaxDescriptors descriptors, or a descriptor more than
+// MaxEntries entries, reading no further than the first count over. It
+// copies nothing; malformed data is not over (the decoder says what is
+// wrong with it).
+func overCounts(b []byte) bool {
+	descs := 0
+	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != 2 || typ != protowire.BytesType {
+			return nil
+		}
+		if descs++; descs > MaxDescriptors {
+			return errOver
+		}
+		entries := 0
+		return fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
+			if num == 1 && typ == protowire.BytesType {
+				if entries++; entries > MaxEntries {
+					return errOver
+				}
+			}
+			return nil
+		})
+	})
+	return errors.Is(err, errOver)
+}
 
 // decodeRequest decodes a RateLimitRequest's wire form into m (which must
 // be empty) as proto.Unmarshal does, but keeps the bytes of a string field
@@ -55,13 +93,18 @@ var errWire = errors.New("rls: malformed RateLimitRequest")
 // service uses: domain, hits_addend, and each descriptor's entries, limit
 // override, hits_addend and is_negative_hits; other fields, and known ones
 // of an unexpected wire type, are skipped as unknown. Strings are copied
-// out of b.
+// out of b. Descriptors past MaxDescriptors+1, and entries past
+// MaxEntries+1 in a descriptor, are skipped: one more than allowed is
+// enough for the service to refuse the request.
 func decodeRequest(b []byte, m *rlsv3.RateLimitRequest) error {
 	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, n uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			m.Domain = string(v)
 		case num == 2 && typ == protowire.BytesType:
+			if len(m.Descriptors) > MaxDescriptors {
+				return nil
+			}
 			d := &commonv3.RateLimitDescriptor{}
 			m.Descriptors = append(m.Descriptors, d)
 			return decodeDescriptor(v, d)
@@ -76,6 +119,9 @@ func decodeDescriptor(b []byte, d *commonv3.RateLimitDescriptor) error {
 	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, n uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
+			if len(d.Entries) > MaxEntries {
+				return nil
+			}
 			e := &commonv3.RateLimitDescriptor_Entry{}
 			d.Entries = append(d.Entries, e)
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {

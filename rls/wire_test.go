@@ -10,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -120,5 +121,45 @@ func TestDecodeRequestAgreesWithProto(t *testing.T) {
 	}
 	if !proto.Equal(got, in) {
 		t.Errorf("decodeRequest:\n got %v\nwant %v", got, in)
+	}
+}
+
+// TestCountFloodIsNotDecoded: a message near MaxRequestBytes made of empty
+// descriptors, or of one descriptor with empty entries, is millions of
+// them; decoded in full it took over 60 times its size in memory before
+// the service refused it. The codec keeps one past each limit, and the
+// call is still INVALID_ARGUMENT.
+func TestCountFloodIsNotDecoded(t *testing.T) {
+	const n = (MaxRequestBytes - 64) / 2
+	descs := bytes.Repeat([]byte{0x12, 0x00}, n)            // field 2, empty
+	entries := bytes.Repeat([]byte{0x0a, 0x00}, n-8)        // field 1, empty
+	oneDesc := protowire.AppendBytes([]byte{0x12}, entries) // one descriptor holding them
+	for name, c := range map[string]struct {
+		raw               []byte
+		descs, maxEntries int
+	}{
+		"descriptors": {descs, MaxDescriptors + 1, 0},
+		"entries":     {oneDesc, 1, MaxEntries + 1},
+	} {
+		got := &rlsv3.RateLimitRequest{}
+		if err := newRequestCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(c.raw)}, got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		most := 0
+		for _, d := range got.Descriptors {
+			most = max(most, len(d.Entries))
+		}
+		if len(got.Descriptors) != c.descs || most != c.maxEntries {
+			t.Errorf("%s: decoded %d descriptors, at most %d entries; want %d and %d", name, len(got.Descriptors), most, c.descs, c.maxEntries)
+		}
+	}
+
+	_, conn, _ := startServer(t, false)
+	for name, raw := range map[string][]byte{"descriptors": descs, "entries": oneDesc} {
+		var out []byte
+		err := conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &raw, &out, grpc.ForceCodec(rawCodec{}))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s flood: %v, want InvalidArgument", name, err)
+		}
 	}
 }
