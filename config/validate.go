@@ -201,15 +201,18 @@ const maxTenantBytes = 256
 // validTenant reports whether t is 1 to maxTenantBytes bytes without
 // control characters (it is sent upstream in a header).
 func validTenant(t string) bool {
-	if t == "" || len(t) > maxTenantBytes {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		if t[i] < ' ' || t[i] == 0x7f {
-			return false
+	return t != "" && len(t) <= maxTenantBytes && !hasControl(t)
+}
+
+// hasControl reports whether s holds an ASCII control character (below
+// ' ', or DEL), which a header value must not carry.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] == 0x7f {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -282,7 +285,7 @@ func checkJWTValues(errs *Errors, path string, list []string) {
 		switch {
 		case v == "":
 			errs.add(p, "must not be empty")
-		case len(v) > maxJWTValueBytes || strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		case len(v) > maxJWTValueBytes || hasControl(v):
 			errs.addf(p, "must be 1 to %d bytes without control characters", maxJWTValueBytes)
 		default:
 			if j, dup := seen[v]; dup {
