@@ -14,8 +14,9 @@ import (
 // A bad credential is never downgraded to an anonymous caller.
 //
 // It also prepares the headers the upstream will see: X-Forwarded-For is
-// dropped unless the peer is a trusted proxy (which it records for
-// ownHeaders, which drops the other client-address headers then), and
+// dropped unless the peer is a trusted proxy (which it records for the
+// route stage's override check and for ownHeaders, which drops the other
+// client-address headers then), and
 // X-Quotagate-Tenant is replaced by the authenticated tenant (absent for
 // anonymous callers).
 func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {

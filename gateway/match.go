@@ -14,11 +14,10 @@ import (
 // (routes.Override) is answered 400. The raw path never leaves this stage: keys,
 // metrics and spans use the route's name.
 func (g *Gateway) matchRoute(p *pipeline) func(http.Handler) http.Handler {
-	trusted := p.cfg.Server.TrustedPrefixes
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st := stateFrom(r.Context())
-			if name, ok := routes.Override(r.Header, r.URL.RawQuery, peerTrusted(r.RemoteAddr, trusted)); ok {
+			if name, ok := routes.Override(r.Header, r.URL.RawQuery, st.peerTrusted); ok {
 				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
 					Message:   fmt.Sprintf("%.40q asks the upstream for another path or method than the request line; send them in the request line", name),
 					RequestID: st.requestID})
