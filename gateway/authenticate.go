@@ -2,10 +2,7 @@ package gateway
 
 import (
 	"errors"
-	"net"
 	"net/http"
-	"net/netip"
-	"strings"
 
 	"github.com/quotagate/quotagate/identity"
 )
@@ -38,7 +35,7 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 			// The names are canonical and the server stores names
 			// canonicalised: direct map access is what Del and Set do,
 			// without canonicalising the constant names per request.
-			st.peerTrusted = peerTrusted(r.RemoteAddr, trusted)
+			st.peerTrusted = identity.PeerTrusted(r.RemoteAddr, trusted)
 			if !st.peerTrusted {
 				delete(r.Header, "X-Forwarded-For")
 			}
@@ -51,26 +48,4 @@ func (g *Gateway) authenticate(p *pipeline) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// peerTrusted reports whether the TCP peer is one of the trusted proxies.
-func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
-	if len(trusted) == 0 {
-		return false
-	}
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	addr, err := netip.ParseAddr(strings.TrimSpace(host))
-	if err != nil {
-		return false
-	}
-	addr = addr.Unmap().WithZone("") // as identity.ClientIP reads the peer
-	for _, p := range trusted {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
 }

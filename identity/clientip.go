@@ -64,6 +64,18 @@ func parseHop(s string) netip.Addr {
 	return a.Unmap().WithZone("")
 }
 
+// PeerTrusted reports whether the peer address remoteAddr (an
+// http.Request's RemoteAddr, with or without a port) is in trusted, read
+// as ClientIP reads it: unmapped, without its zone. An address that cannot
+// be parsed is not trusted.
+func PeerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	peer := parseHop(remoteAddr)
+	return peer.IsValid() && isTrusted(peer, trusted)
+}
+
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	for _, p := range trusted {
 		if p.Contains(a) {

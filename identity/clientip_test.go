@@ -158,3 +158,28 @@ func TestClientIPAllocs(t *testing.T) {
 		t.Fatalf("ClientIP allocates %v times per call, want 0", n)
 	}
 }
+
+// TestPeerTrusted: the peer is read as ClientIP reads it (with or without
+// a port, unmapped, without its zone); an unparsable one is not trusted.
+func TestPeerTrusted(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	for addr, want := range map[string]bool{
+		"10.1.2.3:4711":        true,
+		"10.1.2.3":             true,
+		"[::ffff:10.1.2.3]:80": true,
+		"[fd00::1%eth0]:80":    true,
+		"fd00::1":              true,
+		"192.0.2.1:4711":       false,
+		"[2001:db8::1]:80":     false,
+		"":                     false,
+		"10.1.2.3:x":           false,
+		"not an address:4711":  false,
+	} {
+		if got := PeerTrusted(addr, trusted); got != want {
+			t.Errorf("PeerTrusted(%q) = %v, want %v", addr, got, want)
+		}
+	}
+	if PeerTrusted("10.1.2.3:4711", nil) {
+		t.Error("PeerTrusted with no trusted proxies = true")
+	}
+}
