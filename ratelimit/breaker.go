@@ -379,9 +379,14 @@ func (b *Breaker) States() map[string]BreakerState {
 func (b *Breaker) AllOpen() bool {
 	if b.partition != nil && b.domains != nil {
 		if names := b.domains(); len(names) > 0 {
-			cells := b.counted()
+			// Looked up one by one, not through counted: Stack asks on
+			// every Release and Renew, and the names Domains gives are
+			// live, so there is nothing to drop and no map to copy.
 			for _, name := range names {
-				if c, ok := cells[name]; !ok || b.stateOf(c) != BreakerOpen {
+				b.mu.Lock()
+				c, ok := b.cells[name]
+				b.mu.Unlock()
+				if !ok || b.stateOf(c) != BreakerOpen {
 					return false
 				}
 			}

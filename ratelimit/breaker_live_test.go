@@ -118,3 +118,25 @@ func (s *countingStore) Decide(_ context.Context, items []Item) (Decision, error
 }
 
 func (*countingStore) Close() error { return nil }
+
+// BenchmarkBreakerAllOpenDomains is the cost of AllOpen with Live and
+// Domains (a Cluster of 3 primaries, all decided on, one open): Stack asks
+// it on every Release and Renew of a concurrency slot.
+func BenchmarkBreakerAllOpenDomains(b *testing.B) {
+	names := []string{"a", "b", "c"}
+	br := NewBreaker(domainStore{down: map[string]bool{"a": true}}, BreakerOptions{
+		Failures:  1,
+		Partition: func(_ context.Context, items []Item) string { return items[0].Key },
+		Live:      func(string) bool { return true },
+		Domains:   func() []string { return names },
+	})
+	for _, n := range names {
+		_, _ = br.Decide(context.Background(), []Item{{Key: n}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if br.AllOpen() {
+			b.Fatal("AllOpen with two domains closed")
+		}
+	}
+}
