@@ -76,9 +76,9 @@ type BreakerOptions struct {
 	// whether or not a call has gone there yet, or nil when it cannot
 	// tell (no slot map read yet). With a non-empty answer, AllOpen is
 	// true only when each of those domains is open: a domain no call has
-	// reached counts as closed. It is asked only by AllOpen; it must be
-	// cheap and safe for concurrent use. nil means AllOpen judges the
-	// domains seen so far.
+	// reached counts as closed. It is asked only by AllOpen, which only
+	// reads the slice (it may be shared); it must be cheap and safe for
+	// concurrent use. nil means AllOpen judges the domains seen so far.
 	Domains func() []string
 }
 

@@ -15,10 +15,21 @@ import (
 const primariesEvery = time.Second
 
 // primaries is a Cluster's set of primaries, as the client's slot map had
-// it when read.
+// it when read: as a set (addrs) and as a list (list, the same addresses
+// in no order, shared by every caller of Primaries).
 type primaries struct {
 	addrs map[string]bool
+	list  []string
 	at    time.Time
+}
+
+// newPrimaries returns the primaries addrs, read at at.
+func newPrimaries(addrs map[string]bool, at time.Time) *primaries {
+	list := make([]string, 0, len(addrs))
+	for addr := range addrs {
+		list = append(list, addr)
+	}
+	return &primaries{addrs: addrs, list: list, at: at}
 }
 
 // IsPrimary reports whether addr owns a slot in the Cluster client's slot
@@ -42,7 +53,9 @@ func (s *RedisStore) IsPrimary(addr string) bool {
 
 // Primaries returns the addresses of the primaries in the Cluster client's
 // slot map, read as IsPrimary reads it, in no order; nil when the client
-// is not a Cluster client or has no slot map yet.
+// is not a Cluster client or has no slot map yet. The slice is shared
+// until the next read of the slot map: the caller must not modify it. It
+// does not allocate, as the breaker asks it on every Release and Renew.
 func (s *RedisStore) Primaries() []string {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok || !s.slotsKnown.Load() {
@@ -52,11 +65,7 @@ func (s *RedisStore) Primaries() []string {
 	if p == nil {
 		return nil
 	}
-	out := make([]string, 0, len(p.addrs))
-	for addr := range p.addrs {
-		out = append(out, addr)
-	}
-	return out
+	return p.list
 }
 
 // currentPrimaries returns the set of primaries last read, read again
@@ -73,7 +82,7 @@ func (s *RedisStore) currentPrimaries(cc *redis.ClusterClient) *primaries {
 // just found to own a key, is not in the set of primaries last read.
 func (s *RedisStore) notePrimary(addr string) {
 	if p := s.prim.Load(); p != nil && !p.addrs[addr] {
-		s.prim.CompareAndSwap(p, &primaries{addrs: p.addrs})
+		s.prim.CompareAndSwap(p, &primaries{addrs: p.addrs, list: p.list})
 	}
 }
 
@@ -94,7 +103,7 @@ func (s *RedisStore) readPrimaries(cc *redis.ClusterClient) *primaries {
 		}
 		addrs[node.Options().Addr] = true
 	}
-	p := &primaries{addrs: addrs, at: time.Now()}
+	p := newPrimaries(addrs, time.Now())
 	s.prim.Store(p)
 	s.prune(addrs)
 	return p

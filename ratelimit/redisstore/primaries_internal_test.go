@@ -73,3 +73,19 @@ func TestCloseEndsPrunedQueue(t *testing.T) {
 		t.Fatal("a call queued in a pruned queue was not ended by Close within 10s")
 	}
 }
+
+// BenchmarkPrimaries is the cost of Primaries with the set of primaries
+// fresh (the breaker's AllOpen asks it on every Release and Renew of a
+// concurrency slot). No server is reached: the set is set directly.
+func BenchmarkPrimaries(b *testing.B) {
+	s := NewRedisStore(NewRedisClient(RedisClientOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}), RedisOptions{})
+	b.Cleanup(func() { _ = s.Close() })
+	s.slotsKnown.Store(true)
+	s.prim.Store(newPrimaries(map[string]bool{"a:1": true, "b:1": true, "c:1": true}, time.Now().Add(time.Hour)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(s.Primaries()) != 3 {
+			b.Fatal("want 3 primaries")
+		}
+	}
+}
