@@ -232,9 +232,15 @@ func (s *RedisStore) sendAlone(calls []*scriptCall) {
 		sendPipeline(calls[0], s.run, &s.run.one, calls, false)
 		return
 	}
-	var modes []*fnMode
-	byMode := map[*fnMode][]*scriptCall{}
-	for _, c := range calls {
+	first := s.run.modeFor(s.primaryWithin(calls[0].b, calls[0].keys[0]))
+	if len(calls) == 1 {
+		// A decision of one hash tag group: no grouping to allocate for.
+		sendPipeline(calls[0], s.run, first, calls, false)
+		return
+	}
+	modes := []*fnMode{first}
+	byMode := map[*fnMode][]*scriptCall{first: {calls[0]}}
+	for _, c := range calls[1:] {
 		m := s.run.modeFor(s.primaryWithin(c.b, c.keys[0]))
 		if _, ok := byMode[m]; !ok {
 			modes = append(modes, m)

@@ -234,3 +234,22 @@ func BenchmarkRedisSettle(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisDecideClusterUncoalesced is the client's cost (allocs/op,
+// B/op) of one admitted decision on a Cluster of 3 primaries with
+// coalescing off, sent from the caller's goroutine (see sendAlone).
+func BenchmarkRedisDecideClusterUncoalesced(b *testing.B) {
+	c := redistest.StartCluster(b, 3)
+	s := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: c.Addrs(), DialTimeout: time.Second}),
+		redisstore.RedisOptions{Timeout: time.Second, Coalesce: redisstore.CoalesceOptions{Disabled: true}})
+	b.Cleanup(func() { _ = s.Close() })
+	prefix := redistest.KeyPrefix(b)
+	items := benchItems(prefix, 0)
+	storetest.WarmUp(b, s, items)
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := s.Decide(context.Background(), items); err != nil || !d.Allowed {
+			b.Fatalf("decide: %+v, %v", d, err)
+		}
+	}
+}
