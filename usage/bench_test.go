@@ -115,3 +115,19 @@ func BenchmarkFromRequest(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFromRequestAliases: the chat request of BenchmarkFromRequest
+// read with an alias of max_tokens and a count ("n").
+func BenchmarkFromRequestAliases(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 4000) + `"}],"max_tokens":256,"n":2}`)
+	src := RequestSource{JSON: "max_tokens", JSONAliases: []string{"max_completion_tokens"}, JSONCount: "n", Header: "X-Max-Tokens"}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		req := &http.Request{Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body))}
+		n, found, err := FromRequest(req, src, 0)
+		if n != 512 || !found || err != nil {
+			b.Fatal(n, found, err)
+		}
+	}
+}

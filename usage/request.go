@@ -99,7 +99,11 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 		if !identity(r.Header) {
 			return 0, false, nil
 		}
-		paths, names := []path{p}, []string{src.JSON}
+		// Backing arrays for the common source (a limit, an alias, a
+		// count), so that listing their paths allocates nothing.
+		var pathBuf [3]path
+		var nameBuf [3]string
+		paths, names := append(pathBuf[:0], p), append(nameBuf[:0], src.JSON)
 		for _, a := range src.JSONAliases {
 			if ap, aerr := parsePath(a); aerr == nil {
 				paths, names = append(paths, ap), append(names, a)
