@@ -220,22 +220,32 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 // returned (and logged). Listen addresses and TLS take effect only after a
 // restart.
 func (s *Server) ReloadFile(path string) error {
+	_, err := s.reload(path)
+	return err
+}
+
+// reload is ReloadFile that also returns, on success, the digest (as
+// digest makes it) of the content it loaded, each file's taken before it
+// was read: the files and the list of descriptor files as they were
+// loaded, not as they are after the reload.
+func (s *Server) reload(path string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg, err := config.Load(path, s.opts.Getenv)
+	cfg, main, err := config.LoadDigest(path, s.opts.Getenv)
 	if err == nil {
 		var rules *Rules
+		files := fileDigests(cfg.RLS.ConfigFiles)
 		if rules, err = LoadFiles(cfg.RLS.ConfigFiles); err == nil {
 			s.engine.SetRules(rules, cfg.RLS.OnStoreError, cfg.RLS.LimitOverrides == "ignore")
 			s.files = slices.Clone(cfg.RLS.ConfigFiles)
 			s.opts.Metrics.ConfigReload(context.Background(), true)
 			s.opts.Logger.Info("rls descriptor files reloaded", slog.Int("domains", rules.Domains()))
-			return nil
+			return combineDigests(main, files), nil
 		}
 	}
 	s.opts.Metrics.ConfigReload(context.Background(), false)
 	s.opts.Logger.Error("rls reload rejected; keeping the live descriptor files", slog.String("error", err.Error()))
-	return err
+	return nil, err
 }
 
 // Watch reloads whenever the main configuration at path or one of the
@@ -272,7 +282,12 @@ func (s *Server) watch(ctx context.Context, path string, tick <-chan time.Time, 
 			last = d
 			s.opts.Logger.Info("rls config or descriptor file changed; reloading", slog.String("path", path), slog.String("since", since))
 			since = "last check"
-			_ = s.ReloadFile(path)
+			// last becomes what was loaded: d was made with the list of
+			// descriptor files in use before the reload, which the
+			// reload may change.
+			if loaded, err := s.reload(path); err == nil {
+				last = loaded
+			}
 		}
 	}
 }

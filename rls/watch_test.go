@@ -78,4 +78,20 @@ rls:
 	if got := strings.Count(logs.String(), "reloaded"); got != 1 {
 		t.Fatalf("unchanged files: %d reloads, want still 1; log:\n%s", got, logs)
 	}
+
+	// A reload that adds a descriptor file is one reload: the next check,
+	// with nothing changed, compares with the files the reload loaded.
+	// Before, it compared with a digest made over the old list of files,
+	// and reloaded again.
+	second := filepath.Join(dir, "more.yaml")
+	write(second, "domain: more\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	write(main, strings.Replace(mainText, "config_files: ["+desc+"]", "config_files: ["+desc+", "+second+"]", 1))
+	check()
+	tick <- time.Time{} // the second check of check() has finished
+	if got := strings.Count(logs.String(), "reloaded"); got != 2 {
+		t.Fatalf("a reload that adds a descriptor file: %d reloads in all, want 2; log:\n%s", got, logs)
+	}
+	if _, ok := srv.Engine().Rules().domains["more"]; !ok {
+		t.Fatal("the reload did not load the added descriptor file")
+	}
 }
