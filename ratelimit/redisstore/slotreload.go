@@ -36,16 +36,24 @@ func (h slotReload) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h slotReload) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		failed := err
-		for _, c := range cmds {
-			if failed != nil && !replied(failed) {
-				break
-			}
-			failed = c.Err()
-		}
-		h.after(failed)
+		h.after(unreplied(err, cmds))
 		return err
 	}
+}
+
+// unreplied returns err, a pipeline's error, when it is not a reply from
+// Redis, or else the first error of cmds that is not one; nil when every
+// command got its reply.
+func unreplied(err error, cmds []redis.Cmder) error {
+	if err != nil && !replied(err) {
+		return err
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !replied(e) {
+			return e
+		}
+	}
+	return nil
 }
 
 // after reloads the slot map when err is a failure to reach a node: any
