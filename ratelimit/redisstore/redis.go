@@ -148,7 +148,11 @@ func (s *RedisStore) Primary(ctx context.Context, key string) string {
 	if err != nil {
 		return ""
 	}
-	s.slotsKnown.Store(true)
+	if !s.slotsKnown.Load() {
+		// Stored once: a store on every decision would write the
+		// cache line that every core's lookups read.
+		s.slotsKnown.Store(true)
+	}
 	addr := node.Options().Addr
 	s.notePrimary(addr)
 	return addr
