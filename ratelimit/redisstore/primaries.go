@@ -88,9 +88,18 @@ func (s *RedisStore) notePrimary(addr string) {
 
 // readPrimaries reads the owner of every slot from cc's slot map, stores
 // the set and prunes the per-node state of the nodes left out. It returns
-// the set last stored (nil if none) when the map cannot be read.
+// the set last stored (nil if none) when the map cannot be read, and also,
+// without waiting, while another caller reads it.
 func (s *RedisStore) readPrimaries(cc *redis.ClusterClient) *primaries {
-	s.primMu.Lock()
+	if !s.primMu.TryLock() {
+		// Another caller reads the map (some ms: a lookup per slot); one
+		// that has a set goes on with it rather than wait, as the breaker
+		// asks on every Release and Renew.
+		if p := s.prim.Load(); p != nil {
+			return p
+		}
+		s.primMu.Lock()
+	}
 	defer s.primMu.Unlock()
 	if p := s.prim.Load(); p != nil && time.Since(p.at) < primariesEvery {
 		return p // read by another caller meanwhile
