@@ -86,6 +86,8 @@ func TestDefaults(t *testing.T) {
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    65536,
 		MaxBodyBytes:      10 << 20,
+		BodyReadTimeout:   DefaultBodyReadTimeout,
+		BodyMinRate:       new(int64(DefaultBodyMinRate)),
 		QuotaPath:         "/_quota",
 		ShutdownTimeout:   10 * time.Second,
 		MaxLocalCallers:   1_000_000,

@@ -61,6 +61,15 @@ func (c *Config) validateServer(errs *Errors) {
 	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
 	positive(errs, "server.max_header_bytes", s.MaxHeaderBytes)
 	positive(errs, "server.max_body_bytes", s.MaxBodyBytes)
+	if s.BodyReadTimeout <= 0 || s.BodyReadTimeout > MaxBodyReadTimeout {
+		errs.addf("server.body_read_timeout", "must be in (0s, %v], got %v", MaxBodyReadTimeout, s.BodyReadTimeout)
+	}
+	if r := s.BodyMinRate; r != nil && *r < 0 {
+		errs.addf("server.body_min_rate", "must be 0 (no minimum) or a rate in bytes per second, got %d", *r)
+	}
+	if s.BodyBufferBytes < 0 {
+		errs.addf("server.body_buffer_bytes", "must be 0 (sized from the memory limit) or a number of bytes, got %d", s.BodyBufferBytes)
+	}
 	if !strings.HasPrefix(s.QuotaPath, "/") {
 		errs.addf("server.quota_path", "must be a path starting with /, got %q", s.QuotaPath)
 	}

@@ -27,6 +27,9 @@ type gwConfig struct {
 
 type serverCfg struct {
 	Listen            string `json:"listen"`
+	BodyReadTimeout   string `json:"body_read_timeout,omitempty"`
+	BodyMinRate       *int64 `json:"body_min_rate,omitempty"`
+	BodyBufferBytes   int64  `json:"body_buffer_bytes,omitempty"`
 	AdminListen       string `json:"admin_listen"`
 	ReadHeaderTimeout string `json:"read_header_timeout,omitempty"`
 	MaxHeaderBytes    int    `json:"max_header_bytes,omitempty"`
@@ -133,11 +136,13 @@ type upstreamCfg struct {
 }
 
 type routeCfg struct {
-	Name     string   `json:"name"`
-	Method   string   `json:"method"`
-	Path     string   `json:"path"`
-	Upstream string   `json:"upstream"`
-	Cost     int64    `json:"cost,omitempty"`
+	Name     string `json:"name"`
+	Method   string `json:"method"`
+	Path     string `json:"path"`
+	Upstream string `json:"upstream"`
+	// Cost is a number (the units each request takes) or a cost block
+	// (map[string]any with reserve, reserve_from, max, settle_from, ...).
+	Cost     any      `json:"cost,omitempty"`
 	Policies []string `json:"policies,omitempty"`
 	// WebSocket lets the route's GETs upgrade to a WebSocket.
 	WebSocket bool `json:"websocket,omitempty"`
@@ -174,7 +179,11 @@ func (c *gwConfig) addKey(key, tenant, tier string) {
 
 // route appends a route to upstream "up".
 func (c *gwConfig) route(name, method, path string, cost int64, policies ...string) {
-	c.Routes = append(c.Routes, routeCfg{Name: name, Method: method, Path: path, Upstream: "up", Cost: cost, Policies: policies})
+	r := routeCfg{Name: name, Method: method, Path: path, Upstream: "up", Policies: policies}
+	if cost != 0 {
+		r.Cost = cost
+	}
+	c.Routes = append(c.Routes, r)
 }
 
 // bucket is a token bucket limit: rate units per per, burst at once.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,7 +16,8 @@ import (
 )
 
 // begin is the outermost stage. It gives the request its state, its request
-// id and its server span, bounds its body, and after the inner stages have
+// id and its server span, bounds its body (size and deadlines, see
+// requestBody), and after the inner stages have
 // answered it records the request metric and the access log line.
 func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
@@ -38,17 +37,23 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 			ctx = context.WithValue(ctx, stateKey{}, st)
 			r = r.WithContext(ctx)
 
-			if p.maxBody > 0 && r.Body != nil && r.Body != http.NoBody {
-				if r.ContentLength > p.maxBody {
-					writeProblem(&st.rec, problem{Status: http.StatusRequestEntityTooLarge, Error: codePayloadTooLarge,
-						Message: "request body exceeds " + strconv.FormatInt(p.maxBody, 10) + " bytes", RequestID: st.requestID})
+			if r.Body != nil && r.Body != http.NoBody {
+				if r.ContentLength > p.body.max {
+					pr, _ := bodyTooLarge.problem(st.requestID, p.body.max)
+					writeProblem(&st.rec, pr)
 					g.finish(ctx, span, r, st)
 					return
 				}
-				r.Body = &limitedBody{rc: r.Body, left: p.maxBody, st: st}
+				r.Body = newRequestBody(w, r, st, p.body)
 			}
 
 			next.ServeHTTP(&st.rec, r)
+			if st.bodyHeld > 0 {
+				g.bodyBudget.Give(st.bodyHeld)
+			}
+			if f := st.bodyFault.load(); f.timedOut() {
+				g.opts.Metrics.BodyTimeout(ctx, f.reason())
+			}
 			g.finish(ctx, span, r, st)
 		})
 	}
@@ -126,48 +131,6 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 		slog.Duration("duration", g.opts.Now().Sub(st.start)),
 	)
 }
-
-// limitedBody stops a request body at the configured maximum and remembers
-// how reading the caller's body failed, so that the resulting proxy failure
-// is answered as the caller's fault (413 or 400), not the upstream's (502).
-//
-// A body of exactly the maximum is whole: every read asks for one byte more
-// than is left, so the end of such a body shows as io.EOF and a longer body
-// as that extra byte. The extra byte and what follows are never returned:
-// the read fails with errBodyTooLarge instead, the transport abandons the
-// upstream request mid-body (a chunked body without its last chunk), and
-// the upstream never receives a complete request.
-type limitedBody struct {
-	rc   io.ReadCloser
-	left int64
-	st   *requestState
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.st.bodyTooLarge {
-		return 0, errBodyTooLarge
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
-	}
-	n, err := b.rc.Read(p)
-	if int64(n) > b.left {
-		b.st.bodyTooLarge = true
-		return 0, errBodyTooLarge
-	}
-	b.left -= int64(n)
-	if err != nil && err != io.EOF {
-		b.st.bodyUnreadable = true
-	}
-	return n, err
-}
-
-func (b *limitedBody) Close() error { return b.rc.Close() }
-
-var errBodyTooLarge = &http.MaxBytesError{}
 
 // setRequestID gives the request its id (see requestID) and sets it as the
 // X-Request-Id of the response and of the request, for the upstream. A

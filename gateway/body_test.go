@@ -128,27 +128,26 @@ func TestBodyLimitIsExact(t *testing.T) {
 	}
 }
 
-// TestBodyLimitRead steps limitedBody through the edges of the limit.
+// TestBodyLimitRead steps requestBody through the edges of the limit.
 func TestBodyLimitRead(t *testing.T) {
 	cases := []struct {
-		body       string
-		limit      int64
-		want       string
-		tooLarge   bool
-		unreadable bool
+		body     string
+		limit    int64
+		want     string
+		tooLarge bool
 	}{
-		{"", 0, "", false, false},
-		{"abc", 3, "abc", false, false},
-		{"abcd", 3, "abc", true, false},
-		{"abc", 10, "abc", false, false},
-		{"a", 0, "", true, false},
+		{"", 0, "", false},
+		{"abc", 3, "abc", false},
+		{"abcd", 3, "abc", true},
+		{"abc", 10, "abc", false},
+		{"a", 0, "", true},
 	}
 	for _, c := range cases {
 		st := &requestState{}
-		b := &limitedBody{rc: io.NopCloser(&pieces{s: c.body, n: 1}), left: c.limit, st: st}
+		b := &requestBody{rc: io.NopCloser(&pieces{s: c.body, n: 1}), left: c.limit, st: st}
 		got, err := io.ReadAll(b)
-		if c.tooLarge != errors.Is(err, errBodyTooLarge) || st.bodyTooLarge != c.tooLarge || st.bodyUnreadable != c.unreadable {
-			t.Errorf("%q limit %d: err %v, tooLarge %v, unreadable %v", c.body, c.limit, err, st.bodyTooLarge, st.bodyUnreadable)
+		if c.tooLarge != errors.Is(err, errBodyTooLarge) || (st.bodyFault.load() == bodyTooLarge) != c.tooLarge {
+			t.Errorf("%q limit %d: err %v, fault %v", c.body, c.limit, err, st.bodyFault.load())
 		}
 		if !c.tooLarge && string(got) != c.want {
 			t.Errorf("%q limit %d: read %q, want %q", c.body, c.limit, got, c.want)

@@ -151,12 +151,14 @@ func writeProxyError(w http.ResponseWriter, r *http.Request, status int, code, m
 	id := ""
 	if st != nil {
 		id = st.requestID
-		switch {
-		case status == 499:
-		case st.bodyTooLarge:
-			status, code, message = http.StatusRequestEntityTooLarge, codePayloadTooLarge, "request body too large"
-		case st.bodyUnreadable:
-			status, code, message = http.StatusBadRequest, codeBadRequest, "the request body could not be read"
+		// A body fault is the caller's doing whatever the proxy made of
+		// it; a deadline's wins over "client closed", since net/http
+		// cancels the request's context when a read of its connection
+		// times out, and the caller is still there to be told.
+		if f := st.bodyFault.load(); f.timedOut() || f != bodyOK && status != 499 {
+			pr, _ := f.problem(id, 0)
+			writeProblem(w, pr)
+			return
 		}
 	}
 	if status == 499 { // the client went away; there is nobody to answer

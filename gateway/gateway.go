@@ -25,6 +25,7 @@ import (
 	"github.com/quotagate/quotagate/proxy"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // OpenStore builds the stage-2 decision stack for a store configuration
@@ -96,6 +97,9 @@ type Gateway struct {
 	retiredDenials uint64
 	denials        atomic.Uint64
 	settling       sync.WaitGroup // settlement calls not yet finished
+	// bodyBudget bounds the request body bytes held at once to find
+	// reservations (server.body_buffer_bytes, read at start only).
+	bodyBudget *usage.Budget
 }
 
 // New builds a gateway for cfg, which must have passed Validate.
@@ -104,14 +108,15 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	o.fill()
 	logLimit := telemetry.NewLogLimiter(5, 10*time.Second, o.Now)
 	g := &Gateway{
-		tracing:  tracing,
-		hot:      ratelimit.NewHotKeys(ratelimit.HotKeysOptions{}),
-		opts:     o,
-		tracer:   o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
-		retiring: map[*ratelimit.Stack]*time.Timer{},
-		logLimit: logLimit,
-		slots:    newSlotState(o.Logger, o.Metrics, logLimit),
-		series:   newRequestSeries(o.Metrics),
+		tracing:    tracing,
+		hot:        ratelimit.NewHotKeys(ratelimit.HotKeysOptions{}),
+		opts:       o,
+		tracer:     o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
+		retiring:   map[*ratelimit.Stack]*time.Timer{},
+		logLimit:   logLimit,
+		slots:      newSlotState(o.Logger, o.Metrics, logLimit),
+		series:     newRequestSeries(o.Metrics),
+		bodyBudget: newBodyBudget(cfg.Server.BodyBufferBytes),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)
 	if err != nil {

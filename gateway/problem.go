@@ -18,6 +18,7 @@ const (
 	codeOverloaded          = "overloaded"
 	codePayloadTooLarge     = "payload_too_large"
 	codeBadRequest          = "bad_request"
+	codeBodyTimeout         = "request_timeout"
 	codeInternal            = "internal_error"
 	codeForbidden           = "forbidden"
 )
@@ -33,6 +34,7 @@ var problemTitles = map[string]string{
 	codeOverloaded:          "Upstream Overloaded",
 	codePayloadTooLarge:     "Payload Too Large",
 	codeBadRequest:          "Bad Request",
+	codeBodyTimeout:         "Request Timeout",
 	codeInternal:            "Internal Error",
 	codeForbidden:           "Forbidden",
 }

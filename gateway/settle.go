@@ -101,11 +101,18 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			units, found, err := usage.FromRequest(r, cb.reserveFrom, cb.maxBody)
+			units, found, held, err := usage.FromRequestWithin(r, cb.reserveFrom, cb.maxBody, g.bodyBudget)
+			st.bodyHeld = held
 			switch {
-			case err != nil && st.bodyTooLarge:
-				writeProblem(w, problem{Status: http.StatusRequestEntityTooLarge, Error: codePayloadTooLarge,
-					Message: "request body too large", RequestID: st.requestID})
+			case errors.Is(err, usage.ErrOverBudget):
+				// The gateway holds as many bodies as it may: this one is
+				// forwarded as it streams, and reserves as one that states
+				// nothing (see README, "Hostile input").
+				g.opts.Metrics.BodyOverBudget(r.Context())
+				st.cost = cb.max
+			case err != nil && st.bodyFault.load() != bodyOK:
+				pr, _ := st.bodyFault.load().problem(st.requestID, 0)
+				writeProblem(w, pr)
 				return
 			case errors.Is(err, usage.ErrMalformed):
 				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
@@ -276,9 +283,24 @@ func brokenOff(res usage.Result) bool {
 // the upstream without using quota. Otherwise (the connection refused, DNS,
 // TLS, the upstream breaker or shedder's 503) the upstream never had the
 // request and the whole reservation goes back.
+//
+// Whoever broke the exchange decides: when the caller's body failed (too
+// large, malformed, stalled, too slow; see bodyFault) the upstream may
+// have acted on the part it received, so the reservation stands as for a
+// request written whole, or takes max with on_missing_usage: max, whatever
+// the transport reports of the write. Only an exchange the caller did not
+// break and that never reached the upstream gives the reservation back.
 func (g *Gateway) onUpstreamFailure(r *http.Request, status int, written bool) {
 	st := stateFrom(r.Context())
 	if st == nil || st.settle == nil || !st.settle.claim() {
+		return
+	}
+	if st.bodyFault.load() != bodyOK {
+		if cb := st.route.block; cb.missingMax {
+			g.settle(r.Context(), st.settle, max(cb.max, st.settle.reserved))
+			return
+		}
+		g.settleMissing(r.Context(), st.settle)
 		return
 	}
 	if written {
@@ -306,7 +328,7 @@ func (g *Gateway) endSettle(ctx context.Context, st *requestState) {
 	if st.settle == nil || !st.settle.claim() {
 		return
 	}
-	if cb := st.route.block; cb.missingMax && ctx.Err() != nil {
+	if cb := st.route.block; cb.missingMax && (ctx.Err() != nil || st.bodyFault.load() != bodyOK) {
 		g.settle(ctx, st.settle, cb.max)
 		return
 	}

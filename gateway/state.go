@@ -27,12 +27,13 @@ type requestState struct {
 	// settle is the request's reservation waiting to be settled from the
 	// response; nil when nothing is to be settled.
 	settle *pendingSettle
-	// bodyTooLarge is set when the request body ran past server.max_body_bytes
-	// while it was being forwarded, so the proxy's failure is answered 413.
-	bodyTooLarge bool
-	// bodyUnreadable is set when reading the caller's body failed (for
-	// example a malformed chunk), so the proxy's failure is answered 400.
-	bodyUnreadable bool
+	// bodyFault is the first fault of reading the caller's body, if any
+	// (see requestBody).
+	bodyFault faultBox
+	// bodyHeld is the bytes of the body the cost stage holds in memory,
+	// taken from the gateway's body buffer budget and given back when the
+	// request ends.
+	bodyHeld int64
 	// peerTrusted is set by the identity stage when the TCP peer is one of
 	// server.trusted_proxies, whose forwarding headers are then believed.
 	peerTrusted bool

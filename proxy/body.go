@@ -1,6 +1,9 @@
 package proxy
 
-import "io"
+import (
+	"io"
+	"net/http"
+)
 
 // sizedBody is an outbound request body of a known length: once it has
 // passed that many bytes it reports io.EOF without reading the inbound
@@ -17,23 +20,59 @@ import "io"
 // request also counts as not written (see Options.OnFailure). The inbound
 // body cannot hold more than its Content-Length, so the extra read has
 // nothing to find and sizedBody answers it itself.
+//
+// It also carries the inbound body's ReadAborter, when it has one, to the
+// exchange (see ReadAborter): the reverse proxy hides the inbound body
+// behind a wrapper of its own.
 type sizedBody struct {
-	body io.ReadCloser
-	left int64 // bytes still to pass
+	body  io.ReadCloser
+	left  int64       // bytes still to pass; < 0: unknown length
+	abort ReadAborter // the inbound body's, or nil
 }
 
-// sizeBody returns body limited to n bytes, or body itself when n is not
-// positive (unknown length, or none).
-func sizeBody(body io.ReadCloser, n int64) io.ReadCloser {
-	if body == nil || n <= 0 {
-		return body
+// A ReadAborter is a request body that can end a read waiting for the
+// client: AbortRead makes a Read in progress return at once, and every
+// later one fail; it does not block. When an upstream's timeout passes
+// before its response headers arrived, the handler aborts the inbound
+// body's read if it is one, because net/http's Transport does not give an
+// exchange up before its writer returned from reading the body, so a
+// client that stalls its upload would otherwise hold the exchange (and
+// what the caller holds for it) past the timeout. The gateway's request
+// bodies are ReadAborters.
+type ReadAborter interface {
+	AbortRead()
+}
+
+// sizeBody returns out, the outbound body of in, limited to n bytes when
+// n is positive, and carrying in's ReadAborter; out itself when there is
+// neither (unknown length, or none, and no aborter).
+func sizeBody(out io.ReadCloser, n int64, in io.ReadCloser) io.ReadCloser {
+	if out == nil || out == http.NoBody {
+		return out
 	}
-	return &sizedBody{body: body, left: n}
+	abort, _ := in.(ReadAborter)
+	if n <= 0 && abort == nil {
+		return out
+	}
+	if n <= 0 {
+		n = -1
+	}
+	return &sizedBody{body: out, left: n, abort: abort}
+}
+
+// AbortRead aborts the inbound body's read, when it can be.
+func (b *sizedBody) AbortRead() {
+	if b.abort != nil {
+		b.abort.AbortRead()
+	}
 }
 
 // Read reads at most the bytes left, and returns io.EOF with the last of
 // them, or alone once none are left.
 func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return b.body.Read(p) // unknown length
+	}
 	if b.left <= 0 {
 		return 0, io.EOF
 	}

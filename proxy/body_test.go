@@ -2,14 +2,19 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/proctest"
 )
 
 // lateBody is an inbound request body whose reads past its length (the
@@ -122,7 +127,7 @@ func TestSizedBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := &countingReader{r: strings.NewReader(tc.in)}
-			b := sizeBody(io.NopCloser(in), tc.n)
+			b := sizeBody(io.NopCloser(in), tc.n, nil)
 			var got []byte
 			buf := make([]byte, 2)
 			for {
@@ -147,7 +152,7 @@ func TestSizedBody(t *testing.T) {
 			}
 		})
 	}
-	if b := sizeBody(http.NoBody, 0); b != http.NoBody {
+	if b := sizeBody(http.NoBody, 0, nil); b != http.NoBody {
 		t.Errorf("length 0: %T, want the body itself", b)
 	}
 }
@@ -161,4 +166,79 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	c.reads++
 	return c.r.Read(p)
+}
+
+// stallingBody passes its first bytes, then blocks as a client that stalls
+// its upload would, until AbortRead.
+type stallingBody struct {
+	first   string
+	aborted chan struct{}
+	once    sync.Once
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if b.first != "" {
+		n := copy(p, b.first)
+		b.first = b.first[n:]
+		return n, nil
+	}
+	<-b.aborted
+	return 0, errors.New("aborted")
+}
+
+func (b *stallingBody) AbortRead()   { b.once.Do(func() { close(b.aborted) }) }
+func (b *stallingBody) Close() error { return nil }
+
+// TestTimeoutAbortsStalledBody: when the upstream's timeout passes while
+// the transport waits for the inbound body (a client that sent 5 of 100
+// bytes and stalls), the handler aborts the body's read (ReadAborter) and
+// answers at once; without that, net/http's Transport would wait for the
+// body forever. A body that is not a ReadAborter is not touched.
+func TestTimeoutAbortsStalledBody(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(upstream.Close)
+	u, _ := url.Parse(upstream.URL)
+	clock := &manualTimer{}
+	transport := NewTransport(TransportOptions{})
+	t.Cleanup(transport.CloseIdleConnections)
+	var status atomic.Int32
+	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: time.Hour}, Options{Transport: transport,
+		WriteError: func(w http.ResponseWriter, _ *http.Request, s int, _, _ string) {
+			status.Store(int32(s))
+			w.WriteHeader(s)
+		}}, clock.after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &stallingBody{first: "hello", aborted: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := httptest.NewRequest(http.MethodPost, "/upload", body)
+		r.ContentLength = 100
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	// Fire the timer once the exchange has one (the round trip started).
+	deadline := time.Now().Add(waitFor)
+	for clock.fire() == 0 {
+		if time.Now().After(deadline) {
+			proctest.FatalOverrun(t, "the exchange started no timer within %v", waitFor)
+		}
+		time.Sleep(time.Millisecond) // until the handler's goroutine got there
+	}
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		proctest.FatalOverrun(t, "the handler did not return within %v of the timeout", waitFor)
+	}
+	select {
+	case <-body.aborted:
+	default:
+		t.Error("the stalled body was not aborted")
+	}
+	if s := status.Load(); s != http.StatusGatewayTimeout {
+		t.Errorf("status %d, want 504", s)
+	}
 }

@@ -257,7 +257,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			if setHeaders != nil {
 				setHeaders(pr.Out)
 			}
-			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength)
+			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength, pr.In.Body)
 		},
 		ModifyResponse: modify,
 		Transport:      transport,

@@ -198,6 +198,9 @@ type exchange struct {
 	// watchedExchange). Next to state, it takes no room of its own.
 	written atomic.Bool
 	cancel  context.CancelCauseFunc // nil without a timeout
+	// abort is the request body's ReadAborter, aborted when the timer
+	// wins; nil without a timeout or such a body.
+	abort ReadAborter
 }
 
 // watchedExchange is an exchange whose write is watched, with its trace
@@ -210,9 +213,14 @@ type watchedExchange struct {
 
 // expire is the timer's side: it cuts the exchange unless the response
 // headers arrived first.
+// It also aborts a read of the request body that waits for the client
+// (see ReadAborter).
 func (e *exchange) expire() {
 	if e.state.CompareAndSwap(pending, timedOut) {
 		e.cancel(errHeaderTimeout)
+		if e.abort != nil {
+			e.abort.AbortRead()
+		}
 	}
 }
 
@@ -283,6 +291,7 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 	var timer stopper
 	if t.timeout > 0 {
 		ctx, e.cancel = context.WithCancelCause(ctx)
+		e.abort, _ = req.Body.(ReadAborter)
 		timer = t.after(t.timeout, e.expire)
 	}
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))

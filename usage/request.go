@@ -92,12 +92,36 @@ func (s RequestSource) Validate() error {
 // wrapping the read error when reading the body failed (such as an
 // *http.MaxBytesError), in which case the body must not be forwarded.
 func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uint64, found bool, err error) {
+	units, found, _, err = FromRequestWithin(r, src, maxPrefix, nil)
+	return units, found, err
+}
+
+// ErrOverBudget is wrapped by FromRequestWithin's error when the body's
+// prefix could not be held within the budget: r.Body then returns the
+// bytes read so far and the rest, as after any read, and nothing is found.
+// A gateway forwards the body and reserves as for a body that states
+// nothing.
+var ErrOverBudget = errors.New("the request body cannot be buffered within the gateway's budget")
+
+// FromRequestWithin is FromRequest with the bytes of the body it holds in
+// memory taken from budget (nil: no budget): before the buffer grows by n
+// bytes, n are taken, and when they cannot be, reading stops with
+// ErrOverBudget. held is what was taken, to be given back (Budget.Give)
+// once the request no longer needs its body (the buffer backs r.Body
+// until then), whatever the error.
+//
+// A body is read only when its Content-Type is JSON (application/json or
+// any application/*+json, parameters aside) or absent: a form, multipart
+// or any other type states nothing, since an upstream that parses it so
+// reads other fields than a JSON reading would find (a form field
+// "&max_tokens=30000&" inside a JSON string).
+func FromRequestWithin(r *http.Request, src RequestSource, maxPrefix int64, budget *Budget) (units uint64, found bool, held int64, err error) {
 	if maxPrefix <= 0 {
 		maxPrefix = DefaultMaxPrefix
 	}
 	if p, perr := parsePath(src.JSON); perr == nil && hasBody(r) {
-		if !identity(r.Header) {
-			return 0, false, nil
+		if !identity(r.Header) || !jsonType(r.Header) {
+			return 0, false, 0, nil
 		}
 		// Backing arrays for the common source (a limit, an alias, a
 		// count), so that listing their paths allocates nothing.
@@ -113,32 +137,72 @@ func FromRequest(r *http.Request, src RequestSource, maxPrefix int64) (units uin
 		if cp, cerr := parsePath(src.JSONCount); cerr == nil {
 			paths, names = append(paths, cp), append(names, src.JSONCount)
 		}
-		res, n, at, err := jsonPrefix(r, paths, limits, maxPrefix)
+		res, n, at, held, err := jsonPrefix(r, paths, limits, maxPrefix, budget)
 		switch {
+		case errors.Is(err, ErrOverBudget):
+			return 0, false, held, fmt.Errorf("usage: %w", err)
 		case err != nil:
-			return 0, false, fmt.Errorf("usage: reading the request body: %w", err)
+			return 0, false, held, fmt.Errorf("usage: reading the request body: %w", err)
 		case res == resFound:
-			return n, true, nil
+			return n, true, held, nil
 		case res == resInvalid:
-			return 0, false, fmt.Errorf("usage: request body field %s: %w", names[at], ErrMalformed)
+			return 0, false, held, fmt.Errorf("usage: request body field %s: %w", names[at], ErrMalformed)
 		}
-		return 0, false, nil
+		return 0, false, held, nil
 	}
 	if src.Header == "" {
-		return 0, false, nil
+		return 0, false, 0, nil
 	}
 	vs := forwardedValues(r.Header, src.Header)
 	if len(vs) == 0 {
-		return 0, false, nil
+		return 0, false, 0, nil
 	}
 	if len(vs) > 1 {
-		return 0, false, fmt.Errorf("usage: request header %s stated %d times: %w", src.Header, len(vs), ErrMalformed)
+		return 0, false, 0, fmt.Errorf("usage: request header %s stated %d times: %w", src.Header, len(vs), ErrMalformed)
 	}
 	n, ok := parseUnits(vs[0])
 	if !ok {
-		return 0, false, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
+		return 0, false, 0, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
 	}
-	return n, true, nil
+	return n, true, 0, nil
+}
+
+// jsonType reports whether a request with header h may carry JSON: its
+// Content-Type is absent, application/json, or application/<x>+json,
+// in any case, with or without parameters. A Content-Type stated twice
+// (the upstream may read either) is not JSON.
+func jsonType(h http.Header) bool {
+	var vs []string
+	for k, v := range h {
+		if headername.Equal(k, "content-type") {
+			if vs != nil {
+				return false
+			}
+			vs = v
+		}
+	}
+	switch len(vs) {
+	case 0:
+		return true
+	case 1:
+	default:
+		return false
+	}
+	t := vs[0]
+	if i := strings.IndexByte(t, ';'); i >= 0 {
+		t = t[:i]
+	}
+	t = textproto.TrimString(t)
+	const app = "application/"
+	if len(t) <= len(app) || !strings.EqualFold(t[:len(app)], app) {
+		return false
+	}
+	sub := t[len(app):]
+	if strings.EqualFold(sub, "json") {
+		return true
+	}
+	return len(sub) > len("+json") && strings.EqualFold(sub[len(sub)-len("+json"):], "+json") &&
+		!strings.ContainsAny(sub, " \t/")
 }
 
 // forwardedValues returns the values of the field name in h that an
@@ -197,7 +261,7 @@ func hasBody(r *http.Request) bool {
 // MaxUnits). The body is read past its value because an upstream may
 // read more than the first value (a stream of JSON values), and one that
 // is not one value states nothing the gateway can rely on.
-func jsonPrefix(r *http.Request, ps []path, limits int, limit int64) (res uint8, units uint64, at int, err error) {
+func jsonPrefix(r *http.Request, ps []path, limits int, limit int64, budget *Budget) (res uint8, units uint64, at int, held int64, err error) {
 	var one [1]scanner
 	scs := one[:]
 	if len(ps) > 1 {
@@ -213,12 +277,25 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64) (res uint8,
 		size = min(r.ContentLength+1, 64<<10) // grows as the body goes on; +1 for its end
 	}
 	// Up to limit+1 bytes: the scan fails at the byte past limit.
-	buf := make([]byte, 0, min(size, limit+1))
+	size = min(size, limit+1)
+	if !budget.take(size) {
+		return resAbsent, 0, 0, 0, ErrOverBudget
+	}
+	held = size
+	buf := make([]byte, 0, size)
 	eof := false
 	for !sc.failed() {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // grow
-			buf = buf[:len(buf):min(int64(cap(buf)), limit+1)]
+			// Grow by doubling, up to limit+1, each growth taken from the
+			// budget first (the old buffer becomes garbage).
+			grown := min(2*int64(cap(buf)), limit+1)
+			if !budget.take(grown) {
+				err = ErrOverBudget
+				break
+			}
+			budget.Give(int64(cap(buf)))
+			held = grown
+			buf = append(make([]byte, 0, grown), buf...)
 		}
 		n, rerr := r.Body.Read(buf[len(buf):cap(buf)])
 		for i := range scs {
@@ -236,14 +313,14 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64) (res uint8,
 	}
 	r.Body = &prefixed{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), body: r.Body}
 	if err != nil || !eof {
-		return resAbsent, 0, 0, err
+		return resAbsent, 0, 0, held, err
 	}
 	res, count := resAbsent, uint64(1)
 	for i := range scs {
 		r, n, _ := scs[i].end()
 		switch {
 		case scs[i].ambiguous:
-			return resAbsent, 0, 0, nil
+			return resAbsent, 0, 0, held, nil
 		case r == resInvalid:
 			if res != resInvalid {
 				res, at = resInvalid, i
@@ -258,7 +335,7 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64) (res uint8,
 	if res == resFound {
 		units = mulUnits(units, count)
 	}
-	return res, units, at, nil
+	return res, units, at, held, nil
 }
 
 // mulUnits returns a × b, or MaxUnits when that is more.
