@@ -394,3 +394,33 @@ func TestBodyBufferBudget(t *testing.T) {
 		t.Errorf("a small body after the stalled ones reserved %d, want the 7 it states (the budget given back)", before-got)
 	}
 }
+
+// TestHeadOnBodySettledRoute: a HEAD on a GET route whose cost settles
+// from the response body runs the upstream's GET but returns no body, so
+// its usage would never arrive: it is answered 405 (Allow: GET) without
+// reaching the upstream or taking any units. A GET is served and settled.
+func TestHeadOnBodySettledRoute(t *testing.T) {
+	up := startWorkUpstream(t)
+	cfg := limiterConfig(up.srv.URL, nil, "acme")
+	cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1h", 100000)}}
+	cfg.Routes = append(cfg.Routes, routeCfg{Name: "report", Method: "GET", Path: "/v1/report", Upstream: "up", Policies: []string{"tokens"},
+		Cost: map[string]any{"reserve": 1, "settle_from": map[string]any{"json": "usage.total_tokens"}}})
+	gw := startGateway(t, "gw", cfg)
+	conn := stalledRequest(t, gw.Addr, "HEAD /v1/report HTTP/1.1\r\nHost: gw\r\nX-API-Key: key-acme\r\n\r\n", "")
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodHead})
+	if err != nil {
+		t.Fatalf("HEAD: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
+		t.Errorf("HEAD on a body-settled route: %d, Allow %q; want 405 with Allow: GET", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	if got := quotaRemaining(t, gw, "key-acme", "tokens"); got != 100000 {
+		t.Errorf("after the refused HEAD: remaining %d, want 100000", got)
+	}
+	if r := rawStatus(t, gw.Addr, "GET /v1/report HTTP/1.1\r\nHost: gw\r\nX-API-Key: key-acme\r\n\r\n"); r.status != http.StatusOK {
+		t.Fatalf("GET: %d %q", r.status, r.body)
+	}
+	waitRemaining(t, gw, "key-acme", "tokens", 100000-4000, "after a GET settled to 4000")
+}

@@ -19,6 +19,7 @@ const (
 	codePayloadTooLarge     = "payload_too_large"
 	codeBadRequest          = "bad_request"
 	codeBodyTimeout         = "request_timeout"
+	codeMethodNotAllowed    = "method_not_allowed"
 	codeInternal            = "internal_error"
 	codeForbidden           = "forbidden"
 )
@@ -35,6 +36,7 @@ var problemTitles = map[string]string{
 	codePayloadTooLarge:     "Payload Too Large",
 	codeBadRequest:          "Bad Request",
 	codeBodyTimeout:         "Request Timeout",
+	codeMethodNotAllowed:    "Method Not Allowed",
 	codeInternal:            "Internal Error",
 	codeForbidden:           "Forbidden",
 }

@@ -97,6 +97,17 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 					}
 				}
 			}
+			if cb != nil && r.Method == http.MethodHead && cb.settles && cb.settleFrom.Header == "" {
+				// A HEAD runs the upstream's GET but returns no body, so a
+				// usage read from the body never arrives: the caller would
+				// pay the reservation for the GET's work. Refused, not
+				// forwarded.
+				w.Header().Set("Allow", "GET")
+				writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Error: codeMethodNotAllowed,
+					Message: "route " + st.route.name + " settles its cost from the response body, which a HEAD does not return; use GET",
+					RequestID: st.requestID})
+				return
+			}
 			if cb == nil || !cb.asks {
 				next.ServeHTTP(w, r)
 				return
