@@ -135,10 +135,11 @@ type requestBody struct {
 }
 
 // newRequestBody returns r's body under l, recording its faults in st; w
-// is the request's writer, whose connection's read deadline it sets.
+// is the request's writer, whose connection's read deadline it sets (nil:
+// no deadlines, only the size limit).
 func newRequestBody(w http.ResponseWriter, r *http.Request, st *requestState, l bodyLimits) *requestBody {
 	b := &requestBody{rc: r.Body, st: st, limits: l, left: l.max}
-	if l.timeout > 0 {
+	if w != nil && l.timeout > 0 {
 		ctl := http.NewResponseController(w)
 		// A zero deadline is what the server left (it has no ReadTimeout);
 		// an error says the writer keeps none.

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +24,16 @@ type Explanation struct {
 	Kind     string `json:"kind"`
 	Tier     string `json:"tier"`
 	Cost     int64  `json:"cost"`
+	// Reserve is what this request would reserve (its method, headers and
+	// body as given), decided as the gateway decides it; ReserveWhy says
+	// why: cost (a fixed cost), stated (the request says), reserve (the
+	// block's reserve: nothing to read), max (a body it could not read a
+	// reservation from, or none where reserve_from reads the body).
+	Reserve    int64  `json:"reserve"`
+	ReserveWhy string `json:"reserve_why"`
+	// Refusal, when not empty, is the answer the request would get before
+	// any limit (a 400 for a reservation above max, ...).
+	Refusal string `json:"refusal,omitempty"`
 	// Settle is the route's cost block: Cost is then its reserve.
 	Settle   *SettleExplained  `json:"settle,omitempty"`
 	Local    *config.Limit     `json:"local,omitempty"`
@@ -56,24 +69,49 @@ type PolicyExplained struct {
 	Key      string `json:"key"`
 }
 
-// Explain tells which route, caller, tier, policies and store keys a request
-// with method, path and credential (an API key or JWT; "" = anonymous from
-// 127.0.0.1) would get under cfg. Keys carry the hashed tenant, never the raw
-// path or tenant.
-func Explain(cfg *config.Config, method, path, credential string, getenv func(string) (string, bool)) (*Explanation, error) {
+// ExplainRequest is the request Explain looks at.
+type ExplainRequest struct {
+	Method, Path string
+	// Credential is an API key or a JWT; "" is an anonymous caller from
+	// 127.0.0.1.
+	Credential string
+	// Header holds more request headers (Content-Type, a reserve_from
+	// header, ...); nil for none.
+	Header http.Header
+	// Body is the request body; nil for none.
+	Body []byte
+}
+
+// Explain tells which route, caller, tier, policies and store keys req
+// would get under cfg, and what it would reserve. Keys carry the hashed
+// tenant, never the raw path or tenant.
+func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string, bool)) (*Explanation, error) {
 	o := &Options{Getenv: getenv}
 	o.fill()
 	p, err := buildPipeline(cfg, nil, nil, o, proxyHooks{})
 	if err != nil {
 		return nil, err
 	}
-	r, err := explainRequest(method, path)
+	method := req.Method
+	r, err := explainRequest(method, req.Path)
 	if err != nil {
 		return nil, err
 	}
 	r.RemoteAddr = "127.0.0.1:1"
-	if credential != "" {
-		r.Header.Set("Authorization", "Bearer "+credential)
+	for k, vs := range req.Header {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	if req.Credential != "" {
+		r.Header.Set("Authorization", "Bearer "+req.Credential)
+	}
+	if req.Body != nil {
+		r.Body = io.NopCloser(bytes.NewReader(req.Body))
+		r.ContentLength = int64(len(req.Body))
+		if len(req.Body) == 0 {
+			r.Body = http.NoBody
+		}
 	}
 	m, ok := p.table.Match(method, r.URL.EscapedPath())
 	if !ok {
@@ -85,6 +123,19 @@ func Explain(cfg *config.Config, method, path, credential string, getenv func(st
 	}
 	rt := p.routes[m.Index]
 	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
+	st := &requestState{route: rt}
+	if r.ContentLength > p.body.max {
+		ex.Refusal = "413 payload_too_large: the body exceeds server.max_body_bytes"
+	} else {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = newRequestBody(nil, r, st, p.body)
+		}
+		res := reservation(r, st, nil)
+		ex.Reserve, ex.ReserveWhy = res.units, res.why
+		if res.refusal != nil {
+			ex.Refusal = strconv.Itoa(res.refusal.Status) + " " + res.refusal.Error + ": " + res.refusal.Message
+		}
+	}
 	if cb := rt.block; cb != nil {
 		ex.Settle = &SettleExplained{Max: cb.max, ReserveFrom: sources("json", strings.Join(append([]string{cb.reserveFrom.JSON}, cb.reserveFrom.JSONAliases...), " or "), "header", cb.reserveFrom.Header)}
 		if cb.settles {

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -28,7 +30,7 @@ func TestExplainRejectsMalformedRequests(t *testing.T) {
 		{"GET", "/%zz", "escape"},
 		{"GET", "/v1/transfers/1\x7f", "control character"},
 	} {
-		ex, err := Explain(cfg, tc.method, tc.path, "", nil)
+		ex, err := Explain(cfg, ExplainRequest{Method: tc.method, Path: tc.path}, nil)
 		if err == nil {
 			t.Errorf("Explain(%q, %q) = %+v, want an error", tc.method, tc.path, ex)
 			continue
@@ -43,7 +45,7 @@ func TestExplainRejectsMalformedRequests(t *testing.T) {
 		{"GET", "/v1/%74ransfers/42", "transfers.get"},
 		{"GET", "/anything/else", "other.get"},
 	} {
-		ex, err := Explain(cfg, tc.method, tc.path, "", nil)
+		ex, err := Explain(cfg, ExplainRequest{Method: tc.method, Path: tc.path}, nil)
 		if err != nil {
 			t.Errorf("Explain(%q, %q): %v", tc.method, tc.path, err)
 			continue
@@ -81,7 +83,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := Explain(cfg, "POST", "/v1/chat", "", nil)
+	ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +91,84 @@ routes:
 	if ex.Cost != 100 || ex.Settle == nil || ex.Settle.Max != want.Max || ex.Settle.ReserveFrom != want.ReserveFrom ||
 		ex.Settle.SettleFrom != want.SettleFrom || strings.Join(ex.Settle.Policies, ",") != "tokens" {
 		t.Fatalf("explained cost %d, settle %+v; want 100 and %+v", ex.Cost, ex.Settle, want)
+	}
+}
+
+// TestExplainReservesAsTheGateway: for each request (method, headers,
+// body), Explain's Reserve is what the gateway takes for the same request,
+// read from the RateLimit remaining of the policy that takes it; a request
+// the gateway refuses is a refusal in Explain too.
+func TestExplainReservesAsTheGateway(t *testing.T) {
+	const base = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+identity: {anonymous: {tier: anon}}
+tiers: {anon: {}}
+policies:
+  tokens: {limits: {"*": {rate: 1, per: 1h, burst: 1000000}}}
+upstreams: {llm: {url: UPSTREAM, timeout: 5s}}
+routes:
+  - name: chat
+    method: POST
+    path: /v1/chat
+    upstream: llm
+    policies: [tokens]
+    cost:
+      reserve: 100
+      reserve_from: {json: max_tokens, json_count: n, header: X-Max-Tokens}
+      max: 32000
+  - {name: fixed, method: POST, path: /v1/fixed, upstream: llm, cost: 7, policies: [tokens]}
+`
+	f := newFixture(t, base)
+	cfg, err := config.Load(f.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json := map[string]string{"Content-Type": "application/json"}
+	cases := []struct {
+		name, path string
+		hdr        map[string]string
+		body       string
+		refused    bool
+	}{
+		{"no body", "/v1/chat", nil, "", false},
+		{"no body, header", "/v1/chat", map[string]string{"X-Max-Tokens": "55"}, "", false},
+		{"stated", "/v1/chat", json, `{"max_tokens":700}`, false},
+		{"stated times n", "/v1/chat", json, `{"max_tokens":700,"n":3}`, false},
+		{"without the field", "/v1/chat", json, `{"messages":[]}`, false},
+		{"a form", "/v1/chat", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, `{"max_tokens":1}`, false},
+		{"untyped", "/v1/chat", nil, `{"max_tokens":9}`, false},
+		{"above max", "/v1/chat", json, `{"max_tokens":40000}`, true},
+		{"fixed cost", "/v1/fixed", nil, `{}`, false},
+	}
+	left := int64(1000000)
+	for _, c := range cases {
+		h := http.Header{}
+		for k, v := range c.hdr {
+			h.Set(k, v)
+		}
+		var body []byte
+		var rd io.Reader
+		if c.body != "" {
+			body, rd = []byte(c.body), strings.NewReader(c.body)
+		}
+		ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: c.path, Header: h, Body: body}, testGetenv)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		w := f.do("POST", c.path, c.hdr, rd)
+		if c.refused {
+			if w.Code != http.StatusBadRequest || !strings.HasPrefix(ex.Refusal, "400 bad_request") {
+				t.Errorf("%s: gateway %d, explain refusal %q; want both to refuse 400", c.name, w.Code, ex.Refusal)
+			}
+			continue
+		}
+		if w.Code != http.StatusOK || ex.Refusal != "" {
+			t.Fatalf("%s: gateway %d %s, explain refusal %q", c.name, w.Code, w.Body.String(), ex.Refusal)
+		}
+		took := left - rateLimitRemaining(t, w.Header())
+		left -= took
+		if took != ex.Reserve {
+			t.Errorf("%s: the gateway reserved %d, explain says %d (%s)", c.name, took, ex.Reserve, ex.ReserveWhy)
+		}
 	}
 }

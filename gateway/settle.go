@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -68,84 +66,6 @@ func maxCost(rc config.Route) int64 {
 		return max(rc.Settle.Max, rc.Cost)
 	}
 	return rc.Cost
-}
-
-// costStage sets the request's cost: the route's fixed cost, or the
-// reservation its cost block allows: what the request asks for in
-// reserve_from when it says; else, when reserve_from reads the body (json),
-// max, since the upstream acts on a body the gateway could not read the
-// reservation from (content-coded, without the field, longer than
-// max_body); else reserve. A request that asks for more than max, or whose
-// stated reservation is not one whole number of units (a header stated
-// twice is not), is answered 400; one whose body cannot be read 400 or
-// 413.
-func (g *Gateway) costStage() func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			st := stateFrom(r.Context())
-			st.cost = st.route.cost
-			cb := st.route.block
-			if cb != nil && cb.settles && (cb.settleFrom.JSON != "" || cb.settleFrom.SSE != "") {
-				// A compressed body is not read for usage, so a caller asking
-				// for one would keep its (possibly tiny) reservation whatever
-				// it used: the upstream is asked for an identity body. In
-				// every spelling: Accept_Encoding is the same variable to
-				// CGI, WSGI and Rack upstreams.
-				for name := range r.Header {
-					if headername.Equal(name, "accept-encoding") {
-						delete(r.Header, name)
-					}
-				}
-			}
-			if cb != nil && r.Method == http.MethodHead && cb.settles && cb.settleFrom.Header == "" {
-				// A HEAD runs the upstream's GET but returns no body, so a
-				// usage read from the body never arrives: the caller would
-				// pay the reservation for the GET's work. Refused, not
-				// forwarded.
-				w.Header().Set("Allow", "GET")
-				writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Error: codeMethodNotAllowed,
-					Message: "route " + st.route.name + " settles its cost from the response body, which a HEAD does not return; use GET",
-					RequestID: st.requestID})
-				return
-			}
-			if cb == nil || !cb.asks {
-				next.ServeHTTP(w, r)
-				return
-			}
-			units, found, held, err := usage.FromRequestWithin(r, cb.reserveFrom, cb.maxBody, g.bodyBudget)
-			st.bodyHeld = held
-			switch {
-			case errors.Is(err, usage.ErrOverBudget):
-				// The gateway holds as many bodies as it may: this one is
-				// forwarded as it streams, and reserves as one that states
-				// nothing (see README, "Hostile input").
-				g.opts.Metrics.BodyOverBudget(r.Context())
-				st.cost = cb.max
-			case err != nil && st.bodyFault.load() != bodyOK:
-				pr, _ := st.bodyFault.load().problem(st.requestID, 0)
-				writeProblem(w, pr)
-				return
-			case errors.Is(err, usage.ErrMalformed):
-				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
-					Message: "the reservation the request states is not one whole number of units: " + err.Error(), RequestID: st.requestID})
-				return
-			case err != nil:
-				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
-					Message: "the request body could not be read", RequestID: st.requestID})
-				return
-			case found && units > uint64(cb.max):
-				writeProblem(w, problem{Status: http.StatusBadRequest, Error: codeBadRequest,
-					Message: "the request asks to reserve " + strconv.FormatUint(units, 10) + " units; route " + st.route.name +
-						" reserves at most " + strconv.FormatInt(cb.max, 10), RequestID: st.requestID})
-				return
-			case found:
-				st.cost = max(int64(units), 1) // a reservation of 0 would ask without taking
-			case cb.reserveFrom.JSON != "":
-				st.cost = cb.max // the caller cannot shrink what its body asks for by hiding it
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 }
 
 // outboundHeaders is the proxy's Options.SetHeaders: the gateway's own

@@ -31,7 +31,7 @@ func commands() []command {
 	return []command{
 		{"", "[-config FILE] [-watch-interval D]", "run the gateway", runServe},
 		{"validate", "validate [-config FILE]", "check a config, print every problem with its field path", noCtx(runValidate)},
-		{"explain", "explain [-config FILE] -method M -path P [-key K]", "show the route, caller, limits and keys a request would get", noCtx(runExplain)},
+		{"explain", "explain [-config FILE] -method M -path P [-key K] [-header K:V] [-body FILE]", "show the route, caller, reservation, limits and keys a request would get", noCtx(runExplain)},
 		{"healthcheck", "healthcheck [-url URL] [-timeout D]", "exit 0 when a gateway's /readyz answers 200", noCtx(runHealthcheck)},
 		{"version", "version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "quotagate", version)

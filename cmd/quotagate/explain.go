@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -12,8 +13,17 @@ import (
 	"github.com/quotagate/quotagate/gateway"
 )
 
+// reserveWhy explains Explanation.ReserveWhy.
+var reserveWhy = map[string]string{
+	"cost":        "the route's fixed cost",
+	"stated":      "what the request states",
+	"reserve":     "the route's reserve: the request states nothing where one is read",
+	"max":         "the route's max: the body does not state a reservation the gateway can read, or there is no body",
+	"over_budget": "the route's max: the gateway's body buffer budget is spent",
+}
+
 // runExplain prints the route, caller, tier, limits and store keys that a
-// request would get, without sending it.
+// request would get, and what it would reserve, without sending it.
 func runExplain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -21,6 +31,16 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	method := fs.String("method", "GET", "request method")
 	reqPath := fs.String("path", "", "request path, e.g. /v1/transfers/42")
 	key := fs.String("key", "", "credential: an API key or a JWT (empty: anonymous caller from 127.0.0.1)")
+	bodyFile := fs.String("body", "", "file holding the request body (- for standard input; empty: no body)")
+	header := http.Header{}
+	fs.Func("header", "a request header `K:V` (repeatable), e.g. -header 'Content-Type: application/json'", func(kv string) error {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return fmt.Errorf("want K:V, got %q", kv)
+		}
+		header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		return nil
+	})
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -31,17 +51,32 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	ex, err := gateway.Explain(cfg, strings.ToUpper(*method), *reqPath, *key, os.LookupEnv)
+	req := gateway.ExplainRequest{Method: strings.ToUpper(*method), Path: *reqPath, Credential: *key, Header: header}
+	if *bodyFile != "" {
+		if *bodyFile == "-" {
+			req.Body, err = io.ReadAll(os.Stdin)
+		} else {
+			req.Body, err = os.ReadFile(*bodyFile)
+		}
+		if err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("explain: -body: %w", err)}
+		}
+	}
+	ex, err := gateway.Explain(cfg, req, os.LookupEnv)
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("explain: %w", err)}
 	}
 	fmt.Fprintf(stdout, "route:   %s (%s)\n", ex.Route, ex.Template)
 	fmt.Fprintf(stdout, "caller:  %s (%s)\n", ex.Caller, ex.Kind)
 	fmt.Fprintf(stdout, "tier:    %s\n", ex.Tier)
-	fmt.Fprintf(stdout, "cost:    %d\n", ex.Cost)
+	if ex.Refusal != "" {
+		fmt.Fprintf(stdout, "refused: %s\n", ex.Refusal)
+	} else {
+		fmt.Fprintf(stdout, "cost:    %d (%s)\n", ex.Reserve, reserveWhy[ex.ReserveWhy])
+	}
 	if st := ex.Settle; st != nil {
 		if st.ReserveFrom != "" {
-			fmt.Fprintf(stdout, "reserve: %d unless the request says otherwise (%s), at most %d\n", ex.Cost, st.ReserveFrom, st.Max)
+			fmt.Fprintf(stdout, "reserve: from %s, at most %d; %d when nothing is to be read\n", st.ReserveFrom, st.Max, ex.Cost)
 		}
 		if st.SettleFrom != "" {
 			fmt.Fprintf(stdout, "settle:  %s from the response (%s)\n", strings.Join(st.Policies, ", "), st.SettleFrom)

@@ -3,7 +3,7 @@
 //
 //	quotagate [-config config.yaml]                  run the gateway
 //	quotagate validate [-config FILE]                check a config, print every error
-//	quotagate explain [-config FILE] -method M -path P [-key K]
+//	quotagate explain [-config FILE] -method M -path P [-key K] [-header K:V] [-body FILE]
 //	                                                 show what would apply to a request
 //	quotagate healthcheck [-url URL]                 exit 0 when a gateway's /readyz answers 200
 //	quotagate version                                print the version

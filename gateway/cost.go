@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/quotagate/quotagate/internal/headername"
+	"github.com/quotagate/quotagate/usage"
+)
+
+// costStage sets the request's cost (see reservation), refuses a HEAD on a
+// route settled from the response body, and asks the upstream for an
+// identity body when the usage is read from it.
+func (g *Gateway) costStage() func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st := stateFrom(r.Context())
+			cb := st.route.block
+			if cb != nil && cb.settles && (cb.settleFrom.JSON != "" || cb.settleFrom.SSE != "") {
+				// A compressed body is not read for usage, so a caller asking
+				// for one would keep its (possibly tiny) reservation whatever
+				// it used: the upstream is asked for an identity body. In
+				// every spelling: Accept_Encoding is the same variable to
+				// CGI, WSGI and Rack upstreams.
+				for name := range r.Header {
+					if headername.Equal(name, "accept-encoding") {
+						delete(r.Header, name)
+					}
+				}
+			}
+			if cb != nil && r.Method == http.MethodHead && cb.settles && cb.settleFrom.Header == "" {
+				// A HEAD runs the upstream's GET but returns no body, so a
+				// usage read from the body never arrives: the caller would
+				// pay the reservation for the GET's work. Refused, not
+				// forwarded.
+				w.Header().Set("Allow", "GET")
+				writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Error: codeMethodNotAllowed,
+					Message: "route " + st.route.name + " settles its cost from the response body, which a HEAD does not return; use GET",
+					RequestID: st.requestID})
+				return
+			}
+			res := reservation(r, st, g.bodyBudget)
+			if res.overBudget {
+				g.opts.Metrics.BodyOverBudget(r.Context())
+			}
+			if res.refusal != nil {
+				writeProblem(w, *res.refusal)
+				return
+			}
+			st.cost = res.units
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// reserved is what a request reserves on its route: units, why (for
+// explain), or the refusal to answer instead.
+type reserved struct {
+	units int64
+	// why says where units came from: "cost" (a fixed cost), "stated"
+	// (the request stated it), "reserve" (nothing to read: the block's
+	// reserve), "max" (a body the gateway could not read a reservation
+	// from), "over_budget" (max: the body buffer budget was spent).
+	why        string
+	overBudget bool
+	refusal    *problem
+}
+
+// reservation returns the units r takes on st's route: the route's fixed
+// cost, or what its cost block allows: what the request asks for in
+// reserve_from when it says; else, when reserve_from reads the body
+// (json), max, since the upstream acts on a body the gateway could not
+// read the reservation from (content-coded, of another type than JSON,
+// without the field, longer than max_body, past the body buffer budget,
+// or no body at all); else reserve. A request that asks for more than
+// max, or whose stated reservation is not one whole number of units (a
+// header stated twice is not), is refused 400; one whose body cannot be
+// read, as its body fault says (400, 408, 413). The bytes buffered are
+// recorded in st.bodyHeld, to be given back to budget (nil: none) when
+// the request ends. The gateway and explain both decide here.
+func reservation(r *http.Request, st *requestState, budget *usage.Budget) reserved {
+	cb := st.route.block
+	if cb == nil {
+		return reserved{units: st.route.cost, why: "cost"}
+	}
+	if !cb.asks {
+		return reserved{units: st.route.cost, why: "reserve"}
+	}
+	units, found, held, err := usage.FromRequestWithin(r, cb.reserveFrom, cb.maxBody, budget)
+	st.bodyHeld = held
+	refuse := func(p problem) reserved {
+		p.RequestID = st.requestID
+		return reserved{refusal: &p}
+	}
+	switch {
+	case errors.Is(err, usage.ErrOverBudget):
+		// The gateway holds as many bodies as it may: this one is
+		// forwarded as it streams, and reserves as one that states
+		// nothing (see README, "Hostile input").
+		return reserved{units: cb.max, why: "over_budget", overBudget: true}
+	case err != nil && st.bodyFault.load() != bodyOK:
+		pr, _ := st.bodyFault.load().problem(st.requestID, 0)
+		return reserved{refusal: &pr}
+	case errors.Is(err, usage.ErrMalformed):
+		return refuse(problem{Status: http.StatusBadRequest, Error: codeBadRequest,
+			Message: "the reservation the request states is not one whole number of units: " + err.Error()})
+	case err != nil:
+		return refuse(problem{Status: http.StatusBadRequest, Error: codeBadRequest, Message: "the request body could not be read"})
+	case found && units > uint64(cb.max):
+		return refuse(problem{Status: http.StatusBadRequest, Error: codeBadRequest,
+			Message: "the request asks to reserve " + strconv.FormatUint(units, 10) + " units; route " + st.route.name +
+				" reserves at most " + strconv.FormatInt(cb.max, 10)})
+	case found:
+		return reserved{units: max(int64(units), 1), why: "stated"} // a reservation of 0 would ask without taking
+	case cb.reserveFrom.JSON != "":
+		return reserved{units: cb.max, why: "max"} // the caller cannot shrink what its body asks for by hiding it
+	}
+	return reserved{units: st.route.cost, why: "reserve"}
+}
