@@ -36,7 +36,7 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				// forwarded.
 				w.Header().Set("Allow", "GET")
 				writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Error: codeMethodNotAllowed,
-					Message: "route " + st.route.name + " settles its cost from the response body, which a HEAD does not return; use GET",
+					Message:   "route " + st.route.name + " settles its cost from the response body, which a HEAD does not return; use GET",
 					RequestID: st.requestID})
 				return
 			}
