@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Validate checks every invariant of c and returns all problems at once, as
@@ -204,25 +206,45 @@ func (c *Config) validateStore(errs *Errors) {
 
 // maxTenantBytes is the longest tenant, of an API key here as of a JWT's
 // claim (package identity checks the same bounds at start and per token).
-// Store keys hold only a hash of it, so any other byte is allowed.
+// Store keys hold only a hash of it, so any byte is allowed that
+// textProblem does not refuse.
 const maxTenantBytes = 256
 
-// validTenant reports whether t is 1 to maxTenantBytes bytes without
-// control characters (it is sent upstream in a header).
-func validTenant(t string) bool {
-	return t != "" && len(t) <= maxTenantBytes && !hasControl(t)
+// textProblem returns why s, a non-empty value that is sent upstream in a
+// header (a tenant) or compared with a token's claim as written (an issuer,
+// an audience), is refused, or "" when it is not:
+//
+//   - over max bytes, or an ASCII control character (below ' ', or DEL),
+//     which a header value must not carry;
+//   - white space at either end: any rune unicode.IsSpace reports (tab and
+//     no-break space included) or U+FEFF. HTTP parsers trim the spaces and
+//     tabs around a header value and frameworks often every Unicode space,
+//     so " victim" would keep quotas of its own and reach the upstream as
+//     "victim"; YAML and the environment overrides trim them too, so an
+//     issuer or audience with them is a typo;
+//   - with list, a comma: it splits a header into a list, and "victim,x"
+//     would reach many upstreams as "victim". Issuers and audiences are not
+//     sent anywhere and may hold one.
+//
+// Package identity checks tenants by the same rule, at start and per token.
+func textProblem(s string, max int, list bool) string {
+	if len(s) > max || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Sprintf("must be 1 to %d bytes without control characters", max)
+	}
+	first, _ := utf8.DecodeRuneInString(s)
+	last, _ := utf8.DecodeLastRuneInString(s)
+	if edgeSpace(first) || edgeSpace(last) {
+		return "must not start or end with white space (a space, a tab or any Unicode space)"
+	}
+	if list && strings.Contains(s, ",") {
+		return "must not contain a comma: it splits the header X-Quotagate-Tenant into a list, and the upstream would read another tenant"
+	}
+	return ""
 }
 
-// hasControl reports whether s holds an ASCII control character (below
-// ' ', or DEL), which a header value must not carry.
-func hasControl(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < ' ' || s[i] == 0x7f {
-			return true
-		}
-	}
-	return false
-}
+// edgeSpace reports whether r is white space that a reader may trim from
+// the ends of a value.
+func edgeSpace(r rune) bool { return unicode.IsSpace(r) || r == '\uFEFF' }
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
@@ -245,8 +267,8 @@ func (c *Config) validateIdentity(errs *Errors) {
 		}
 		if k.Tenant == "" {
 			errs.add(p+".tenant", "is required")
-		} else if !validTenant(k.Tenant) {
-			errs.addf(p+".tenant", "must be 1 to %d bytes without control characters", maxTenantBytes)
+		} else if problem := textProblem(k.Tenant, maxTenantBytes, true); problem != "" {
+			errs.add(p+".tenant", problem)
 		}
 		c.checkTierRef(errs, p+".tier", &k.Tier)
 	}
@@ -284,9 +306,9 @@ func (c *Config) validateIdentity(errs *Errors) {
 const maxJWTValueBytes = 1024
 
 // checkJWTValues checks a list of accepted issuers or audiences: each 1 to
-// maxJWTValueBytes bytes without control characters, none twice. They are
-// compared with the token's claims byte for byte, so they are not
-// lowercased or trimmed.
+// maxJWTValueBytes bytes without control characters or white space at
+// either end (see textProblem), none twice. They are compared with the
+// token's claims byte for byte, so they are not lowercased or trimmed.
 func checkJWTValues(errs *Errors, path string, list []string) {
 	seen := make(map[string]int, len(list))
 	for i, v := range list {
@@ -294,8 +316,8 @@ func checkJWTValues(errs *Errors, path string, list []string) {
 		switch {
 		case v == "":
 			errs.add(p, "must not be empty")
-		case len(v) > maxJWTValueBytes || hasControl(v):
-			errs.addf(p, "must be 1 to %d bytes without control characters", maxJWTValueBytes)
+		case textProblem(v, maxJWTValueBytes, false) != "":
+			errs.add(p, textProblem(v, maxJWTValueBytes, false))
 		default:
 			if j, dup := seen[v]; dup {
 				errs.addf(p, "duplicate of %s", index(path, j))

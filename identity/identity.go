@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Kind is how a caller was identified.
@@ -191,6 +193,8 @@ var (
 	errTokenNoExpiry    = &authError{"token has no expiry"}
 	errTokenInvalid     = &authError{"invalid token"}
 	errTokenTenant      = &authError{"token has no valid tenant claim"}
+	errTokenTenantSpace = &authError{"token tenant claim starts or ends with white space"}
+	errTokenTenantComma = &authError{"token tenant claim contains a comma"}
 	errTokenTier        = &authError{"token has no valid tier claim"}
 	errUnknownTier      = &authError{"unknown tier"}
 )
@@ -456,21 +460,55 @@ func isToken(s string) bool {
 	return true
 }
 
+// Why checkTenant refuses a tenant. errEdgeSpace and errComma are told
+// apart from the others because a JWT refused for them says so (see
+// tenantReason).
+var (
+	errTenantEmpty   = errors.New("must not be empty")
+	errTenantLong    = errors.New("must be at most 256 bytes")
+	errTenantControl = errors.New("must not contain control characters")
+	errEdgeSpace     = errors.New("must not start or end with white space")
+	errComma         = errors.New("must not contain a comma")
+)
+
 // checkTenant refuses tenants that are empty, longer than 256 bytes, or
-// contain control characters.
+// contain control characters; that start or end with white space (any
+// rune unicode.IsSpace reports, tab and no-break space included, and
+// U+FEFF, which JavaScript's trim removes); or that contain a comma.
+//
+// The tenant reaches the upstream as the value of X-Quotagate-Tenant. HTTP
+// parsers trim the spaces and tabs around a header value (and many
+// frameworks trim every Unicode space), and a comma splits a header into a
+// list, so " victim", "victim " and "victim,x" would each keep quotas of
+// their own while the upstream read "victim". The package config applies
+// the same rule to the API keys' tenants.
 func checkTenant(t string) error {
 	if t == "" {
-		return errors.New("must not be empty")
+		return errTenantEmpty
 	}
 	if len(t) > 256 {
-		return errors.New("must be at most 256 bytes")
+		return errTenantLong
 	}
 	for i := 0; i < len(t); i++ {
 		if t[i] < ' ' || t[i] == 0x7f {
-			return errors.New("must not contain control characters")
+			return errTenantControl
 		}
 	}
+	first, _ := utf8.DecodeRuneInString(t)
+	last, _ := utf8.DecodeLastRuneInString(t)
+	if isEdgeSpace(first) || isEdgeSpace(last) {
+		return errEdgeSpace
+	}
+	if strings.IndexByte(t, ',') >= 0 {
+		return errComma
+	}
 	return nil
+}
+
+// isEdgeSpace reports whether r is white space that a reader of a header
+// value may trim: unicode.IsSpace, or U+FEFF (zero-width no-break space).
+func isEdgeSpace(r rune) bool {
+	return unicode.IsSpace(r) || r == '\uFEFF'
 }
 
 // callerID returns the loggable id of a caller; see Caller.ID.

@@ -106,9 +106,15 @@ func (v *jwtVerifier) verify(token string) (tenant, tier string, err error) {
 		return "", "", err
 	}
 	tenant, ok := claims[v.tenantClaim].(string)
-	if !ok || checkTenant(tenant) != nil {
+	if !ok {
 		return "", "", errTokenTenant
 	}
+	if err := checkTenant(tenant); err != nil {
+		return "", "", tenantReason(err)
+	}
+	// The tier claim must name a configured tier, and tier names are
+	// plain (lowercase letters, digits, '_', '.', '-'; package config
+	// checks them): one with white space or a comma is an unknown tier.
 	tier, ok = claims[v.tierClaim].(string)
 	if !ok || tier == "" {
 		return "", "", errTokenTier
@@ -136,6 +142,19 @@ func (v *jwtVerifier) checkIssuerAudience(claims jwt.MapClaims) error {
 		}
 	}
 	return nil
+}
+
+// tenantReason maps why checkTenant refused a token's tenant claim to the
+// reason shown to clients. White space at an end and a comma are named, as
+// they are what a caller trying to pass for another tenant would send.
+func tenantReason(err error) *authError {
+	switch err {
+	case errEdgeSpace:
+		return errTokenTenantSpace
+	case errComma:
+		return errTokenTenantComma
+	}
+	return errTokenTenant
 }
 
 // jwtReason maps a parser error to the reason shown to clients; the parser's
