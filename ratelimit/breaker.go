@@ -162,6 +162,21 @@ func (b *Breaker) Decide(ctx context.Context, items []Item) (Decision, error) {
 	return d, err
 }
 
+// Read calls the store with items, a read that decides nothing (see
+// Stack.Read), only while their failure domain is closed: open or
+// half-open, it returns at once an error wrapping ErrUnavailable and
+// ErrBreakerOpen. Its outcome is not recorded: a failed read counts no
+// failure, a successful one resets no count and closes nothing, and a read
+// is never the half-open probe (decisions, and heartbeats through Do,
+// probe). So reads, which no policy bounds, cannot open the breaker that
+// decisions share, and a read finds out nothing that a decision has not.
+func (b *Breaker) Read(ctx context.Context, items []Item) (Decision, error) {
+	if b.stateOf(b.cell(ctx, items)) != BreakerClosed {
+		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
+	}
+	return b.store.Decide(ctx, items)
+}
+
 // Do runs op, a call to the breaker's store that is not a decision (a
 // fleet heartbeat, see BreakerRoster), as if it were a decision of key:
 // in key's failure domain, it returns at once an error wrapping

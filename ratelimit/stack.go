@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -46,6 +47,7 @@ type StackOptions struct {
 // Decision.Failure. A Stack is safe for concurrent use.
 type Stack struct {
 	top     *Fallback
+	backend Store        // below the DenialCache: where reads go (see Read)
 	denials *DenialCache // nil without one
 	fleet   *Fleet
 	breaker *Breaker
@@ -80,7 +82,7 @@ func NewStack(backend Store, o StackOptions) *Stack {
 	if o.Breaker != nil {
 		fo.RetryAfter = o.Breaker.cooldown
 	}
-	s := &Stack{breaker: o.Breaker, ping: o.Ping, slots: o.Slots, fleet: fleet}
+	s := &Stack{backend: backend, breaker: o.Breaker, ping: o.Ping, slots: o.Slots, fleet: fleet}
 	if o.DenialCacheSize >= 0 {
 		s.denials = NewDenialCache(backend, DenialCacheOptions{Now: o.Now, Size: o.DenialCacheSize})
 		backend = s.denials
@@ -117,6 +119,38 @@ func (s *Stack) Fleet() *Fleet { return s.fleet }
 // (see Fallback).
 func (s *Stack) Decide(ctx context.Context, items []Item) (Decision, error) {
 	return s.top.Decide(ctx, items)
+}
+
+// Read reports the state of items without deciding anything: each must
+// cost 0 (the batch then consumes and writes nothing; an item of another
+// cost is ErrInvalid, before any store call). It is for the reads that no
+// policy counts, such as a caller asking for its quotas, and differs from
+// Decide in three ways, so that a read's failure is never a decision's:
+//
+//   - It skips the Fallback: when the backend cannot answer, Read returns
+//     its error (wrapping ErrUnavailable); no item's OnError applies.
+//   - It skips the DenialCache: it neither answers from remembered
+//     denials nor remembers any.
+//   - With StackOptions.Breaker it goes through Breaker.Read: it is
+//     refused at once (an error wrapping ErrUnavailable and
+//     ErrBreakerOpen, no store call) unless the failure domain of items is
+//     closed, and its outcome is not recorded, so failed reads never open
+//     the breaker that decisions share, a successful one never closes it,
+//     and a read is never the half-open probe. Without one, it goes to the
+//     backend's Decide.
+//
+// Read bounds nothing itself: the caller bounds how often it reads and how
+// many items one read carries (each item is store work, a key read).
+func (s *Stack) Read(ctx context.Context, items []Item) (Decision, error) {
+	for i := range items {
+		if items[i].Cost != 0 {
+			return Decision{}, fmt.Errorf("item %d: %w: a read costs 0, got %d", i, ErrInvalid, items[i].Cost)
+		}
+	}
+	if s.breaker != nil {
+		return s.breaker.Read(ctx, items)
+	}
+	return s.backend.Decide(ctx, items)
 }
 
 // Release frees the concurrency slots of items, taken by an earlier
