@@ -79,6 +79,9 @@ type Server struct {
 	// public listener, before routing (default "/_quota"; see the README's
 	// "The quota endpoint"). It must start with "/".
 	QuotaPath string `mapstructure:"quota_path"`
+	// QuotaReads bounds the quota endpoint's store reads (see QuotaReads;
+	// nil means every default: read it with Reads).
+	QuotaReads *QuotaReads `mapstructure:"quota_reads"`
 	// ShutdownTimeout bounds draining in-flight requests on SIGINT/SIGTERM
 	// (default 10s).
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`

@@ -15,27 +15,35 @@ import (
 // hands a drained caller a fresh burst: limiters that are not full are
 // never evicted, and callers beyond the cap share one overflow bucket, so
 // the flood gets at most 3 own first reads plus one bucket between them.
+// The quota endpoint is tried on a gateway whose anonymous tier has no
+// stage 1 (reads spend stage 1 too, which would refuse them first), and a
+// read budget above what the flood can be admitted.
 func TestCallerFloodAtMaxLocalCallers(t *testing.T) {
-	f := newFixture(t, strings.Replace(baseConfig, "  max_body_bytes: 1024\n", "  max_body_bytes: 1024\n  max_local_callers: 4\n", 1))
-	from := func(path, addr string) int {
-		r := httptest.NewRequest("GET", path, nil)
-		r.RemoteAddr = addr
-		w := httptest.NewRecorder()
-		f.gw.ServeHTTP(w, r)
-		return w.Code
-	}
-	flood := func(path string) (admitted int) {
-		for i := range 500 {
-			if from(path, fmt.Sprintf("[2001:db8:%x::1]:4000", i)) == http.StatusOK {
-				admitted++
-			}
+	capped := strings.Replace(baseConfig, "  max_body_bytes: 1024\n", "  max_body_bytes: 1024\n  max_local_callers: 4\n", 1)
+	callers := func(f *fixture) (from func(path, addr string) int, flood func(path string) int) {
+		from = func(path, addr string) int {
+			r := httptest.NewRequest("GET", path, nil)
+			r.RemoteAddr = addr
+			w := httptest.NewRecorder()
+			f.gw.ServeHTTP(w, r)
+			return w.Code
 		}
-		return admitted
+		flood = func(path string) (admitted int) {
+			for i := range 500 {
+				if from(path, fmt.Sprintf("[2001:db8:%x::1]:4000", i)) == http.StatusOK {
+					admitted++
+				}
+			}
+			return admitted
+		}
+		return from, flood
 	}
 	const victim = "192.0.2.10:4321"
-	p := f.gw.live.Load()
 
 	t.Run("quota endpoint", func(t *testing.T) {
+		f := newFixture(t, strings.Replace(capped, "  anonymous: {local: {rate: 2, per: 1s, burst: 5}}\n", "  anonymous: {}\n", 1))
+		from, flood := callers(f)
+		p := f.gw.live.Load()
 		for i := range quotaReadBurst {
 			if code := from("/_quota", victim); code != http.StatusOK {
 				t.Fatalf("victim read %d: %d", i+1, code)
@@ -57,8 +65,10 @@ func TestCallerFloodAtMaxLocalCallers(t *testing.T) {
 	})
 
 	t.Run("stage 1", func(t *testing.T) {
-		f.clock.Add(time.Hour) // every stage-1 limiter full again
-		for i := range 5 {     // the anonymous tier: burst 5, 2 a second
+		f := newFixture(t, capped)
+		from, flood := callers(f)
+		p := f.gw.live.Load()
+		for i := range 5 { // the anonymous tier: burst 5, 2 a second
 			if code := from("/v1/open", victim); code != http.StatusOK {
 				t.Fatalf("victim request %d: %d", i+1, code)
 			}

@@ -32,6 +32,9 @@ type pipeline struct {
 	// quotaReads bounds how often each caller may read the quota endpoint,
 	// which costs a store call: see quotaReadRate.
 	quotaReads *ratelimit.LocalSet
+	// readBudget is the gateway-wide budget of quota endpoint reads,
+	// set by quotaEndpoint (see quotaBudget).
+	readBudget *quotaBudget
 	// subjectIDs are the SubjectIDs of the configured API keys' subjects,
 	// hashed once here rather than on every request; see subjectID.
 	subjectIDs map[string]routes.SubjectID

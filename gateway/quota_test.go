@@ -17,21 +17,35 @@ import (
 // newQuotaFixture is newFixture on baseConfig with the store open returns.
 func newQuotaFixture(t *testing.T, open func(now func() time.Time) *ratelimit.Stack) *fixture {
 	t.Helper()
+	return newQuotaFixtureWith(t, baseConfig, false, open).fixture
+}
+
+// newQuotaFixtureWith is newQuotaFixture on the config base, recording
+// metrics when withMetrics is set (the observed fixture's metrics then
+// serve them; spans are not recorded).
+func newQuotaFixtureWith(t *testing.T, base string, withMetrics bool, open func(now func() time.Time) *ratelimit.Stack) *observed {
+	t.Helper()
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
-	f.path = writeConfig(t, renderConfig(baseConfig, f.upstream.srv.URL, deadURL(t)))
+	f.path = writeConfig(t, renderConfig(base, f.upstream.srv.URL, deadURL(t)))
 	cfg, err := config.Load(f.path, testGetenv)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	cfg.Store.Redis.KeyPrefix = "q" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: testGetenv,
-		OpenStore: func(config.Store) (*ratelimit.Stack, error) { return open(f.clock.Now), nil }})
+	o := Options{Now: f.clock.Now, Getenv: testGetenv,
+		OpenStore: func(config.Store) (*ratelimit.Stack, error) { return open(f.clock.Now), nil }}
+	obs := &observed{fixture: f}
+	if withMetrics {
+		tel, m := newTestMetrics(t)
+		o.Metrics, obs.metrics = m, tel.Metrics
+	}
+	gw, err := New(cfg, o)
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}
 	t.Cleanup(func() { _ = gw.Close() })
 	f.gw = gw
-	return f
+	return obs
 }
 
 // quota reads the quota endpoint for hdr and returns the policies by
@@ -119,18 +133,27 @@ func TestQuotaEndpointRedis(t *testing.T) {
 	testQuotaMatchesLimits(t, f, false)
 }
 
-// TestQuotaEndpointCallers: anonymous callers read theirs, past their
-// stage-1 limit (the endpoint has its own per-caller bound, not the
-// policies'); a bad credential is 401.
+// TestQuotaEndpointCallers: anonymous callers read theirs, and each read
+// spends one unit of stage 1 of the caller's tier (anonymous: a burst of
+// 5), so the sixth read at one instant is 429 without a store call, and so
+// is a routed request after it; a bad credential is 401.
 func TestQuotaEndpointCallers(t *testing.T) {
 	f := newFixture(t, baseConfig)
-	for i := 0; i < quotaReadBurst; i++ { // anonymous stage 1 allows a burst of 5
+	for i := 0; i < 5; i++ {
 		rep, by := f.quota(t, nil)
-		if rep.Tier != "anonymous" || by["tenant/"].Limit != 5 {
+		if rep.Tier != "anonymous" || by["tenant/"].Limit != 5 || rep.Truncated {
 			t.Fatalf("anonymous read %d: %+v", i, rep)
 		}
 	}
-	w := f.do("GET", "/_quota", bearer("not-a-key"), nil)
+	w := f.do("GET", "/_quota", nil, nil)
+	problemBody(t, w, http.StatusTooManyRequests, codeRateLimited)
+	if ra := w.Header().Get("Retry-After"); ra != "1" {
+		t.Fatalf("sixth read: Retry-After %q, want 1 (one unit at 2/s)", ra)
+	}
+	if w := f.do("GET", "/v1/transfers/1", nil, nil); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("routed request after 5 reads: %d, want 429 from stage 1", w.Code)
+	}
+	w = f.do("GET", "/_quota", bearer("not-a-key"), nil)
 	if w.Code != http.StatusUnauthorized {
 		t.Fatalf("bad credential: %d, want 401", w.Code)
 	}

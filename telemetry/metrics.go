@@ -85,6 +85,7 @@ type Metrics struct {
 	decisions     *asyncCounter[[3]string] // policy, stage, result
 	decisionDur   *asyncHistogram[string]  // stage
 	storeErrors   *asyncCounter[string]    // kind
+	readsRefused  *asyncCounter[string]    // reason (quota endpoint reads)
 	storeFallback *asyncCounter[[2]string] // policy, mode
 	requests      *asyncCounter[routeCode] // route, code
 	reloads       metric.Int64Counter
@@ -182,6 +183,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(m.initUpstream())
 	check(m.initSettle())
 	check(m.initSlots())
+	check(m.initReads())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}
