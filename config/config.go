@@ -63,6 +63,18 @@ type Server struct {
 	// non-empty at start. Empty: no token, and the protected endpoints are
 	// served only while the admin listener is bound to a loopback address.
 	AdminTokenEnv string `mapstructure:"admin_token_env"`
+	// AdminHosts are the further names the admin listener answers for,
+	// such as quotagate-admin.internal: host names without port or
+	// wildcard, compared with the request's Host case-insensitively and
+	// whatever its port. Without them it answers a Host that is an IP
+	// address (kubelet probes send the pod's IP, Prometheus its target
+	// address, and no IP can be re-bound by DNS), "localhost", the host of
+	// AdminListen when that is a name, or no Host (HTTP/1.0); any other
+	// Host, the machine's hostname included, is answered 421 Misdirected
+	// Request on every admin endpoint, so that a page in a browser on
+	// this host cannot read /config through a name re-bound to 127.0.0.1
+	// (DNS rebinding). Validate lowercases them.
+	AdminHosts []string `mapstructure:"admin_hosts"`
 	// Pprof serves Go's profiles under /debug/pprof/ on the admin listener,
 	// behind the same protection (default false: 404).
 	Pprof bool `mapstructure:"pprof"`
@@ -75,6 +87,28 @@ type Server struct {
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413
 	// (default 10 MiB). It is always > 0: there is no "unlimited".
 	MaxBodyBytes int64 `mapstructure:"max_body_bytes"`
+	// BodyReadTimeout bounds the wait for the next bytes of a request
+	// body: when a read of the caller's body brings nothing for this
+	// long, the request ends with 408 (default 10s, at most 10m). Like
+	// nginx's client_body_timeout it is the time between two reads, not
+	// the whole upload; BodyMinRate bounds that.
+	BodyReadTimeout time.Duration `mapstructure:"body_read_timeout"`
+	// BodyMinRate is the least average rate, in bytes per second, at
+	// which a request body must arrive once its first BodyReadTimeout has
+	// passed: a body whose bytes read so far fall below
+	// BodyMinRate × (elapsed − BodyReadTimeout) ends with 408. So an
+	// upload of n bytes may take at most BodyReadTimeout + n/BodyMinRate.
+	// Default 1024; a written 0 turns the rate check off (the read
+	// timeout still applies).
+	BodyMinRate *int64 `mapstructure:"body_min_rate"`
+	// BodyBufferBytes is the gateway-wide budget, in bytes, of request
+	// body bytes held in memory at once to find a reservation
+	// (routes[].cost.reserve_from.json). A request whose body would go
+	// past it is not buffered further: it reserves its route's max and is
+	// forwarded as it streams. 0 (the default) sizes it at an eighth of
+	// the memory limit in force (GOMEMLIMIT, or the cgroup's memory.max)
+	// and at 64 MiB without one. Read at start only.
+	BodyBufferBytes int64 `mapstructure:"body_buffer_bytes"`
 	// QuotaPath is where a caller reads its own quotas with GET on the
 	// public listener, before routing (default "/_quota"; see the README's
 	// "The quota endpoint"). It must start with "/".
@@ -107,6 +141,14 @@ type Server struct {
 	// start only.
 	HeapFloorBytes *int64 `mapstructure:"heap_floor_bytes"`
 }
+
+// Defaults and bounds of the request body's deadlines (see
+// Server.BodyReadTimeout and Server.BodyMinRate).
+const (
+	DefaultBodyReadTimeout = 10 * time.Second
+	MaxBodyReadTimeout     = 10 * time.Minute
+	DefaultBodyMinRate     = 1024
+)
 
 // DefaultHeapFloorBytes is server.heap_floor_bytes when it is not set.
 const DefaultHeapFloorBytes = 64 << 20
@@ -549,6 +591,11 @@ func (s *Server) setDefaults() {
 	setZero(&s.IdleTimeout, 90*time.Second)
 	setZero(&s.MaxHeaderBytes, 65536)
 	setZero(&s.MaxBodyBytes, 10<<20)
+	setZero(&s.BodyReadTimeout, DefaultBodyReadTimeout)
+	if s.BodyMinRate == nil {
+		r := int64(DefaultBodyMinRate)
+		s.BodyMinRate = &r
+	}
 	setZero(&s.QuotaPath, "/_quota")
 	setZero(&s.ShutdownTimeout, 10*time.Second)
 	setZero(&s.MaxLocalCallers, 1_000_000)

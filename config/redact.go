@@ -3,6 +3,8 @@ package config
 import (
 	"net/url"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // Redacted returns c as a tree of maps, lists, strings, numbers and booleans
@@ -48,6 +50,10 @@ func (c *Config) Redacted() map[string]any {
 	for name, p := range c.Policies {
 		limits := make(map[string]any, len(p.Limits))
 		for tier, l := range p.Limits {
+			if p.Algorithm == ratelimit.Concurrency {
+				limits[tier] = map[string]any{"max": l.Max} // a concurrency limit has no rate or period
+				continue
+			}
 			limits[tier] = redactLimit(l)
 		}
 		pol := map[string]any{
@@ -56,6 +62,12 @@ func (c *Config) Redacted() map[string]any {
 			"on_store_error": p.OnStoreError.String(),
 			"shadow":         p.Shadow,
 			"limits":         limits,
+		}
+		if p.Algorithm == ratelimit.Concurrency {
+			pol["slot_ttl"] = dur(p.SlotTTL)
+			if q := p.Queue; q != nil {
+				pol["queue"] = map[string]any{"max": q.Max, "timeout": dur(q.Timeout)}
+			}
 		}
 		if l := p.Lease; l != nil {
 			pol["lease"] = map[string]any{"auto": l.Auto, "max_block": l.MaxBlock, "ttl": dur(l.TTL), "instances": l.Instances}
@@ -84,11 +96,16 @@ func (c *Config) Redacted() map[string]any {
 			"listen":              s.Listen,
 			"admin_listen":        s.AdminListen,
 			"admin_token_env":     s.AdminTokenEnv,
+			"admin_hosts":         copyList(s.AdminHosts),
 			"pprof":               s.Pprof,
 			"read_header_timeout": dur(s.ReadHeaderTimeout),
 			"idle_timeout":        dur(s.IdleTimeout),
 			"max_header_bytes":    s.MaxHeaderBytes,
 			"max_body_bytes":      s.MaxBodyBytes,
+			"body_read_timeout":   dur(s.BodyReadTimeout),
+			"body_min_rate":       derefOrNil(s.BodyMinRate),
+			"body_buffer_bytes":   s.BodyBufferBytes,
+			"quota_reads":         quotaReads(s.Reads()),
 			"quota_path":          s.QuotaPath,
 			"shutdown_timeout":    dur(s.ShutdownTimeout),
 			"trusted_proxies":     copyList(s.TrustedProxies),
@@ -137,7 +154,8 @@ func (t RedisTLS) redacted() map[string]any {
 	}
 }
 
-// redacted shows the decision service's settings; TLS files by path only.
+// redacted shows the decision service's settings; TLS files by path only,
+// the client token by its variable's name.
 func (r RLS) redacted() map[string]any {
 	m := map[string]any{
 		"listen":           r.Listen,
@@ -150,6 +168,9 @@ func (r RLS) redacted() map[string]any {
 	}
 	if r.TLS != nil {
 		m["tls"] = map[string]any{"cert_file": r.TLS.CertFile, "key_file": r.TLS.KeyFile}
+	}
+	if a := r.ClientAuth; a != nil { // the token's variable by name only
+		m["client_auth"] = map[string]any{"token_env": a.TokenEnv, "client_ca_file": a.ClientCAFile, "none": a.None}
 	}
 	return m
 }
@@ -170,6 +191,10 @@ func redactLimit(l Limit) map[string]any {
 }
 
 func dur(d time.Duration) string { return d.String() }
+
+func quotaReads(q QuotaReads) map[string]any {
+	return map[string]any{"rate": q.Rate, "burst": q.Burst, "max_items": q.MaxItems}
+}
 
 // copyList copies a list so that the tree shares nothing with c, and renders
 // an empty one as [] rather than null.

@@ -58,6 +58,7 @@ func (c *Config) validateServer(errs *Errors) {
 	if s.AdminTokenEnv != "" && !envNameRE.MatchString(s.AdminTokenEnv) {
 		errs.addf("server.admin_token_env", "must name an environment variable, got %q", s.AdminTokenEnv)
 	}
+	checkAdminHosts(errs, s.AdminHosts)
 	positive(errs, "server.read_header_timeout", s.ReadHeaderTimeout)
 	positive(errs, "server.idle_timeout", s.IdleTimeout)
 	positive(errs, "server.shutdown_timeout", s.ShutdownTimeout)
@@ -71,6 +72,13 @@ func (c *Config) validateServer(errs *Errors) {
 	}
 	if s.BodyBufferBytes < 0 {
 		errs.addf("server.body_buffer_bytes", "must be 0 (sized from the memory limit) or a number of bytes, got %d", s.BodyBufferBytes)
+	}
+	if q := s.QuotaReads; q != nil {
+		for key, v := range map[string]int{"rate": q.Rate, "burst": q.Burst, "max_items": q.MaxItems} {
+			if b := quotaReadBounds[key]; v < b[0] || v > b[1] {
+				errs.addf("server.quota_reads."+key, "must be a whole number from %d to %d, got %d", b[0], b[1], v)
+			}
+		}
 	}
 	if !strings.HasPrefix(s.QuotaPath, "/") {
 		errs.addf("server.quota_path", "must be a path starting with /, got %q", s.QuotaPath)

@@ -229,12 +229,14 @@ identity:
     - {key_sha256: 9f8cfdb17116bf0e2a44e071454f25594cb9b8737bf331e6a2f0b30550572f29, tenant: acme, tier: free}
   jwt: {secret_env: JWT_SECRET, issuers: ["https://id.example"], audiences: [quotagate]}
 tiers: {free: {local: {rate: 1, per: 250ms, burst: 2}}}
-policies: {w: {algorithm: fixed_window, limits: {"*": {rate: 5, per: 1m}}}}
+policies:
+  w: {algorithm: fixed_window, limits: {"*": {rate: 5, per: 1m}}}
+  c: {algorithm: concurrency, limits: {"*": {max: 3}}, queue: {max: 4}}
 server: {admin_token_env: QG_ADMIN_TOKEN, pprof: true}
 upstreams:
   app: {url: "https://api.example.com/base"}
   keyed: {url: "http://10.0.0.2:8080/v1?api_key=k3y-in-query&x=1"}
-routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
+routes: [{name: r, method: GET, path: /, upstream: app, policies: [w, c]}]
 `, noEnv)
 	// Validation refuses credentials in a URL; Redacted hides them anyway.
 	for name, raw := range map[string]string{
@@ -268,6 +270,10 @@ routes: [{name: r, method: GET, path: /, upstream: app, policies: [w]}]
 		`"pprof":true`,
 		`"local":{"burst":2,"per":"250ms","rate":1}`,
 		`"limits":{"*":{"per":"1m0s","rate":5}}`,
+		// A concurrency policy shows what it is made of, not a rate of 0.
+		`"limits":{"*":{"max":3}}`,
+		`"slot_ttl":"30s"`,
+		`"queue":{"max":4,"timeout":"1s"}`,
 		`"timeout":"25ms"`,
 		`"trusted_proxies":[]`,
 	} {

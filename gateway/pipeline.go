@@ -27,8 +27,9 @@ type pipeline struct {
 	breakers map[string]*proxy.Breaker
 	// shedders are the upstreams' priority shedders by upstream name.
 	shedders map[string]*proxy.Shedder
-	maxBody  int64
-	handler  http.Handler
+	// body is the limits every request body is read under.
+	body    bodyLimits
+	handler http.Handler
 	// quotaReads bounds how often each caller may read the quota endpoint,
 	// which costs a store call: see quotaReadRate.
 	quotaReads *ratelimit.LocalSet
@@ -61,7 +62,8 @@ type proxyHooks struct {
 // replaced: stage-1 limiter sets of tiers whose local limit did not change
 // are carried over so callers keep their state across a reload.
 func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options, hooks proxyHooks) (*pipeline, error) {
-	p := &pipeline{cfg: cfg, store: store, maxBody: cfg.Server.MaxBodyBytes}
+	p := &pipeline{cfg: cfg, store: store, body: bodyLimits{max: cfg.Server.MaxBodyBytes,
+		timeout: cfg.Server.BodyReadTimeout, minRate: derefZero(cfg.Server.BodyMinRate)}}
 	if prev != nil && prev.quotaReads != nil {
 		p.quotaReads = prev.quotaReads
 	} else {
@@ -176,4 +178,12 @@ func newAuthenticator(cfg *config.Config, o *Options) (*identity.Authenticator, 
 		ic.AnonymousTier, ic.AnonymousIPv6Prefix = a.Tier, a.IPv6Prefix
 	}
 	return identity.New(ic)
+}
+
+// derefZero returns *p, or 0 for nil.
+func derefZero(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

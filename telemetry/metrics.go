@@ -97,6 +97,8 @@ type Metrics struct {
 
 	reloadSets [2][]metric.AddOption // error, ok
 
+	body bodyInstruments
+
 	// exemplars is the exemplarMode of the histograms' recordings.
 	exemplars atomic.Int32
 	// cardinalityLimit is the most series of one histogram exported by
@@ -118,6 +120,7 @@ type Metrics struct {
 	up     upstreamInstruments
 	settle settleInstruments
 	slots  slotInstruments
+	rls    rlsInstruments
 }
 
 type routeCode struct {
@@ -181,9 +184,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Per-key limiters held by the local stage."))
 	check(err)
 	check(m.initUpstream())
+	check(m.initBody())
 	check(m.initSettle())
 	check(m.initSlots())
 	check(m.initReads())
+	check(m.initRLS())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))
 	}
@@ -191,7 +196,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		a.collectHistogramsOf(m)
 	}
 	if err := observeCounters(m.meter, m.decisions, m.storeErrors, m.storeFallback, m.requests,
-		m.up.shed, m.settle.settlements, m.settle.units); err != nil {
+		m.up.shed, m.settle.settlements, m.settle.units, m.rls.unauthenticated); err != nil {
 		return nil, fmt.Errorf("telemetry: registering counter callback: %w", err)
 	}
 

@@ -185,7 +185,9 @@ func TestPrometheusExposition(t *testing.T) {
 		"quotagate_requests_total": true, "quotagate_config_reloads_total": true,
 		"quotagate_store_call_duration_seconds": true, "quotagate_upstream_duration_seconds": true,
 		"quotagate_store_breaker_state": true, "quotagate_local_limiters": true,
+		"quotagate_rls_unauthenticated_total": true,
 		"quotagate_quota_reads_refused_total": true,
+		"quotagate_body_timeouts_total":       true, "quotagate_body_over_budget_total": true,
 	}
 	if _, ok := fams["target_info"]; ok {
 		t.Error("target_info exported")
