@@ -1,6 +1,11 @@
 package config
 
 import (
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +48,16 @@ type RLS struct {
 	LimitOverrides string `mapstructure:"limit_overrides"`
 	// TLS, when set, serves both listeners over TLS; nil means plaintext.
 	TLS *TLS `mapstructure:"tls"`
+	// ClientAuth is how callers prove they may ask for decisions: a shared
+	// bearer token, client certificates, or both. Without it anyone who
+	// reaches a listener can read any descriptor's remaining (dry_run) and
+	// spend it, so it is required whenever a listener is bound beyond
+	// loopback (a host other than a loopback address or "localhost",
+	// every interface included); there, client_auth: {none: true} says
+	// so on purpose. Left out on loopback listeners: every call is
+	// served. Health checks (grpc.health.v1, HTTP /healthz) never need
+	// it. Read at start only.
+	ClientAuth *RLSClientAuth `mapstructure:"client_auth"`
 	// ShutdownDelay is how long the service, told to stop (SIGINT or
 	// SIGTERM), keeps serving every call while its health answers
 	// NOT_SERVING (gRPC grpc.health.v1, and 503 from the HTTP listener's
@@ -62,6 +77,27 @@ const (
 	DefaultRLSShutdownDelay = 5 * time.Second
 	MaxRLSShutdownDelay     = time.Minute
 )
+
+// RLSClientAuth is rls.client_auth. TokenEnv and ClientCAFile may be set
+// together: a call then needs both. None excludes them.
+type RLSClientAuth struct {
+	// TokenEnv names the environment variable holding the shared bearer
+	// token, which must then be set and non-empty at start. A gRPC call
+	// carries it as "authorization: Bearer <token>" metadata (Envoy:
+	// grpc_service.initial_metadata), an HTTP check as the Authorization
+	// header. Compared in constant time.
+	TokenEnv string `mapstructure:"token_env"`
+	// ClientCAFile is a PEM file of the certificate authorities that sign
+	// callers' client certificates: with it, a TLS handshake on either
+	// listener requires a client certificate those CAs verify for client
+	// authentication (extended key usage clientAuth). Requires rls.tls.
+	ClientCAFile string `mapstructure:"client_ca_file"`
+	// None serves every call without client authentication, beyond
+	// loopback too: only for a listener that a network policy opens to
+	// trusted proxies alone. It must not be set with TokenEnv or
+	// ClientCAFile.
+	None bool `mapstructure:"none"`
+}
 
 // TLS names a certificate and its key, PEM files read at start.
 type TLS struct {
@@ -131,4 +167,77 @@ func (c *Config) validateRLS(errs *Errors) {
 			errs.add("rls.tls.key_file", "is required when rls.tls is set")
 		}
 	}
+	r.validateClientAuth(errs)
+}
+
+// validateClientAuth checks rls.client_auth, and that a listener beyond
+// loopback has it.
+func (r *RLS) validateClientAuth(errs *Errors) {
+	const p = "rls.client_auth"
+	a := r.ClientAuth
+	if a == nil {
+		for _, l := range []struct{ path, addr string }{{"rls.listen", r.Listen}, {"rls.http_listen", r.HTTPListen}} {
+			if l.addr == "" || loopbackListen(l.addr) {
+				continue
+			}
+			if _, err := hostPort(l.addr, true); err != nil {
+				continue // the address's own problem is reported
+			}
+			errs.addf(p, "is required: %s %q is not a loopback address, so whoever reaches it could read any descriptor's remaining (dry_run) and spend it; "+
+				"set token_env (a shared bearer token) and/or client_ca_file (client certificates, with rls.tls), "+
+				"or none: true to serve it unauthenticated on purpose", l.path, l.addr)
+			return
+		}
+		return
+	}
+	switch {
+	case a.None && (a.TokenEnv != "" || a.ClientCAFile != ""):
+		errs.add(p+".none", "must not be set with token_env or client_ca_file (none serves every call unauthenticated)")
+		return
+	case !a.None && a.TokenEnv == "" && a.ClientCAFile == "":
+		errs.add(p, "must set token_env, client_ca_file or both (or none: true to serve every call unauthenticated)")
+		return
+	}
+	if a.TokenEnv != "" && !envNameRE.MatchString(a.TokenEnv) {
+		errs.addf(p+".token_env", "must name an environment variable, got %q", a.TokenEnv)
+	}
+	if f := a.ClientCAFile; f != "" {
+		if r.TLS == nil {
+			errs.add(p+".client_ca_file", "requires rls.tls (the service's certificate and key): client certificates are asked for in the TLS handshake")
+		}
+		if err := readable(f); err != nil {
+			errs.addf(p+".client_ca_file", "cannot be read: %v", err)
+		} else if _, err := ClientCAPool(f); err != nil {
+			errs.add(p+".client_ca_file", err.Error())
+		}
+	}
+}
+
+// ClientCAPool reads rls.client_auth.client_ca_file: the PEM certificates
+// of the CAs that sign client certificates. A file without one is an error.
+func ClientCAPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// loopbackListen reports whether addr, a listen address, accepts only
+// connections from this host: its host is a loopback address or
+// "localhost". An empty host (every interface) is not.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.Unmap().IsLoopback()
 }

@@ -12,6 +12,11 @@
 // metric labels or spans), and all of them are decided in one Store.Decide
 // call (see Engine.Decide).
 //
+// Callers authenticate as rls.client_auth says (see config.RLSClientAuth):
+// a shared bearer token, checked before a gRPC call's stream is created
+// (see grpc.InTapHandle) and before an HTTP check is read, and/or client
+// certificates, checked in the TLS handshake. Health checks never need it.
+//
 // The package imports ratelimit, config and telemetry; it never imports the
 // gateway: both are front doors to the same store.
 package rls

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -36,7 +37,9 @@ type ServerOptions struct {
 	Logger         *slog.Logger
 	Metrics        *telemetry.Metrics
 	TracerProvider trace.TracerProvider
-	// Getenv is passed to config.Load on reload; nil means os.LookupEnv.
+	// Getenv reads the variable rls.client_auth.token_env names, at
+	// NewServer, and is passed to config.Load on reload; nil means
+	// os.LookupEnv.
 	Getenv func(string) (string, bool)
 }
 
@@ -47,8 +50,17 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 	check  http.Handler
-	tls    *tls.Config
-	opts   ServerOptions
+	// tls serves the HTTP listener (the gRPC one has its own, in the
+	// server's credentials); nil means plaintext.
+	tls  *tls.Config
+	opts ServerOptions
+	// auth is rls.client_auth; nil asks nothing of callers.
+	auth *clientAuth
+	// authSet says rls.client_auth was written (none: true included): a
+	// listener beyond loopback may serve without auth only then.
+	authSet bool
+	// token says a bearer token is asked for.
+	token bool
 
 	// readTimeout bounds the read of an HTTP check request, body
 	// included (checkReadTimeout unless a test changes it).
@@ -97,14 +109,30 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 			return context.WithTimeout(context.Background(), d)
 		},
 		shutdownDelay: cfg.RLS.ShutdownDelay, delay: time.After}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	if s.auth, err = newClientAuth(cfg, getenv, o.Metrics); err != nil {
+		return nil, err
+	}
+	s.authSet, s.token = cfg.RLS.ClientAuth != nil, s.auth != nil && s.auth.token != nil
 	var gopts []grpc.ServerOption
 	if t := cfg.RLS.TLS; t != nil {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("rls.tls: %w", err)
 		}
-		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.tls)))
+		base := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.tls = s.auth.serverTLS(base, telemetry.RLSAPIHTTP)
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.auth.serverTLS(base, telemetry.RLSAPIGRPC))))
+	} else if s.auth != nil && s.auth.cas != nil { // validation refuses this
+		return nil, errors.New("rls.client_auth.client_ca_file: requires rls.tls")
+	}
+	if s.token {
+		// Before the stream is created: an unauthenticated call's
+		// message is never read.
+		gopts = append(gopts, grpc.InTapHandle(s.auth.tap))
 	}
 	// A fixed pool of stream workers instead of a goroutine per call: the
 	// calls are small and many.
@@ -117,7 +145,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", CheckHandler(e, cfg.RLS.ResponseHeaders))
+	mux.Handle("/v1/check", s.auth.protect(CheckHandler(e, cfg.RLS.ResponseHeaders)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.stopping.Load() {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "stopping"})
@@ -141,7 +169,14 @@ func (s *Server) Engine() *Engine { return s.engine }
 // when drain has passed are ended (their connections closed). A listener
 // that fails ends the service at once, without the delay. It returns the
 // first listener's error other than a normal stop.
+//
+// A listener bound beyond loopback is refused (an error naming
+// rls.client_auth, nothing served) when rls.client_auth is left out:
+// validation checks the configured host, this the address bound.
 func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain time.Duration) error {
+	if err := s.checkExposure(grpcLn, httpLn); err != nil {
+		return err
+	}
 	errc := make(chan error, 2)
 	n := 0
 	var hs *http.Server
@@ -211,6 +246,24 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 	}
 	if first != nil && !errors.Is(first, http.ErrServerClosed) && !errors.Is(first, grpc.ErrServerStopped) {
 		return first
+	}
+	return nil
+}
+
+// checkExposure refuses listeners beyond loopback without
+// rls.client_auth, and warns of a token sent in clear beyond loopback.
+func (s *Server) checkExposure(lns ...net.Listener) error {
+	for _, ln := range lns {
+		if ln == nil || loopbackAddr(ln.Addr()) {
+			continue
+		}
+		if !s.authSet {
+			return fmt.Errorf("rls.client_auth: is required: a listener is bound to %s, which is not a loopback address", ln.Addr())
+		}
+		if s.token && s.tls == nil {
+			s.opts.Logger.Warn("rls: the bearer token of rls.client_auth crosses the network in clear: set rls.tls",
+				slog.String("listen", ln.Addr().String()))
+		}
 	}
 	return nil
 }

@@ -115,6 +115,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		pub.Close()
 		adm.Close()
+		var invalid config.Errors
+		if errors.As(err, &invalid) { // rls.client_auth.token_env's variable is missing
+			return &exitError{code: 1, err: cfg.Sourced(err)}
+		}
 		return runtimeErr(err)
 	}
 	go func() {
