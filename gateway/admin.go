@@ -12,8 +12,11 @@ import (
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
-// Admin returns the handler of the admin listener. Open to every caller
-// (probes and scrapers need them):
+// Admin returns the handler of the admin listener. Serve answers it only
+// for the Host values checkAdminHost accepts (IP addresses, localhost, the
+// names configured), and 421 for any other, on every endpoint.
+//
+// Open to every caller (probes and scrapers need them):
 //
 //	GET /healthz  200 while the process serves
 //	GET /readyz   200 once a configuration is live and the gateway can

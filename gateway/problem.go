@@ -22,6 +22,7 @@ const (
 	codeMethodNotAllowed    = "method_not_allowed"
 	codeInternal            = "internal_error"
 	codeForbidden           = "forbidden"
+	codeMisdirected         = "misdirected_request"
 )
 
 // problemTitles gives the RFC 9457 title of each code.
@@ -39,6 +40,7 @@ var problemTitles = map[string]string{
 	codeMethodNotAllowed:    "Method Not Allowed",
 	codeInternal:            "Internal Error",
 	codeForbidden:           "Forbidden",
+	codeMisdirected:         "Misdirected Request",
 }
 
 // problem is an application/problem+json body (RFC 9457) with the members

@@ -9,6 +9,17 @@ import (
 	"time"
 )
 
+// The admin listener's deadlines. Its requests have no body, so reading
+// one takes no longer than its headers. Writing an answer is quick except
+// for the profiles, which stream for as long as asked (/debug/pprof/profile
+// for 30 s by default): net/http/pprof moves the write deadline of those
+// (profile, trace, the delta profiles) to WriteTimeout plus the seconds
+// asked, so the write timeout bounds everything else and cuts no profile.
+// adminWriteTimeout is a variable for tests only.
+const adminReadTimeout = 10 * time.Second
+
+var adminWriteTimeout = 30 * time.Second
+
 // Serve runs the public handler on pub and the admin handler on admin until
 // ctx is done, then stops accepting, lets in-flight requests finish for at
 // most the configured shutdown_timeout, and returns. It returns nil after a
@@ -23,9 +34,15 @@ func (g *Gateway) Serve(ctx context.Context, pub, admin net.Listener, adminHandl
 		ErrorLog:          slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
 	}
 	adm := &http.Server{
-		Handler:           adminHandler,
+		Handler:           g.checkAdminHost(adminHandler),
 		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		// A kept-alive admin connection (a scraper's, a console's) is
+		// closed after server.idle_timeout without a request, as on the
+		// public listener; read at start, like the listeners.
+		IdleTimeout: s.IdleTimeout,
+		ErrorLog:    slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
 	}
 	g.adminLoopback.Store(isLoopback(admin.Addr()))
 	errc := make(chan error, 2)
