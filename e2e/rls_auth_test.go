@@ -235,7 +235,7 @@ func TestRLSAuthMTLS(t *testing.T) {
 	noCert, otherCA := files.ClientConfig(), files.ClientConfig()
 	noCert.Certificates, otherCA.Certificates = nil, []tls.Certificate{strangerPair}
 	const body = `{"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "198.51.100.8"}]], "dry_run": true}`
-	call := func(c *tls.Config) (grpcErr, httpErr error, httpBody string) {
+	call := func(c *tls.Config) (httpBody string, grpcErr, httpErr error) {
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(c)))
 		if err != nil {
 			t.Fatal(err)
@@ -249,14 +249,14 @@ func TestRLSAuthMTLS(t *testing.T) {
 		defer hc.CloseIdleConnections()
 		resp, err := hc.Post("https://"+httpAddr+"/v1/check", "application/json", strings.NewReader(body))
 		if err != nil {
-			return grpcErr, err, ""
+			return "", grpcErr, err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return grpcErr, nil, string(b)
+		return string(b), grpcErr, nil
 	}
 	for name, c := range map[string]*tls.Config{"no certificate": noCert, "another CA": otherCA} {
-		gerr, herr, hb := call(c)
+		hb, gerr, herr := call(c)
 		if status.Code(gerr) != codes.Unavailable {
 			t.Errorf("gRPC, %s: %v, want the handshake to fail (Unavailable)", name, gerr)
 		}
@@ -265,7 +265,7 @@ func TestRLSAuthMTLS(t *testing.T) {
 		}
 		t.Logf("%s: gRPC %v; HTTP %v", name, gerr, herr)
 	}
-	gerr, herr, hb := call(files.ClientConfig())
+	hb, gerr, herr := call(files.ClientConfig())
 	if gerr != nil || herr != nil || !strings.Contains(hb, `"remaining":9`) {
 		t.Errorf("the CA's client certificate: gRPC %v; HTTP %v %s (want remaining 9: the refused handshakes spent nothing)", gerr, herr, hb)
 	}
