@@ -52,10 +52,10 @@ type Config struct {
 // Server configures the two listeners and their HTTP limits.
 type Server struct {
 	// Listen is the gateway's host:port (default 127.0.0.1:8080). Port 0
-	// picks a free port.
+	// picks a free port. Read at start only.
 	Listen string `mapstructure:"listen"`
 	// AdminListen serves /metrics, /healthz, /readyz and /config (default
-	// 127.0.0.1:9090).
+	// 127.0.0.1:9090). Read at start only.
 	AdminListen string `mapstructure:"admin_listen"`
 	// AdminTokenEnv names the environment variable holding the bearer
 	// token that the admin listener's protected endpoints (/config,
@@ -79,10 +79,13 @@ type Server struct {
 	// behind the same protection (default false: 404).
 	Pprof bool `mapstructure:"pprof"`
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
+	// Read at start only.
 	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long (default 90s).
+	// Read at start only.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
-	// MaxHeaderBytes bounds a request's header size (default 65536).
+	// MaxHeaderBytes bounds a request's header size, in bytes (default
+	// 65536). Read at start only.
 	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
 	// MaxBodyBytes bounds a request body; larger bodies are answered 413
 	// (default 10 MiB). It is always > 0: there is no "unlimited".
@@ -194,7 +197,10 @@ type Redis struct {
 	// set they are sentinels.
 	Addrs      []string `mapstructure:"addrs"`
 	MasterName string   `mapstructure:"master_name"`
-	Username   string   `mapstructure:"username"`
+	// Username is the ACL user that authenticates, with the password of
+	// PasswordEnv, to the Redis servers (not to the Sentinels); empty
+	// means none: the password alone, if any (requirepass).
+	Username string `mapstructure:"username"`
 	// PasswordEnv names the environment variable holding the password;
 	// the password itself never appears in the configuration.
 	PasswordEnv string `mapstructure:"password_env"`
@@ -245,10 +251,14 @@ type Identity struct {
 
 // APIKey maps the SHA-256 of an API key to a tenant and tier.
 type APIKey struct {
-	// KeySHA256 is the lowercase hex SHA-256 of the key (64 characters).
+	// KeySHA256 is the lowercase hex SHA-256 of the key (required, 64
+	// characters).
 	KeySHA256 string `mapstructure:"key_sha256"`
-	Tenant    string `mapstructure:"tenant"`
-	Tier      string `mapstructure:"tier"`
+	// Tenant is the key's tenant (required): 1 to 256 bytes without
+	// control characters.
+	Tenant string `mapstructure:"tenant"`
+	// Tier names the key's tier, one of tiers (required).
+	Tier string `mapstructure:"tier"`
 }
 
 // JWT accepts HS256 bearer tokens.
@@ -288,6 +298,7 @@ const (
 // Anonymous admits callers without a credential; their identity is the
 // client IP.
 type Anonymous struct {
+	// Tier names the tier of anonymous callers, one of tiers (required).
 	Tier string `mapstructure:"tier"`
 	// IPv6Prefix is the length in bits of the IPv6 prefix that is one
 	// anonymous caller: every address in it shares its limits. 32 to 128;
@@ -298,7 +309,8 @@ type Anonymous struct {
 
 // Log configures the process log.
 type Log struct {
-	// Level is debug, info (the default), warn or error.
+	// Level is debug, info (the default), warn or error. Read at start
+	// only.
 	Level string `mapstructure:"level"`
 }
 
@@ -315,10 +327,19 @@ type Tier struct {
 // of ratelimit.Limit, so ratelimit.Limit(l) converts it, and its rules are
 // ratelimit.Limit.Validate.
 type Limit struct {
-	Rate  int64         `mapstructure:"rate"`
-	Per   time.Duration `mapstructure:"per"`
-	Burst int64         `mapstructure:"burst"`
-	// Buckets is the number of buckets of a sliding_window (0: the default).
+	// Rate is the units granted per Per (> 0); a concurrency policy
+	// leaves it out.
+	Rate int64 `mapstructure:"rate"`
+	// Per is the refill period of a token bucket, or the window length
+	// (> 0, a whole number of microseconds); a calendar window or a
+	// concurrency policy leaves it out.
+	Per time.Duration `mapstructure:"per"`
+	// Burst is a token bucket's capacity, the most units available at
+	// once (> 0); the window algorithms and concurrency leave it out.
+	Burst int64 `mapstructure:"burst"`
+	// Buckets is the number of buckets of a sliding_window (default 10,
+	// ratelimit.DefaultBuckets; 0 means the default; at most
+	// ratelimit.MaxBuckets, 100).
 	Buckets int `mapstructure:"buckets"`
 	// Max is the most requests in flight at once of a concurrency policy,
 	// which sets no other field (see Policy.StoreLimit).
@@ -344,7 +365,7 @@ type Policy struct {
 	// (allow; the default), closed (answer 503) or local (this instance's
 	// share of the limit); see ratelimit.ParseOnError.
 	OnStoreError ratelimit.OnError `mapstructure:"on_store_error"`
-	// Shadow policies decide and record but never deny.
+	// Shadow policies decide and record but never deny (default false).
 	Shadow bool `mapstructure:"shadow"`
 	// Limits holds the limit per tier name; the key "*" applies to every
 	// tier without its own entry. A tier with neither is not limited.
@@ -400,7 +421,7 @@ type Lease struct {
 	// Auto leases a key only while this instance's own demand on it makes
 	// a block pay off, sizing blocks by that demand (see
 	// ratelimit.LeaseStore). Written `lease: auto`, or `auto: true` in the
-	// mapping.
+	// mapping. Default false.
 	Auto bool `mapstructure:"auto"`
 	// MaxBlock is the most units one instance reserves at once (default
 	// 50; with Auto, default 0: no bound but burst/(2×instances)). Must be
@@ -420,7 +441,7 @@ type Lease struct {
 type Upstream struct {
 	// Name is the upstream's key in Config.Upstreams.
 	Name string `mapstructure:"-"`
-	// URL is an absolute http or https URL, or EchoURL.
+	// URL is an absolute http or https URL, or EchoURL (required).
 	URL string `mapstructure:"url"`
 	// Timeout bounds one forwarded request, response headers included
 	// (default 30s).
@@ -466,15 +487,17 @@ const EchoURL = "echo:"
 // Route maps a method and path template to an upstream and policies.
 type Route struct {
 	// Name is bounded and safe in keys, metrics and spans: 1 to 64 of
-	// [a-z0-9_.-], unique.
+	// [a-z0-9_.-], unique (required).
 	Name string `mapstructure:"name"`
-	// Method is an uppercase HTTP method token, such as GET.
+	// Method is an uppercase HTTP method token, such as GET (required).
 	Method string `mapstructure:"method"`
 	// Path is a template: "/", or "/" followed by up to 32 non-empty
 	// segments separated by "/" (no trailing slash). Each segment is literal
 	// text, "{name}" (exactly one segment) or, as the last segment only,
-	// "{name...}" (one or more remaining segments).
-	Path     string `mapstructure:"path"`
+	// "{name...}" (one or more remaining segments). It is required.
+	Path string `mapstructure:"path"`
+	// Upstream names the upstream the route forwards to, one of upstreams
+	// (required).
 	Upstream string `mapstructure:"upstream"`
 	// Cost is the units a request takes from stage 1 and from every policy
 	// of the route (default 1). It is written as a number, or as a block

@@ -23,7 +23,7 @@ const EnvPrefix = "QUOTAGATE_"
 // leaves out, and Validate checks the result.
 //
 // Environment variables override keys of the fixed sections (server, store,
-// identity.jwt, identity.anonymous, log): QUOTAGATE_STORE_KIND=redis sets
+// identity.jwt, identity.anonymous, log, rls): QUOTAGATE_STORE_KIND=redis sets
 // store.kind. A list takes a comma-separated value
 // (QUOTAGATE_STORE_REDIS_ADDRS=a:6379,b:6379). An empty variable is ignored.
 // Keys under tiers, policies, upstreams, routes and identity.api_keys have no

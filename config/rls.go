@@ -18,10 +18,10 @@ import (
 type RLS struct {
 	// Listen is the gRPC host:port of
 	// envoy.service.ratelimit.v3.RateLimitService; empty (the default) serves
-	// no gRPC. Port 0 picks a free port.
+	// no gRPC. Port 0 picks a free port. Read at start only.
 	Listen string `mapstructure:"listen"`
 	// HTTPListen is the host:port of POST /v1/check; empty (the default)
-	// serves no HTTP check API.
+	// serves no HTTP check API. Read at start only.
 	HTTPListen string `mapstructure:"http_listen"`
 	// ConfigFiles are the descriptor files, each one domain, read at start
 	// and on every reload of the main configuration. A relative path is
@@ -35,7 +35,7 @@ type RLS struct {
 	OnStoreError string `mapstructure:"on_store_error"`
 	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy
 	// headers to decisions (RLS response_headers_to_add, and the HTTP check
-	// API's response). Default false.
+	// API's response). Default false. Read at start only.
 	ResponseHeaders bool `mapstructure:"response_headers"`
 	// LimitOverrides is what a descriptor's limit override (a limit the
 	// caller sends with the descriptor) does: allow (the default, as in
@@ -47,6 +47,7 @@ type RLS struct {
 	// caller is trusted. Reloadable.
 	LimitOverrides string `mapstructure:"limit_overrides"`
 	// TLS, when set, serves both listeners over TLS; nil means plaintext.
+	// Read at start only.
 	TLS *TLS `mapstructure:"tls"`
 	// ClientAuth is how callers prove they may ask for decisions: a shared
 	// bearer token, client certificates, or both. Without it anyone who
@@ -101,6 +102,8 @@ type RLSClientAuth struct {
 
 // TLS names a certificate and its key, PEM files read at start.
 type TLS struct {
+	// CertFile and KeyFile are the certificate, which may carry its chain,
+	// and its private key (required, both).
 	CertFile string `mapstructure:"cert_file"`
 	KeyFile  string `mapstructure:"key_file"`
 }
