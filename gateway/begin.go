@@ -90,9 +90,9 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 		routeName = st.route.name
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("quotagate.route", routeName), attribute.Int("http.response.status_code", status))
+		span.SetAttributes(telemetry.AttrRoute.String(routeName), attribute.Int("http.response.status_code", status))
 		if st.caller.ID != "" {
-			span.SetAttributes(attribute.String("quotagate.caller", st.caller.ID))
+			span.SetAttributes(telemetry.AttrCaller.String(st.caller.ID))
 		}
 		if status >= 500 {
 			span.SetStatus(codes.Error, http.StatusText(status))

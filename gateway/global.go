@@ -63,9 +63,9 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			ctx, span := g.startStage(r.Context(), "quotagate.stage.global")
 			if span.IsRecording() {
 				span.SetAttributes(
-					attribute.String("quotagate.stage", "global"),
-					attribute.String("quotagate.route", st.route.name),
-					attribute.String("quotagate.caller", st.caller.ID))
+					telemetry.AttrStage.String("global"),
+					telemetry.AttrRoute.String(st.route.name),
+					telemetry.AttrCaller.String(st.caller.ID))
 			}
 			d, queued, err := g.decide(ctx, p, ps, items)
 			if queued.policy != "" {
@@ -73,8 +73,8 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 					m.QueueWait(ctx, queued.policy, queued.waited)
 				}
 				if reqSpan := trace.SpanFromContext(r.Context()); reqSpan.IsRecording() {
-					reqSpan.SetAttributes(attribute.String("quotagate.queue_policy", queued.policy),
-						attribute.Int64("quotagate.queue_wait_ms", ceilMillis(queued.waited)))
+					reqSpan.SetAttributes(telemetry.AttrQueuePolicy.String(queued.policy),
+						telemetry.AttrQueueWaitMS.Int64(ceilMillis(queued.waited)))
 				}
 				if queued.gone { // nobody to answer
 					span.End()
@@ -94,13 +94,13 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				g.storeFailed(ctx, span, ps, d.Failure)
 				if d.Unavailable {
 					closedBy := closedPolicy(ps, d)
-					span.SetAttributes(attribute.String("quotagate.decision", "unavailable"), attribute.String("quotagate.policy", closedBy))
+					span.SetAttributes(telemetry.AttrDecision.String("unavailable"), telemetry.AttrPolicy.String(closedBy))
 					span.End()
 					g.unavailable(w, st, closedBy, d.RetryAfter)
 					return
 				}
 				if !decidedLocally(d) {
-					span.SetAttributes(attribute.String("quotagate.decision", "fail_open"))
+					span.SetAttributes(telemetry.AttrDecision.String("fail_open"))
 					span.End()
 					setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
 					next.ServeHTTP(w, r)
@@ -156,7 +156,7 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		switch {
 		case !res.Allowed && bp.shadow:
 			g.countIn(ctx, series, bp.name, stage, telemetry.ResultShadowDenied)
-			span.AddEvent("shadow_denied", trace.WithAttributes(attribute.String("quotagate.policy", bp.name)))
+			span.AddEvent("shadow_denied", trace.WithAttributes(telemetry.AttrPolicy.String(bp.name)))
 		case !res.Allowed:
 			violated = append(violated, bp.name)
 			g.countIn(ctx, series, bp.name, stage, telemetry.ResultDenied)
@@ -178,7 +178,7 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 		if !d.Allowed {
 			result = "denied"
 		}
-		span.SetAttributes(attribute.String("quotagate.decision", result))
+		span.SetAttributes(telemetry.AttrDecision.String(result))
 	}
 	if decided >= 0 {
 		res, bp := d.Results[decided], &ps[decided]
@@ -193,8 +193,8 @@ func (g *Gateway) record(ctx context.Context, span trace.Span, ps []boundPolicy,
 			view.reset = res.RetryAfter
 		}
 		if recording {
-			span.SetAttributes(attribute.String("quotagate.policy", bp.name), attribute.Int64("quotagate.remaining", res.Remaining),
-				attribute.Int64("quotagate.retry_after_ms", ceilMillis(res.RetryAfter)))
+			span.SetAttributes(telemetry.AttrPolicy.String(bp.name), telemetry.AttrRemaining.Int64(res.Remaining),
+				telemetry.AttrRetryAfterMS.Int64(ceilMillis(res.RetryAfter)))
 		}
 	}
 	return d.Allowed, view, violated
@@ -250,7 +250,7 @@ func (g *Gateway) storeFailed(ctx context.Context, span trace.Span, ps []boundPo
 			m.StoreFallback(ctx, bp.name, mode)
 		}
 		g.count(ctx, bp.name, "global", "error")
-		span.AddEvent("store_fallback", trace.WithAttributes(attribute.String("quotagate.policy", bp.name), attribute.String("mode", mode)))
+		span.AddEvent("store_fallback", trace.WithAttributes(telemetry.AttrPolicy.String(bp.name), attribute.String("mode", mode)))
 	}
 }
 

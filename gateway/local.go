@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // localPolicy is the policy name reported for stage-1 denials.
@@ -44,12 +44,12 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			if span.IsRecording() {
 				span.SetAttributes(
-					attribute.String("quotagate.stage", "local"),
-					attribute.String("quotagate.route", st.route.name),
-					attribute.String("quotagate.policy", localPolicy),
-					attribute.String("quotagate.caller", st.caller.ID),
-					attribute.String("quotagate.decision", result), attribute.Int("quotagate.remaining", remaining),
-					attribute.Int64("quotagate.retry_after_ms", ceilMillis(view.retry)))
+					telemetry.AttrStage.String("local"),
+					telemetry.AttrRoute.String(st.route.name),
+					telemetry.AttrPolicy.String(localPolicy),
+					telemetry.AttrCaller.String(st.caller.ID),
+					telemetry.AttrDecision.String(result), telemetry.AttrRemaining.Int(remaining),
+					telemetry.AttrRetryAfterMS.Int64(ceilMillis(view.retry)))
 			}
 			span.End()
 			if m := g.opts.Metrics; m != nil {

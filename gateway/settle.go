@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/config"
@@ -269,7 +268,7 @@ func (g *Gateway) endSettle(ctx context.Context, st *requestState) {
 // settleMissing counts a reservation that stands for want of a usage.
 func (g *Gateway) settleMissing(ctx context.Context, ps *pendingSettle) {
 	if ps.span.IsRecording() {
-		ps.span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.String("quotagate.settlement", telemetry.SettleMissing))
+		ps.span.SetAttributes(telemetry.AttrReservedUnits.Int64(ps.reserved), telemetry.AttrSettlement.String(telemetry.SettleMissing))
 	}
 	for _, name := range ps.names {
 		g.opts.Metrics.Settlement(ctx, name, telemetry.SettleMissing, 0)
@@ -292,8 +291,8 @@ func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
 		result = telemetry.SettleCharge
 	}
 	if ps.span.IsRecording() {
-		ps.span.SetAttributes(attribute.Int64("quotagate.reserved_units", ps.reserved), attribute.Int64("quotagate.settled_units", used),
-			attribute.String("quotagate.settlement", result))
+		ps.span.SetAttributes(telemetry.AttrReservedUnits.Int64(ps.reserved), telemetry.AttrSettledUnits.Int64(used),
+			telemetry.AttrSettlement.String(result))
 	}
 	if delta == 0 {
 		for _, name := range ps.names {

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/ratelimit"
@@ -181,7 +180,7 @@ func (h *heldSlots) release(span trace.Span, now func() time.Time) {
 		c.inflight.Add(-1)
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int64("quotagate.slot_held_ms", ceilMillis(now().Sub(h.since))))
+		span.SetAttributes(telemetry.AttrSlotHeldMS.Int64(ceilMillis(now().Sub(h.since))))
 	}
 }
 

@@ -64,7 +64,7 @@ func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	ctx, span := t.tracer.Start(r.Context(), "quotagate.upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
-			attribute.String("quotagate.route", routeName),
+			telemetry.AttrRoute.String(routeName),
 			attribute.String("http.request.method", r.Method),
 			attribute.String("server.address", r.URL.Host)))
 	defer span.End()

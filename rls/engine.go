@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -298,12 +297,12 @@ func (e *Engine) Decide(ctx context.Context, req *Request) (Response, error) {
 		if dom != nil {
 			name = dom.Name // configured, so bounded
 		}
-		span.SetAttributes(attribute.String("quotagate.domain", name), attribute.Int("quotagate.descriptors", len(req.Descriptors)),
-			attribute.Bool("quotagate.dry_run", req.DryRun))
+		span.SetAttributes(telemetry.AttrDomain.String(name), telemetry.AttrDescriptors.Int(len(req.Descriptors)),
+			telemetry.AttrDryRun.Bool(req.DryRun))
 	}
 	resp := Response{Overall: OK, Statuses: make([]Status, len(req.Descriptors))}
 	if dom == nil {
-		span.SetAttributes(attribute.String("quotagate.decision", "no_domain"))
+		span.SetAttributes(telemetry.AttrDecision.String("no_domain"))
 		for i := range resp.Statuses {
 			resp.Statuses[i].Code = OK
 		}
@@ -534,7 +533,7 @@ func (e *Engine) finish(ctx context.Context, span trace.Span, req *Request, p *p
 		}
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("quotagate.decision", resp.Overall.String()))
+		span.SetAttributes(telemetry.AttrDecision.String(resp.Overall.String()))
 	}
 }
 
@@ -594,7 +593,7 @@ func (e *Engine) storeFailed(ctx context.Context, span trace.Span, p *plan, err 
 func (e *Engine) fellBack(ctx context.Context, span trace.Span, req *Request, p *plan, resp *Response, d ratelimit.Decision) (Response, error) {
 	e.storeFailed(ctx, span, p, d.Failure)
 	if d.Unavailable {
-		span.SetAttributes(attribute.String("quotagate.decision", "unavailable"))
+		span.SetAttributes(telemetry.AttrDecision.String("unavailable"))
 		return Response{}, fmt.Errorf("%w: %w", ErrUnavailable, d.Failure)
 	}
 	e.finish(ctx, span, req, p, resp, d, false)
@@ -610,6 +609,6 @@ func (e *Engine) fellBack(ctx context.Context, span trace.Span, req *Request, p 
 		}
 	}
 	e.overall(resp, p)
-	span.SetAttributes(attribute.String("quotagate.decision", "fallback_"+resp.Overall.String()))
+	span.SetAttributes(telemetry.AttrDecision.String("fallback_" + resp.Overall.String()))
 	return *resp, nil
 }

@@ -41,4 +41,23 @@ const (
 	AttrRetryAfterMS attribute.Key = "quotagate.retry_after_ms"
 	// AttrCaller is the hashed caller identity (never the raw key or subject).
 	AttrCaller attribute.Key = "quotagate.caller"
+	// AttrQueuePolicy is the concurrency policy a request waited in line for.
+	AttrQueuePolicy attribute.Key = "quotagate.queue_policy"
+	// AttrQueueWaitMS is how long it waited, in milliseconds (rounded up).
+	AttrQueueWaitMS attribute.Key = "quotagate.queue_wait_ms"
+	// AttrSlotHeldMS is how long a concurrency slot was held, in milliseconds.
+	AttrSlotHeldMS attribute.Key = "quotagate.slot_held_ms"
+	// AttrReservedUnits is the units a request reserved before forwarding.
+	AttrReservedUnits attribute.Key = "quotagate.reserved_units"
+	// AttrSettledUnits is the units its response reported as used.
+	AttrSettledUnits attribute.Key = "quotagate.settled_units"
+	// AttrSettlement is how the reservation was settled: refund, charge,
+	// exact or missing.
+	AttrSettlement attribute.Key = "quotagate.settlement"
+	// AttrDomain is the decision service's descriptor domain.
+	AttrDomain attribute.Key = "quotagate.domain"
+	// AttrDescriptors is the number of descriptors of a decision service call.
+	AttrDescriptors attribute.Key = "quotagate.descriptors"
+	// AttrDryRun is set on a decision service call that consumes nothing.
+	AttrDryRun attribute.Key = "quotagate.dry_run"
 )
