@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding"
 	"fmt"
 	"go/ast"
 	"go/constant"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -241,14 +243,18 @@ func isExported(name string) bool {
 }
 
 // enum lists the values the key at path accepts, when they are listed:
-// the names of an enum type (its xxxNames table), an exported []string of
+// the names of an enum type (its xxxNames table, or its string constants
+// declared with the type), an exported []string of
 // config named for the struct and field (RLSOnStoreError), a const group
 // whose doc says it holds "the values of" the key, or validation's "must
 // be a, b or c" for the key.
 func (w *walker) enum(parent *typ, f field, path string) []string {
 	switch f.typ.kind {
 	case kText:
-		return stringsOf(f.typ.pkg.vars[lowerFirst(f.typ.name)+"Names"])
+		if vals := stringsOf(f.typ.pkg.vars[lowerFirst(f.typ.name)+"Names"]); vals != nil {
+			return vals
+		}
+		return typedConsts(f.typ)
 	case kString:
 	default:
 		return nil
@@ -273,6 +279,27 @@ func (w *walker) enum(parent *typ, f field, path string) []string {
 		}
 	}
 	return w.mustBe()[path]
+}
+
+// typedConsts returns the string constants declared with type t, such as
+// StoreMemory StoreKind = "memory", in source order.
+func typedConsts(t *typ) []string {
+	var vals []string
+	for _, g := range t.pkg.groups {
+		for _, n := range g.names {
+			c, ok := t.pkg.consts[n]
+			if !ok {
+				continue
+			}
+			if id, ok := c.typ.(*ast.Ident); !ok || id.Name != t.name {
+				continue
+			}
+			if v, err := t.pkg.constValue(n); err == nil && v.v.Kind() == constant.String {
+				vals = append(vals, constant.StringVal(v.v))
+			}
+		}
+	}
+	return vals
 }
 
 // stringsOf returns the string literals of e, a composite literal such as
@@ -329,6 +356,9 @@ func (w *walker) mustBe() map[string][]string {
 			fns = append(fns, m)
 		}
 	}
+	// In source order, the first message of a path wins, whatever the
+	// order of the maps.
+	slices.SortFunc(fns, func(a, b *ast.FuncDecl) int { return cmp.Compare(a.Pos(), b.Pos()) })
 	for _, fn := range fns {
 		if fn.Body == nil {
 			continue
@@ -347,8 +377,10 @@ func (w *walker) mustBe() map[string][]string {
 			if !ok1 || !ok2 {
 				return true
 			}
-			if vals := listedValues(msg); vals != nil {
-				w.mustBeCache[path] = vals
+			if _, seen := w.mustBeCache[path]; !seen {
+				if vals := listedValues(msg); vals != nil {
+					w.mustBeCache[path] = vals
+				}
 			}
 			return true
 		})
