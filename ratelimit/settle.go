@@ -102,16 +102,25 @@ func settleVia(ctx context.Context, s Store, id string, items []Settlement) (boo
 }
 
 // MaxSettleDelta returns the largest |Delta| a settlement of alg under l
-// may have: 2^53 units for the window algorithms, 2^53/Per(µs) for a token
-// bucket (whose level is kept as units × Per), so that every stored value
-// stays exact in an IEEE double.
+// may have: 2^53 − 1 units for the window algorithms, 2^53/Per(µs) for a
+// token bucket (whose level is kept as units × Per), and never 2^53 or
+// more, so that every stored value stays exact in an IEEE double and the
+// Redis scripts, which take integers below 2^53, accept every settlement
+// that validates.
+//
+// A refund of MaxSettleDelta with ReservedAt 0 fills a key (see Settle):
+// a window's count, buckets or log entries go to zero, whatever they
+// hold; a token bucket is full unless it was more than MaxSettleDelta
+// units short of full (its Burst and a debt that only charges of that
+// size make: 2.5 M units for a Per of an hour), which leaves it less than
+// one unit short.
 func MaxSettleDelta(alg Algorithm, l Limit) int64 {
 	if alg == TokenBucket {
 		if p := l.Per.Microseconds(); p > 0 {
-			return maxExact / p
+			return min(maxExact/p, maxExact-1)
 		}
 	}
-	return maxExact
+	return maxExact - 1
 }
 
 // ValidateSettlement reports whether s can be settled: its Item with cost 0

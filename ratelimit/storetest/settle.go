@@ -21,6 +21,7 @@ func RunSettle(t *testing.T, newStore NewStore) {
 		t.Run(s.alg.String(), func(t *testing.T) {
 			t.Run("refund_capped", func(t *testing.T) { testSettleRefundCapped(newEnv(t, newStore), s) })
 			t.Run("idempotent", func(t *testing.T) { testSettleIdempotent(newEnv(t, newStore), s) })
+			t.Run("refill", func(t *testing.T) { testSettleRefill(newEnv(t, newStore), s) })
 		})
 	}
 	t.Run("refund_to_reservation", func(t *testing.T) { testSettleRefundToReservation(t, newStore) })
@@ -186,6 +187,28 @@ func testSettleRefundCapped(e *env, s spec) {
 	e.wantRemaining("refund to an absent key", "fresh", s, 5)
 	e.wantAllowed("fresh key, full capacity", e.one(e.item("fresh", s, 5)), true)
 	e.wantAllowed("fresh key, one more", e.one(e.item("fresh", s, 1)), false)
+}
+
+// testSettleRefill: a refund of MaxSettleDelta units without a
+// reservation time (ReservedAt 0) brings a key back to its full capacity
+// from anywhere, debt included: how the admin console resets a tenant's
+// key, with the one mechanism that gives units back.
+func testSettleRefill(e *env, s spec) {
+	e.set(0)
+	e.wantAllowed("take all", e.one(e.item("k", s, s.capacity())), true)
+	e.settle("charge", []int64{1000}, e.item("k", s, 0))
+	if r := e.one(e.item("k", s, 1)); r.Allowed || r.Debt != 1000 {
+		e.t.Fatalf("after a charge of 1000 beyond the capacity: %+v, want denied in debt of 1000", r)
+	}
+	e.set(1)
+	if !e.settle("refill", []int64{-ratelimit.MaxSettleDelta(s.alg, s.lim)}, e.item("k", s, 0)) {
+		e.t.Fatal("refill not applied: its id is new")
+	}
+	if r := e.one(e.item("k", s, 0)); r.Remaining != s.capacity() || r.Debt != 0 || r.ResetAfter != 0 {
+		e.t.Errorf("after the refill: %+v, want the full %d, no debt, nothing to reset", r, s.capacity())
+	}
+	e.wantAllowed("the full capacity after the refill", e.one(e.item("k", s, s.capacity())), true)
+	e.wantAllowed("one more", e.one(e.item("k", s, 1)), false)
 }
 
 // testSettleIdempotent: a settlement repeated with the same id (a retry)
