@@ -135,7 +135,7 @@ type Server struct {
 	// upstreams: "direct" (default) writes each one and reads its
 	// response on the request's own goroutine; "standard" sends every
 	// request through net/http's Transport. Read at start only.
-	UpstreamExchanges string `mapstructure:"upstream_exchanges"`
+	UpstreamExchanges Exchanges `mapstructure:"upstream_exchanges"`
 	// HeapFloorBytes is the heap size, in bytes, below which the garbage
 	// collector does not start a cycle (default 64 MiB; 0 turns the floor
 	// off; at most MaxHeapFloorBytes). It applies only when GOGC is not
@@ -164,8 +164,8 @@ const MaxHeapFloorBytes = 64 << 30
 type Store struct {
 	// Kind is "memory" (embedded, this instance only; the default) or
 	// "redis" (shared by the fleet).
-	Kind  string `mapstructure:"kind"`
-	Redis Redis  `mapstructure:"redis"`
+	Kind  StoreKind `mapstructure:"kind"`
+	Redis Redis     `mapstructure:"redis"`
 	// FleetSize is the least number of instances assumed to share the
 	// store (default 1). The fleet's size is the larger of it and the
 	// number of instances registered live in Redis (see Fleet); with
@@ -311,7 +311,7 @@ type Anonymous struct {
 type Log struct {
 	// Level is debug, info (the default), warn or error. Read at start
 	// only.
-	Level string `mapstructure:"level"`
+	Level LogLevel `mapstructure:"level"`
 }
 
 // Tier is a class of callers.
@@ -549,7 +549,7 @@ type CostBlock struct {
 	// a final usage), or a 2xx response ended without one. "keep" (the
 	// default) leaves the reservation; "max" takes Max, or the usage read
 	// so far when that is more. Only with SettleFrom.
-	OnMissingUsage string `mapstructure:"on_missing_usage"`
+	OnMissingUsage MissingUsage `mapstructure:"on_missing_usage"`
 }
 
 // ReserveFrom names where a request states its reservation.
@@ -622,7 +622,7 @@ func (s *Server) setDefaults() {
 	setZero(&s.QuotaPath, "/_quota")
 	setZero(&s.ShutdownTimeout, 10*time.Second)
 	setZero(&s.MaxLocalCallers, 1_000_000)
-	setZero(&s.UpstreamExchanges, "direct")
+	setZero(&s.UpstreamExchanges, ExchangesDirect)
 	if s.HeapFloorBytes == nil {
 		floor := int64(DefaultHeapFloorBytes)
 		s.HeapFloorBytes = &floor
@@ -630,7 +630,7 @@ func (s *Server) setDefaults() {
 }
 
 func (s *Store) setDefaults() {
-	setZero(&s.Kind, "memory")
+	setZero(&s.Kind, StoreMemory)
 	setZero(&s.FleetSize, 1)
 	setZero(&s.Fleet.TTL, 15*time.Second)
 	s.Redis.setDefaults()
@@ -652,7 +652,7 @@ func (j *JWT) setDefaults() {
 	setZero(&j.ClockSkew, DefaultJWTClockSkew)
 }
 
-func (l *Log) setDefaults() { setZero(&l.Level, "info") }
+func (l *Log) setDefaults() { setZero(&l.Level, LogInfo) }
 
 func (p *Policy) setDefaults() {
 	setZero(&p.Scope, routes.ScopeTenant)

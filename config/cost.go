@@ -14,12 +14,6 @@ func (b *CostBlock) setDefaults() {
 	setZero(&b.OnMissingUsage, MissingUsageKeep)
 }
 
-// The values of a cost block's on_missing_usage.
-const (
-	MissingUsageKeep = "keep" // the reservation stands
-	MissingUsageMax  = "max"  // the request takes max (or the usage read, when more)
-)
-
 // decodeKey decodes a route's cost written as a block (a number is decoded
 // as any other field): Cost becomes its reserve, and Max defaults to it,
 // unless reserve_from reads the body (json): then Max is required (see
@@ -104,8 +98,8 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 		errs.add(p+".settle_policies", "needs settle_from: nothing says what to settle")
 	}
 	switch {
-	case b.OnMissingUsage != MissingUsageKeep && b.OnMissingUsage != MissingUsageMax:
-		errs.addf(p+".on_missing_usage", "must be %s or %s, got %q", MissingUsageKeep, MissingUsageMax, b.OnMissingUsage)
+	case b.OnMissingUsage.check() != nil:
+		errs.add(p+".on_missing_usage", b.OnMissingUsage.check().Error())
 	case b.OnMissingUsage == MissingUsageMax && b.SettleFrom == nil:
 		errs.add(p+".on_missing_usage", "needs settle_from: without it nothing is settled and the reservation always stands")
 	}

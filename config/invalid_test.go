@@ -159,7 +159,7 @@ var invalidCases = map[string][]string{
 		`policies.tenant.algorithm: must be token_bucket, fixed_window, sliding_window, sliding_log or concurrency, got "leaky_bucket"`,
 		`policies.tenant.on_store_error: must be open, closed or local, got "retry"`,
 		`policies.tenant.scope: must be tenant, tenant_route, route or global, got "user"`,
-		`store.kind: must be "memory" or "redis", got "etcd"`,
+		`store.kind: must be memory or redis, got "etcd"`,
 	},
 	"redis_settings.yaml": {
 		`store.fleet.ttl: must be >= 300ms (a heartbeat every ttl/3), got 100ms`,
@@ -229,9 +229,9 @@ var invalidCases = map[string][]string{
 	"rls_settings.yaml": {
 		`rls.config_files: must name at least one descriptor file when rls.listen or rls.http_listen is set`,
 		`rls.http_listen: must be host:port, such as 127.0.0.1:6379, got "localhost"`,
-		`rls.limit_overrides: must be one of allow, ignore, got "raise"`,
+		`rls.limit_overrides: must be allow or ignore, got "raise"`,
 		`rls.listen: must differ from server.listen and server.admin_listen`,
-		`rls.on_store_error: must be one of unavailable, open, closed, local, got "maybe"`,
+		`rls.on_store_error: must be unavailable, open, closed or local, got "maybe"`,
 		`rls.shutdown_delay: must be 0s (no delay) to 1m0s (how long NOT_SERVING is answered before the graceful stop; left out means 5s), got 2m0s`,
 		`rls.tls.key_file: is required when rls.tls is set`,
 	},

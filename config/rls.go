@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 )
@@ -32,7 +31,7 @@ type RLS struct {
 	// (the default: the call fails with gRPC UNAVAILABLE or HTTP 503, so that
 	// Envoy's failure_mode_deny decides), open (OK), closed (OVER_LIMIT) or
 	// local (this instance's share of the limit, see store.fleet_size).
-	OnStoreError string `mapstructure:"on_store_error"`
+	OnStoreError RLSErrorMode `mapstructure:"on_store_error"`
 	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy
 	// headers to decisions (RLS response_headers_to_add, and the HTTP check
 	// API's response). Default false. Read at start only.
@@ -45,7 +44,7 @@ type RLS struct {
 	// can set its own limit, and keep a counter in Redis for every value
 	// it sends for up to the override's window: use ignore unless every
 	// caller is trusted. Reloadable.
-	LimitOverrides string `mapstructure:"limit_overrides"`
+	LimitOverrides Overrides `mapstructure:"limit_overrides"`
 	// TLS, when set, serves both listeners over TLS; nil means plaintext.
 	// Read at start only.
 	TLS *TLS `mapstructure:"tls"`
@@ -110,17 +109,14 @@ type TLS struct {
 
 // RLSOnStoreError lists the values of rls.on_store_error and of a
 // descriptor's on_store_error.
-var RLSOnStoreError = []string{"unavailable", "open", "closed", "local"}
-
-// RLSLimitOverrides lists the values of rls.limit_overrides.
-var RLSLimitOverrides = []string{"allow", "ignore"}
+var RLSOnStoreError = []string{string(RLSUnavailable), string(RLSOpen), string(RLSClosed), string(RLSLocal)}
 
 // Enabled reports whether the decision service serves anything.
 func (r *RLS) Enabled() bool { return r.Listen != "" || r.HTTPListen != "" }
 
 func (r *RLS) setDefaults() {
-	setZero(&r.OnStoreError, "unavailable")
-	setZero(&r.LimitOverrides, "allow")
+	setZero(&r.OnStoreError, RLSUnavailable)
+	setZero(&r.LimitOverrides, OverridesAllow)
 	// Filled only on a fresh value, before decoding: a written 0s stays.
 	setZero(&r.ShutdownDelay, DefaultRLSShutdownDelay)
 }
@@ -152,11 +148,11 @@ func (c *Config) validateRLS(errs *Errors) {
 			errs.add(index("rls.config_files", i), "must not be empty")
 		}
 	}
-	if !slices.Contains(RLSOnStoreError, r.OnStoreError) {
-		errs.addf("rls.on_store_error", "must be one of %s, got %q", strings.Join(RLSOnStoreError, ", "), r.OnStoreError)
+	if err := r.OnStoreError.check(); err != nil {
+		errs.add("rls.on_store_error", err.Error())
 	}
-	if !slices.Contains(RLSLimitOverrides, r.LimitOverrides) {
-		errs.addf("rls.limit_overrides", "must be one of %s, got %q", strings.Join(RLSLimitOverrides, ", "), r.LimitOverrides)
+	if err := r.LimitOverrides.check(); err != nil {
+		errs.add("rls.limit_overrides", err.Error())
 	}
 	if r.ShutdownDelay < 0 || r.ShutdownDelay > MaxRLSShutdownDelay {
 		errs.addf("rls.shutdown_delay", "must be 0s (no delay) to %v (how long NOT_SERVING is answered before the graceful stop; left out means %v), got %v",

@@ -84,8 +84,8 @@ func (c *Config) validateServer(errs *Errors) {
 		errs.addf("server.quota_path", "must be a path starting with /, got %q", s.QuotaPath)
 	}
 	positive(errs, "server.max_local_callers", s.MaxLocalCallers)
-	if s.UpstreamExchanges != "direct" && s.UpstreamExchanges != "standard" {
-		errs.addf("server.upstream_exchanges", "must be direct or standard, got %q", s.UpstreamExchanges)
+	if err := s.UpstreamExchanges.check(); err != nil {
+		errs.add("server.upstream_exchanges", err.Error())
 	}
 	if f := s.HeapFloorBytes; f != nil && (*f < 0 || *f > MaxHeapFloorBytes) {
 		errs.addf("server.heap_floor_bytes", "must be between 0 (no floor) and %d bytes (64 GiB), got %d", int64(MaxHeapFloorBytes), *f)
@@ -171,10 +171,8 @@ var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,32}$`)
 
 func (c *Config) validateStore(errs *Errors) {
 	s := &c.Store
-	switch s.Kind {
-	case "memory", "redis":
-	default:
-		errs.addf("store.kind", `must be "memory" or "redis", got %q`, s.Kind)
+	if err := s.Kind.check(); err != nil {
+		errs.add("store.kind", err.Error())
 	}
 	if s.FleetSize < 1 {
 		errs.add("store.fleet_size", "must be >= 1")
@@ -347,10 +345,8 @@ func (c *Config) checkTierRef(errs *Errors, path string, tier *string) {
 }
 
 func (c *Config) validateLog(errs *Errors) {
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		errs.addf("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	if err := c.Log.Level.check(); err != nil {
+		errs.add("log.level", err.Error())
 	}
 }
 

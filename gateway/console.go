@@ -101,7 +101,7 @@ func (g *Gateway) consoleStateHandler(w http.ResponseWriter, _ *http.Request) {
 	sum := sha256.Sum256(redacted)
 	st := consoleState{
 		ConfigVersion: hex.EncodeToString(sum[:6]),
-		StoreKind:     cfg.Store.Kind,
+		StoreKind:     string(cfg.Store.Kind),
 		FleetSize:     p.store.FleetSize(),
 		ConfigSince:   g.configSince.Load().UTC().Format(time.RFC3339),
 		BreakerState:  telemetry.BreakerClosed,

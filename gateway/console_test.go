@@ -81,7 +81,7 @@ func TestConsoleState(t *testing.T) {
 			t.Errorf("policies %v are not in name order", names)
 		}
 	}
-	if st.StoreKind != cfg.Store.Kind || st.FleetSize != int64(cfg.Store.FleetSize) {
+	if st.StoreKind != string(cfg.Store.Kind) || st.FleetSize != int64(cfg.Store.FleetSize) {
 		t.Errorf("store %q fleet %d, want %q %d", st.StoreKind, st.FleetSize, cfg.Store.Kind, cfg.Store.FleetSize)
 	}
 	if len(st.ConfigVersion) != 12 || st.LastReload != nil {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -120,7 +121,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				// response is counted missing.
 				defer g.endSettle(r.Context(), st)
 			}
-			if held := g.slots.hold(p.store, p.cfg.Store.Kind == "memory", ps, items, d, g.opts.Now()); held != nil {
+			if held := g.slots.hold(p.store, p.cfg.Store.Kind == config.StoreMemory, ps, items, d, g.opts.Now()); held != nil {
 				// Deferred: the proxy aborts a response the client left
 				// mid-stream by panicking with http.ErrAbortHandler.
 				defer held.release(trace.SpanFromContext(r.Context()), g.opts.Now)

@@ -78,13 +78,15 @@ func TestTenantClaimsCannotReachAnotherBucket(t *testing.T) {
 		}
 	}
 	problemBody(t, f.do("GET", "/v1/transfers/1", token("a:b"), nil), http.StatusTooManyRequests, "rate_limited")
-	for _, other := range []string{"a", "b", "a:", ":b", "a:b:", "a:b:tenant", "a:b:tenant:tb", "{a:b}", "jwt:a:b", "a:b ", "A:B"} {
+	for _, other := range []string{"a", "b", "a:", ":b", "a:b:", "a:b:tenant", "a:b:tenant:tb", "{a:b}", "jwt:a:b", "A:B"} {
 		if w := f.do("GET", "/v1/transfers/1", token(other), nil); w.Code != http.StatusOK {
 			t.Errorf("tenant %q after tenant a:b spent its burst: %d, want 200 (its own bucket)", other, w.Code)
 		}
 	}
 
-	for _, bad := range []string{"a\x00b", "a\r\nX-Injected: 1", "a\tb", "\x7f", strings.Repeat("x", 257)} {
+	// "a:b " would reach the upstream as a:b (HTTP parsers trim), and a
+	// comma splits a header list: both are refused too.
+	for _, bad := range []string{"a\x00b", "a\r\nX-Injected: 1", "a\tb", "\x7f", strings.Repeat("x", 257), "a:b ", " a:b", "a,b"} {
 		w := f.do("GET", "/v1/transfers/2", token(bad), nil)
 		body := problemBody(t, w, http.StatusUnauthorized, "unauthenticated")
 		if w.Header().Get("X-Injected") != "" || strings.Contains(w.Body.String(), bad) {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
@@ -101,7 +102,7 @@ func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 	p.readBudget = newQuotaBudget(p, g.live.Load())
 	budget := p.readBudget
 	cooldown := time.Second
-	if p.cfg.Store.Kind == "redis" && p.cfg.Store.Redis.BreakerCooldown > 0 {
+	if p.cfg.Store.Kind == config.StoreRedis && p.cfg.Store.Redis.BreakerCooldown > 0 {
 		cooldown = p.cfg.Store.Redis.BreakerCooldown
 	}
 	return func(next http.Handler) http.Handler {

@@ -29,7 +29,7 @@ func (g *Gateway) checkStore(cfg *config.Config, store *ratelimit.Stack) {
 	for name, p := range cfg.Policies {
 		modes[p.OnStoreError.String()] = append(modes[p.OnStoreError.String()], name)
 	}
-	attrs := []any{slog.String("error", err.Error()), slog.String("store", cfg.Store.Kind),
+	attrs := []any{slog.String("error", err.Error()), slog.String("store", string(cfg.Store.Kind)),
 		slog.Any("addrs", cfg.Store.Redis.Addrs)}
 	for _, mode := range []string{"open", "closed", "local"} {
 		names := modes[mode]

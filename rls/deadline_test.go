@@ -141,7 +141,7 @@ func startOnDeadRedis(t *testing.T, mode string) (rlsv3.RateLimitServiceClient, 
 	cfg := config.Default()
 	cfg.Store.Redis.Timeout = 10 * time.Second
 	cfg.Store.Redis.BreakerCooldown = 3 * time.Second
-	cfg.RLS.OnStoreError = mode
+	cfg.RLS.OnStoreError = config.RLSErrorMode(mode)
 	cfg.RLS.ResponseHeaders = true
 	client, base := startServerOn(t, store, cfg)
 	srv.Kill()

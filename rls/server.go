@@ -101,7 +101,7 @@ func NewServer(cfg *config.Config, o ServerOptions) (*Server, error) {
 	}
 	e := NewEngine(rules, Options{
 		Store: o.Store, Timeout: cfg.Store.Redis.Timeout, KeyPrefix: cfg.Store.Redis.KeyPrefix,
-		OnStoreError: cfg.RLS.OnStoreError, RetryAfter: cfg.Store.Redis.BreakerCooldown, IgnoreOverrides: cfg.RLS.LimitOverrides == "ignore",
+		OnStoreError: string(cfg.RLS.OnStoreError), RetryAfter: cfg.Store.Redis.BreakerCooldown, IgnoreOverrides: cfg.RLS.LimitOverrides == config.OverridesIgnore,
 		Metrics: o.Metrics, TracerProvider: o.TracerProvider, Logger: o.Logger,
 	})
 	s := &Server{engine: e, health: health.NewServer(), opts: o, files: slices.Clone(cfg.RLS.ConfigFiles), loadedFiles: loadedFiles, readTimeout: checkReadTimeout,
@@ -289,7 +289,7 @@ func (s *Server) reload(path string) ([]byte, error) {
 		var rules *Rules
 		files := fileDigests(cfg.RLS.ConfigFiles)
 		if rules, err = LoadFiles(cfg.RLS.ConfigFiles); err == nil {
-			s.engine.SetRules(rules, cfg.RLS.OnStoreError, cfg.RLS.LimitOverrides == "ignore")
+			s.engine.SetRules(rules, string(cfg.RLS.OnStoreError), cfg.RLS.LimitOverrides == config.OverridesIgnore)
 			s.files = slices.Clone(cfg.RLS.ConfigFiles)
 			s.opts.Metrics.ConfigReload(context.Background(), true)
 			s.opts.Logger.Info("rls descriptor files reloaded", slog.Int("domains", rules.Domains()))

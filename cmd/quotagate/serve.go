@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	level, err := telemetry.ParseLevel(cfg.Log.Level)
+	level, err := telemetry.ParseLevel(string(cfg.Log.Level))
 	if err != nil {
 		return usageErr("log.level: %v", err)
 	}
@@ -152,7 +152,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
-		slog.String("admin_listen", adm.Addr().String()), slog.String("store", cfg.Store.Kind), slog.String("config", *path))
+		slog.String("admin_listen", adm.Addr().String()), slog.String("store", string(cfg.Store.Kind)), slog.String("config", *path))
 	logOut.QueueWrites()
 
 	ctx, stop := context.WithCancel(ctx)

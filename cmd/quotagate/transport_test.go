@@ -21,7 +21,7 @@ func TestUpstreamExchangesSetting(t *testing.T) {
 		setting     string
 		wantNetHTTP bool
 	}{{"direct", false}, {"standard", true}} {
-		tr := newTransport(config.Server{UpstreamExchanges: c.setting})
+		tr := newTransport(config.Server{UpstreamExchanges: config.Exchanges(c.setting)})
 		var gotConn bool
 		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn = true }}
 		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", up.URL, nil)
