@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -53,6 +54,22 @@ func (s *cellSet[K, C]) get(k K) C {
 	}
 	s.fast.store(k, c)
 	return c
+}
+
+// each calls f with every cell made so far and its label values, in no
+// particular order. A cell made while it runs may be left out.
+func (s *cellSet[K, C]) each(f func(K, C)) {
+	if p := s.fast.p.Load(); p != nil {
+		for k, c := range *p { // a published map is never written again
+			f(k, c)
+		}
+	}
+	s.mu.Lock()
+	extra := maps.Clone(s.extra)
+	s.mu.Unlock()
+	for k, c := range extra {
+		f(k, c)
+	}
 }
 
 // size returns the number of cells made.

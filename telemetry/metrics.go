@@ -121,6 +121,10 @@ type Metrics struct {
 	settle settleInstruments
 	slots  slotInstruments
 	rls    rlsInstruments
+
+	// consoleActions counts the admin console's actions by action and
+	// result (see initConsole).
+	consoleActions *asyncCounter[[2]string]
 }
 
 type routeCode struct {
@@ -188,6 +192,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(m.initSettle())
 	check(m.initSlots())
 	check(m.initReads())
+	check(m.initConsole())
 	check(m.initRLS())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("telemetry: creating instruments: %w", errors.Join(errs...))

@@ -187,6 +187,7 @@ func TestPrometheusExposition(t *testing.T) {
 		"quotagate_store_breaker_state": true, "quotagate_local_limiters": true,
 		"quotagate_rls_unauthenticated_total": true,
 		"quotagate_quota_reads_refused_total": true,
+		"quotagate_console_actions_total":     true,
 		"quotagate_body_timeouts_total":       true, "quotagate_body_over_budget_total": true,
 	}
 	if _, ok := fams["target_info"]; ok {
