@@ -25,7 +25,7 @@ func checkRLSFiles(cfg *config.Config) error {
 // opened by open (the gateway's opener, so the process registers in the
 // fleet once), and opens its listeners. It returns nil when the section is
 // off.
-func startRLS(cfg *config.Config, open gateway.OpenStore, logger *slog.Logger, metrics *telemetry.Metrics, tp trace.TracerProvider) (*decisionService, error) {
+func startRLS(cfg *config.Config, open gateway.OpenStore, logger *slog.Logger, metrics *telemetry.Metrics, tp trace.TracerProvider, getenv func(string) (string, bool)) (*decisionService, error) {
 	if !cfg.RLS.Enabled() {
 		return nil, nil
 	}
@@ -33,7 +33,7 @@ func startRLS(cfg *config.Config, open gateway.OpenStore, logger *slog.Logger, m
 	if err != nil {
 		return nil, err
 	}
-	srv, err := rls.NewServer(cfg, rls.ServerOptions{Store: backend, Logger: logger, Metrics: metrics, TracerProvider: tp})
+	srv, err := rls.NewServer(cfg, rls.ServerOptions{Store: backend, Logger: logger, Metrics: metrics, TracerProvider: tp, Getenv: getenv})
 	if err != nil {
 		backend.Close()
 		return nil, err

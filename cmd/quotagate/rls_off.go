@@ -21,7 +21,7 @@ var errNoRLS = errors.New("rls: this build has no decision service (built with -
 func checkRLSFiles(*config.Config) error { return errNoRLS }
 
 // startRLS refuses an rls section this build cannot serve.
-func startRLS(cfg *config.Config, _ gateway.OpenStore, _ *slog.Logger, _ *telemetry.Metrics, _ trace.TracerProvider) (*decisionService, error) {
+func startRLS(cfg *config.Config, _ gateway.OpenStore, _ *slog.Logger, _ *telemetry.Metrics, _ trace.TracerProvider, _ func(string) (string, bool)) (*decisionService, error) {
 	if cfg.RLS.Enabled() {
 		return nil, errNoRLS
 	}

@@ -44,7 +44,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	cfg, loaded, err := config.LoadDigest(*path, nil)
+	// The one reader of the environment for what the config names: its
+	// QUOTAGATE_* overrides and every secret (JWT, admin and decision
+	// service tokens, the Redis password), at start and on reloads.
+	getenv := os.LookupEnv
+	cfg, loaded, err := config.LoadDigest(*path, getenv)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -83,8 +87,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	tel.ExportPrimed(metrics)
 
-	open := storeOpener(logger)
+	open := storeOpener(logger, getenv)
 	gw, err := gateway.New(cfg, gateway.Options{
+		Getenv:         getenv,
 		OpenStore:      open,
 		Logger:         logger,
 		AccessLog:      telemetry.NewAccessLog(logOut, level),
@@ -111,7 +116,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		pub.Close()
 		return runtimeErr(fmt.Errorf("server.admin_listen: %w", err))
 	}
-	ds, err := startRLS(cfg, open, logger, metrics, tel.TracerProvider)
+	ds, err := startRLS(cfg, open, logger, metrics, tel.TracerProvider, getenv)
 	if err != nil {
 		pub.Close()
 		adm.Close()

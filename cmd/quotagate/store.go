@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
@@ -18,10 +17,11 @@ import (
 // this process (see openStore). They all register in the fleet roster
 // under one instance id, so that the gateway and the decision service of
 // one process, and a store and the one a reload replaces it with, count as
-// one instance, not two. logger receives the stores' operational lines.
-func storeOpener(logger *slog.Logger) func(config.Store) (*ratelimit.Stack, error) {
+// one instance, not two. logger receives the stores' operational lines;
+// getenv reads the Redis password's variable.
+func storeOpener(logger *slog.Logger, getenv func(string) (string, bool)) func(config.Store) (*ratelimit.Stack, error) {
 	id := ratelimit.NewInstanceID()
-	return func(c config.Store) (*ratelimit.Stack, error) { return openStore(c, id, logger) }
+	return func(c config.Store) (*ratelimit.Stack, error) { return openStore(c, id, logger, getenv) }
 }
 
 // openStore is the one place that chooses the stage-2 backend: a memory
@@ -29,15 +29,15 @@ func storeOpener(logger *slog.Logger) func(config.Store) (*ratelimit.Stack, erro
 // shape of the addresses) for a fleet, registering in its roster as
 // instance id. Either comes as a whole ratelimit.Stack, its
 // on_store_error fallback included.
-func openStore(c config.Store, id string, logger *slog.Logger) (*ratelimit.Stack, error) {
+func openStore(c config.Store, id string, logger *slog.Logger, getenv func(string) (string, bool)) (*ratelimit.Stack, error) {
 	switch c.Kind {
-	case "memory":
+	case config.StoreMemory:
 		return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
-	case "redis":
+	case config.StoreRedis:
 		r := c.Redis
 		password := ""
 		if r.PasswordEnv != "" {
-			v, ok := os.LookupEnv(r.PasswordEnv)
+			v, ok := getenv(r.PasswordEnv)
 			if !ok {
 				// A config problem, not a failure to start: exit 1.
 				return nil, config.Errors{{Path: "store.redis.password_env", Problem: "environment variable " + r.PasswordEnv + " is not set"}}
@@ -65,7 +65,7 @@ func openStore(c config.Store, id string, logger *slog.Logger) (*ratelimit.Stack
 
 // newTransport is the shared transport to every upstream.
 func newTransport(s config.Server) http.RoundTripper {
-	return proxy.NewTransport(proxy.TransportOptions{NoDirect: s.UpstreamExchanges == "standard"})
+	return proxy.NewTransport(proxy.TransportOptions{NoDirect: s.UpstreamExchanges == config.ExchangesStandard})
 }
 
 // redisLog routes go-redis's own log lines (dial failures while Redis is

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestStoresOfOneProcessCountOnce(t *testing.T) {
 	c := config.Store{Kind: "redis", FleetSize: 1, Fleet: config.Fleet{TTL: 1500 * time.Millisecond},
 		Redis: config.Redis{Addrs: []string{srv.Addr}, Timeout: time.Second, PoolSize: 4, KeyPrefix: "qg",
 			BreakerFailures: 5, BreakerCooldown: time.Second}}
-	open := storeOpener(slog.New(slog.DiscardHandler))
+	open := storeOpener(slog.New(slog.DiscardHandler), os.LookupEnv)
 	gw, err := open(c)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func TestStoresOfOneProcessCountOnce(t *testing.T) {
 	if gw.Fleet().ID() != ds.Fleet().ID() {
 		t.Fatalf("one process registers as %q and %q", gw.Fleet().ID(), ds.Fleet().ID())
 	}
-	other, err := storeOpener(slog.New(slog.DiscardHandler))(c)
+	other, err := storeOpener(slog.New(slog.DiscardHandler), os.LookupEnv)(c)
 	if err != nil {
 		t.Fatal(err)
 	}
