@@ -144,7 +144,7 @@ func (g *Gateway) unavailable(w http.ResponseWriter, st *requestState, policy st
 	})
 }
 
-// writeProxyError is the proxy's error writer: 502 and 504 as problem+json,
+// writeProxyError is upstreamObserver.Error: 502 and 504 as problem+json,
 // or 413 when the failure was the request body running past its limit.
 func writeProxyError(w http.ResponseWriter, r *http.Request, status int, code, message string) {
 	st := stateFrom(r.Context())

@@ -88,7 +88,7 @@ type ExplainRequest struct {
 func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string, bool)) (*Explanation, error) {
 	o := &Options{Getenv: getenv}
 	o.fill()
-	p, err := buildPipeline(cfg, nil, nil, o, proxyHooks{})
+	p, err := buildPipeline(cfg, nil, nil, o, nil)
 	if err != nil {
 		return nil, err
 	}

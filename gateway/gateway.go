@@ -242,7 +242,7 @@ func breakerGauge(s ratelimit.BreakerState) int64 {
 
 // build compiles cfg into a pipeline with its handler chain.
 func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *ratelimit.Stack) (*pipeline, error) {
-	p, err := buildPipeline(cfg, prev, store, &g.opts, proxyHooks{observe: g.observeResponse, failure: g.onUpstreamFailure})
+	p, err := buildPipeline(cfg, prev, store, &g.opts, g)
 	if err != nil {
 		return nil, err
 	}

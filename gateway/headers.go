@@ -7,7 +7,7 @@ import (
 	"github.com/quotagate/quotagate/internal/headername"
 )
 
-// ownHeaders is the proxy's Options.SetHeaders: it gives the upstream the
+// ownHeaders, part of upstreamObserver.Outbound, gives the upstream the
 // gateway's word on the headers the gateway owns, and nothing of the
 // caller's under those names.
 //

@@ -51,17 +51,12 @@ func (p *pipeline) subjectID(subject string) routes.SubjectID {
 	return routes.NewSubjectID(subject)
 }
 
-// proxyHooks are what the proxies tell the gateway about responses and
-// failures (see proxy.Options); nil functions are not called.
-type proxyHooks struct {
-	observe func(resp *http.Response)
-	failure func(r *http.Request, status int, written bool)
-}
-
 // buildPipeline compiles cfg. prev, when not nil, is the pipeline being
 // replaced: stage-1 limiter sets of tiers whose local limit did not change
-// are carried over so callers keep their state across a reload.
-func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options, hooks proxyHooks) (*pipeline, error) {
+// are carried over so callers keep their state across a reload. gw
+// settles the reservations of the requests its proxies forward; nil for a
+// pipeline that serves nothing (Explain).
+func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options, gw *Gateway) (*pipeline, error) {
 	p := &pipeline{cfg: cfg, store: store, body: bodyLimits{max: cfg.Server.MaxBodyBytes,
 		timeout: cfg.Server.BodyReadTimeout, minRate: derefZero(cfg.Server.BodyMinRate)}}
 	if prev != nil && prev.quotaReads != nil {
@@ -122,23 +117,11 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 			return nil, fmt.Errorf("upstreams.%s.url: %w", name, err)
 		}
 		h, err := proxy.New(proxy.Upstream{Name: name, URL: target, Timeout: u.Timeout}, proxy.Options{
-			Transport:  o.Transport,
-			WriteError: writeProxyError,
-			SetHeaders: outboundHeaders,
-			AllowUpgrade: func(in *http.Request) bool {
-				st := stateFrom(in.Context())
-				return st != nil && st.route != nil && st.route.websocket
-			},
-			Logger:  o.Logger,
-			Breaker: p.breakers[name],
-			Shedder: p.shedders[name],
-			Tier:    callerTier,
-			OnShed: func(in *http.Request, tier string) {
-				o.Metrics.Shed(in.Context(), name, tier, 1)
-			},
-			ObserveResponse: hooks.observe,
-			OnFailure:       hooks.failure,
-			WatchWrite:      settlePending,
+			Transport: o.Transport,
+			Observer:  upstreamObserver{gw: gw, upstream: name, metrics: o.Metrics},
+			Logger:    o.Logger,
+			Breaker:   p.breakers[name],
+			Shedder:   p.shedders[name],
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upstreams.%s: %w", name, err)

@@ -67,7 +67,7 @@ func maxCost(rc config.Route) int64 {
 	return rc.Cost
 }
 
-// outboundHeaders is the proxy's Options.SetHeaders: the gateway's own
+// outboundHeaders is upstreamObserver.Outbound: the gateway's own
 // headers (ownHeaders), and no request trailer under the name a route
 // reserves from (dropReserveTrailers).
 func outboundHeaders(out *http.Request) {
@@ -145,7 +145,7 @@ func (g *Gateway) reserveForSettle(ctx context.Context, p *pipeline, st *request
 	return true
 }
 
-// observeResponse is the proxy's ObserveResponse: it watches the usage of
+// observeResponse is upstreamObserver.Response: it watches the usage of
 // a response whose request holds a reservation, and settles it when the
 // body has passed.
 func (g *Gateway) observeResponse(resp *http.Response) {
@@ -203,7 +203,7 @@ func brokenOff(res usage.Result) bool {
 	return !res.Complete && (res.From == "json" || res.From == "sse")
 }
 
-// onUpstreamFailure is the proxy's OnFailure: the upstream did not serve
+// onUpstreamFailure is upstreamObserver.Failure: the upstream did not serve
 // the request (502, 503 or 504 from the gateway, before any byte of a
 // response). When an attempt wrote the whole request to the upstream, the
 // reservation stands, counted missing: the upstream may have worked on it
@@ -240,7 +240,7 @@ func (g *Gateway) onUpstreamFailure(r *http.Request, status int, written bool) {
 	g.settle(r.Context(), st.settle, 0)
 }
 
-// settlePending is the proxy's WatchWrite (out is the outbound request,
+// settlePending is upstreamObserver.Watch (out is the outbound request,
 // with the inbound request's context): only a request holding a
 // reservation needs to know whether it reached the upstream when it
 // fails.

@@ -94,7 +94,7 @@ func (p *pipeline) breakerDetail() map[string]string {
 	return d
 }
 
-// callerTier is the proxy's Options.Tier: the tier the identity stage found.
+// callerTier is upstreamObserver.Tier: the tier the identity stage found.
 func callerTier(in *http.Request) string {
 	if st := stateFrom(in.Context()); st != nil {
 		return st.caller.Tier

@@ -41,7 +41,7 @@ func BenchmarkProxySmall(b *testing.B) {
 			onFailure func(*http.Request, int, bool)
 		}{{"no-timeout", 0, nil}, {"timeout", 10 * time.Second, nil}, {"watch-write", 0, onFailure},
 			{"timeout+watch-write", 10 * time.Second, onFailure}} {
-			h, err := New(Upstream{Name: "bench", URL: u, Timeout: c.timeout}, Options{Transport: transport, OnFailure: c.onFailure})
+			h, err := New(Upstream{Name: "bench", URL: u, Timeout: c.timeout}, Options{Transport: transport, Observer: &hooks{OnFailure: c.onFailure}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func BenchmarkObserveSSE(b *testing.B) {
 		name    string
 		observe func(*http.Response)
 	}{{"plain", nil}, {"watch", watch}} {
-		h, err := New(Upstream{Name: "bench", URL: u}, Options{Transport: transport, ObserveResponse: c.observe})
+		h, err := New(Upstream{Name: "bench", URL: u}, Options{Transport: transport, Observer: &hooks{ObserveResponse: c.observe}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 // had the n bytes, answered): that late read then fails with "invalid Read
 // on closed Body", the transport closes the connection to the upstream,
 // and the response being streamed from it breaks off mid-body. The
-// request also counts as not written (see Options.OnFailure). The inbound
+// request also counts as not written (see Observer.Failure). The inbound
 // body cannot hold more than its Content-Length, so the extra read has
 // nothing to find and sizedBody answers it itself.
 //

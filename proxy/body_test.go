@@ -205,10 +205,10 @@ func TestTimeoutAbortsStalledBody(t *testing.T) {
 	t.Cleanup(transport.CloseIdleConnections)
 	var status atomic.Int32
 	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: time.Hour}, Options{Transport: transport,
-		WriteError: func(w http.ResponseWriter, _ *http.Request, s int, _, _ string) {
+		Observer: &hooks{WriteError: func(w http.ResponseWriter, _ *http.Request, s int, _, _ string) {
 			status.Store(int32(s))
 			w.WriteHeader(s)
-		}}, clock.after)
+		}}}, clock.after)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func TestBreakerDeadUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, up.URL, time.Minute, nil, func(o *Options) { o.Breaker = b })
+	f := newFixture(t, up.URL, time.Minute, nil, func(o *testOptions) { o.Breaker = b })
 	for i := range 2 {
 		if status, _ := getStatus(t, f, "/x"); status != http.StatusBadGateway {
 			t.Fatalf("request %d: got %d, want 502 from the dead upstream", i, status)
@@ -174,7 +174,7 @@ func TestBreakerCounts5xx(t *testing.T) {
 	}))
 	defer up.Close()
 	b, _ := NewBreaker(BreakerOptions{Failures: 2, Cooldown: time.Hour})
-	f := newFixture(t, up.URL, time.Minute, nil, func(o *Options) { o.Breaker = b })
+	f := newFixture(t, up.URL, time.Minute, nil, func(o *testOptions) { o.Breaker = b })
 	for range 3 {
 		getStatus(t, f, "/x")
 	}

@@ -298,29 +298,30 @@ func runDiffCase(t *testing.T, up *rawUpstream, c diffCase, p diffPath) diffResu
 		timeout = time.Hour // fired by hand
 	}
 	h, err := newHandler(Upstream{Name: "diff", URL: u, Timeout: timeout}, Options{
-		Transport:  p.transport,
-		WriteError: errs.write,
-		Logger:     slog.New(slog.DiscardHandler),
-		SetHeaders: func(out *http.Request) {
-			mu.Lock()
-			for k := range out.Header {
-				res.HeadersIn = append(res.HeadersIn, k)
-			}
-			mu.Unlock()
-			out.Header.Set("X-Set-Last", "gateway")
-		},
-		ObserveResponse: func(resp *http.Response) {
-			mu.Lock()
-			res.Observed = append(res.Observed, resp.StatusCode)
-			mu.Unlock()
-			resp.Header.Set("X-Observed", "1")
-		},
-		OnFailure: func(r *http.Request, status int, written bool) {
-			mu.Lock()
-			res.Failures = append(res.Failures, fmt.Sprintf("%d written=%v", status, written))
-			mu.Unlock()
-		},
-	}, timer.after)
+		Transport: p.transport,
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer: &hooks{
+			WriteError: errs.write,
+			SetHeaders: func(out *http.Request) {
+				mu.Lock()
+				for k := range out.Header {
+					res.HeadersIn = append(res.HeadersIn, k)
+				}
+				mu.Unlock()
+				out.Header.Set("X-Set-Last", "gateway")
+			},
+			ObserveResponse: func(resp *http.Response) {
+				mu.Lock()
+				res.Observed = append(res.Observed, resp.StatusCode)
+				mu.Unlock()
+				resp.Header.Set("X-Observed", "1")
+			},
+			OnFailure: func(r *http.Request, status int, written bool) {
+				mu.Lock()
+				res.Failures = append(res.Failures, fmt.Sprintf("%d written=%v", status, written))
+				mu.Unlock()
+			},
+		}}, timer.after)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,7 +170,7 @@ func TestDirectKeepsConnection(t *testing.T) {
 	}))
 	defer up.Close()
 	tr, dials := directTransport(t, nil)
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) { o.Transport = tr })
 	for i := range 3 {
 		if code, body := getServed(t, f, "/len"); code != 200 || body != "hello" {
 			t.Fatalf("GET %d: %d %q", i, code, body)
@@ -227,7 +227,7 @@ func TestDirectClosedConnection(t *testing.T) {
 					p.peekIdle = func(net.Conn) func() bool { return func() bool { return true } }
 				}
 			})
-			f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+			f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 			if code, body := getServed(t, f, "/1"); code != 200 || body != "ok" {
 				t.Fatalf("first: %d %q", code, body)
 			}
@@ -255,7 +255,7 @@ func TestDirectClosedConnection(t *testing.T) {
 		tr, dials := directTransport(t, func(p *directPool) {
 			p.peekIdle = func(net.Conn) func() bool { return func() bool { return true } }
 		})
-		f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+		f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 		getServed(t, f, "/warm")
 		resp, err := http.Post(f.front.URL+"/pay", "", nil)
 		if err != nil {
@@ -277,7 +277,7 @@ func TestDirectClosedConnection(t *testing.T) {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 		}
 		fl := &failures{}
-		f := newFixture(t, "http://"+addr, time.Hour, nil, func(o *Options) {
+		f := newFixture(t, "http://"+addr, time.Hour, nil, func(o *testOptions) {
 			o.Transport = tr
 			o.OnFailure = fl.add
 		})
@@ -292,7 +292,7 @@ func TestDirectClosedConnection(t *testing.T) {
 		up := newScripted(t, func(conn, req int, r *http.Request, w *bufio.Writer) bool { return false })
 		tr, dials := directTransport(t, nil)
 		fl := &failures{}
-		f := newFixture(t, up.url(), 0, nil, func(o *Options) {
+		f := newFixture(t, up.url(), 0, nil, func(o *testOptions) {
 			o.Transport = tr
 			o.OnFailure = fl.add
 		})
@@ -358,7 +358,7 @@ func TestDirectUnaskedBytes(t *testing.T) {
 			return true
 		})
 		tr, dials := directTransport(t, nil)
-		f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+		f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 		for i := range 2 {
 			if code, body := getServed(t, f, "/"); code != 200 || body != "ok" {
 				t.Fatalf("request %d: %d %q", i, code, body)
@@ -380,7 +380,7 @@ func TestDirectUnaskedBytes(t *testing.T) {
 			return true
 		})
 		tr, dials := directTransport(t, nil)
-		f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+		f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 		if code, body := getServed(t, f, "/"); code != 200 || body != "ok" {
 			t.Fatalf("first: %d %q", code, body)
 		}
@@ -405,7 +405,7 @@ func TestDirectIdleTimeout(t *testing.T) {
 	tr, dials := directTransport(t, func(p *directPool) {
 		p.now = func() time.Time { return time.Unix(0, now.Load()) }
 	})
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) { o.Transport = tr })
 	getServed(t, f, "/")
 	now.Add(int64(tr.IdleConnTimeout - time.Nanosecond))
 	getServed(t, f, "/")
@@ -434,7 +434,7 @@ func TestDirectIdleCap(t *testing.T) {
 	}))
 	defer up.Close()
 	tr, dials := directTransport(t, func(p *directPool) { p.maxIdlePerHost = keep })
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) { o.Transport = tr })
 	f.served = make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for range parallel {
@@ -478,7 +478,7 @@ func TestDirectClientGoneMidBody(t *testing.T) {
 	})
 	defer close(release)
 	tr, dials := directTransport(t, nil)
-	f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", f.front.URL+"/stream", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -525,7 +525,7 @@ func TestDirectInformational(t *testing.T) {
 		return true
 	})
 	tr, _ := directTransport(t, nil)
-	f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 	var hints []string
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
 		hints = append(hints, h.Get("Link"))
@@ -555,7 +555,7 @@ func TestDirectHeaderLimit(t *testing.T) {
 		return true
 	})
 	tr, _ := directTransport(t, func(p *directPool) { p.headerLimit = 1 << 10 })
-	f := newFixture(t, up.url(), 0, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.url(), 0, nil, func(o *testOptions) { o.Transport = tr })
 	if code, _ := getServed(t, f, "/"); code != http.StatusBadGateway {
 		t.Errorf("status %d, want 502", code)
 	}
@@ -571,7 +571,7 @@ func TestDirectInvalidHeader(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
 	defer up.Close()
 	tr, dials := directTransport(t, nil)
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) {
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) {
 		o.Transport = tr
 		o.SetHeaders = func(out *http.Request) { out.Header.Set("X-Tenant", "a\r\nX-Admin: 1") }
 	})
@@ -618,7 +618,7 @@ func TestDirectNoResponseMixup(t *testing.T) {
 		return true
 	})
 	tr, _ := directTransport(t, nil)
-	f := newFixture(t, up.url(), time.Minute, nil, func(o *Options) { o.Transport = tr })
+	f := newFixture(t, up.url(), time.Minute, nil, func(o *testOptions) { o.Transport = tr })
 	const workers, each = 16, 100
 	f.served = make(chan struct{}, workers*each)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}

@@ -13,7 +13,7 @@ type errorFunnel struct {
 	upstream  string
 	log       *slog.Logger
 	write     func(w http.ResponseWriter, r *http.Request, status int, code, message string)
-	onFailure func(r *http.Request, status int, written bool) // Options.OnFailure, may be nil
+	onFailure func(r *http.Request, status int, written bool) // Observer.Failure, may be nil
 }
 
 // fail answers a request the proxy could not forward or got no response
@@ -76,7 +76,7 @@ func classify(clientGone bool, err error) (status int, code, message string) {
 	return http.StatusBadGateway, CodeUnavailable, "the upstream service is unavailable"
 }
 
-// writePlainError is the default Options.WriteError: the message as plain
+// writePlainError is NopObserver.Error: the message as plain
 // text, or only the status for 499.
 func writePlainError(w http.ResponseWriter, _ *http.Request, status int, _ string, message string) {
 	if status == StatusClientClosedRequest {

@@ -157,7 +157,7 @@ func TestClientGoneIs499(t *testing.T) {
 	}))
 	defer up.Close()
 	var failures atomic.Int64
-	f := newFixture(t, up.URL, time.Minute, nil, func(o *Options) {
+	f := newFixture(t, up.URL, time.Minute, nil, func(o *testOptions) {
 		o.OnFailure = func(*http.Request, int, bool) { failures.Add(1) }
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -284,7 +284,7 @@ func TestStatusBelow100Is502(t *testing.T) {
 				t.Cleanup(tr.CloseIdleConnections)
 				var failures []int
 				var written []bool
-				f := newFixture(t, up.url(), 0, nil, func(o *Options) {
+				f := newFixture(t, up.url(), 0, nil, func(o *testOptions) {
 					o.Transport = tr
 					o.OnFailure = func(_ *http.Request, status int, w bool) {
 						failures = append(failures, status)

@@ -179,7 +179,7 @@ func (f *forwarder) forward(w http.ResponseWriter, in *http.Request) {
 	o := &outbound{w: w}
 	o.trace.Got1xxResponse = o.got1xx
 	// The ReverseProxy adds the trace to the context after the rewrite;
-	// SetHeaders here gets a context with the trace, whose values are
+	// Observer.Outbound here gets a context with the trace, whose values are
 	// otherwise the inbound request's.
 	ctx := httptrace.WithClientTrace(in.Context(), &o.trace)
 	o.req = *in.WithContext(ctx)
@@ -214,7 +214,7 @@ func (f *forwarder) forward(w http.ResponseWriter, in *http.Request) {
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// The request was not forwarded as an upgrade, so the switch is
-		// refused (an upgrade SetHeaders added is not one either).
+		// refused (an upgrade Observer.Outbound added is not one either).
 		if err = f.modify(res); err == nil {
 			err = errUnaskedSwitch
 		}

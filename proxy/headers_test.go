@@ -17,7 +17,7 @@ func TestSetHeadersHasTheLastWord(t *testing.T) {
 		got <- r.Header.Clone()
 	}))
 	defer up.Close()
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) {
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) {
 		o.SetHeaders = func(out *http.Request) {
 			if out.Context() == nil || out.URL.Host != strings.TrimPrefix(up.URL, "http://") {
 				t.Errorf("SetHeaders got an outbound request for %v", out.URL)

@@ -57,7 +57,7 @@ type fixture struct {
 // newFixture builds the proxy handler for upstream URL raw and serves it
 // from a test server. after may be nil for the real clock; opts adjust the
 // handler's Options.
-func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc, opts ...func(*Options)) *fixture {
+func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc, opts ...func(*testOptions)) *fixture {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -69,15 +69,14 @@ func newFixture(t *testing.T, raw string, timeout time.Duration, after afterFunc
 	f := &fixture{errs: &errorLog{}, logs: &syncbuf.Buffer{}, served: make(chan struct{}, 16)}
 	transport := NewTransport(TransportOptions{})
 	t.Cleanup(transport.CloseIdleConnections)
-	o := Options{
-		Transport:  transport,
-		WriteError: f.errs.write,
-		Logger:     slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	o := &testOptions{Options: Options{
+		Transport: transport,
+		Logger:    slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, hooks: hooks{WriteError: f.errs.write}}
 	for _, opt := range opts {
-		opt(&o)
+		opt(o)
 	}
-	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: timeout}, o, after)
+	h, err := newHandler(Upstream{Name: "test", URL: u, Timeout: timeout}, o.build(), after)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +171,80 @@ func resetConn(t *testing.T, w http.ResponseWriter) {
 		tc.SetLinger(0) // close with RST
 	}
 	conn.Close()
+}
+
+// hooks is an Observer made of functions, as tests set them; a nil
+// function does what NopObserver does, except that with OnFailure set and
+// WatchWrite nil every request's write is watched.
+type hooks struct {
+	WriteError      func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	SetHeaders      func(out *http.Request)
+	AllowUpgrade    func(in *http.Request) bool
+	TierOf          func(in *http.Request) string
+	OnShed          func(in *http.Request, tier string)
+	ObserveResponse func(resp *http.Response)
+	OnFailure       func(r *http.Request, status int, written bool)
+	WatchWrite      func(out *http.Request) bool
+}
+
+func (h *hooks) Outbound(out *http.Request) {
+	if h.SetHeaders != nil {
+		h.SetHeaders(out)
+	}
+}
+
+func (h *hooks) Upgrade(in *http.Request) bool { return h.AllowUpgrade != nil && h.AllowUpgrade(in) }
+
+func (h *hooks) Tier(in *http.Request) string {
+	if h.TierOf != nil {
+		return h.TierOf(in)
+	}
+	return ""
+}
+
+func (h *hooks) Shed(in *http.Request, tier string) {
+	if h.OnShed != nil {
+		h.OnShed(in, tier)
+	}
+}
+
+func (h *hooks) Response(resp *http.Response) {
+	if h.ObserveResponse != nil {
+		h.ObserveResponse(resp)
+	}
+}
+
+func (h *hooks) Watch(out *http.Request) bool {
+	if h.WatchWrite != nil {
+		return h.WatchWrite(out)
+	}
+	return h.OnFailure != nil
+}
+
+func (h *hooks) Failure(r *http.Request, status int, written bool) {
+	if h.OnFailure != nil {
+		h.OnFailure(r, status, written)
+	}
+}
+
+func (h *hooks) Error(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	if h.WriteError != nil {
+		h.WriteError(w, r, status, code, message)
+		return
+	}
+	NopObserver{}.Error(w, r, status, code, message)
+}
+
+// testOptions are a handler's Options with its observer's hooks, as a
+// test's option functions set them.
+type testOptions struct {
+	Options
+	hooks
+}
+
+// build returns the Options with the hooks as their Observer.
+func (o *testOptions) build() Options {
+	opts := o.Options
+	opts.Observer = &o.hooks
+	return opts
 }

@@ -26,9 +26,9 @@ type watcher struct {
 	observed chan *http.Request // the resp.Request of each observed response
 }
 
-func newWatcher(src usage.Source) (*watcher, func(*Options)) {
+func newWatcher(src usage.Source) (*watcher, func(*testOptions)) {
 	w := &watcher{results: make(chan usage.Result, 8), observed: make(chan *http.Request, 8)}
-	return w, func(o *Options) {
+	return w, func(o *testOptions) {
 		o.ObserveResponse = func(resp *http.Response) {
 			w.observed <- resp.Request
 			usage.Watch(resp, src, 0, func(r usage.Result) { w.results <- r })
@@ -195,7 +195,7 @@ func TestObserveClientGone(t *testing.T) {
 func TestObserveSkips101(t *testing.T) {
 	up := upgradetest.NewUpstream(t)
 	wt, opt := newWatcher(usage.Source{Header: "X-Usage"})
-	f := newFixture(t, up.URL, 0, nil, opt, func(o *Options) {
+	f := newFixture(t, up.URL, 0, nil, opt, func(o *testOptions) {
 		o.AllowUpgrade = func(*http.Request) bool { return true }
 	})
 	resp, _ := upgradetest.Dial(t, f.front.URL).Send("GET /101-websocket HTTP/1.1\r\nHost: x\r\n" + upgradetest.WebSocket + "\r\n")
@@ -261,10 +261,10 @@ func TestOnFailure(t *testing.T) {
 	}
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	setup := func(raw string, after afterFunc, more ...func(*Options)) (*fixture, *failures, *watcher) {
+	setup := func(raw string, after afterFunc, more ...func(*testOptions)) (*fixture, *failures, *watcher) {
 		fl := &failures{}
 		wt, opt := newWatcher(usage.Source{})
-		opts := append([]func(*Options){opt, func(o *Options) { o.OnFailure = fl.add }}, more...)
+		opts := append([]func(*testOptions){opt, func(o *testOptions) { o.OnFailure = fl.add }}, more...)
 		f := newFixture(t, raw, time.Minute, after, opts...)
 		return f, fl, wt
 	}
@@ -283,7 +283,7 @@ func TestOnFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, fl, wt := setup(dead, nil, func(o *Options) { o.Breaker = b })
+		f, fl, wt := setup(dead, nil, func(o *testOptions) { o.Breaker = b })
 		if status, _ := getStatus(t, f, "/x"); status != http.StatusBadGateway {
 			t.Fatalf("got %d, want 502", status)
 		}
@@ -326,7 +326,7 @@ func TestOnFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, fl, wt := setup(up.URL, nil, func(o *Options) { o.Shedder = s })
+		f, fl, wt := setup(up.URL, nil, func(o *testOptions) { o.Shedder = s })
 		held := make(chan int, 1)
 		go func() {
 			status, _ := getStatus(t, f, "/held")

@@ -18,20 +18,20 @@
 //     the gateway consumes (Authorization, X-API-Key); keeps everything else,
 //     including X-Request-ID, X-Quotagate-Tenant, traceparent, tracestate
 //     and Cookie;
-//   - then calls Options.SetHeaders, which has the last word on the
+//   - then calls Observer.Outbound, which has the last word on the
 //     outbound headers: nothing the caller lists in Connection can remove
 //     what it sets;
 //   - forwards no upgrade but a WebSocket handshake that
-//     Options.AllowUpgrade permits, and answers 502 to a 101 for any other
+//     Observer.Upgrade permits, and answers 502 to a 101 for any other
 //     request (see upgrade.go);
 //   - streams bodies in both directions, never buffering a whole body; a
 //     response of unknown length or of type text/event-stream is flushed to
 //     the client after every write;
 //   - shows every response it forwards but a 101 to
-//     Options.ObserveResponse before writing it, so that the gateway can
+//     Observer.Response before writing it, so that the gateway can
 //     read the usage it reports as the body passes (package usage);
 //   - sends every failure before the response headers through one error
-//     funnel (see Options.WriteError), which also tells Options.OnFailure
+//     funnel (see Observer.Error), which also tells Observer.Failure
 //     when the upstream did not serve the request, and whether it had
 //     received the whole request all the same.
 //
@@ -81,102 +81,32 @@ type Options struct {
 	// that says so), the handler forwards the requests sent as direct
 	// exchanges with its own code rather than httputil.ReverseProxy's.
 	Transport http.RoundTripper
-	// WriteError writes the response for a failed exchange. The proxy calls
-	// it exactly once per failure, before anything of the response has been
-	// written, with
-	//   - 502 "upstream_unavailable": refused, reset, DNS failure, malformed
-	//     response, ...;
-	//   - 504 "upstream_timeout": Upstream.Timeout passed, or a network
-	//     timeout, before the response headers arrived;
-	//   - 499 "client_closed_request": the client went away, or its request
-	//     body broke off mid-upload; what it writes most likely reaches no
-	//     one, so it should mainly record the status;
-	//   - 413 "payload_too_large": reading the request body failed with an
-	//     *http.MaxBytesError (a limit such as http.MaxBytesReader's); the
-	//     upstream got the request cut off mid-body.
-	// message is safe to show to clients. r is the outbound request: it
-	// carries the inbound request's context and headers (less the removed
-	// ones), and its URL points at the upstream. nil means plain text
-	// (and a bare status for 499).
-	WriteError func(w http.ResponseWriter, r *http.Request, status int, code, message string)
+	// Observer is the caller's side of every request the handler
+	// forwards: it sets the outbound headers last, permits upgrades, gives
+	// the tier the shedder ranks by, sees each response before it is
+	// written, is told of failures, and writes the error answers. nil is
+	// NopObserver{}.
+	Observer Observer
 	// Logger receives one record per failure (Warn for 502 and 504, Info for
 	// 499 and 413) and the reverse proxy's own messages. nil discards them.
 	Logger *slog.Logger
-	// SetHeaders, when not nil, runs last in the rewrite of every outbound
-	// request: after the hop-by-hop headers (and every header the caller
-	// listed in Connection) were removed and X-Forwarded-* were set. It may
-	// add, replace and delete headers of out; it must not read its body.
-	// out's context is the inbound request's.
-	SetHeaders func(out *http.Request)
-	// AllowUpgrade reports whether the inbound request in may upgrade its
-	// connection. It is asked only about WebSocket handshakes (a GET over
-	// HTTP/1.1 asking to upgrade to "websocket"); every other upgrade is
-	// never forwarded. nil means none may.
-	AllowUpgrade func(in *http.Request) bool
 	// BufferPool provides the buffers that copy response bodies. nil means
 	// a shared sync.Pool of 32 KiB buffers.
 	BufferPool httputil.BufferPool
 	// Breaker, when not nil, is the upstream's circuit breaker: while it is
-	// open the handler answers through WriteError with 503
+	// open the handler answers through Observer.Error with 503
 	// CodeUnavailable and a Retry-After header, without contacting the
 	// upstream (r is then the inbound request). See Breaker.
 	Breaker *Breaker
 	// Shedder, when not nil, bounds the requests in flight to the upstream
 	// and refuses the lowest tiers first when it saturates: through
-	// WriteError with 503 CodeOverloaded and a Retry-After header (r is
-	// then the inbound request). See Shedder. A request the breaker
-	// refuses never counts against it.
+	// Observer.Error with 503 CodeOverloaded and a Retry-After header (r
+	// is then the inbound request), after Observer.Shed. See Shedder. A
+	// request the breaker refuses never counts against it.
 	Shedder *Shedder
-	// Tier returns the tier of the inbound request, for the Shedder's
-	// priority. nil means every request has the tier "".
-	Tier func(in *http.Request) string
-	// OnShed, when not nil, is called once for each request the Shedder
-	// refuses, before WriteError.
-	OnShed func(in *http.Request, tier string)
-	// ObserveResponse, when not nil, is called once with every upstream
-	// response the handler is about to forward, before its headers are
-	// written, except a 101 Switching Protocols (an upgraded connection
-	// carries no usage). It may replace resp.Body with a reader that
-	// passes the same bytes (usage.Watch does), and change resp.Header.
-	// resp.Request is the outbound request: its context is the inbound
-	// request's, with its values. It is not called when the exchange
-	// fails before a response (see OnFailure), nor for a 101 the proxy
-	// refuses.
-	ObserveResponse func(resp *http.Response)
-	// OnFailure, when not nil, is called once, before WriteError, when
-	// the proxy answers itself because the upstream did not serve the
-	// request: status is 502 (unavailable, or a refused 101), 504 (timed
-	// out before the response headers), or 503 (the Breaker is open or the
-	// Shedder refused). Nothing of an upstream response has then reached
-	// the client. It is not called for 499 or 413, where the caller broke
-	// the exchange off and the upstream may have received the request. r
-	// is the outbound request for 502 and 504 and the inbound one for
-	// 503; either carries the inbound request's context.
-	//
-	// written reports whether an attempt wrote the whole request (line,
-	// headers and body) to the upstream, which may then have acted on it
-	// however the exchange ended: a connection the upstream reset or
-	// closed after reading the request, a malformed response, a refused
-	// 101, a timeout while it worked. It is false when no attempt wrote
-	// it all (a refused connection, DNS, TLS, an upstream that hung up
-	// mid-body, a 503), and for a request WatchWrite did not select. A
-	// request with "Expect: 100-continue" counts as written once its
-	// headers are, even when the upstream fails before asking for the
-	// body: an upstream may act on the headers alone, and the body is
-	// the caller's to hold back.
-	OnFailure func(r *http.Request, status int, written bool)
-	// WatchWrite, when not nil, selects the requests whose failures
-	// report written (see OnFailure): finding it out costs a
-	// net/http/httptrace.ClientTrace, a few small allocations per request
-	// (fewer when the upstream has a Timeout, whose exchange they share),
-	// which requests whose failures are all handled alike need not pay.
-	// It is asked once per request, with the outbound request, whose
-	// context is the inbound request's. nil selects every request when
-	// OnFailure is set.
-	WatchWrite func(out *http.Request) bool
 }
 
-// Error codes passed to Options.WriteError.
+// Error codes passed to Observer.Error.
 const (
 	CodeUnavailable  = "upstream_unavailable"
 	CodeTimeout      = "upstream_timeout"
@@ -223,12 +153,11 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if o.Transport == nil {
 		o.Transport = NewTransport(TransportOptions{})
 	}
-	transport := o.Transport
-	watch := o.WatchWrite
-	if watch == nil && o.OnFailure != nil {
-		watch = func(*http.Request) bool { return true }
+	obs := o.Observer
+	if obs == nil {
+		obs = NopObserver{}
 	}
-	transport = newExchanges(transport, up.Timeout, after, watch)
+	var transport http.RoundTripper = newExchanges(o.Transport, up.Timeout, after, obs.Watch)
 	if o.Breaker != nil || o.Shedder != nil {
 		transport = &outcomeTransport{next: transport}
 	}
@@ -240,13 +169,10 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	if pool == nil {
 		pool = defaultBufferPool
 	}
-	funnel := &errorFunnel{upstream: up.Name, log: logger, write: o.WriteError, onFailure: o.OnFailure}
-	if funnel.write == nil {
-		funnel.write = writePlainError
-	}
+	funnel := &errorFunnel{upstream: up.Name, log: logger, write: obs.Error, onFailure: obs.Failure}
 	target := *up.URL
-	setHeaders, allowUpgrade := o.SetHeaders, o.AllowUpgrade
-	modify := modifyResponse(o.ObserveResponse)
+	setHeaders, allowUpgrade := obs.Outbound, obs.Upgrade
+	modify := modifyResponse(obs.Response)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
@@ -254,9 +180,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
 			stripUpgrade(pr.Out.Header, upgradeAllowed(pr, allowUpgrade))
-			if setHeaders != nil {
-				setHeaders(pr.Out)
-			}
+			setHeaders(pr.Out)
 			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength, pr.In.Body)
 		},
 		ModifyResponse: modify,
@@ -272,7 +196,7 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	}
 	var h http.Handler = fw
 	if o.Shedder != nil {
-		h = &shedHandler{s: o.Shedder, next: h, tier: o.Tier, onShed: o.OnShed, write: funnel.fail}
+		h = &shedHandler{s: o.Shedder, next: h, tier: obs.Tier, onShed: obs.Shed, write: funnel.fail}
 	}
 	if o.Breaker != nil {
 		h = &breakerHandler{b: o.Breaker, next: h, write: funnel.fail}

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// CodeOverloaded is passed to Options.WriteError, with 503, for a request
+// CodeOverloaded is passed to Observer.Error, with 503, for a request
 // the Shedder refused.
 const CodeOverloaded = "overloaded"
 

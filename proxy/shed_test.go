@@ -231,9 +231,9 @@ func newShedFixture(t *testing.T, upstream string, target time.Duration) (*Shedd
 		t.Fatal(err)
 	}
 	shed := new(atomic.Int64)
-	f := newFixture(t, upstream, time.Minute, nil, func(o *Options) {
+	f := newFixture(t, upstream, time.Minute, nil, func(o *testOptions) {
 		o.Shedder = s
-		o.Tier = func(in *http.Request) string { return in.Header.Get("X-Tier") }
+		o.TierOf = func(in *http.Request) string { return in.Header.Get("X-Tier") }
 		o.OnShed = func(*http.Request, string) { shed.Add(1) }
 	})
 	stop := make(chan struct{})

@@ -162,7 +162,7 @@ var errHeaderTimeout = fmt.Errorf("no response headers within the upstream timeo
 // trip until the response headers arrive (timeout, when positive), and no
 // longer, so that the response body is read under a context the timer can
 // no longer cut; and it finds out, for the requests watch selects,
-// whether the whole request was written (see Options.OnFailure). A round
+// whether the whole request was written (see Observer.Failure). A round
 // trip that needs neither the timer nor the watch costs no allocation
 // here.
 type exchanges struct {
@@ -258,7 +258,7 @@ type LimitedTransport interface {
 	// response headers have not arrived within the timeout, the exchange
 	// fails with an error wrapping context.DeadlineExceeded; and when l
 	// asks to watch the write, an error of an exchange that wrote the
-	// whole request is marked as such (see Options.OnFailure). handled is
+	// whole request is marked as such (see Observer.Failure). handled is
 	// false, with nothing done, when the transport cannot do so for req;
 	// the handler then bounds RoundTrip itself.
 	RoundTripLimited(req *http.Request, l Limits) (resp *http.Response, handled bool, err error)

@@ -11,7 +11,7 @@ import (
 // sent over it after the switch reaches the upstream without passing the
 // gateway. An h2c upgrade, say, would carry every later request of the
 // connection past authentication, routing and limits. So the only upgrade
-// forwarded is a WebSocket handshake that Options.AllowUpgrade permits; any
+// forwarded is a WebSocket handshake that Observer.Upgrade permits; any
 // other request asking to upgrade is forwarded as plain HTTP/1.1, without
 // Upgrade and HTTP2-Settings (RFC 9110 lets a server ignore Upgrade), and a
 // 101 answer to a request that was not forwarded as an upgrade is a 502.

@@ -16,7 +16,7 @@ import (
 func TestOnlyPermittedWebSocketUpgradesAreForwarded(t *testing.T) {
 	up := upgradetest.NewUpstream(t)
 	allow := func(r *http.Request) bool { return r.URL.Query().Get("allow") == "1" }
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.AllowUpgrade = allow })
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) { o.AllowUpgrade = allow })
 	nilAllow := newFixture(t, up.URL, 0, nil)
 	cases := []struct {
 		name    string
@@ -75,7 +75,7 @@ func TestUnaskedSwitchIs502(t *testing.T) {
 
 func unaskedSwitch(t *testing.T, upstream string, timeout time.Duration) {
 	fl := &failures{}
-	f := newFixture(t, upstream, timeout, nil, func(o *Options) {
+	f := newFixture(t, upstream, timeout, nil, func(o *testOptions) {
 		o.AllowUpgrade = func(*http.Request) bool { return true }
 		o.OnFailure = fl.add
 	})
@@ -106,7 +106,7 @@ func unaskedSwitch(t *testing.T, upstream string, timeout time.Duration) {
 // 101 and a working tunnel in both directions.
 func TestPermittedWebSocketTunnels(t *testing.T) {
 	up := upgradetest.NewUpstream(t)
-	f := newFixture(t, up.URL, 0, nil, func(o *Options) { o.AllowUpgrade = func(*http.Request) bool { return true } })
+	f := newFixture(t, up.URL, 0, nil, func(o *testOptions) { o.AllowUpgrade = func(*http.Request) bool { return true } })
 	c := upgradetest.Dial(t, f.front.URL)
 	resp, _ := c.Send("GET /101-websocket HTTP/1.1\r\nHost: x\r\n" + upgradetest.WebSocket + "\r\n")
 	if resp == nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != upgradetest.WebSocketAccept {

@@ -6,7 +6,7 @@ import (
 )
 
 // writtenErr marks the error of an exchange that wrote the whole request
-// to the upstream (see Options.OnFailure). The transport may make several
+// to the upstream (see Observer.Failure). The transport may make several
 // attempts (it retries an idempotent request on a fresh connection when a
 // reused one failed); any attempt that wrote the request counts, since the
 // upstream then had it whatever became of the later ones. It unwraps to
@@ -17,7 +17,7 @@ func (e writtenErr) Unwrap() error { return e.error }
 
 // wroteInFull reports whether err is the error of an exchange that wrote
 // the whole request (an exchange the proxy watched: see
-// Options.WatchWrite). It is false for nil and for errors from elsewhere.
+// Observer.Watch). It is false for nil and for errors from elsewhere.
 func wroteInFull(err error) bool {
 	var w writtenErr
 	return errors.As(err, &w)

@@ -39,11 +39,11 @@ func TestOnFailureWritten(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		resetConn(t, w)
 	}
-	setup := func(t *testing.T, h http.HandlerFunc, more ...func(*Options)) (*fixture, *failures, *httptest.Server) {
+	setup := func(t *testing.T, h http.HandlerFunc, more ...func(*testOptions)) (*fixture, *failures, *httptest.Server) {
 		up := httptest.NewServer(h)
 		t.Cleanup(up.Close)
 		fl := &failures{}
-		opts := append([]func(*Options){func(o *Options) { o.OnFailure = fl.add }}, more...)
+		opts := append([]func(*testOptions){func(o *testOptions) { o.OnFailure = fl.add }}, more...)
 		return newFixture(t, up.URL, time.Minute, nil, opts...), fl, up
 	}
 	want := func(t *testing.T, fl *failures, w ...failure) {
@@ -63,7 +63,7 @@ func TestOnFailureWritten(t *testing.T) {
 
 	t.Run("not selected", func(t *testing.T) {
 		var asked atomic.Int32
-		f, fl, _ := setup(t, readThenReset, func(o *Options) {
+		f, fl, _ := setup(t, readThenReset, func(o *testOptions) {
 			o.WatchWrite = func(in *http.Request) bool {
 				if inbound(in) {
 					asked.Add(1)
@@ -137,7 +137,7 @@ func TestOnFailureWritten(t *testing.T) {
 			}
 			up.Listener.Close() // the transport's retry is refused
 			resetConn(t, w)
-		}, func(o *Options) {
+		}, func(o *testOptions) {
 			tr := NewTransport(TransportOptions{})
 			t.Cleanup(tr.CloseIdleConnections)
 			dial := tr.DialContext
