@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -423,4 +424,48 @@ func TestHeadOnBodySettledRoute(t *testing.T) {
 		t.Fatalf("GET: %d %q", r.status, r.body)
 	}
 	waitRemaining(t, gw, "key-acme", "tokens", 100000-4000, "after a GET settled to 4000")
+}
+
+// TestSlowBodyMemory measures what slow bodies on a cost route cost the
+// gateway: its resident size idle and with 20, 100 and 200 connections
+// that each declare a 1 MiB JSON body for reserve_from.json, send all but
+// 64 bytes of it and stall, at the default body_buffer_bytes (64 MiB
+// without a memory limit) and with the budget as good as off. It is a
+// measurement, run by hand (docs/security.md cites its figures):
+//
+//	QG_SLOWBODY_RSS=1 go test -v -run TestSlowBodyMemory ./e2e/
+func TestSlowBodyMemory(t *testing.T) {
+	if os.Getenv("QG_SLOWBODY_RSS") == "" {
+		t.Skip("a measurement: set QG_SLOWBODY_RSS=1 to run it")
+	}
+	for _, budget := range []int64{0, 1 << 40} {
+		up := startUpstream(t)
+		cfg := limiterConfig(up.URL(), nil, "acme")
+		cfg.Server.BodyReadTimeout = "60s"
+		cfg.Server.BodyBufferBytes = budget
+		cfg.Upstreams["up"] = upstreamCfg{URL: up.URL(), Timeout: "120s"}
+		cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1m", 100_000_000)}}
+		cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []string{"tokens"},
+			Cost: map[string]any{"reserve": 10, "max": 32000, "reserve_from": map[string]any{"json": "max_tokens"}}})
+		gw := startGateway(t, fmt.Sprintf("gw-budget-%d", budget), cfg)
+		rss := func() string {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", gw.proc.Cmd.Process.Pid))
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "VmRSS:") {
+					return strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+				}
+			}
+			return "?"
+		}
+		part := `{"max_tokens":7,"pad":"` + strings.Repeat("p", 1<<20-64-23)
+		t.Logf("body_buffer_bytes %d: idle RSS %s", budget, rss())
+		n := 0
+		for _, upTo := range []int{20, 100, 200} {
+			for ; n < upTo; n++ {
+				stalledRequest(t, gw.Addr, post("/v1/chat", "key-acme", "Content-Length: 1048576\r\nContent-Type: application/json\r\n"), part)
+			}
+			time.Sleep(time.Second) // let the bytes sent arrive: a measurement, not a synchronization
+			t.Logf("body_buffer_bytes %d: %d connections, RSS %s, over budget %v", budget, n, rss(), gw.metric("quotagate_body_over_budget_total"))
+		}
+	}
 }
