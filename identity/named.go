@@ -73,12 +73,6 @@ func (a *Authenticator) Named(kind Kind, tenant, tier string) (Caller, error) {
 		}
 		return Caller{Kind: KindJWT, Tenant: tenant, Tier: tier, Subject: a.jwtNS + tenant, ID: callerID(KindJWT, tenant)}, nil
 	case KindAnonymous:
-		if a.anon == "" {
-			return Caller{}, errors.New("anonymous callers are refused (identity.anonymous is not configured)")
-		}
-		if tier != "" && tier != a.anon {
-			return Caller{}, fmt.Errorf("anonymous callers have the tier %q, not %q", a.anon, tier)
-		}
 		s := strings.TrimPrefix(tenant, anonymousNS)
 		addr, err := netip.ParseAddr(s)
 		if err != nil {
@@ -89,6 +83,12 @@ func (a *Authenticator) Named(kind Kind, tenant, tier string) (Caller, error) {
 			addr = p.Addr()
 		}
 		addr = addr.Unmap().WithZone("")
+		if a.anon == "" {
+			return Caller{}, errors.New("anonymous callers are refused (identity.anonymous is not configured)")
+		}
+		if tier != "" && tier != a.anon {
+			return Caller{}, fmt.Errorf("anonymous callers have the tier %q, not %q", a.anon, tier)
+		}
 		t := anonymousTenant(addr, a.v6bits)
 		return Caller{Kind: KindAnonymous, Tenant: t, Tier: a.anon, Subject: t, ID: callerID(KindAnonymous, t), ClientIP: addr}, nil
 	}

@@ -108,4 +108,8 @@ func TestNamedRefuses(t *testing.T) {
 	if _, err := b.Named(KindAnonymous, "203.0.113.7", ""); err == nil || !strings.Contains(err.Error(), "identity.anonymous") {
 		t.Errorf("Named(anonymous) without anonymous callers: %v", err)
 	}
+	// What is not an address is not an anonymous caller's, configured or not.
+	if _, err := b.Named(KindAnonymous, "initech", ""); !errors.Is(err, ErrUnknownTenant) {
+		t.Errorf("Named(anonymous, initech) without anonymous callers: %v, want ErrUnknownTenant", err)
+	}
 }
