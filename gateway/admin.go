@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // Admin returns the handler of the admin listener. Serve answers it only
@@ -26,8 +27,9 @@ import (
 //	              says "degraded"); 503 otherwise
 //	GET /metrics  Prometheus text exposition (when metrics is not nil)
 //	GET /         the admin console: a page (and its /console/console.js and
-//	              /console/console.css) that shows /metrics and
-//	              /console/state live; it carries no data itself
+//	              /console/console.css) that shows /metrics, /console/state
+//	              and /console/history live and looks tenants up through
+//	              the endpoints below; it carries no data itself
 //
 // Protected (see protectAdmin: the admin token, or a loopback listener):
 //
@@ -38,6 +40,15 @@ import (
 //	GET /hotkeys  the store keys with the most decisions (estimated rate per
 //	              second; keys carry hashed tenants, never names), to find
 //	              the tenants whose policies would gain from a lease
+//	GET /console/history  the console's time series: decisions, denials,
+//	              fallbacks, store errors and store latency of the last
+//	              minutes, sampled from the gateway's own metrics (see
+//	              recordHistory)
+//	POST /console/lookup  a tenant's quotas, by credential or name, as
+//	              the quota endpoint shows them (see lookupHandler)
+//	POST /console/grant, /console/reset  give a tenant's key of a policy
+//	              units, or fill it: with a reason, logged and counted
+//	              (see actionHandler); JSON bodies only
 //	GET /debug/pprof/  Go profiles (CPU, heap, goroutines) of the process,
 //	              and /debug/vars (expvar), only with server.pprof: true
 //	              (404 otherwise)
@@ -57,6 +68,10 @@ func (g *Gateway) Admin(metrics http.Handler) http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(g.protectAdmin)
 		r.Get("/console/state", g.consoleStateHandler)
+		r.Get("/console/history", g.historyHandler)
+		r.Post("/console/lookup", g.lookupHandler)
+		r.Post("/console/grant", g.actionHandler(telemetry.ConsoleGrant))
+		r.Post("/console/reset", g.actionHandler(telemetry.ConsoleReset))
 		r.Get("/config", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, g.Config().Redacted())
 		})

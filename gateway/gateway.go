@@ -78,6 +78,7 @@ type Gateway struct {
 	hot      *ratelimit.HotKeys
 	slots    *slotState
 	series   requestSeries // metric series that do not depend on the configuration
+	history  *history      // the console's samples of the metrics, while Serve runs (see recordHistory)
 
 	admin         atomic.Pointer[adminAccess] // the protected admin endpoints' guard, per configuration
 	adminLoopback atomic.Bool                 // the admin listener Serve runs on is loopback-only
@@ -116,6 +117,7 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		logLimit:   logLimit,
 		slots:      newSlotState(o.Logger, o.Metrics, logLimit),
 		series:     newRequestSeries(o.Metrics),
+		history:    newHistory(),
 		bodyBudget: newBodyBudget(cfg.Server.BodyBufferBytes),
 	}
 	admin, err := newAdminAccess(cfg, o.Getenv)

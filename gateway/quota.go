@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/identity"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
@@ -54,10 +56,14 @@ const (
 // (server.quota_reads: rate and burst): one token bucket for every caller,
 // held in a LocalSet of one key for its exact retry times and its clamp of
 // a clock stepping back. It is carried over a reload that keeps its rate
-// and burst, as stage 1's sets are.
+// and burst, as stage 1's sets are. The admin console's tenant lookups
+// spend it too (see readQuota).
 type quotaBudget struct {
 	set      *ratelimit.LocalSet
 	maxItems int
+	// cooldown is the Retry-After of a read refused while the store's
+	// breaker is not closed: its cooldown (1 s without one).
+	cooldown time.Duration
 }
 
 // quotaBudgetKey is the budget's one key.
@@ -68,7 +74,10 @@ const quotaBudgetKey = ""
 func newQuotaBudget(p, prev *pipeline) *quotaBudget {
 	q := p.cfg.Server.Reads()
 	lim, burst := rate.Limit(q.Rate), q.Burst
-	b := &quotaBudget{maxItems: q.MaxItems}
+	b := &quotaBudget{maxItems: q.MaxItems, cooldown: time.Second}
+	if p.cfg.Store.Kind == config.StoreRedis && p.cfg.Store.Redis.BreakerCooldown > 0 {
+		b.cooldown = p.cfg.Store.Redis.BreakerCooldown
+	}
 	if prev != nil && prev.readBudget != nil {
 		if l, bu := prev.readBudget.set.Limit(); l == lim && bu == burst {
 			b.set = prev.readBudget.set
@@ -81,30 +90,19 @@ func newQuotaBudget(p, prev *pipeline) *quotaBudget {
 
 // quotaEndpoint answers GET server.quota_path for the authenticated caller
 // before routing: the state of the policies that limit the caller on any
-// route, read from the store without consuming (each item costs 0, and a
-// batch of 0-cost items writes nothing), through Stack.Read, so that a
-// failed read is never a failed decision: it applies no on_store_error
-// and never moves the breaker that decisions share; while that breaker is
-// not closed, a read is 503 without a store call. It is never forwarded.
-// A read spends, in this order and each only if the one before admitted
-// it: the caller's own bound (quotaReadRate), one unit of stage 1 of the
-// caller's tier (as a request of cost 1 would), and one read of the
-// gateway-wide budget (server.quota_reads). A refusal is 429 with
-// Retry-After and makes no store call; a read refused later keeps what it
-// spent before, as a request that stage 2 denies keeps its stage-1 unit.
-// One read carries at most server.quota_reads.max_items keys. Other
-// methods on the path go on to routing.
+// route (see readQuota). It is never forwarded. A read spends, in this
+// order and each only if the one before admitted it: the caller's own
+// bound (quotaReadRate), one unit of stage 1 of the caller's tier (as a
+// request of cost 1 would), and what readQuota spends. A refusal is 429
+// with Retry-After and makes no store call; a read refused later keeps
+// what it spent before, as a request that stage 2 denies keeps its
+// stage-1 unit. Other methods on the path go on to routing.
 //
 // The budget of p is carried over from the live pipeline, which it
 // replaces: quotaEndpoint is called while building p.
 func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 	path := p.cfg.Server.QuotaPath
 	p.readBudget = newQuotaBudget(p, g.live.Load())
-	budget := p.readBudget
-	cooldown := time.Second
-	if p.cfg.Store.Kind == config.StoreRedis && p.cfg.Store.Redis.BreakerCooldown > 0 {
-		cooldown = p.cfg.Store.Redis.BreakerCooldown
-	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if path == "" || r.URL.Path != path || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
@@ -114,43 +112,21 @@ func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 			st := stateFrom(r.Context())
 			now := g.opts.Now()
 			if ok, _, wait := p.quotaReads.Allow(st.caller.ID, now, 1); !ok {
-				g.refuseRead(w, st, telemetry.ReadCaller, wait, "the quota endpoint is read too often by this caller")
+				g.refuseRead(w, st.requestID, &readRefusal{http.StatusTooManyRequests, telemetry.ReadCaller, wait,
+					"the quota endpoint is read too often by this caller"})
 				return
 			}
 			if set := p.tiers[st.caller.Tier]; set != nil {
 				if ok, _, wait := set.Allow(st.caller.Subject, now, 1); !ok {
-					g.refuseRead(w, st, telemetry.ReadTier, wait, "the caller's stage 1 limit is spent")
+					g.refuseRead(w, st.requestID, &readRefusal{http.StatusTooManyRequests, telemetry.ReadTier, wait,
+						"the caller's stage 1 limit is spent"})
 					return
 				}
 			}
-			if ok, _, wait := budget.set.Allow(quotaBudgetKey, now, 1); !ok {
-				g.refuseRead(w, st, telemetry.ReadBudget, wait, "the quota endpoint's read budget is spent; try again later")
+			reply, refused := g.readQuota(r.Context(), p, st.caller)
+			if refused != nil {
+				g.refuseRead(w, st.requestID, refused)
 				return
-			}
-			items, out, binds, truncated := p.quotaItems(st.caller.Subject, st.caller.Tier, budget.maxItems)
-			reply := quotaReply{TenantHash: st.caller.ID, Tier: st.caller.Tier, Policies: []quotaPolicy{}, Truncated: truncated}
-			if len(items) > 0 {
-				d, err := p.store.Read(r.Context(), items)
-				if err != nil {
-					reason, retry := telemetry.ReadStoreError, time.Second
-					if errors.Is(err, ratelimit.ErrBreakerOpen) {
-						reason, retry = telemetry.ReadBreakerOpen, cooldown
-					}
-					g.opts.Metrics.QuotaReadRefused(reason)
-					w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(retry), 10))
-					writeProblem(w, problem{Status: http.StatusServiceUnavailable, Error: codeLimiterUnavailable,
-						Message: "the limit store cannot be read", RequestID: st.requestID})
-					return
-				}
-				now := g.opts.Now()
-				for i, res := range d.Results {
-					q := &out[i]
-					q.Limit, q.Remaining, q.ResetMS, q.Debt = res.Limit, res.Remaining, ceilMillis(res.ResetAfter), res.Debt
-					if cal := binds[i].limit.Calendar; cal.Set() {
-						q.WindowS = calendarWindow(cal, res, now)
-					}
-				}
-				reply.Policies = out
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Cache-Control", "no-store")
@@ -162,15 +138,73 @@ func (g *Gateway) quotaEndpoint(p *pipeline) func(http.Handler) http.Handler {
 	}
 }
 
-// refuseRead answers a read refused before any store call: 429
+// readRefusal is why a quota read got no state from the store: the
+// status of its answer (429 over a budget, without a store call; 503 when
+// the store cannot be read), the reason it is counted under in
+// quotagate_quota_reads_refused_total, the time to retry after, and the
+// message.
+type readRefusal struct {
+	status int
+	reason string
+	wait   time.Duration
+	msg    string
+}
+
+// readQuota reads what limits caller under p: the state of the store keys
+// of the policies that limit it on any route (at most
+// server.quota_reads.max_items of them, see quotaItems), read without
+// consuming (each item costs 0, and a batch of 0-cost items writes
+// nothing) through Stack.Read, so that a failed read is never a failed
+// decision: it applies no on_store_error and never moves the breaker that
+// decisions share; while that breaker is not closed, a read is refused
+// without a store call. It first spends one read of the gateway-wide
+// budget (server.quota_reads), refusing without a store call when it is
+// spent. It is the one reader of quotas: the quota endpoint calls it for
+// the caller of a request, the admin console for the caller an operator
+// looks up.
+func (g *Gateway) readQuota(ctx context.Context, p *pipeline, caller identity.Caller) (quotaReply, *readRefusal) {
+	budget := p.readBudget
+	if ok, _, wait := budget.set.Allow(quotaBudgetKey, g.opts.Now(), 1); !ok {
+		return quotaReply{}, &readRefusal{http.StatusTooManyRequests, telemetry.ReadBudget, wait,
+			"the quota endpoint's read budget is spent; try again later"}
+	}
+	items, out, binds, truncated := p.quotaItems(caller.Subject, caller.Tier, budget.maxItems)
+	reply := quotaReply{TenantHash: caller.ID, Tier: caller.Tier, Policies: []quotaPolicy{}, Truncated: truncated}
+	if len(items) == 0 {
+		return reply, nil
+	}
+	d, err := p.store.Read(ctx, items)
+	if err != nil {
+		ref := &readRefusal{http.StatusServiceUnavailable, telemetry.ReadStoreError, time.Second, "the limit store cannot be read"}
+		if errors.Is(err, ratelimit.ErrBreakerOpen) {
+			ref.reason, ref.wait = telemetry.ReadBreakerOpen, budget.cooldown
+		}
+		return quotaReply{}, ref
+	}
+	now := g.opts.Now()
+	for i, res := range d.Results {
+		q := &out[i]
+		q.Limit, q.Remaining, q.ResetMS, q.Debt = res.Limit, res.Remaining, ceilMillis(res.ResetAfter), res.Debt
+		if cal := binds[i].limit.Calendar; cal.Set() {
+			q.WindowS = calendarWindow(cal, res, now)
+		}
+	}
+	reply.Policies = out
+	return reply, nil
+}
+
+// refuseRead answers a refused read, counted by its reason: 429
 // rate_limited with Retry-After (whole seconds, at least 1) and
-// retry_after_ms, counted by reason.
-func (g *Gateway) refuseRead(w http.ResponseWriter, st *requestState, reason string, wait time.Duration, msg string) {
-	g.opts.Metrics.QuotaReadRefused(reason)
-	ms := ceilMillis(wait)
-	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
-	writeProblem(w, problem{Status: http.StatusTooManyRequests, Error: codeRateLimited,
-		Message: msg, RequestID: st.requestID, RetryMS: &ms})
+// retry_after_ms, or 503 limiter_unavailable with Retry-After.
+func (g *Gateway) refuseRead(w http.ResponseWriter, requestID string, ref *readRefusal) {
+	g.opts.Metrics.QuotaReadRefused(ref.reason)
+	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(ref.wait), 10))
+	if ref.status == http.StatusServiceUnavailable {
+		writeProblem(w, problem{Status: ref.status, Error: codeLimiterUnavailable, Message: ref.msg, RequestID: requestID})
+		return
+	}
+	ms := ceilMillis(ref.wait)
+	writeProblem(w, problem{Status: ref.status, Error: codeRateLimited, Message: ref.msg, RequestID: requestID, RetryMS: &ms})
 }
 
 // quotaItems returns the read items of the store keys that limit the

@@ -45,6 +45,11 @@ func (g *Gateway) Serve(ctx context.Context, pub, admin net.Listener, adminHandl
 		ErrorLog:    slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
 	}
 	g.adminLoopback.Store(isLoopback(admin.Addr()))
+	// The console's history is sampled while the admin listener serves.
+	hctx, stopHistory := context.WithCancel(ctx)
+	historyDone := make(chan struct{})
+	go func() { defer close(historyDone); g.recordHistory(hctx) }()
+	defer func() { stopHistory(); <-historyDone }()
 	errc := make(chan error, 2)
 	go func() { errc <- public.Serve(pub) }()
 	go func() { errc <- adm.Serve(admin) }()
