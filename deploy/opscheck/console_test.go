@@ -2,10 +2,15 @@ package opscheck
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +131,32 @@ func (p *page) text(selector string) string {
 	return s
 }
 
+// eval evaluates a JavaScript expression that yields a string.
+func (p *page) eval(expr string) string {
+	p.t.Helper()
+	var s string
+	p.run("evaluate "+expr, 10*time.Second, chromedp.Evaluate(expr, &s))
+	return s
+}
+
+// waitEval polls expr (a string-valued JavaScript expression) until ok
+// accepts its value, and returns it; past timeout the test fails with a
+// missed deadline.
+func (p *page) waitEval(what, expr string, timeout time.Duration, ok func(string) bool) string {
+	p.t.Helper()
+	start := time.Now()
+	for {
+		s := p.eval(expr)
+		if ok(s) {
+			return s
+		}
+		if time.Since(start) > timeout {
+			p.t.Fatalf("missed deadline: after %v %s is still %q\nbrowser problems: %q", timeout, what, s, p.problems())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the page, which updates every second
+	}
+}
+
 // waitText polls selector's text until ok accepts it, and returns it with
 // the time it took; past timeout the test fails with a missed deadline.
 func (p *page) waitText(what, selector string, timeout time.Duration, ok func(string) bool) (string, time.Duration) {
@@ -147,8 +178,14 @@ func (p *page) waitText(what, selector string, timeout time.Duration, ok func(st
 // added, and opens its console in a new headless Chromium.
 func openConsole(t *testing.T, env ...string) *page {
 	t.Helper()
+	return openConsoleOn(t, repoPath("config.yaml"), env...)
+}
+
+// openConsoleOn is openConsole on the configuration file config.
+func openConsoleOn(t *testing.T, config string, env ...string) *page {
+	t.Helper()
 	ctx, problems := browser(t)
-	g := startGateway(t, []string{"-config", repoPath("config.yaml")},
+	g := startGateway(t, []string{"-config", config},
 		append([]string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"}, env...))
 	p := &page{t: t, ctx: ctx, problems: problems, g: g}
 	p.run("open the console", 30*time.Second, chromedp.Navigate("http://"+g.admin+"/"))
@@ -252,5 +289,135 @@ func TestAdminConsoleAsksForTheToken(t *testing.T) {
 		if !strings.Contains(pr, "401") {
 			t.Errorf("the page logged %q", pr)
 		}
+	}
+}
+
+// supportConfig is a gateway for the console's support test: one API key
+// (tenant globex) and one policy, "daily", of 10 units a day, so that
+// nothing refills during the test; upstream is the URL of the upstream.
+const supportConfig = `
+server:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+identity:
+  api_keys:
+    - {key_sha256: KEYHASH, tenant: globex, tier: pro}
+tiers:
+  pro: {}
+policies:
+  daily:
+    limits:
+      "*": {rate: 10, per: 24h, burst: 10}
+upstreams:
+  app: {url: UPSTREAM, timeout: 2s}
+routes:
+  - {name: items.get, method: GET, path: "/v1/items", upstream: app, policies: [daily]}
+`
+
+// TestAdminConsoleHistoryAndSupport loads the console of a real gateway
+// in headless Chromium and uses what support staff use: the history chart
+// draws the gateway's own samples, the decisions of six requests among
+// them; a lookup of the tenant by name shows its key of "daily" at 4 of
+// 10; a grant of 3 with a reason shows 7 in the next lookup, a reset 10;
+// both are counted in quotagate_console_actions_total and logged with the
+// reason; and the page logs no problem. With
+// QUOTAGATE_CONSOLE_SUPPORT_SCREENSHOT=file.png it also saves a screenshot.
+func TestAdminConsoleHistoryAndSupport(t *testing.T) {
+	const key = "console-support-key-0123456789"
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	t.Cleanup(upstream.Close)
+	sum := sha256.Sum256([]byte(key))
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	text := strings.NewReplacer("KEYHASH", hex.EncodeToString(sum[:]), "UPSTREAM", upstream.URL).Replace(supportConfig)
+	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := openConsoleOn(t, config)
+	g := p.g
+	for i := range 6 {
+		req, _ := http.NewRequest("GET", "http://"+g.listen+"/v1/items", nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d, want 200 (10 a day)", i, resp.StatusCode)
+		}
+	}
+
+	// The chart of decisions: at least two samples, one of them above the
+	// baseline (y < 96 of a height of 100) with the six decisions.
+	chart := `(() => { const s = document.getElementById("chart-decisions"); const l = s.querySelector("polyline.s0");
+		if (!l) return ""; const ys = l.getAttribute("points").trim().split(" ").map((p) => parseFloat(p.split(",")[1]));
+		return s.dataset.points + " " + Math.min(...ys); })()`
+	drawn := p.waitEval("the decisions chart", chart, 30*time.Second, func(s string) bool {
+		var n int
+		var top float64
+		_, err := fmt.Sscanf(s, "%d %g", &n, &top)
+		return err == nil && n >= 2 && top < 96
+	})
+	t.Logf("decisions chart: %s (points, highest y)", drawn)
+	if now := p.text("#now-latency"); !strings.Contains(now, " / ") && !strings.Contains(now, "no store decision") {
+		t.Errorf("the latency chart's values read %q", now)
+	}
+
+	remaining := `#lookup tr[data-key="daily/"] td.remaining`
+	p.waitEval("the support section", `document.getElementById("support").hidden ? "hidden" : "shown"`, 20*time.Second,
+		func(s string) bool { return s == "shown" })
+	p.run("look the tenant up", 10*time.Second,
+		chromedp.SendKeys("#lookup-who", "globex", chromedp.ByQuery),
+		chromedp.Click("#lookup-form button", chromedp.ByQuery))
+	p.waitText("daily's remaining after 6 requests", remaining, 10*time.Second, func(s string) bool { return s == "4" })
+	if s := p.text("#lookup-status"); !strings.Contains(s, "globex (api_key, tier pro") {
+		t.Errorf("lookup status %q, want the tenant, its kind and tier", s)
+	}
+
+	p.run("grant 3 units", 10*time.Second,
+		chromedp.SetValue("#action-units", "3", chromedp.ByQuery),
+		chromedp.SendKeys("#action-reason", "ticket 77: opscheck", chromedp.ByQuery),
+		chromedp.SendKeys("#action-by", "opscheck", chromedp.ByQuery),
+		chromedp.Click("#action-grant", chromedp.ByQuery))
+	p.waitText("daily's remaining after a grant of 3", remaining, 10*time.Second, func(s string) bool { return s == "7" })
+	if s := p.text("#action-status"); !strings.Contains(s, "granted 3 units of daily") {
+		t.Errorf("action status %q after the grant", s)
+	}
+	p.run("reset the key", 10*time.Second, chromedp.Click("#action-reset", chromedp.ByQuery))
+	p.waitText("daily's remaining after a reset", remaining, 10*time.Second, func(s string) bool { return s == "10" })
+
+	ss := g.scrape(t)
+	for _, action := range []string{"grant", "reset"} {
+		if v := metricValue(ss, "quotagate_console_actions_total", map[string]string{"action": action, "result": "applied"}); v != 1 {
+			t.Errorf("quotagate_console_actions_total{action=%q,result=applied} = %v, want 1", action, v)
+		}
+	}
+	var logged int
+	for line := range strings.SplitSeq(g.logs.String(), "\n") {
+		var rec struct {
+			Msg, Level, Action, Reason, By string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "console action" {
+			logged++
+			if rec.Level != "WARN" || rec.Reason != "ticket 77: opscheck" || rec.By != "opscheck" {
+				t.Errorf("console action logged as %+v", rec)
+			}
+		}
+	}
+	if logged != 2 {
+		t.Errorf("%d console actions logged, want 2; logs:\n%s", logged, g.logs)
+	}
+	if strings.Contains(g.logs.String(), key) {
+		t.Error("the logs hold the API key")
+	}
+	if path := os.Getenv("QUOTAGATE_CONSOLE_SUPPORT_SCREENSHOT"); path != "" {
+		var png []byte
+		p.run("screenshot", 20*time.Second, chromedp.FullScreenshot(&png, 100))
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pr := p.problems(); len(pr) > 0 {
+		t.Errorf("the page logged problems: %q", pr)
 	}
 }

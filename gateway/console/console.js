@@ -1,10 +1,16 @@
 // quotagate admin console: polls /metrics (open) and /console/state
 // (protected like /config) every second and derives rates from the
-// differences between scrapes. No dependencies; text is set with
-// textContent only.
+// differences between scrapes; draws /console/history (protected: the
+// gateway's own samples of its metrics) as plain SVG; looks a tenant up
+// (POST /console/lookup) and grants or resets its keys (POST
+// /console/grant, /console/reset), all with the admin token. No
+// dependencies; text is set with textContent only.
 "use strict";
 
 const POLL_MS = 1000;
+const HISTORY_EVERY = 2; // polls between reads of /console/history
+let polls = 0;
+let lookedUp = null; // the body of the last lookup, to repeat it after an action
 const WINDOW_MS = 5000; // rates and ratios cover the last 5 s
 const history = []; // {t, samples}
 let token = sessionStorage.getItem("quotagate-admin-token") || "";
@@ -207,6 +213,150 @@ async function fetchState() {
   state = await resp.json();
 }
 
+function authHeaders(extra) {
+  return Object.assign(token ? { Authorization: "Bearer " + token } : {}, extra || {});
+}
+
+// drawChart draws series (arrays of numbers or null, one per time in ts)
+// into svg as one polyline per unbroken run, scaled to the largest value
+// (at least floor) over the history's span, newest at the right.
+function drawChart(svg, ts, series, span, floor, fmt) {
+  const W = 300, H = 100;
+  let top = floor;
+  for (const s of series) for (const v of s) if (v !== null && v > top) top = v;
+  const end = ts.length ? ts[ts.length - 1] : 0;
+  const nodes = [];
+  series.forEach((s, k) => {
+    let run = [];
+    const flush = () => {
+      if (run.length === 1) { // one point alone: a short dash, to be seen
+        const [x, y] = run[0].split(",");
+        run.unshift((parseFloat(x) - 2).toFixed(1) + "," + y);
+      }
+      if (run.length > 0) {
+        const line = document.createElementNS(svg.namespaceURI, "polyline");
+        line.setAttribute("class", "s" + k);
+        line.setAttribute("points", run.join(" "));
+        nodes.push(line);
+      }
+      run = [];
+    };
+    s.forEach((v, i) => {
+      if (v === null) { flush(); return; }
+      const x = W - (W * (end - ts[i])) / span;
+      const y = H - 4 - ((H - 8) * v) / top;
+      run.push(x.toFixed(1) + "," + y.toFixed(1));
+    });
+    flush();
+  });
+  const label = document.createElementNS(svg.namespaceURI, "text");
+  label.setAttribute("x", "3");
+  label.setAttribute("y", "10");
+  label.textContent = fmt(top);
+  nodes.push(label);
+  svg.replaceChildren(...nodes);
+  svg.dataset.points = String(ts.length);
+}
+
+function last(a) { return a.length ? a[a.length - 1] : null; }
+
+async function fetchHistory() {
+  const resp = await fetch("/console/history", { headers: authHeaders(), cache: "no-store" });
+  if (!resp.ok) throw new Error("/console/history answered " + resp.status);
+  const h = await resp.json();
+  const span = h.max_points * h.interval_s * 1000;
+  $("history-span").textContent = "(every " + h.interval_s + " s, the last " + Math.round(span / 60000) +
+    " minutes, from the gateway's own metrics)";
+  drawChart($("chart-decisions"), h.t, [h.decisions_per_s, h.denied_per_s, h.local_denied_per_s], span, 1, fmtRate);
+  drawChart($("chart-fallbacks"), h.t, [h.fallbacks_per_s, h.store_errors_per_s], span, 1, fmtRate);
+  drawChart($("chart-latency"), h.t, [h.store_p50_s, h.store_p99_s], span, 0.001, fmtSeconds);
+  if (h.t.length) {
+    $("now-decisions").textContent = fmtRate(last(h.decisions_per_s)) + " decisions/s, " + fmtRate(last(h.denied_per_s)) +
+      " denied/s, " + fmtRate(last(h.local_denied_per_s)) + " denied/s by stage 1";
+    $("now-fallbacks").textContent = fmtRate(last(h.fallbacks_per_s)) + " fallbacks/s, " + fmtRate(last(h.store_errors_per_s)) + " errors/s";
+    $("now-latency").textContent = last(h.store_p50_s) === null ? "no store decision in the last " + h.interval_s + " s"
+      : fmtSeconds(last(h.store_p50_s)) + " / " + fmtSeconds(last(h.store_p99_s));
+  }
+}
+
+// post sends body as JSON to a protected console endpoint and returns the
+// answer's JSON, or throws with the problem's message.
+async function post(path, body) {
+  const resp = await fetch(path, { method: "POST", cache: "no-store", body: JSON.stringify(body),
+    headers: authHeaders({ "Content-Type": "application/json" }) });
+  let data = null;
+  try { data = await resp.json(); } catch (_) { /* not JSON */ }
+  if (!resp.ok) throw new Error((data && data.message) || path + " answered " + resp.status);
+  return data;
+}
+
+function who() {
+  const kind = $("lookup-kind").value, value = $("lookup-who").value.trim();
+  if (kind === "credential") return { credential: value };
+  const w = { tenant: value };
+  if (kind) w.kind = kind;
+  const tier = $("lookup-tier").value.trim();
+  if (tier) w.tier = tier;
+  return w;
+}
+
+function fmtMillis(ms) { return ms <= 0 ? "now" : fmtSeconds(ms / 1000); }
+
+function showLookup(rep) {
+  $("lookup-status").textContent = rep.tenant + " (" + rep.kind + ", tier " + rep.tier + ", " + rep.tenant_hash + ")" +
+    (rep.truncated ? ": more keys than one read reads" : "");
+  $("lookup-status").className = "";
+  $("lookup").hidden = false;
+  fillTable("lookup", rep.policies.map((q) => [{ text: q.name }, q.route || "–", q.algorithm, { text: String(q.limit), cls: "num" },
+    { text: String(q.remaining), cls: "num remaining" }, { text: fmtMillis(q.reset_ms), cls: "num" }, { text: String(q.debt), cls: "num" }]));
+  const rows = $("lookup").tBodies[0].rows;
+  rep.policies.forEach((q, i) => { rows[i].dataset.key = q.name + "/" + (q.route || ""); });
+  const keys = rep.policies.filter((q) => q.algorithm !== "concurrency");
+  const select = $("action-key");
+  const before = select.value;
+  select.replaceChildren(...keys.map((q) => {
+    const o = document.createElement("option");
+    o.value = JSON.stringify({ policy: q.name, route: q.route || "" });
+    o.textContent = q.name + (q.route ? " on " + q.route : "");
+    return o;
+  }));
+  if ([...select.options].some((o) => o.value === before)) select.value = before;
+  $("action-form").hidden = keys.length === 0;
+}
+
+async function lookup(body) {
+  try {
+    showLookup(await post("/console/lookup", body));
+    lookedUp = body;
+  } catch (err) {
+    $("lookup-status").textContent = err.message;
+    $("lookup-status").className = "bad";
+  }
+}
+
+async function act(action) {
+  const status = $("action-status");
+  if (!lookedUp || !$("action-key").value) return;
+  const key = JSON.parse($("action-key").value);
+  const body = Object.assign({}, lookedUp, key, { reason: $("action-reason").value, by: $("action-by").value });
+  if (action === "grant") body.units = parseInt($("action-units").value, 10);
+  if (!body.reason.trim()) {
+    status.textContent = "give a reason: it is logged with the " + action;
+    status.className = "bad";
+    return;
+  }
+  try {
+    const r = await post("/console/" + action, body);
+    status.textContent = (action === "grant" ? "granted " + r.units + " units of " : "reset ") + r.policy +
+      (r.route ? " on " + r.route : "") + " (logged)";
+    status.className = "ok";
+  } catch (err) {
+    status.textContent = err.message;
+    status.className = "bad";
+  }
+  await lookup(lookedUp);
+}
+
 async function poll() {
   try {
     const resp = await fetch("/metrics", { cache: "no-store" });
@@ -216,6 +366,8 @@ async function poll() {
     history.push({ t, samples });
     while (history.length > 2 && t - history[1].t >= WINDOW_MS) history.shift();
     await fetchState();
+    $("history").hidden = $("support").hidden = state === null;
+    if (state !== null && polls++ % HISTORY_EVERY === 0) await fetchHistory();
     render();
     setStatus("updated " + new Date(t).toLocaleTimeString(), false);
   } catch (err) {
@@ -224,6 +376,16 @@ async function poll() {
     setTimeout(poll, POLL_MS);
   }
 }
+
+$("lookup-kind").addEventListener("change", () => {
+  $("lookup-who").type = $("lookup-kind").value === "credential" ? "password" : "text";
+});
+$("lookup-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  lookup(who());
+});
+$("action-grant").addEventListener("click", () => act("grant"));
+$("action-reset").addEventListener("click", () => act("reset"));
 
 $("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
