@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -49,15 +50,25 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 	}
 
 	contenders := runnable(o, e, rep)
-	needRedis, needQG := false, false
+	needRedis, needQG, needBase := false, false, false
 	for _, c := range contenders {
-		needRedis = needRedis || contenderInfo[c].usesRedis
-		needQG = needQG || c == cQGMemory || c == cQGRedis || c == cQGLease
+		needRedis = needRedis || contenderInfo[variant(c)].usesRedis
+		needQG = needQG || (isQuotagate(c) && !onBaseline(c))
+		needBase = needBase || onBaseline(c)
 	}
 	if len(contenders) == 0 {
 		return nil, fmt.Errorf("no contender can run")
 	}
 	rep.Settings["contenders"] = strings.Join(contenders, ",")
+	if o.mode == modeOpen {
+		rep.Settings["mode"] = modeOpen
+		rep.Settings["open_rates"] = joinF(o.openRates, "%g") + " % of " + o.openRef + "'s closed-loop capacity"
+		rep.Settings["open_ref"] = o.openRef
+		rep.Settings["open_rounds"] = strconv.Itoa(o.openRounds)
+		if o.openRef == cBare || !slices.Contains(contenders, o.openRef) {
+			return nil, fmt.Errorf("-open-ref: %s cannot run here", o.openRef)
+		}
+	}
 
 	fmt.Fprintln(progress, "starting upstream")
 	upProc, upAddr, err := startSelf(ctx, e, cmdUpstream)
@@ -73,13 +84,18 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 		defer e.redis.client.Close()
 		rep.Machine["redis"] = e.redis.version(ctx)
 	}
-	if needQG {
+	if needQG || needBase {
 		if e.qgBin = o.quotagate; e.qgBin == "" {
 			fmt.Fprintln(progress, "building quotagate")
 			if e.qgBin, err = buildQuotagate(ctx, dir); err != nil {
 				return nil, err
 			}
 		}
+		rep.Machine["quotagate"] = binVersion(e.qgBin)
+	}
+	if needBase {
+		e.qgBase = o.baseline
+		rep.Machine["baseline"] = binVersion(e.qgBase)
 	}
 	running := map[string]*contender{}
 	for _, name := range contenders {
@@ -95,33 +111,126 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 	for i := range auth {
 		auth[i] = []string{"Bearer " + benchKey(i)}
 	}
+	r := &runner{o: o, e: e, up: upProc, auth: auth, running: running, progress: progress}
+	if o.mode == modeOpen {
+		if err := r.openBench(ctx, rep, contenders); err != nil {
+			return nil, err
+		}
+	} else {
+		samples, err := r.closedRounds(ctx, contenders)
+		if err != nil {
+			return nil, err
+		}
+		rep.Rows = aggregate(samples, o.mixes, contenders)
+		rep.Baseline = baselineRatios(samples, o.mixes, contenders)
+	}
+	rep.Machine["load"] += ", at end " + loadAvg()
+	rep.Notes = append(rep.Notes, fallbackNotes(rep.Rows)...)
+	rep.Notes = append(rep.Notes, notes(runtime.NumCPU())...)
+	if len(rep.Baseline) > 0 {
+		rep.Notes = append(rep.Notes, baselineNote)
+	}
+	if len(rep.Open) > 0 {
+		rep.Notes = append(rep.Notes, openNotes...)
+	}
+	return rep, nil
+}
+
+// runner runs loads against the started contenders.
+type runner struct {
+	o        *options
+	e        *env
+	up       *proc
+	auth     [][]string
+	running  map[string]*contender
+	progress io.Writer
+}
+
+// closedRounds runs o.rounds closed-loop rounds of contenders under every
+// key mix, in the order roundOrder gives each round.
+func (r *runner) closedRounds(ctx context.Context, contenders []string) ([]sample, error) {
+	o := r.o
 	var samples []sample
 	for round := range o.rounds {
 		for _, mix := range o.mixes {
-			// Rotate the order each round so that no contender always runs
-			// first (after the machine idled) or last.
-			for i := range contenders {
-				c := running[contenders[(i+round)%len(contenders)]]
-				s, err := measure(ctx, e, c, upProc, round+1, loadSpec{
+			for _, name := range roundOrder(contenders, round) {
+				c := r.running[name]
+				s, err := measure(ctx, r.e, c, r.up, round+1, loadSpec{
 					URL: c.base + requestURI, Conns: o.conns, Duration: o.duration,
-					Warmup: o.warmup, Mix: mix, Auth: auth,
+					Warmup: o.warmup, Mix: mix, Auth: r.auth,
 				})
 				if err != nil {
 					return nil, fmt.Errorf("round %d, keys %s, %s: %w", round+1, mix, c.name, err)
 				}
 				samples = append(samples, *s)
 				l := s.Load
-				fmt.Fprintf(progress, "round %d/%d keys=%-7s %-16s %8.0f req/s  p99 %-8s 200:%d 429:%d other:%d  load %s\n",
+				fmt.Fprintf(r.progress, "round %d/%d keys=%-7s %-21s %8.0f req/s  p99 %-8s 200:%d 429:%d other:%d  load %s\n",
 					round+1, o.rounds, mix, c.name, float64(l.Requests)/l.Elapsed.Seconds(),
 					fmtUS(float64(l.Latency.Quantile(0.99))/1e3), l.OK, l.Limited, l.Other+l.Errors, s.LoadAvg)
 			}
 		}
 	}
-	rep.Machine["load"] += ", at end " + loadAvg()
-	rep.Rows = aggregate(samples, o.mixes, contenders)
-	rep.Notes = append(rep.Notes, fallbackNotes(rep.Rows)...)
-	rep.Notes = append(rep.Notes, notes(runtime.NumCPU())...)
-	return rep, nil
+	return samples, nil
+}
+
+// openBench measures o.openRef's closed-loop capacity on every key mix
+// (o.rounds runs, their median), then runs every contender open loop at
+// each of o.openRates percent of it, o.openRounds rounds, and puts both
+// in rep.
+func (r *runner) openBench(ctx context.Context, rep *Report, contenders []string) error {
+	o := r.o
+	fmt.Fprintf(r.progress, "measuring %s's closed-loop capacity\n", o.openRef)
+	capSamples, err := r.closedRounds(ctx, []string{o.openRef})
+	if err != nil {
+		return err
+	}
+	rep.Rows = aggregate(capSamples, o.mixes, []string{o.openRef})
+	capacity := map[string]float64{}
+	for _, row := range rep.Rows {
+		c := Capacity{Keys: row.Keys, Contender: row.Contender, RPSRounds: row.RPSRounds, RPS: round1(spreadOf(row.RPSRounds).Median)}
+		rep.Capacity = append(rep.Capacity, c)
+		capacity[row.Keys] = c.RPS
+	}
+	var samples []sample
+	for round := range o.openRounds {
+		for _, mix := range o.mixes {
+			for pi, pct := range o.openRates {
+				rate := capacity[mix] * pct / 100
+				for _, name := range roundOrder(contenders, round+pi) {
+					c := r.running[name]
+					s, err := measure(ctx, r.e, c, r.up, round+1, loadSpec{
+						URL: c.base + requestURI, Conns: o.conns, Duration: o.duration,
+						Warmup: o.warmup, Mix: mix, Auth: r.auth, Rate: rate,
+					})
+					if err != nil {
+						return fmt.Errorf("open round %d, keys %s, %g%%, %s: %w", round+1, mix, pct, c.name, err)
+					}
+					s.Percent = pct
+					samples = append(samples, *s)
+					l := s.Load
+					fmt.Fprintf(r.progress, "open %d/%d keys=%-7s %3g%% %-21s offered %6.0f achieved %6.0f req/s  p99 %-8s unsent:%d other:%d  load %s\n",
+						round+1, o.openRounds, mix, pct, c.name, rate, float64(l.Requests)/l.Elapsed.Seconds(),
+						fmtUS(float64(l.Latency.Quantile(0.99))/1e3), l.Unsent, l.Other+l.Errors, s.LoadAvg)
+				}
+			}
+		}
+	}
+	rep.Open = aggregateOpen(samples, o.mixes, o.openRates, contenders)
+	return nil
+}
+
+// baselineNote explains the baseline comparison.
+const baselineNote = "main/base: each quotagate contender against its twin on -quotagate-baseline, run next to it in every round (the two take turns at going first); " +
+	"req/s main/base: the round's throughput ratio; cpu/req main/base: the ratio of CPU per request of quotagate + redis-server; " +
+	"median [lowest–highest] of the rounds; holds: throughput at least 0.95x and CPU at most 1.05x, in the medians"
+
+// openNotes explain the open-loop table.
+var openNotes = []string{
+	"open loop: requests are due at fixed intervals (offered rate = the percentage of the capacity line's req/s) and taken by the first of -c connections free; " +
+		"each latency runs from the request's due time, so a request that waits for a connection counts its wait (no coordinated omission)",
+	"+p50/+p99/+p99.9: the row's quantile minus the bare proxy's at the same key mix and rate, measured in the same round; negative when the two are within noise",
+	"achieved: answered requests / time from the first due time to the last answer; unsent: requests still due when the drain (half the run, at least 1 s, after its end) ran out, counted in the latency from due time to then; " +
+		"lag p99: how late requests went out after they were due (the load generator's own delay, or every connection busy); errors: transport errors and statuses other than 200 and 429",
 }
 
 // measure runs one load against c in round and reads the CPU and Redis
@@ -129,7 +238,7 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 // of a quotagate contender).
 func measure(ctx context.Context, e *env, c *contender, up *proc, round int, spec loadSpec) (*sample, error) {
 	s := &sample{Round: round, Mix: spec.Mix, Contender: c.name, LoadAvg: loadAvg1()}
-	usesRedis := contenderInfo[c.name].usesRedis
+	usesRedis := contenderInfo[variant(c.name)].usesRedis
 	if e.redis != nil {
 		// Every run starts from empty buckets.
 		if err := e.redis.client.FlushAll(ctx).Err(); err != nil {

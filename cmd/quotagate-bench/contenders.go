@@ -60,6 +60,9 @@ type env struct {
 	redis    *redisServer
 	rate     int // per-key limit, requests per second (also the burst)
 	qgBin    string
+	// qgBase is the baseline quotagate binary (-quotagate-baseline) that
+	// the X@base contenders run; "" without one.
+	qgBase   string
 	nginxBin string
 	// traefikBin is the Traefik binary (-traefik); "" skips its row.
 	traefikBin string
@@ -102,7 +105,7 @@ func startSelf(ctx context.Context, e *env, name string, args ...string) (*proc,
 func startContender(ctx context.Context, e *env, name string) (*contender, error) {
 	c := &contender{name: name}
 	var err error
-	switch name {
+	switch variant(name) {
 	case cBare:
 		var addr string
 		c.proc, addr, err = startSelf(ctx, e, cmdBareProxy, "-upstream", e.upstream)

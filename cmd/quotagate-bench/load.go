@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -66,7 +65,15 @@ type loadResult struct {
 	Limited  uint64 // 429
 	Other    uint64 // any other status
 	Errors   uint64 // transport errors (no status)
-	Latency  hist
+	// Latency is from sending each request to reading its whole answer in
+	// the closed loop; from the time it was due in the open loop.
+	Latency hist
+	// Open loop only: Offered is the rate asked for (requests per second);
+	// Lag is how late each request was sent after it was due; Unsent
+	// counts requests still due at the drain deadline, never sent.
+	Offered float64
+	Lag     hist
+	Unsent  uint64
 }
 
 // loadSpec describes one load run.
@@ -77,6 +84,9 @@ type loadSpec struct {
 	Warmup   time.Duration // unmeasured load before it
 	Mix      string
 	Auth     [][]string // {"Bearer <key>"} per key index, shared read-only
+	// Rate, when > 0, makes the run an open loop (open.go): Rate requests
+	// per second due at fixed times, on Conns connections.
+	Rate float64
 }
 
 // runLoad drives spec.URL with spec.Conns keep-alive connections, each
@@ -84,7 +94,8 @@ type loadSpec struct {
 // loop), first for Warmup without measuring, then for Duration. onStart is
 // called when the measured part starts, onEnd when every worker has
 // finished it. A request in flight at the deadline is completed and
-// counted; Elapsed runs to the last completion.
+// counted; Elapsed runs to the last completion. With spec.Rate > 0 both
+// parts are open loops at that rate instead (driveOpen).
 func runLoad(ctx context.Context, spec loadSpec, onStart, onEnd func()) (*loadResult, error) {
 	tr := &http.Transport{
 		MaxConnsPerHost:     spec.Conns,
@@ -95,19 +106,23 @@ func runLoad(ctx context.Context, spec loadSpec, onStart, onEnd func()) (*loadRe
 		ForceAttemptHTTP2:   false,
 	}
 	defer tr.CloseIdleConnections()
+	run := drive
+	if spec.Rate > 0 {
+		run = driveOpen
+	}
 	if spec.Warmup > 0 {
-		if _, err := drive(ctx, tr, spec, spec.Warmup, 1); err != nil {
+		if _, err := run(ctx, tr, spec, spec.Warmup, 1); err != nil {
 			return nil, fmt.Errorf("warmup: %w", err)
 		}
 	}
 	onStart()
-	res, err := drive(ctx, tr, spec, spec.Duration, 2)
+	res, err := run(ctx, tr, spec, spec.Duration, 2)
 	onEnd()
 	return res, err
 }
 
 // drive runs the workers for d and merges what they measured.
-func drive(ctx context.Context, tr *http.Transport, spec loadSpec, d time.Duration, phase uint64) (*loadResult, error) {
+func drive(ctx context.Context, tr http.RoundTripper, spec loadSpec, d time.Duration, phase uint64) (*loadResult, error) {
 	workers := make([]loadResult, spec.Conns)
 	pickers := make([]keyPicker, spec.Conns)
 	for i := range pickers {
@@ -128,52 +143,29 @@ func drive(ctx context.Context, tr *http.Transport, spec loadSpec, d time.Durati
 		}()
 	}
 	wg.Wait()
-	res := &loadResult{Elapsed: time.Since(start)}
+	elapsed := time.Since(start)
+	res := &loadResult{}
 	for i := range workers {
-		w := &workers[i]
-		res.Requests += w.Requests
-		res.OK += w.OK
-		res.Limited += w.Limited
-		res.Other += w.Other
-		res.Errors += w.Errors
-		res.Latency.Merge(&w.Latency)
+		res.merge(&workers[i])
 	}
+	res.Elapsed = elapsed
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
-// work is one worker's loop. It reuses one request, which is allowed once
-// the previous response body is closed.
-func work(ctx context.Context, tr *http.Transport, spec loadSpec, deadline time.Time, pick keyPicker, out *loadResult) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.URL, nil)
-	if err != nil {
-		out.Errors++
-		return
-	}
+// work is one worker's loop: each request is sent when the previous
+// answer has been read.
+func work(ctx context.Context, tr http.RoundTripper, spec loadSpec, deadline time.Time, pick keyPicker, out *loadResult) {
+	send := httpSend(ctx, tr, spec, pick)
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		if !t0.Before(deadline) {
 			return
 		}
-		req.Header["Authorization"] = spec.Auth[pick()]
-		resp, err := tr.RoundTrip(req)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+		status, err := send()
 		out.Latency.Record(time.Since(t0))
-		out.Requests++
-		switch {
-		case err != nil:
-			out.Errors++
-		case resp.StatusCode == http.StatusOK:
-			out.OK++
-		case resp.StatusCode == http.StatusTooManyRequests:
-			out.Limited++
-		default:
-			out.Other++
-		}
+		out.count(status, err)
 	}
 }

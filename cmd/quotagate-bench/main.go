@@ -18,6 +18,21 @@
 //
 //	go run ./cmd/quotagate-bench [-c 64] [-d 10s] [-rounds 2] [-keys all] [-contenders ...] [-traefik BIN] [-json FILE]
 //
+// With -quotagate-baseline BIN every quotagate contender X gets a twin
+// X@base run on BIN with the same settings, next to X in every round
+// (baseline.go), and the report adds, per key mix, the ratios main/base of
+// throughput and of CPU per request: the median of the rounds and their
+// spread.
+//
+// With -mode open it measures latency under a constant offered rate
+// instead (open.go): first the closed-loop capacity of quotagate
+// (-open-ref, by default quotagate-lease) on each key mix, -rounds runs,
+// their median; then every contender at -open-rates percent of it, each
+// request's latency taken from the time it was due, and reported as what
+// the contender adds over the bare proxy at the same rate:
+//
+//	go run ./cmd/quotagate-bench -mode open [-open-rates 25,50,80] [-open-ref quotagate-lease] [-open-rounds 1] ...
+//
 // With -mode fleet it simulates a fleet instead (see fleet.go): N
 // in-process gateways, each with its own store client and caches, on a
 // standalone Redis and a 3-primary Cluster, under a million Zipf-
@@ -38,6 +53,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -96,12 +112,21 @@ type options struct {
 	// profileDir, when set, receives a CPU profile of every quotagate
 	// contender's measured part of every run.
 	profileDir string
+	// baseline is the second quotagate binary (-quotagate-baseline); ""
+	// without one.
+	baseline string
+	// Open mode only: the rates as percentages of the capacity of the
+	// reference contender openRef, and the rounds of the open loop.
+	openRates  []float64
+	openRef    string
+	openRounds int
 }
 
 // Modes of the bench.
 const (
 	modeContenders = "contenders" // quotagate beside the alternatives, as processes
 	modeFleet      = "fleet"      // N in-process quotagate instances on Redis, by key class
+	modeOpen       = "open"       // the contenders at constant offered rates, latency from due times
 )
 
 // parseFlags parses args; every error names the flag.
@@ -120,7 +145,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.rate, "rate", 100000, "limit per API key, requests per second (also the burst), for every limiter")
 	fs.DurationVar(&o.timeout, "redis-timeout", time.Second, "quotagate store.redis.timeout; the default is the largest allowed, so that on a loaded machine decisions reach Redis instead of failing open")
 	fs.StringVar(&o.jsonPath, "json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)
-	fs.StringVar(&o.mode, "mode", modeContenders, "contenders: quotagate beside the alternatives; fleet: N in-process instances on Redis, reported by key class")
+	fs.StringVar(&o.mode, "mode", modeContenders, "contenders: quotagate beside the alternatives, closed loop; open: the same contenders at constant offered rates (see -open-rates); fleet: N in-process instances on Redis, reported by key class")
+	fs.StringVar(&o.baseline, "quotagate-baseline", "", "a second quotagate binary: each quotagate contender X gets a twin X@base run on it with the same settings, next to X in every round, and the report gives the ratios main/base of throughput and CPU per request per key mix (median of the rounds, with their spread)")
+	openRates := fs.String("open-rates", "25,50,80", "open: offered rates as percentages of -open-ref's closed-loop capacity, measured first in the same run (-rounds runs per key mix, their median); "+
+		"requests are due at fixed intervals and each latency runs from its due time, so queueing behind a stall is measured, not omitted")
+	fs.StringVar(&o.openRef, "open-ref", "", "open: the contender whose closed-loop capacity sets the rates (default quotagate-lease, else the first quotagate contender)")
+	fs.IntVar(&o.openRounds, "open-rounds", 1, "open: rounds of the open loop; each runs every contender at every rate under every key mix")
 	sizes := fs.String("n", "3,10,50", "fleet: instance counts, one run each")
 	topologies := fs.String("topology", "standalone,cluster", "fleet: Redis topologies (standalone, cluster: 3 primaries)")
 	fs.IntVar(&o.fleet.mix.callers, "callers", 1000000, "fleet: free callers, Zipf-distributed")
@@ -138,8 +168,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.mode == modeFleet {
 		return o, parseFleetFlags(o, *sizes, *topologies, *cluster)
 	}
-	if o.mode != modeContenders {
-		return nil, fmt.Errorf("-mode: unknown mode %q (want %s or %s)", o.mode, modeContenders, modeFleet)
+	if o.mode != modeContenders && o.mode != modeOpen {
+		return nil, fmt.Errorf("-mode: unknown mode %q (want %s, %s or %s)", o.mode, modeContenders, modeOpen, modeFleet)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -180,8 +210,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if c == "" || seen[c] {
 			continue
 		}
-		if _, ok := contenderInfo[c]; !ok {
+		if _, ok := contenderInfo[variant(c)]; !ok {
 			return nil, fmt.Errorf("-contenders: unknown contender %q (want %s)", c, strings.Join(allContenders, ", "))
+		}
+		if onBaseline(c) && o.baseline == "" {
+			return nil, fmt.Errorf("-contenders: %s runs on the baseline binary; give -quotagate-baseline", c)
 		}
 		seen[c] = true
 		o.contenders = append(o.contenders, c)
@@ -189,7 +222,51 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if len(o.contenders) == 0 {
 		return nil, errors.New("-contenders: none given")
 	}
+	if o.baseline != "" {
+		o.contenders = withTwins(o.contenders)
+		if !slices.ContainsFunc(o.contenders, isQuotagate) {
+			return nil, errors.New("-quotagate-baseline: no quotagate contender in -contenders")
+		}
+	}
+	if o.mode == modeOpen {
+		return o, parseOpenFlags(o, *openRates)
+	}
 	return o, nil
+}
+
+// parseOpenFlags checks and sets the open mode's settings.
+func parseOpenFlags(o *options, rates string) error {
+	if o.openRounds < 1 {
+		return fmt.Errorf("-open-rounds: must be at least 1, got %d", o.openRounds)
+	}
+	for _, f := range strings.Split(rates, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 || v > 1000 {
+			return fmt.Errorf("-open-rates: want percentages in (0, 1000], got %q", f)
+		}
+		if !slices.Contains(o.openRates, v) {
+			o.openRates = append(o.openRates, v)
+		}
+	}
+	if len(o.openRates) == 0 {
+		return errors.New("-open-rates: none given")
+	}
+	if o.openRef == "" {
+		if slices.Contains(o.contenders, cQGLease) {
+			o.openRef = cQGLease
+		} else if i := slices.IndexFunc(o.contenders, func(c string) bool { return isQuotagate(c) && !onBaseline(c) }); i >= 0 {
+			o.openRef = o.contenders[i]
+		} else {
+			return errors.New("-open-ref: no quotagate contender in -contenders to measure the capacity of; name one")
+		}
+	}
+	if !slices.Contains(o.contenders, o.openRef) {
+		return fmt.Errorf("-open-ref: %s is not in -contenders", o.openRef)
+	}
+	return nil
 }
 
 // run parses args, runs the benchmark and writes the report to stdout;

@@ -111,3 +111,62 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		t.Errorf("-keys uniform, one,uniform: mixes %v, %v", o.mixes, err)
 	}
 }
+
+func TestBaselineAndOpenEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and builds quotagate")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin, err := buildQuotagate(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(args ...string) *Report {
+		t.Helper()
+		jsonPath := filepath.Join(t.TempDir(), "report.json")
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"-d", "300ms", "-warmup", "50ms", "-c", "4", "-keys", "one",
+			"-contenders", "bare,quotagate-memory", "-quotagate", bin, "-quotagate-baseline", bin, "-json", jsonPath}, args...)
+		if err := run(ctx, args, &stdout, &stderr); err != nil {
+			t.Fatalf("run %q: %v\nstderr:\n%s", args, err, stderr.String())
+		}
+		b, err := os.ReadFile(jsonPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatalf("report JSON: %v\n%s", err, b)
+		}
+		return &rep
+	}
+
+	// The same binary on both sides: one ratio per round, around 1.
+	rep := report("-rounds", "2")
+	if len(rep.Rows) != 3 || rep.Rows[2].Contender != cQGMemory+baseSuffix {
+		t.Fatalf("rows %+v, want bare, quotagate-memory and its twin", rep.Rows)
+	}
+	if len(rep.Baseline) != 1 {
+		t.Fatalf("baseline %+v, want one ratio", rep.Baseline)
+	}
+	b := rep.Baseline[0]
+	if b.Contender != cQGMemory || b.Rounds != 2 || b.RPS.Median <= 0 || b.CPU.Median <= 0 || b.RPS.Min > b.RPS.Max {
+		t.Errorf("baseline ratio %+v", b)
+	}
+
+	rep = report("-mode", "open", "-rounds", "1", "-open-rates", "20,40")
+	if len(rep.Capacity) != 1 || rep.Capacity[0].Contender != cQGMemory || rep.Capacity[0].RPS <= 0 {
+		t.Fatalf("capacity %+v, want quotagate-memory's (-open-ref defaults to the first quotagate contender)", rep.Capacity)
+	}
+	if len(rep.Rows) != 1 || len(rep.Open) != 6 {
+		t.Fatalf("%d closed rows, %d open rows; want 1 (the capacity run) and 2 rates x 3 contenders", len(rep.Rows), len(rep.Open))
+	}
+	for _, r := range rep.Open {
+		want := rep.Capacity[0].RPS * r.Percent / 100
+		if r.Offered < want*0.99 || r.Offered > want*1.01 || r.Requests == 0 || r.OK == 0 || r.AddedP99us == nil {
+			t.Errorf("%s at %v%%: offered %v (want %v), requests %d, 200s %d, added p99 %v",
+				r.Contender, r.Percent, r.Offered, want, r.Requests, r.OK, r.AddedP99us)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -85,7 +86,8 @@ type startedLine struct {
 	AdminListen string `json:"admin_listen"`
 }
 
-// startQuotagate writes a config and starts quotagate on it, learning its
+// startQuotagate writes a config and starts quotagate on it (the baseline
+// binary for an X@base contender, with the same config), learning its
 // ports from its "quotagate started" log line.
 func startQuotagate(ctx context.Context, e *env, c *contender, store qgStore) error {
 	redisAddr := ""
@@ -98,7 +100,11 @@ func startQuotagate(ctx context.Context, e *env, c *contender, store qgStore) er
 		return err
 	}
 	started := make(chan startedLine, 1)
-	cmd := exec.Command(e.qgBin, "-config", path, "-watch-interval", "0")
+	bin := e.qgBin
+	if onBaseline(c.name) {
+		bin = e.qgBase
+	}
+	cmd := exec.Command(bin, "-config", path, "-watch-interval", "0")
 	p, err := e.ps.start(c.name, cmd, syscall.SIGKILL, func(line string) {
 		var s startedLine
 		if json.Unmarshal([]byte(line), &s) == nil && s.Msg == "quotagate started" {
@@ -189,4 +195,27 @@ func cpuProfile(ctx context.Context, admin string, seconds int, path string) err
 		return err
 	}
 	return f.Close()
+}
+
+// binVersion names a quotagate binary for the report: its path and the
+// commit it was built from (with "+dirty" for a modified work tree), as
+// its build information records them.
+func binVersion(bin string) string {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return bin
+	}
+	rev, dirty := "", ""
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		return bin
+	}
+	return bin + " (" + rev + dirty + ")"
 }

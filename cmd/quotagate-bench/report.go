@@ -15,6 +15,9 @@ type sample struct {
 	Round     int
 	Mix       string
 	Contender string
+	// Percent is, in the open loop, the offered rate as a percentage of
+	// the reference's capacity; 0 in the closed loop.
+	Percent float64
 	// LoadAvg is the machine's 1-minute load average when the run began.
 	LoadAvg string
 	Load    *loadResult
@@ -92,7 +95,17 @@ type Report struct {
 	Machine  map[string]string `json:"machine"`
 	Settings map[string]string `json:"settings"`
 	Notes    []string          `json:"notes"`
-	Rows     []Row             `json:"rows"`
+	// Rows are the closed-loop runs: every contender's, or in the open
+	// mode the reference's capacity runs.
+	Rows []Row `json:"rows"`
+	// Baseline compares the quotagate contenders with their twins on the
+	// -quotagate-baseline binary.
+	Baseline []BaselineRatio `json:"baseline,omitempty"`
+	// Capacity is, in the open mode, the reference's closed-loop capacity
+	// per key mix, which the offered rates are percentages of.
+	Capacity []Capacity `json:"capacity,omitempty"`
+	// Open is the open-loop runs, per key mix, rate and contender.
+	Open []OpenRow `json:"open,omitempty"`
 }
 
 // aggregate sums samples into one Row per (mix, contender), in the order
@@ -230,7 +243,7 @@ func writeJSON(w io.Writer, rep any) error {
 // writeTable writes rep as an aligned text table with its notes.
 func writeTable(w io.Writer, rep *Report) error {
 	fmt.Fprintf(w, "command: %s\n", rep.Command)
-	for _, k := range []string{"cores", "os", "go", "redis", "nginx", "load"} {
+	for _, k := range []string{"cores", "os", "go", "redis", "nginx", "traefik", "quotagate", "baseline", "load"} {
 		if v, ok := rep.Machine[k]; ok {
 			fmt.Fprintf(w, "%s: %s\n", k, v)
 		}
@@ -256,13 +269,19 @@ func writeTable(w io.Writer, rep *Report) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	if err := writeBaseline(w, rep); err != nil {
+		return err
+	}
+	if err := writeOpen(w, rep); err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "per round: req/s (1-minute load average when the run began)")
 	for _, r := range rep.Rows {
 		var parts []string
 		for i, v := range r.RPSRounds {
 			parts = append(parts, fmt.Sprintf("%.0f (%s)", v, r.LoadRounds[i]))
 		}
-		fmt.Fprintf(w, "  %-8s %-16s %s\n", r.Keys, r.Contender, strings.Join(parts, "  "))
+		fmt.Fprintf(w, "  %-8s %-21s %s\n", r.Keys, r.Contender, strings.Join(parts, "  "))
 	}
 	fmt.Fprintln(w)
 	for _, n := range rep.Notes {
@@ -273,7 +292,7 @@ func writeTable(w io.Writer, rep *Report) error {
 
 func formatSettings(m map[string]string) string {
 	var parts []string
-	for _, k := range []string{"conns", "duration", "warmup", "rounds", "keys", "contenders", "rate", "redis_timeout"} {
+	for _, k := range []string{"mode", "conns", "duration", "warmup", "rounds", "open_rounds", "open_rates", "open_ref", "keys", "contenders", "rate", "redis_timeout"} {
 		if v, ok := m[k]; ok {
 			parts = append(parts, k+"="+v)
 		}
