@@ -113,8 +113,8 @@ type Server struct {
 	// and at 64 MiB without one. Read at start only.
 	BodyBufferBytes int64 `mapstructure:"body_buffer_bytes"`
 	// QuotaPath is where a caller reads its own quotas with GET on the
-	// public listener, before routing (default "/_quota"; see the README's
-	// "The quota endpoint"). It must start with "/".
+	// public listener, before routing (default "/_quota"; see
+	// docs/reference/http-api.md#the-quota-endpoint). It must start with "/".
 	QuotaPath string `mapstructure:"quota_path"`
 	// QuotaReads bounds the quota endpoint's store reads (see QuotaReads;
 	// nil means every default: read it with Reads).
@@ -401,7 +401,7 @@ func (p Policy) StoreLimit(key string) (l ratelimit.Limit, ok bool) {
 }
 
 // Queue bounds the requests that wait for a concurrency slot, per instance
-// and per key (see the README's "Concurrency policies").
+// and per key (see docs/concepts/concurrency.md).
 type Queue struct {
 	// Max is the most requests waiting per key on one instance (default
 	// 10, >= 1); a request that finds the queue full is answered 429 at

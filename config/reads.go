@@ -6,7 +6,7 @@ import (
 )
 
 // QuotaReads bounds the store reads that no policy counts: GET
-// server.quota_path (README, "The quota endpoint"), the only store read
+// server.quota_path (docs/reference/http-api.md#the-quota-endpoint), the only store read
 // the gateway makes outside a decision. Each read is one store call of
 // up to MaxItems keys, which consumes nothing, so without a bound
 // callers that are each new (every anonymous IPv6 /64 is a caller of its

@@ -308,7 +308,7 @@ func TestShowURL(t *testing.T) {
 }
 
 // TestAPIKeyTenants: an API key's tenant follows the rule of a JWT's
-// (README, "Store keys"): 1 to 256 bytes without control characters. Keys
+// (docs/concepts/pipeline.md#store-keys): 1 to 256 bytes without control characters. Keys
 // hold only a hash of the subject, so braces, colons and spaces are fine.
 func TestAPIKeyTenants(t *testing.T) {
 	config := func(tenant string) string {

@@ -97,7 +97,7 @@ func reservation(r *http.Request, st *requestState, budget *usage.Budget) reserv
 	case errors.Is(err, usage.ErrOverBudget):
 		// The gateway holds as many bodies as it may: this one is
 		// forwarded as it streams, and reserves as one that states
-		// nothing (see README, "Hostile input").
+		// nothing (see docs/security.md#hostile-input).
 		return reserved{units: cb.max, why: "over_budget", overBudget: true}
 	case err != nil && st.bodyFault.load() != bodyOK:
 		pr, _ := st.bodyFault.load().problem(st.requestID, 0)

@@ -11,17 +11,17 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// readmeMetricFamilies returns the metric names of the README's metric
-// table.
-func readmeMetricFamilies(t *testing.T) []string {
+// documentedMetricFamilies returns the metric names of the metrics
+// reference's table (docs/reference/metrics.md).
+func documentedMetricFamilies(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/reference/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := regexp.MustCompile("(?m)^\\| `(quotagate_[a-z_]+)` \\|").FindAllStringSubmatch(string(b), -1)
 	if len(names) < 10 {
-		t.Fatalf("README lists %d metric families; the table was not found", len(names))
+		t.Fatalf("docs/reference/metrics.md lists %d metric families; the table was not found", len(names))
 	}
 	out := make([]string, len(names))
 	for i, n := range names {
@@ -30,14 +30,14 @@ func readmeMetricFamilies(t *testing.T) []string {
 	return out
 }
 
-// freshValues are the README families that a fresh gateway does not
+// freshValues are the documented families that a fresh gateway does not
 // report at 0: the fleet's size is at least this instance.
 var freshValues = map[string]float64{"quotagate_fleet_size": 1}
 
-// TestFreshGatewayExportsEveryReadmeMetric scrapes a gateway that has not
-// served a request: every family of the README is there, every series at
-// zero, with the series the configuration can produce.
-func TestFreshGatewayExportsEveryReadmeMetric(t *testing.T) {
+// TestFreshGatewayExportsEveryDocumentedMetric scrapes a gateway that has
+// not served a request: every family of the metrics reference is there,
+// every series at zero, with the series the configuration can produce.
+func TestFreshGatewayExportsEveryDocumentedMetric(t *testing.T) {
 	o := newObservedFixture(t)
 	rec := httptest.NewRecorder()
 	o.metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -47,7 +47,7 @@ func TestFreshGatewayExportsEveryReadmeMetric(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse: %v\n%s", err, body)
 	}
-	for _, name := range readmeMetricFamilies(t) {
+	for _, name := range documentedMetricFamilies(t) {
 		f, ok := fams[name]
 		if !ok || len(f.GetMetric()) == 0 {
 			t.Errorf("%s: not exported by a fresh gateway", name)

@@ -18,7 +18,7 @@ import (
 )
 
 // quotaReply is the body of GET server.quota_path. Its field names are part
-// of the users' contract (README, "The quota endpoint").
+// of the users' contract (docs/reference/http-api.md#the-quota-endpoint).
 type quotaReply struct {
 	TenantHash string        `json:"tenant_hash"`
 	Tier       string        `json:"tier"`

@@ -43,7 +43,7 @@ const (
 )
 
 // qgLease is the tenant policy's lease in the leased variant: lease: auto,
-// the setting that fits every tenant of a policy (README), so that the hot
+// the setting that fits every tenant of a policy (docs/concepts/leases.md#lease-auto), so that the hot
 // key of the "one" mix is served from blocks sized by its demand while the
 // keys of the "uniform" mix, none of them hot, go to Redis unleased.
 const qgLease = "    lease: auto\n"

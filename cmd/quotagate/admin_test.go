@@ -109,7 +109,8 @@ func TestBinaryAdminTokenVariableMissing(t *testing.T) {
 // TestBinarySecretVariablesMissing: every secret the config names by an
 // environment variable is a config problem when the variable is missing,
 // exit 1 naming the field (and the variable that set it), as for the admin
-// token (README: exit 1 for an invalid config, 2 for a failure to start).
+// token (docs/reference/cli.md#exit-codes: exit 1 for an invalid config, 2
+// for a failure to start).
 func TestBinarySecretVariablesMissing(t *testing.T) {
 	for field, env := range map[string][]string{
 		"identity.jwt.secret_env":  {"QUOTAGATE_IDENTITY_JWT_SECRET_ENV=QG_TEST_UNSET_SECRET"},

@@ -11,7 +11,7 @@ import (
 	"github.com/quotagate/quotagate/telemetry"
 )
 
-// everyCommand is what the README promises; the help text and the
+// everyCommand is what docs/reference/cli.md promises; the help text and the
 // unknown-command error must both list all of it.
 var everyCommand = []string{"validate", "explain", "healthcheck", "version", "help"}
 

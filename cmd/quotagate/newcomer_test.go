@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -111,17 +113,18 @@ func TestBinaryNewcomerCommands(t *testing.T) {
 	}
 }
 
-// TestBinaryFreshMetricsHaveEveryReadmeFamily scrapes the shipped
-// gateway before its first request: every metric family the README lists
-// is already exported, at zero (the fleet's size at 1, this instance).
-func TestBinaryFreshMetricsHaveEveryReadmeFamily(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestBinaryFreshMetricsHaveEveryDocumentedFamily scrapes the shipped
+// gateway before its first request: every metric family the metrics
+// reference (docs/reference/metrics.md) lists is already exported, at zero
+// (the fleet's size at 1, this instance).
+func TestBinaryFreshMetricsHaveEveryDocumentedFamily(t *testing.T) {
+	reference, err := os.ReadFile("../../docs/reference/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	families := regexp.MustCompile("(?m)^\\| `(quotagate_[a-z_]+)` \\|").FindAllStringSubmatch(string(readme), -1)
+	families := regexp.MustCompile("(?m)^\\| `(quotagate_[a-z_]+)` \\|").FindAllStringSubmatch(string(reference), -1)
 	if len(families) < 10 {
-		t.Fatalf("README lists %d metric families; the table was not found", len(families))
+		t.Fatalf("docs/reference/metrics.md lists %d metric families; the table was not found", len(families))
 	}
 	proc := startBinary(t, "../../config.yaml",
 		"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0")
@@ -143,18 +146,50 @@ func TestBinaryFreshMetricsHaveEveryReadmeFamily(t *testing.T) {
 			}
 		}
 	}
-	checkReadmeMetricLabels(t, string(readme), body)
+	checkDocumentedMetricLabels(t, readDocs(t), body)
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
 	}
 }
 
-// checkReadmeMetricLabels checks every mention of a metric with labels
-// anywhere in the README's prose, such as
+// readDocs returns README.md and every page under docs/, one after the
+// other.
+func readDocs(t *testing.T) string {
+	t.Helper()
+	var all strings.Builder
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(path, "../../"))
+		if d.IsDir() {
+			if rel != "../.." && rel != "docs" && !strings.HasPrefix(rel, "docs/") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if rel == "README.md" || strings.HasPrefix(rel, "docs/") && strings.HasSuffix(rel, ".md") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			all.Write(b)
+			all.WriteByte('\n')
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all.String()
+}
+
+// checkDocumentedMetricLabels checks every mention of a metric with labels
+// anywhere in the prose of the README and docs/, such as
 // quotagate_decisions_total{policy,result="shadow_denied"}: the family is
 // exported and its series carry each label named. (Values are not checked:
 // many appear only once traffic, a reload or a failure made them.)
-func checkReadmeMetricLabels(t *testing.T, readme, metrics string) {
+func checkDocumentedMetricLabels(t *testing.T, docs, metrics string) {
 	t.Helper()
 	labelsOf := map[string]map[string]bool{} // family -> label keys seen in its series
 	series := regexp.MustCompile(`(?m)^(quotagate_[a-z_]+?)(_bucket|_count|_sum)?\{([^}]*)\} `)
@@ -167,19 +202,19 @@ func checkReadmeMetricLabels(t *testing.T, readme, metrics string) {
 			labelsOf[m[1]][k] = true
 		}
 	}
-	mentions := regexp.MustCompile("`(quotagate_[a-z_]+)\\{([^}`]*)\\}`").FindAllStringSubmatch(readme, -1)
+	mentions := regexp.MustCompile("`(quotagate_[a-z_]+)\\{([^}`]*)\\}`").FindAllStringSubmatch(docs, -1)
 	if len(mentions) < 10 {
-		t.Fatalf("found %d metric mentions with labels in the README; the pattern no longer matches", len(mentions))
+		t.Fatalf("found %d metric mentions with labels in the docs; the pattern no longer matches", len(mentions))
 	}
 	for _, m := range mentions {
 		name, have := m[1], labelsOf[m[1]]
 		if have == nil {
-			t.Errorf("README mentions %s, which the gateway does not export with labels", m[0])
+			t.Errorf("the docs mention %s, which the gateway does not export with labels", m[0])
 			continue
 		}
 		for _, kv := range strings.Split(m[2], ",") {
 			if k, _, _ := strings.Cut(strings.TrimSpace(kv), "="); !have[k] {
-				t.Errorf("README mentions %s: %s has no label %q", m[0], name, k)
+				t.Errorf("the docs mention %s: %s has no label %q", m[0], name, k)
 			}
 		}
 	}

@@ -426,7 +426,8 @@ func selects(selector, labels map[string]string) bool {
 // checkMemoryEnv reports a GOMEMLIMIT or GOGC in c's env: under the
 // container's memory limit the gateway sets its own (90 % of the limit as
 // GOMEMLIMIT, leaving room for memory the Go runtime does not count, and
-// GOGC 200; README, "Sizing"), which either variable would take back. The
+// GOGC 200; docs/operations.md#container-memory-limit), which either
+// variable would take back. The
 // downward API can only pass the whole limit, which leaves no such room.
 func checkMemoryEnv(t *testing.T, c *corev1.Container) {
 	t.Helper()
