@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"unicode"
-
-	"github.com/quotagate/quotagate/config"
 )
 
 // root is the repository's root, relative to this package.
@@ -244,49 +242,5 @@ func TestReadmeIsShort(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "\n"); n > 300 {
 		t.Errorf("README.md has %d lines; keep it to 300 and move the rest into docs/", n)
-	}
-}
-
-// TestMarkedConfigsValidate: a yaml block right after the line
-// "<!-- doccheck: config -->" is a whole configuration, and it validates
-// as written (no environment variable applied).
-func TestMarkedConfigsValidate(t *testing.T) {
-	marked := 0
-	for _, page := range pages(t) {
-		b, err := os.ReadFile(filepath.Join(root, page))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(string(b), "\n")
-		for i, l := range lines {
-			if strings.TrimSpace(l) != "<!-- doccheck: config -->" {
-				continue
-			}
-			marked++
-			if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```yaml" {
-				t.Errorf("%s:%d: the marker is not followed by a ```yaml block", page, i+1)
-				continue
-			}
-			var block []string
-			end := -1
-			for j := i + 2; j < len(lines); j++ {
-				if strings.TrimSpace(lines[j]) == "```" {
-					end = j
-					break
-				}
-				block = append(block, lines[j])
-			}
-			if end < 0 {
-				t.Errorf("%s:%d: the yaml block never ends", page, i+2)
-				continue
-			}
-			noEnv := func(string) (string, bool) { return "", false }
-			if _, err := config.Parse([]byte(strings.Join(block, "\n")), noEnv); err != nil {
-				t.Errorf("%s:%d: the configuration does not validate:\n%v", page, i+2, err)
-			}
-		}
-	}
-	if marked == 0 {
-		t.Fatal("no configuration is marked <!-- doccheck: config -->; the LLM guide's should be")
 	}
 }
