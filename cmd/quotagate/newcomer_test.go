@@ -116,7 +116,8 @@ func TestBinaryNewcomerCommands(t *testing.T) {
 // TestBinaryFreshMetricsHaveEveryDocumentedFamily scrapes the shipped
 // gateway before its first request: every metric family the metrics
 // reference (docs/reference/metrics.md) lists is already exported, at zero
-// (the fleet's size at 1, this instance).
+// (the fleet's size at 1, this instance), and every quotagate family it
+// exports is in the reference.
 func TestBinaryFreshMetricsHaveEveryDocumentedFamily(t *testing.T) {
 	reference, err := os.ReadFile("../../docs/reference/metrics.md")
 	if err != nil {
@@ -144,6 +145,15 @@ func TestBinaryFreshMetricsHaveEveryDocumentedFamily(t *testing.T) {
 			if s[3] != want {
 				t.Errorf("%s%s%s = %s on a fresh gateway, want %s", name, s[1], s[2], s[3], want)
 			}
+		}
+	}
+	documented := map[string]bool{}
+	for _, f := range families {
+		documented[f[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (quotagate_[a-z_]+) `).FindAllStringSubmatch(body, -1) {
+		if !documented[m[1]] {
+			t.Errorf("%s: exported but not in docs/reference/metrics.md", m[1])
 		}
 	}
 	checkDocumentedMetricLabels(t, readDocs(t), body)
