@@ -158,19 +158,3 @@ func bearerToken(h string) (string, bool) {
 	return tok, tok != ""
 }
 
-// isLoopback reports whether addr, a listener's address, accepts only
-// connections from this host.
-func isLoopback(addr net.Addr) bool {
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		return a.IP.IsLoopback()
-	case *net.UnixAddr:
-		return true
-	}
-	host, _, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/quotagate/quotagate/internal/listenaddr"
 )
 
 // The admin listener's deadlines. Its requests have no body, so reading
@@ -44,7 +46,7 @@ func (g *Gateway) Serve(ctx context.Context, pub, admin net.Listener, adminHandl
 		IdleTimeout: s.IdleTimeout,
 		ErrorLog:    slog.NewLogLogger(g.opts.Logger.Handler(), slog.LevelDebug),
 	}
-	g.adminLoopback.Store(isLoopback(admin.Addr()))
+	g.adminLoopback.Store(listenaddr.Loopback(admin.Addr()))
 	// The console's history is sampled while the admin listener serves.
 	hctx, stopHistory := context.WithCancel(ctx)
 	historyDone := make(chan struct{})

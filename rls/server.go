@@ -25,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/internal/listenaddr"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -254,7 +255,7 @@ func (s *Server) Serve(ctx context.Context, grpcLn, httpLn net.Listener, drain t
 // rls.client_auth, and warns of a token sent in clear beyond loopback.
 func (s *Server) checkExposure(lns ...net.Listener) error {
 	for _, ln := range lns {
-		if ln == nil || loopbackAddr(ln.Addr()) {
+		if ln == nil || listenaddr.Loopback(ln.Addr()) {
 			continue
 		}
 		if !s.authSet {
