@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // Explanation is what the pipeline would apply to one request, without
@@ -140,7 +141,11 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 		ex.Settle = &SettleExplained{Max: cb.max, ReserveFrom: sources("json", strings.Join(append([]string{cb.reserveFrom.JSON}, cb.reserveFrom.JSONAliases...), " or "), "header", cb.reserveFrom.Header)}
 		if cb.settles {
 			ex.Settle.SettleFrom = sources("header", cb.settleFrom.Header, "json", cb.settleFrom.JSON, "sse", cb.settleFrom.SSE)
-			ex.Settle.Policies = cb.policies
+			for _, name := range cb.policies { // a concurrency policy holds a slot, never units
+				if cfg.Policies[name].Algorithm != ratelimit.Concurrency {
+					ex.Settle.Policies = append(ex.Settle.Policies, name)
+				}
+			}
 		}
 	}
 	ex.Caller = caller.Tenant

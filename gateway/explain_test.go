@@ -172,3 +172,37 @@ routes:
 		}
 	}
 }
+
+// TestExplainSettlesNoConcurrencyPolicy: a route's concurrency policy
+// holds a slot, never units, so explain does not list it among the
+// settled policies, as the settlement itself does not take it.
+func TestExplainSettlesNoConcurrencyPolicy(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+identity: {anonymous: {tier: anon}}
+tiers: {anon: {}}
+policies:
+  tokens: {limits: {"*": {rate: 1000, per: 1m, burst: 4000}}}
+  slots: {algorithm: concurrency, limits: {"*": {max: 4}}}
+upstreams: {llm: {url: "http://127.0.0.1:9"}}
+routes:
+  - name: chat
+    method: POST
+    path: /v1/chat
+    upstream: llm
+    policies: [tokens, slots]
+    cost: {reserve: 100, reserve_from: {json: max_tokens}, max: 4000, settle_from: {json: usage.total_tokens}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Settle == nil || strings.Join(ex.Settle.Policies, ",") != "tokens" {
+		t.Fatalf("settled policies %+v, want [tokens]", ex.Settle)
+	}
+	if ex.Reserve != 4000 || ex.ReserveWhy != "max" {
+		t.Errorf("a body-less POST reserves %d (%s), want max 4000", ex.Reserve, ex.ReserveWhy)
+	}
+}

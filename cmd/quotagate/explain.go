@@ -75,8 +75,11 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "cost:    %d (%s)\n", ex.Reserve, reserveWhy[ex.ReserveWhy])
 	}
 	if st := ex.Settle; st != nil {
-		if st.ReserveFrom != "" {
-			fmt.Fprintf(stdout, "reserve: from %s, at most %d; %d when nothing is to be read\n", st.ReserveFrom, st.Max, ex.Cost)
+		switch {
+		case strings.HasPrefix(st.ReserveFrom, "json"):
+			fmt.Fprintf(stdout, "reserve: from %s, at most %d; %d when the body does not state it (or there is none)\n", st.ReserveFrom, st.Max, st.Max)
+		case st.ReserveFrom != "":
+			fmt.Fprintf(stdout, "reserve: from %s, at most %d; %d when the request does not state it\n", st.ReserveFrom, st.Max, ex.Cost)
 		}
 		if st.SettleFrom != "" {
 			fmt.Fprintf(stdout, "settle:  %s from the response (%s)\n", strings.Join(st.Policies, ", "), st.SettleFrom)
