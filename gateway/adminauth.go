@@ -157,4 +157,3 @@ func bearerToken(h string) (string, bool) {
 	tok = strings.TrimLeft(tok, " ")
 	return tok, tok != ""
 }
-

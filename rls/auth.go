@@ -190,4 +190,3 @@ func (a *clientAuth) serverTLS(base *tls.Config, api string) *tls.Config {
 	}
 	return c
 }
-
