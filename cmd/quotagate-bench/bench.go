@@ -196,8 +196,8 @@ func (r *runner) openBench(ctx context.Context, rep *Report, contenders []string
 		for _, mix := range o.mixes {
 			for pi, pct := range o.openRates {
 				rate := capacity[mix] * pct / 100
-				for _, name := range roundOrder(contenders, round+pi) {
-					c := r.running[name]
+				for _, run := range openOrder(contenders, round+pi) {
+					c := r.running[run.name]
 					s, err := measure(ctx, r.e, c, r.up, round+1, loadSpec{
 						URL: c.base + requestURI, Conns: o.conns, Duration: o.duration,
 						Warmup: o.warmup, Mix: mix, Auth: r.auth, Rate: rate,
@@ -205,7 +205,7 @@ func (r *runner) openBench(ctx context.Context, rep *Report, contenders []string
 					if err != nil {
 						return fmt.Errorf("open round %d, keys %s, %g%%, %s: %w", round+1, mix, pct, c.name, err)
 					}
-					s.Percent = pct
+					s.Percent, s.PairOf = pct, run.pairOf
 					samples = append(samples, *s)
 					l := s.Load
 					fmt.Fprintf(r.progress, "open %d/%d keys=%-7s %3g%% %-21s offered %6.0f achieved %6.0f req/s  p99 %-8s unsent:%d other:%d  load %s\n",
@@ -219,6 +219,37 @@ func (r *runner) openBench(ctx context.Context, rep *Report, contenders []string
 	return nil
 }
 
+// openRun is one run of the open loop: a contender, or the bare proxy
+// run for the contender pairOf.
+type openRun struct{ name, pairOf string }
+
+// openOrder is the order of the open loop's runs at one rate in round
+// (from 0): the contenders other than the bare proxy in roundOrder's
+// order, each next to a run of the bare proxy of its own (before it in
+// even rounds, after it in odd ones), so that what a contender adds over
+// the bare proxy is read from two runs a few seconds apart on a machine
+// whose load moves by the minute. Without a bare contender it is
+// roundOrder's.
+func openOrder(contenders []string, round int) []openRun {
+	var out []openRun
+	others := slices.DeleteFunc(slices.Clone(contenders), func(c string) bool { return c == cBare })
+	for _, c := range roundOrder(others, round) {
+		if len(others) == len(contenders) {
+			out = append(out, openRun{name: c})
+			continue
+		}
+		pair := []openRun{{name: cBare, pairOf: c}, {name: c}}
+		if round%2 == 1 {
+			pair[0], pair[1] = pair[1], pair[0]
+		}
+		out = append(out, pair...)
+	}
+	if len(others) == 0 && len(contenders) > 0 {
+		out = append(out, openRun{name: cBare})
+	}
+	return out
+}
+
 // baselineNote explains the baseline comparison.
 const baselineNote = "main/base: each quotagate contender against its twin on -quotagate-baseline, run next to it in every round (the two take turns at going first); " +
 	"req/s main/base: the round's throughput ratio; cpu/req main/base: the ratio of CPU per request of quotagate + redis-server; " +
@@ -228,7 +259,8 @@ const baselineNote = "main/base: each quotagate contender against its twin on -q
 var openNotes = []string{
 	"open loop: requests are due at fixed intervals (offered rate = the percentage of the capacity line's req/s) and taken by the first of -c connections free; " +
 		"each latency runs from the request's due time, so a request that waits for a connection counts its wait (no coordinated omission)",
-	"+p50/+p99/+p99.9: the row's quantile minus the bare proxy's at the same key mix and rate, measured in the same round; negative when the two are within noise",
+	"+p50/+p99/+p99.9: the row's quantile minus that of the bare proxy's runs made next to this contender's (one per round, at the same key mix and rate), both pooled over the rounds; " +
+		"+p99 rounds: the same for each round alone; negative when the two are within noise. The bare row pools all its runs",
 	"achieved: answered requests / time from the first due time to the last answer; unsent: requests still due when the drain (half the run, at least 1 s, after its end) ran out, counted in the latency from due time to then; " +
 		"lag p99: how late requests went out after they were due (the load generator's own delay, or every connection busy); errors: transport errors and statuses other than 200 and 429",
 }

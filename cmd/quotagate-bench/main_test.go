@@ -164,7 +164,7 @@ func TestBaselineAndOpenEndToEnd(t *testing.T) {
 	}
 	for _, r := range rep.Open {
 		want := rep.Capacity[0].RPS * r.Percent / 100
-		if r.Offered < want*0.99 || r.Offered > want*1.01 || r.Requests == 0 || r.OK == 0 || r.AddedP99us == nil {
+		if r.Offered < want*0.99 || r.Offered > want*1.01 || r.Requests == 0 || r.OK == 0 || (r.AddedP99us == nil) != (r.Contender == cBare) {
 			t.Errorf("%s at %v%%: offered %v (want %v), requests %d, 200s %d, added p99 %v",
 				r.Contender, r.Percent, r.Offered, want, r.Requests, r.OK, r.AddedP99us)
 		}

@@ -49,6 +49,11 @@ func near(got, want time.Duration) bool {
 	return got <= want && float64(want-got) <= float64(want)/histSub
 }
 
+// nearUS reports whether a difference of two hist quantiles, in µs, is
+// want within the buckets' error (0.8% of the larger quantile, here at
+// most 5 ms).
+func nearUS(got, want float64) bool { return got > want-40 && got < want+40 }
+
 func TestScheduleDueTimes(t *testing.T) {
 	start := time.Unix(1700000000, 0)
 	s := newSchedule(start, 3, time.Second)
@@ -227,33 +232,51 @@ func TestRunLoadOpenOverHTTP(t *testing.T) {
 	}
 }
 
-func TestAggregateOpenAddsOverBare(t *testing.T) {
-	mk := func(c string, pct float64, round int, lat time.Duration, reqs uint64, load string) sample {
+func TestAggregateOpenAddsOverThePairedBareRuns(t *testing.T) {
+	mk := func(c, pairOf string, pct float64, round int, lat time.Duration, reqs uint64, load string) sample {
 		l := &loadResult{Elapsed: 2 * time.Second, Requests: reqs, OK: reqs, Offered: 100}
 		l.Latency.Record(lat)
 		l.Lag.Record(lat / 10)
-		return sample{Round: round, Mix: mixOne, Contender: c, Percent: pct, Load: l, LoadAvg: load, ContenderTicks: 2}
+		return sample{Round: round, Mix: mixOne, Contender: c, PairOf: pairOf, Percent: pct, Load: l, LoadAvg: load, ContenderTicks: 2}
 	}
+	ms := time.Millisecond
 	samples := []sample{
-		mk(cBare, 50, 1, time.Millisecond, 200, "1.0"),
-		mk(cQGLease, 50, 1, 3*time.Millisecond, 150, "1.5"),
-		mk(cQGLease, 25, 1, 2*time.Millisecond, 100, "2.0"),
+		// Round 1: bare next to quotagate at 1 ms, next to nginx at 5 ms
+		// (the machine got busy); quotagate 3 ms, nginx 5.5 ms.
+		mk(cBare, cQGLease, 50, 1, ms, 200, "1.0"), mk(cQGLease, "", 50, 1, 3*ms, 150, "1.5"),
+		mk(cNginx, "", 50, 1, 5500*time.Microsecond, 200, "3.0"), mk(cBare, cNginx, 50, 1, 5*ms, 200, "3.1"),
+		// Round 2: quotagate 4 ms over bare's 2 ms; nginx alone.
+		mk(cQGLease, "", 50, 2, 4*ms, 150, "1.2"), mk(cBare, cQGLease, 50, 2, 2*ms, 200, "1.1"),
+		mk(cNginx, "", 50, 2, ms, 200, "1.0"),
+		// 25 %: quotagate without any bare run.
+		mk(cQGLease, "", 25, 1, 2*ms, 100, "2.0"),
 	}
-	rows := aggregateOpen(samples, []string{mixOne}, []float64{25, 50}, []string{cBare, cQGLease})
-	if len(rows) != 3 {
-		t.Fatalf("%d rows, want 3: %+v", len(rows), rows)
+	rows := aggregateOpen(samples, []string{mixOne}, []float64{25, 50}, []string{cBare, cQGLease, cNginx})
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4: %+v", len(rows), rows)
 	}
 	if r := rows[0]; r.Percent != 25 || r.Contender != cQGLease || r.AddedP99us != nil {
 		t.Errorf("25%%: %+v; want quotagate-lease alone, no added latency without bare", r)
 	}
-	bare, qg := rows[1], rows[2]
-	if bare.Contender != cBare || *bare.AddedP99us != 0 {
-		t.Errorf("bare: %+v", bare)
+	bare, qg, nginx := rows[1], rows[2], rows[3]
+	if bare.Contender != cBare || bare.AddedP99us != nil || bare.Requests != 600 || len(bare.LoadRounds) != 3 {
+		t.Errorf("bare: %+v; want its three runs pooled, no added latency", bare)
 	}
-	if *qg.AddedP50us != 2000 || *qg.AddedP99us != 2000 || *qg.AddedP999us != 2000 || qg.P99us != 3000 {
-		t.Errorf("quotagate added %v/%v/%v, p99 %v; want +2000µs each, p99 3000", *qg.AddedP50us, *qg.AddedP99us, *qg.AddedP999us, qg.P99us)
+	// quotagate's runs pool to {3, 4} ms, its bare runs' to {1, 2} ms: the
+	// median of each is the lower one (p50: +2 ms) and the largest the
+	// higher (p99 and p99.9: +2 ms); per round +2 ms and +2 ms.
+	if !nearUS(*qg.AddedP50us, 2000) || *qg.AddedP99us != 2000 || *qg.AddedP999us != 2000 || qg.P99us != 4000 {
+		t.Errorf("quotagate added %v/%v/%v, p99 %v; want +2000µs each, p99 4000", *qg.AddedP50us, *qg.AddedP99us, *qg.AddedP999us, qg.P99us)
 	}
-	if qg.Offered != 100 || qg.Achieved != 75 || qg.LagP99us != 300 || qg.CPUus != 133.33 {
+	if len(qg.AddedP99Rounds) != 2 || qg.AddedP99Rounds[0] != 2000 || qg.AddedP99Rounds[1] != 2000 {
+		t.Errorf("quotagate per round %v, want [2000 2000]", qg.AddedP99Rounds)
+	}
+	// nginx is read against the bare run next to it only: 5.5 - 5 ms in
+	// round 1; round 2 has no bare run of its own.
+	if !nearUS(*nginx.AddedP50us, 500) || len(nginx.AddedP99Rounds) != 1 || nginx.AddedP99Rounds[0] != 500 {
+		t.Errorf("nginx added p50 %v, rounds %v; want +500µs, [500]", *nginx.AddedP50us, nginx.AddedP99Rounds)
+	}
+	if qg.Offered != 100 || qg.Achieved != 75 || qg.LagP99us != 400 || qg.CPUus != 133.33 {
 		t.Errorf("offered %v achieved %v lag %v cpu %v", qg.Offered, qg.Achieved, qg.LagP99us, qg.CPUus)
 	}
 	var b strings.Builder
@@ -261,9 +284,40 @@ func TestAggregateOpenAddsOverBare(t *testing.T) {
 	if err := writeOpen(&b, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"capacity: quotagate-lease keys=one 200 req/s", "190 200 210", "+2.00ms", "50%", "1.5"} {
+	for _, want := range []string{"capacity: quotagate-lease keys=one 200 req/s", "190 200 210", "+2.00ms +2.00ms", "+500µs", "50%", "1.5 1.2"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("open table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestOpenOrderPairsEachContenderWithABareRun(t *testing.T) {
+	name := func(rs []openRun) string {
+		var parts []string
+		for _, r := range rs {
+			if r.pairOf != "" {
+				parts = append(parts, r.name+"("+r.pairOf+")")
+			} else {
+				parts = append(parts, r.name)
+			}
+		}
+		return strings.Join(parts, " ")
+	}
+	cs := []string{cBare, cQGLease, cNginx}
+	for round, want := range []string{
+		"bare(quotagate-lease) quotagate-lease bare(nginx) nginx",
+		"nginx bare(nginx) quotagate-lease bare(quotagate-lease)",
+		"bare(quotagate-lease) quotagate-lease bare(nginx) nginx",
+		"nginx bare(nginx) quotagate-lease bare(quotagate-lease)",
+	} {
+		if got := name(openOrder(cs, round)); got != want {
+			t.Errorf("round %d: %s, want %s", round, got, want)
+		}
+	}
+	if got := name(openOrder([]string{cQGLease, cNginx}, 1)); got != "nginx quotagate-lease" {
+		t.Errorf("without bare: %s", got)
+	}
+	if got := name(openOrder([]string{cBare}, 0)); got != "bare" {
+		t.Errorf("bare alone: %s", got)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,11 +41,14 @@ type OpenRow struct {
 	P50us  float64 `json:"p50_us"`
 	P99us  float64 `json:"p99_us"`
 	P999us float64 `json:"p999_us"`
-	// Added quantiles: this row's minus the bare proxy's at the same key
-	// mix and rate (absent without a bare row).
-	AddedP50us  *float64 `json:"added_p50_us,omitempty"`
-	AddedP99us  *float64 `json:"added_p99_us,omitempty"`
-	AddedP999us *float64 `json:"added_p999_us,omitempty"`
+	// Added quantiles: this row's minus those of the bare proxy's runs
+	// made next to this contender's (pooled over the rounds); and the
+	// added p99 of each round alone. Absent for the bare row and without
+	// bare runs.
+	AddedP50us     *float64  `json:"added_p50_us,omitempty"`
+	AddedP99us     *float64  `json:"added_p99_us,omitempty"`
+	AddedP999us    *float64  `json:"added_p999_us,omitempty"`
+	AddedP99Rounds []float64 `json:"added_p99_us_rounds,omitempty"`
 	// LagP99us is the 99th percentile of how late requests were sent after
 	// they were due: the load generator's own delay when no connection was
 	// free or it did not get a core in time.
@@ -63,13 +67,14 @@ func aggregateOpen(samples []sample, mixes []string, percents []float64, contend
 	var rows []OpenRow
 	for _, mix := range mixes {
 		for _, pct := range percents {
-			first := len(rows)
 			for _, c := range contenders {
 				if r, ok := aggregateOpenOne(samples, mix, pct, c); ok {
+					if c != cBare {
+						setAdded(&r, samples)
+					}
 					rows = append(rows, r)
 				}
 			}
-			setAdded(rows[first:])
 		}
 	}
 	return rows
@@ -116,25 +121,49 @@ func aggregateOpenOne(samples []sample, mix string, pct float64, c string) (Open
 	return r, true
 }
 
-// setAdded fills the added latencies of rows (one mix and rate) over the
-// bare proxy's row, when there is one.
-func setAdded(rows []OpenRow) {
-	var bare *OpenRow
-	for i := range rows {
-		if rows[i].Contender == cBare {
-			bare = &rows[i]
+// setAdded fills r's added latencies over the bare proxy's runs paired
+// with r's contender at r's mix and rate, from the rounds that have both:
+// pooled over those rounds, and the p99 of each.
+func setAdded(r *OpenRow, samples []sample) {
+	byRound := map[int][2]*loadResult{}
+	for i := range samples {
+		s := &samples[i]
+		if s.Mix != r.Keys || s.Percent != r.Percent || s.Load == nil {
+			continue
+		}
+		side := 0
+		switch {
+		case s.Contender == r.Contender:
+		case s.Contender == cBare && s.PairOf == r.Contender:
+			side = 1
+		default:
+			continue
+		}
+		p := byRound[s.Round]
+		p[side] = s.Load
+		byRound[s.Round] = p
+	}
+	var rounds []int
+	var mine, bare loadResult
+	for rd, p := range byRound {
+		if p[0] != nil && p[1] != nil {
+			rounds = append(rounds, rd)
+			mine.merge(p[0])
+			bare.merge(p[1])
 		}
 	}
-	if bare == nil {
+	if len(rounds) == 0 {
 		return
 	}
-	minus := func(a, b float64) *float64 {
-		v := round1(a - b)
+	minus := func(a, b *loadResult, q float64) *float64 {
+		v := round1(float64(a.Latency.Quantile(q)-b.Latency.Quantile(q)) / 1e3)
 		return &v
 	}
-	for i := range rows {
-		r := &rows[i]
-		r.AddedP50us, r.AddedP99us, r.AddedP999us = minus(r.P50us, bare.P50us), minus(r.P99us, bare.P99us), minus(r.P999us, bare.P999us)
+	r.AddedP50us, r.AddedP99us, r.AddedP999us = minus(&mine, &bare, 0.5), minus(&mine, &bare, 0.99), minus(&mine, &bare, 0.999)
+	slices.Sort(rounds)
+	for _, rd := range rounds {
+		p := byRound[rd]
+		r.AddedP99Rounds = append(r.AddedP99Rounds, *minus(p[0], p[1], 0.99))
 	}
 }
 
@@ -149,11 +178,15 @@ func writeOpen(w io.Writer, rep *Report) error {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "open loop: constant offered rate, latency from each request's due time; +p50/+p99/+p99.9: over the bare proxy at the same rate")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "keys\trate\tcontender\toffered\tachieved\tp50\tp99\tp99.9\t+p50\t+p99\t+p99.9\terrors\tunsent\tlag p99\tcpu µs/req\tredis µs/req\tload\t")
+	fmt.Fprintln(tw, "keys\trate\tcontender\toffered\tachieved\tp50\tp99\tp99.9\t+p50\t+p99\t+p99.9\t+p99 rounds\terrors\tunsent\tlag p99\tcpu µs/req\tredis µs/req\tload\t")
 	for _, r := range rep.Open {
-		fmt.Fprintf(tw, "%s\t%g%%\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.1f\t%s\t%s\t\n",
+		var rounds []string
+		for _, v := range r.AddedP99Rounds {
+			rounds = append(rounds, fmtAdded(&v))
+		}
+		fmt.Fprintf(tw, "%s\t%g%%\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.1f\t%s\t%s\t\n",
 			r.Keys, r.Percent, r.Contender, r.Offered, r.Achieved, fmtUS(r.P50us), fmtUS(r.P99us), fmtUS(r.P999us),
-			fmtAdded(r.AddedP50us), fmtAdded(r.AddedP99us), fmtAdded(r.AddedP999us),
+			fmtAdded(r.AddedP50us), fmtAdded(r.AddedP99us), fmtAdded(r.AddedP999us), strings.Join(rounds, " "),
 			r.Other+r.Errors, r.Unsent, fmtUS(r.LagP99us), r.CPUus, optF(r.RedisCPUus, "%.1f"), strings.Join(r.LoadRounds, " "))
 	}
 	if err := tw.Flush(); err != nil {

@@ -18,6 +18,9 @@ type sample struct {
 	// Percent is, in the open loop, the offered rate as a percentage of
 	// the reference's capacity; 0 in the closed loop.
 	Percent float64
+	// PairOf is, for an open-loop run of the bare proxy, the contender it
+	// was run next to; "" otherwise.
+	PairOf string
 	// LoadAvg is the machine's 1-minute load average when the run began.
 	LoadAvg string
 	Load    *loadResult
