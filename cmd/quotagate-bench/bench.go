@@ -65,7 +65,7 @@ func bench(ctx context.Context, o *options, command string, progress io.Writer) 
 		rep.Settings["open_rates"] = joinF(o.openRates, "%g") + " % of " + o.openRef + "'s closed-loop capacity"
 		rep.Settings["open_ref"] = o.openRef
 		rep.Settings["open_rounds"] = strconv.Itoa(o.openRounds)
-		if o.openRef == cBare || !slices.Contains(contenders, o.openRef) {
+		if !slices.Contains(contenders, o.openRef) {
 			return nil, fmt.Errorf("-open-ref: %s cannot run here", o.openRef)
 		}
 	}
@@ -191,6 +191,9 @@ func (r *runner) openBench(ctx context.Context, rep *Report, contenders []string
 		rep.Capacity = append(rep.Capacity, c)
 		capacity[row.Keys] = c.RPS
 	}
+	// The reference: the upstream itself, loaded directly, so that each
+	// contender's row says what putting it in front of the upstream adds.
+	r.running[cUpstream] = &contender{name: cUpstream, base: r.e.upstream, proc: r.up}
 	var samples []sample
 	for round := range o.openRounds {
 		for _, mix := range o.mixes {
@@ -219,33 +222,23 @@ func (r *runner) openBench(ctx context.Context, rep *Report, contenders []string
 	return nil
 }
 
-// openRun is one run of the open loop: a contender, or the bare proxy
-// run for the contender pairOf.
+// openRun is one run of the open loop: a contender, or the upstream
+// loaded directly for the contender pairOf.
 type openRun struct{ name, pairOf string }
 
 // openOrder is the order of the open loop's runs at one rate in round
-// (from 0): the contenders other than the bare proxy in roundOrder's
-// order, each next to a run of the bare proxy of its own (before it in
-// even rounds, after it in odd ones), so that what a contender adds over
-// the bare proxy is read from two runs a few seconds apart on a machine
-// whose load moves by the minute. Without a bare contender it is
-// roundOrder's.
+// (from 0): the contenders in roundOrder's order, each next to a run of
+// the upstream of its own (before it in even rounds, after it in odd
+// ones), so that what a contender adds over the upstream alone is read
+// from two runs seconds apart on a machine whose load moves by the minute.
 func openOrder(contenders []string, round int) []openRun {
 	var out []openRun
-	others := slices.DeleteFunc(slices.Clone(contenders), func(c string) bool { return c == cBare })
-	for _, c := range roundOrder(others, round) {
-		if len(others) == len(contenders) {
-			out = append(out, openRun{name: c})
-			continue
-		}
-		pair := []openRun{{name: cBare, pairOf: c}, {name: c}}
+	for _, c := range roundOrder(contenders, round) {
+		pair := []openRun{{name: cUpstream, pairOf: c}, {name: c}}
 		if round%2 == 1 {
 			pair[0], pair[1] = pair[1], pair[0]
 		}
 		out = append(out, pair...)
-	}
-	if len(others) == 0 && len(contenders) > 0 {
-		out = append(out, openRun{name: cBare})
 	}
 	return out
 }

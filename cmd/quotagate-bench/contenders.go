@@ -22,6 +22,9 @@ const (
 	cNginx     = "nginx"            // nginx limit_req
 	cTraefik   = "traefik"          // Traefik RateLimit middleware on Redis
 	requestURI = "/v1/items/42"
+	// cUpstream names the open loop's reference runs: the shared upstream
+	// loaded directly, not a contender.
+	cUpstream = "upstream"
 )
 
 var allContenders = []string{cBare, cEvalsha, cQGMemory, cQGRedis, cQGLease, cNginx, cTraefik}

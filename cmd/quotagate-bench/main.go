@@ -29,7 +29,8 @@
 // (-open-ref, by default quotagate-lease) on each key mix, -rounds runs,
 // their median; then every contender at -open-rates percent of it, each
 // request's latency taken from the time it was due, and reported as what
-// the contender adds over the bare proxy at the same rate:
+// the contender adds over the upstream alone (loaded directly, in a run
+// next to the contender's) at the same rate:
 //
 //	go run ./cmd/quotagate-bench -mode open [-open-rates 25,50,80] [-open-ref quotagate-lease] [-open-rounds 1] ...
 //

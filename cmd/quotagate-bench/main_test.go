@@ -159,12 +159,12 @@ func TestBaselineAndOpenEndToEnd(t *testing.T) {
 	if len(rep.Capacity) != 1 || rep.Capacity[0].Contender != cQGMemory || rep.Capacity[0].RPS <= 0 {
 		t.Fatalf("capacity %+v, want quotagate-memory's (-open-ref defaults to the first quotagate contender)", rep.Capacity)
 	}
-	if len(rep.Rows) != 1 || len(rep.Open) != 6 {
-		t.Fatalf("%d closed rows, %d open rows; want 1 (the capacity run) and 2 rates x 3 contenders", len(rep.Rows), len(rep.Open))
+	if len(rep.Rows) != 1 || len(rep.Open) != 8 || rep.Open[0].Contender != cUpstream {
+		t.Fatalf("%d closed rows, %d open rows; want 1 (the capacity run) and 2 rates x (the upstream + 3 contenders)", len(rep.Rows), len(rep.Open))
 	}
 	for _, r := range rep.Open {
 		want := rep.Capacity[0].RPS * r.Percent / 100
-		if r.Offered < want*0.99 || r.Offered > want*1.01 || r.Requests == 0 || r.OK == 0 || (r.AddedP99us == nil) != (r.Contender == cBare) {
+		if r.Offered < want*0.99 || r.Offered > want*1.01 || r.Requests == 0 || r.OK == 0 || (r.AddedP99us == nil) != (r.Contender == cUpstream) {
 			t.Errorf("%s at %v%%: offered %v (want %v), requests %d, 200s %d, added p99 %v",
 				r.Contender, r.Percent, r.Offered, want, r.Requests, r.OK, r.AddedP99us)
 		}

@@ -232,7 +232,7 @@ func TestRunLoadOpenOverHTTP(t *testing.T) {
 	}
 }
 
-func TestAggregateOpenAddsOverThePairedBareRuns(t *testing.T) {
+func TestAggregateOpenAddsOverThePairedUpstreamRuns(t *testing.T) {
 	mk := func(c, pairOf string, pct float64, round int, lat time.Duration, reqs uint64, load string) sample {
 		l := &loadResult{Elapsed: 2 * time.Second, Requests: reqs, OK: reqs, Offered: 100}
 		l.Latency.Record(lat)
@@ -241,28 +241,28 @@ func TestAggregateOpenAddsOverThePairedBareRuns(t *testing.T) {
 	}
 	ms := time.Millisecond
 	samples := []sample{
-		// Round 1: bare next to quotagate at 1 ms, next to nginx at 5 ms
+		// Round 1: the upstream next to quotagate at 1 ms, next to nginx at 5 ms
 		// (the machine got busy); quotagate 3 ms, nginx 5.5 ms.
-		mk(cBare, cQGLease, 50, 1, ms, 200, "1.0"), mk(cQGLease, "", 50, 1, 3*ms, 150, "1.5"),
-		mk(cNginx, "", 50, 1, 5500*time.Microsecond, 200, "3.0"), mk(cBare, cNginx, 50, 1, 5*ms, 200, "3.1"),
-		// Round 2: quotagate 4 ms over bare's 2 ms; nginx alone.
-		mk(cQGLease, "", 50, 2, 4*ms, 150, "1.2"), mk(cBare, cQGLease, 50, 2, 2*ms, 200, "1.1"),
+		mk(cUpstream, cQGLease, 50, 1, ms, 200, "1.0"), mk(cQGLease, "", 50, 1, 3*ms, 150, "1.5"),
+		mk(cNginx, "", 50, 1, 5500*time.Microsecond, 200, "3.0"), mk(cUpstream, cNginx, 50, 1, 5*ms, 200, "3.1"),
+		// Round 2: quotagate 4 ms over the upstream's 2 ms; nginx alone.
+		mk(cQGLease, "", 50, 2, 4*ms, 150, "1.2"), mk(cUpstream, cQGLease, 50, 2, 2*ms, 200, "1.1"),
 		mk(cNginx, "", 50, 2, ms, 200, "1.0"),
-		// 25 %: quotagate without any bare run.
+		// 25 %: quotagate without any upstream run.
 		mk(cQGLease, "", 25, 1, 2*ms, 100, "2.0"),
 	}
-	rows := aggregateOpen(samples, []string{mixOne}, []float64{25, 50}, []string{cBare, cQGLease, cNginx})
+	rows := aggregateOpen(samples, []string{mixOne}, []float64{25, 50}, []string{cQGLease, cNginx})
 	if len(rows) != 4 {
 		t.Fatalf("%d rows, want 4: %+v", len(rows), rows)
 	}
 	if r := rows[0]; r.Percent != 25 || r.Contender != cQGLease || r.AddedP99us != nil {
-		t.Errorf("25%%: %+v; want quotagate-lease alone, no added latency without bare", r)
+		t.Errorf("25%%: %+v; want quotagate-lease alone, no added latency without an upstream run", r)
 	}
-	bare, qg, nginx := rows[1], rows[2], rows[3]
-	if bare.Contender != cBare || bare.AddedP99us != nil || bare.Requests != 600 || len(bare.LoadRounds) != 3 {
-		t.Errorf("bare: %+v; want its three runs pooled, no added latency", bare)
+	up, qg, nginx := rows[1], rows[2], rows[3]
+	if up.Contender != cUpstream || up.AddedP99us != nil || up.Requests != 600 || len(up.LoadRounds) != 3 {
+		t.Errorf("upstream: %+v; want its three runs pooled first, no added latency", up)
 	}
-	// quotagate's runs pool to {3, 4} ms, its bare runs' to {1, 2} ms: the
+	// quotagate's runs pool to {3, 4} ms, its upstream runs' to {1, 2} ms: the
 	// median of each is the lower one (p50: +2 ms) and the largest the
 	// higher (p99 and p99.9: +2 ms); per round +2 ms and +2 ms.
 	if !nearUS(*qg.AddedP50us, 2000) || *qg.AddedP99us != 2000 || *qg.AddedP999us != 2000 || qg.P99us != 4000 {
@@ -271,8 +271,8 @@ func TestAggregateOpenAddsOverThePairedBareRuns(t *testing.T) {
 	if len(qg.AddedP99Rounds) != 2 || qg.AddedP99Rounds[0] != 2000 || qg.AddedP99Rounds[1] != 2000 {
 		t.Errorf("quotagate per round %v, want [2000 2000]", qg.AddedP99Rounds)
 	}
-	// nginx is read against the bare run next to it only: 5.5 - 5 ms in
-	// round 1; round 2 has no bare run of its own.
+	// nginx is read against the upstream run next to it only: 5.5 - 5 ms
+	// in round 1; round 2 has no upstream run of its own.
 	if !nearUS(*nginx.AddedP50us, 500) || len(nginx.AddedP99Rounds) != 1 || nginx.AddedP99Rounds[0] != 500 {
 		t.Errorf("nginx added p50 %v, rounds %v; want +500µs, [500]", *nginx.AddedP50us, nginx.AddedP99Rounds)
 	}
@@ -291,7 +291,7 @@ func TestAggregateOpenAddsOverThePairedBareRuns(t *testing.T) {
 	}
 }
 
-func TestOpenOrderPairsEachContenderWithABareRun(t *testing.T) {
+func TestOpenOrderPairsEachContenderWithAnUpstreamRun(t *testing.T) {
 	name := func(rs []openRun) string {
 		var parts []string
 		for _, r := range rs {
@@ -303,21 +303,14 @@ func TestOpenOrderPairsEachContenderWithABareRun(t *testing.T) {
 		}
 		return strings.Join(parts, " ")
 	}
-	cs := []string{cBare, cQGLease, cNginx}
+	cs := []string{cBare, cQGLease}
 	for round, want := range []string{
-		"bare(quotagate-lease) quotagate-lease bare(nginx) nginx",
-		"nginx bare(nginx) quotagate-lease bare(quotagate-lease)",
-		"bare(quotagate-lease) quotagate-lease bare(nginx) nginx",
-		"nginx bare(nginx) quotagate-lease bare(quotagate-lease)",
+		"upstream(bare) bare upstream(quotagate-lease) quotagate-lease",
+		"quotagate-lease upstream(quotagate-lease) bare upstream(bare)",
+		"upstream(bare) bare upstream(quotagate-lease) quotagate-lease",
 	} {
 		if got := name(openOrder(cs, round)); got != want {
 			t.Errorf("round %d: %s, want %s", round, got, want)
 		}
-	}
-	if got := name(openOrder([]string{cQGLease, cNginx}, 1)); got != "nginx quotagate-lease" {
-		t.Errorf("without bare: %s", got)
-	}
-	if got := name(openOrder([]string{cBare}, 0)); got != "bare" {
-		t.Errorf("bare alone: %s", got)
 	}
 }

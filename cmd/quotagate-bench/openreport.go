@@ -41,10 +41,9 @@ type OpenRow struct {
 	P50us  float64 `json:"p50_us"`
 	P99us  float64 `json:"p99_us"`
 	P999us float64 `json:"p999_us"`
-	// Added quantiles: this row's minus those of the bare proxy's runs
-	// made next to this contender's (pooled over the rounds); and the
-	// added p99 of each round alone. Absent for the bare row and without
-	// bare runs.
+	// Added quantiles: this row's minus those of the runs of the upstream
+	// alone made next to this contender's (pooled over the rounds); and
+	// the added p99 of each round alone. Absent for the upstream's row.
 	AddedP50us     *float64  `json:"added_p50_us,omitempty"`
 	AddedP99us     *float64  `json:"added_p99_us,omitempty"`
 	AddedP999us    *float64  `json:"added_p999_us,omitempty"`
@@ -61,15 +60,16 @@ type OpenRow struct {
 }
 
 // aggregateOpen sums the open-loop samples into one OpenRow per (mix,
-// percent, contender), in that order, with the added latencies over the
-// bare proxy's row of the same mix and percent.
+// percent, contender), in that order, the upstream's reference runs first,
+// with each contender's added latencies over the upstream runs made next
+// to it.
 func aggregateOpen(samples []sample, mixes []string, percents []float64, contenders []string) []OpenRow {
 	var rows []OpenRow
 	for _, mix := range mixes {
 		for _, pct := range percents {
-			for _, c := range contenders {
+			for _, c := range append([]string{cUpstream}, contenders...) {
 				if r, ok := aggregateOpenOne(samples, mix, pct, c); ok {
-					if c != cBare {
+					if c != cUpstream {
 						setAdded(&r, samples)
 					}
 					rows = append(rows, r)
@@ -121,7 +121,7 @@ func aggregateOpenOne(samples []sample, mix string, pct float64, c string) (Open
 	return r, true
 }
 
-// setAdded fills r's added latencies over the bare proxy's runs paired
+// setAdded fills r's added latencies over the upstream's runs paired
 // with r's contender at r's mix and rate, from the rounds that have both:
 // pooled over those rounds, and the p99 of each.
 func setAdded(r *OpenRow, samples []sample) {
@@ -134,7 +134,7 @@ func setAdded(r *OpenRow, samples []sample) {
 		side := 0
 		switch {
 		case s.Contender == r.Contender:
-		case s.Contender == cBare && s.PairOf == r.Contender:
+		case s.Contender == cUpstream && s.PairOf == r.Contender:
 			side = 1
 		default:
 			continue
@@ -144,12 +144,12 @@ func setAdded(r *OpenRow, samples []sample) {
 		byRound[s.Round] = p
 	}
 	var rounds []int
-	var mine, bare loadResult
+	var mine, up loadResult
 	for rd, p := range byRound {
 		if p[0] != nil && p[1] != nil {
 			rounds = append(rounds, rd)
 			mine.merge(p[0])
-			bare.merge(p[1])
+			up.merge(p[1])
 		}
 	}
 	if len(rounds) == 0 {
@@ -159,7 +159,7 @@ func setAdded(r *OpenRow, samples []sample) {
 		v := round1(float64(a.Latency.Quantile(q)-b.Latency.Quantile(q)) / 1e3)
 		return &v
 	}
-	r.AddedP50us, r.AddedP99us, r.AddedP999us = minus(&mine, &bare, 0.5), minus(&mine, &bare, 0.99), minus(&mine, &bare, 0.999)
+	r.AddedP50us, r.AddedP99us, r.AddedP999us = minus(&mine, &up, 0.5), minus(&mine, &up, 0.99), minus(&mine, &up, 0.999)
 	slices.Sort(rounds)
 	for _, rd := range rounds {
 		p := byRound[rd]
@@ -176,7 +176,7 @@ func writeOpen(w io.Writer, rep *Report) error {
 		fmt.Fprintf(w, "capacity: %s keys=%s %.0f req/s closed loop (median of rounds: %s)\n", c.Contender, c.Keys, c.RPS, joinF(c.RPSRounds, "%.0f"))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "open loop: constant offered rate, latency from each request's due time; +p50/+p99/+p99.9: over the bare proxy at the same rate")
+	fmt.Fprintln(w, "open loop: constant offered rate, latency from each request's due time; +p50/+p99/+p99.9: over the upstream alone at the same rate, run next to each contender")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "keys\trate\tcontender\toffered\tachieved\tp50\tp99\tp99.9\t+p50\t+p99\t+p99.9\t+p99 rounds\terrors\tunsent\tlag p99\tcpu µs/req\tredis µs/req\tload\t")
 	for _, r := range rep.Open {
