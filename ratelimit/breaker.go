@@ -420,3 +420,23 @@ func (b *Breaker) AllOpen() bool {
 
 // Close closes the store.
 func (b *Breaker) Close() error { return b.store.Close() }
+
+// Settle passes the settlements to the store below unless the breaker of
+// their failure domain is open (then it fails with ErrBreakerOpen, wrapped
+// in ErrUnavailable), and counts the outcome like a decision's.
+func (b *Breaker) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	its := make([]Item, len(items))
+	for i := range items {
+		its[i] = items[i].Item
+	}
+	c := b.cell(ctx, its)
+	ok, probe := b.admit(c)
+	if !ok {
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, ErrBreakerOpen)
+	}
+	applied, err := settleVia(ctx, b.store, id, items)
+	b.record(c, err, probe) // ErrNoSettle and ErrInvalid are neutral
+	return applied, err
+}
+
+var _ Settler = (*Breaker)(nil)

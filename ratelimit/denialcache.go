@@ -451,3 +451,17 @@ func (c *DenialCache) LocalDenials() uint64 { return c.local.Load() }
 
 // Close closes the store below.
 func (c *DenialCache) Close() error { return c.inner.Close() }
+
+// Settle passes the settlements to the store below (see Settler). A
+// settlement that gives units back (Delta < 0) forgets the key's
+// remembered denials first, so that the next decision asks the store.
+func (c *DenialCache) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	for i := range items {
+		if items[i].Delta < 0 {
+			c.Invalidate(items[i].Item.Key)
+		}
+	}
+	return settleVia(ctx, c.inner, id, items)
+}
+
+var _ Settler = (*DenialCache)(nil)

@@ -176,10 +176,10 @@ func (f *Fallback) slotsHeldUntil(until int64) {
 }
 
 // renewLocal renews the slots of items that the local shares hold (see
-// MemoryStore.renew; it never takes a slot back, so Lost lists every item
+// MemoryStore.RenewHeld; it never takes a slot back, so Lost lists every item
 // they do not hold), and raises slotsUntil to cover the slots it renewed.
 func (f *Fallback) renewLocal(ctx context.Context, items []Item) (Renewal, error) {
-	r, err := f.local.renew(ctx, items, false)
+	r, err := f.local.RenewHeld(ctx, items)
 	if err != nil {
 		return r, err
 	}
@@ -229,3 +229,12 @@ func LocalShare(l Limit, alg Algorithm, fleet, cost int64) Limit {
 func (f *Fallback) Close() error {
 	return errors.Join(f.inner.Close(), f.local.Close())
 }
+
+// Settle passes the settlements to the store below. Unlike Decide it has no
+// failure mode to fall back to: an error of the store is returned, and the
+// caller may retry with the same id (see Settler).
+func (f *Fallback) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	return settleVia(ctx, f.inner, id, items)
+}
+
+var _ Settler = (*Fallback)(nil)

@@ -565,3 +565,14 @@ func (s *LeaseStore) Close() error {
 	_, _ = s.sweep(ctx, true)
 	return s.inner.Close()
 }
+
+// Settle settles on the store below, on the key itself: the units of this
+// instance's block (which were taken from the key when it was reserved)
+// are left as they are, so a refund adds to the key what the request did
+// not use, and a charge takes what it used beyond its reservation, whether
+// the reservation came from a block or from the key.
+func (s *LeaseStore) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	return settleVia(ctx, s.inner, id, items)
+}
+
+var _ Settler = (*LeaseStore)(nil)

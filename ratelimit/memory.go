@@ -385,6 +385,14 @@ func (s *MemoryStore) RenewReport(ctx context.Context, items []Item) (Renewal, e
 	return s.renew(ctx, items, true)
 }
 
+// RenewHeld renews the slots of items that s still holds, as Renew does,
+// but never takes one back: a slot no longer held is lost, room or not (for
+// the local shares of a Stack, which renew slots held in its backend as
+// well). Lost lists, in increasing order, every item not renewed.
+func (s *MemoryStore) RenewHeld(ctx context.Context, items []Item) (Renewal, error) {
+	return s.renew(ctx, items, false)
+}
+
 // renew is RenewReport; without retake a slot no longer held is lost,
 // room or not (for the local shares of a Stack, which renew slots held in
 // its backend as well).

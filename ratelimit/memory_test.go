@@ -165,3 +165,21 @@ func TestMemoryStoreKeyChangesAlgorithm(t *testing.T) {
 		t.Fatalf("token bucket on a key last used by a fixed window: %+v, %v; want 2 remaining", d, err)
 	}
 }
+
+// TestMemorySettleIdForgottenAfterWindow: an id is remembered for
+// SettleWindow on the store's clock, then applies again.
+func TestMemorySettleIdForgottenAfterWindow(t *testing.T) {
+	clock := storetest.NewClock(t0)
+	s := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	it := ratelimit.Item{Key: "k", Algorithm: ratelimit.FixedWindow, Limit: ratelimit.Limit{Rate: 100, Per: time.Hour}}
+	ss := []ratelimit.Settlement{{Item: it, Delta: 1}}
+	for i, c := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {0, false}, {ratelimit.SettleWindow - time.Microsecond, false}, {ratelimit.SettleWindow, true}} {
+		clock.Set(t0.Add(c.after))
+		if got, err := s.Settle(context.Background(), "id", ss); err != nil || got != c.want {
+			t.Errorf("call %d at +%v: applied = %v, %v; want %v", i, c.after, got, err, c.want)
+		}
+	}
+}

@@ -64,3 +64,9 @@ func intersectSorted(a, b []int) []int {
 	}
 	return both
 }
+
+// Slots releases and renews concurrency slots: a SlotStore, or a Stack.
+type Slots interface {
+	Release(ctx context.Context, items []Item) error
+	Renew(ctx context.Context, items []Item) (lost []int, err error)
+}

@@ -294,7 +294,7 @@ func TestStackBreakerOpenWithoutLocalSlots(t *testing.T) {
 		Now: func() time.Time { reads.Add(1); return clock.Now() }})
 	defer s.Close()
 	ctx := context.Background()
-	slot := slotItem("{t}s", "a", 1, ratelimit.OnErrorLocal)
+	slot := storetest.SlotItem("{t}s", "a", 1, ratelimit.OnErrorLocal)
 	if d, err := backend.Decide(ctx, []ratelimit.Item{slot}); err != nil || !d.Allowed {
 		t.Fatalf("backend: %+v, %v", d, err)
 	}
@@ -353,8 +353,8 @@ func TestStackForgetsExpiredLocalSlots(t *testing.T) {
 	// All slots are held 30 s without a renewal. remote is the backend's;
 	// local is taken on the local share while the backend fails, and x
 	// fills local's key in the backend, which thus cannot take it back.
-	remote := slotItem("{t}s", "remote", 1, ratelimit.OnErrorLocal)
-	local, x := slotItem("{t}l", "local", 1, ratelimit.OnErrorLocal), slotItem("{t}l", "x", 1, ratelimit.OnErrorLocal)
+	remote := storetest.SlotItem("{t}s", "remote", 1, ratelimit.OnErrorLocal)
+	local, x := storetest.SlotItem("{t}l", "local", 1, ratelimit.OnErrorLocal), storetest.SlotItem("{t}l", "x", 1, ratelimit.OnErrorLocal)
 	if d, err := backend.Decide(ctx, []ratelimit.Item{remote, x}); err != nil || !d.Allowed {
 		t.Fatalf("backend: %+v, %v", d, err)
 	}
@@ -424,7 +424,7 @@ func TestStackLocalSlotsBeforeEpoch(t *testing.T) {
 	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Now: clock.Now, DenialCacheSize: -1})
 	defer s.Close()
 	ctx := context.Background()
-	a, b := slotItem("{t}s", "a", 1, ratelimit.OnErrorLocal), slotItem("{t}s", "b", 1, ratelimit.OnErrorLocal)
+	a, b := storetest.SlotItem("{t}s", "a", 1, ratelimit.OnErrorLocal), storetest.SlotItem("{t}s", "b", 1, ratelimit.OnErrorLocal)
 	if d, err := s.Decide(ctx, []ratelimit.Item{a}); err != nil || !d.Allowed {
 		t.Fatalf("a: %+v, %v", d, err)
 	}
@@ -462,7 +462,7 @@ func TestStackLocalSlotsReleasedUnderRace(t *testing.T) {
 				if i%10 == 0 {
 					clock.Add(25 * time.Millisecond) // every slot held now expires
 				}
-				it := slotItem(fmt.Sprintf("{t}%d", g), fmt.Sprint(i), 1, ratelimit.OnErrorLocal)
+				it := storetest.SlotItem(fmt.Sprintf("{t}%d", g), fmt.Sprint(i), 1, ratelimit.OnErrorLocal)
 				it.Limit.Per = 20 * time.Millisecond
 				if d, err := s.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 					denied.Add(1)
@@ -478,5 +478,37 @@ func TestStackLocalSlotsReleasedUnderRace(t *testing.T) {
 	wg.Wait()
 	if n := denied.Load(); n != 0 {
 		t.Errorf("%d of 4000 slots were denied on a key whose one slot was released before", n)
+	}
+}
+
+// TestStackRenewLostInBothStores: a Stack reports a slot lost only when
+// the backend could not take it back and the local shares do not hold it,
+// so a slot taken on the local share while the backend was down is not
+// lost. The backend takes back the first slot it finds missing (local's,
+// while it has room), and only that: the second (gone's) finds it full.
+func TestStackRenewLostInBothStores(t *testing.T) {
+	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	inner := &flakyStore{}
+	inner.set(errDown)
+	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Now: clock.Now, Slots: backend})
+	defer s.Close()
+	defer backend.Close()
+	ctx := context.Background()
+	remote, local := storetest.SlotItem("{t}s", "remote", 2, ratelimit.OnErrorLocal), storetest.SlotItem("{t}s", "local", 2, ratelimit.OnErrorLocal)
+	if d, err := backend.Decide(ctx, []ratelimit.Item{remote}); err != nil || !d.Allowed {
+		t.Fatalf("remote: %+v, %v", d, err)
+	}
+	if d, err := s.Decide(ctx, []ratelimit.Item{local}); err != nil || !d.Allowed || d.Failure == nil {
+		t.Fatalf("local: %+v, %v; want admitted on the local share", d, err)
+	}
+	lost, err := s.Renew(ctx, []ratelimit.Item{remote, local, storetest.SlotItem("{t}s", "gone", 2, ratelimit.OnErrorLocal)})
+	if err != nil || !slices.Equal(lost, []int{2}) {
+		t.Errorf("lost %v, err %v; want [2]", lost, err)
+	}
+	peek := remote
+	peek.Cost, peek.Holder = 0, ""
+	if d, err := backend.Decide(ctx, []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 0 {
+		t.Errorf("backend after the renewal: %+v, %v; want full (remote and local)", d, err)
 	}
 }

@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// Slots releases and renews concurrency slots: a SlotStore, or a Stack.
-type Slots interface {
-	Release(ctx context.Context, items []Item) error
-	Renew(ctx context.Context, items []Item) (lost []int, err error)
-}
-
 // SlotKeeperOptions configure a SlotKeeper. Zero values take the defaults.
 type SlotKeeperOptions struct {
 	// Timeout bounds each release, and each round of renewals; 0 means 1s.

@@ -22,7 +22,7 @@ func TestSlotKeeperRenewsUntilRelease(t *testing.T) {
 	defer k.Close()
 	ctx := context.Background()
 
-	it := slotItem("{t}s", "h1", 1, ratelimit.OnErrorOpen) // Per 30s
+	it := storetest.SlotItem("{t}s", "h1", 1, ratelimit.OnErrorOpen) // Per 30s
 	if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 		t.Fatalf("take: %+v, %v", d, err)
 	}
@@ -30,7 +30,7 @@ func TestSlotKeeperRenewsUntilRelease(t *testing.T) {
 	if k.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", k.Len())
 	}
-	other := slotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)
+	other := storetest.SlotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)
 	for range 4 { // 80 s in steps of 20 s, each followed by a renewal
 		clock.Add(20 * time.Second)
 		if err := k.RenewAll(ctx); err != nil {
@@ -65,12 +65,12 @@ func TestSlotKeeperUnrenewedSlotExpires(t *testing.T) {
 	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
 	defer store.Close()
 	ctx := context.Background()
-	it := slotItem("{t}s", "h1", 1, ratelimit.OnErrorOpen)
+	it := storetest.SlotItem("{t}s", "h1", 1, ratelimit.OnErrorOpen)
 	if d, _ := store.Decide(ctx, []ratelimit.Item{it}); !d.Allowed {
 		t.Fatal("take denied")
 	}
 	clock.Add(30 * time.Second)
-	if d, _ := store.Decide(ctx, []ratelimit.Item{slotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)}); !d.Allowed {
+	if d, _ := store.Decide(ctx, []ratelimit.Item{storetest.SlotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)}); !d.Allowed {
 		t.Error("an unrenewed slot was still held after its Per")
 	}
 }
@@ -102,8 +102,8 @@ func TestSlotKeeperReportsLostSlotsOnce(t *testing.T) {
 	defer k.Close()
 	ctx := context.Background()
 
-	a1, a2 := slotItem("{a}s", "a1", 5, ratelimit.OnErrorOpen), slotItem("{a}t", "a2", 5, ratelimit.OnErrorOpen)
-	b1 := slotItem("{b}s", "b1", 5, ratelimit.OnErrorOpen)
+	a1, a2 := storetest.SlotItem("{a}s", "a1", 5, ratelimit.OnErrorOpen), storetest.SlotItem("{a}t", "a2", 5, ratelimit.OnErrorOpen)
+	b1 := storetest.SlotItem("{b}s", "b1", 5, ratelimit.OnErrorOpen)
 	for _, it := range []ratelimit.Item{a1, a2, b1} {
 		if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 			t.Fatalf("take %s: %+v, %v", it.Holder, d, err)
@@ -120,7 +120,7 @@ func TestSlotKeeperReportsLostSlotsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		it := slotItem("{a}t", fmt.Sprintf("other%d", i), 5, ratelimit.OnErrorOpen)
+		it := storetest.SlotItem("{a}t", fmt.Sprintf("other%d", i), 5, ratelimit.OnErrorOpen)
 		if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 			t.Fatalf("fill: %+v, %v", d, err)
 		}
@@ -141,38 +141,6 @@ func TestSlotKeeperReportsLostSlotsOnce(t *testing.T) {
 	ha.Release()
 	if items := <-released; len(items) != 1 || items[0].Holder != "a1" {
 		t.Errorf("released %+v, want a1 alone", items)
-	}
-}
-
-// TestStackRenewLostInBothStores: a Stack reports a slot lost only when
-// the backend could not take it back and the local shares do not hold it,
-// so a slot taken on the local share while the backend was down is not
-// lost. The backend takes back the first slot it finds missing (local's,
-// while it has room), and only that: the second (gone's) finds it full.
-func TestStackRenewLostInBothStores(t *testing.T) {
-	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
-	backend := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
-	inner := &flakyStore{}
-	inner.set(errDown)
-	s := ratelimit.NewStack(inner, ratelimit.StackOptions{Now: clock.Now, Slots: backend})
-	defer s.Close()
-	defer backend.Close()
-	ctx := context.Background()
-	remote, local := slotItem("{t}s", "remote", 2, ratelimit.OnErrorLocal), slotItem("{t}s", "local", 2, ratelimit.OnErrorLocal)
-	if d, err := backend.Decide(ctx, []ratelimit.Item{remote}); err != nil || !d.Allowed {
-		t.Fatalf("remote: %+v, %v", d, err)
-	}
-	if d, err := s.Decide(ctx, []ratelimit.Item{local}); err != nil || !d.Allowed || d.Failure == nil {
-		t.Fatalf("local: %+v, %v; want admitted on the local share", d, err)
-	}
-	lost, err := s.Renew(ctx, []ratelimit.Item{remote, local, slotItem("{t}s", "gone", 2, ratelimit.OnErrorLocal)})
-	if err != nil || !slices.Equal(lost, []int{2}) {
-		t.Errorf("lost %v, err %v; want [2]", lost, err)
-	}
-	peek := remote
-	peek.Cost, peek.Holder = 0, ""
-	if d, err := backend.Decide(ctx, []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 0 {
-		t.Errorf("backend after the renewal: %+v, %v; want full (remote and local)", d, err)
 	}
 }
 
@@ -206,7 +174,7 @@ func TestSlotKeeperGathersReleases(t *testing.T) {
 	g := &gatedSlots{Slots: store, entered: make(chan []string, 4), gate: make(chan struct{})}
 	var held []*ratelimit.Held
 	for _, h := range []string{"a", "b", "c", "d"} {
-		it := slotItem("{t}s", h, 5, ratelimit.OnErrorOpen)
+		it := storetest.SlotItem("{t}s", h, 5, ratelimit.OnErrorOpen)
 		if d, err := store.Decide(context.Background(), []ratelimit.Item{it}); err != nil || !d.Allowed {
 			t.Fatalf("take %s: %+v, %v", h, d, err)
 		}
@@ -235,7 +203,7 @@ func TestSlotKeeperGathersReleases(t *testing.T) {
 	}
 	g.gate <- struct{}{}
 	k.Wait()
-	peek := slotItem("{t}s", "", 5, ratelimit.OnErrorOpen)
+	peek := storetest.SlotItem("{t}s", "", 5, ratelimit.OnErrorOpen)
 	peek.Cost = 0
 	if d, err := store.Decide(context.Background(), []ratelimit.Item{peek}); err != nil || d.Results[0].Remaining != 5 {
 		t.Errorf("after the releases: %+v, %v; want 5 slots free", d, err)
@@ -269,7 +237,7 @@ func TestSlotKeeperReleaseDuringRenewal(t *testing.T) {
 	k := ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{Lost: func(l []ratelimit.LostSlot) { lost = append(lost, l) }})
 	defer k.Close()
 	ctx := context.Background()
-	a, b := slotItem("{a}s", "a", 2, ratelimit.OnErrorOpen), slotItem("{a}s", "b", 2, ratelimit.OnErrorOpen)
+	a, b := storetest.SlotItem("{a}s", "a", 2, ratelimit.OnErrorOpen), storetest.SlotItem("{a}s", "b", 2, ratelimit.OnErrorOpen)
 	for _, it := range []ratelimit.Item{a, b} {
 		if d, err := store.Decide(ctx, []ratelimit.Item{it}); err != nil || !d.Allowed {
 			t.Fatalf("take %s: %+v, %v", it.Holder, d, err)
@@ -306,7 +274,7 @@ func TestSlotKeeperReportsRetakenSlots(t *testing.T) {
 	})
 	defer k.Close()
 	ctx := context.Background()
-	a1, a2 := slotItem("{a}s", "a1", 5, ratelimit.OnErrorOpen), slotItem("{a}t", "a2", 5, ratelimit.OnErrorOpen)
+	a1, a2 := storetest.SlotItem("{a}s", "a1", 5, ratelimit.OnErrorOpen), storetest.SlotItem("{a}t", "a2", 5, ratelimit.OnErrorOpen)
 	if d, err := store.Decide(ctx, []ratelimit.Item{a1, a2}); err != nil || !d.Allowed {
 		t.Fatalf("take: %+v, %v", d, err)
 	}
@@ -327,7 +295,7 @@ func TestSlotKeeperReportsRetakenSlots(t *testing.T) {
 	}
 	// Request b's slot is gone from the start (as if dropped by a
 	// failover), in a key of its own.
-	k.Hold(store, []ratelimit.Item{slotItem("{b}s", "b1", 5, ratelimit.OnErrorOpen)}, true, "request b")
+	k.Hold(store, []ratelimit.Item{storetest.SlotItem("{b}s", "b1", 5, ratelimit.OnErrorOpen)}, true, "request b")
 	clock.Add(20 * time.Second)
 	if err := k.RenewAll(ctx); err != nil {
 		t.Fatal(err)

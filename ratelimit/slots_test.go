@@ -9,11 +9,6 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
-func slotItem(key, holder string, max int64, mode ratelimit.OnError) ratelimit.Item {
-	return ratelimit.Item{Key: key, Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: max, Per: 30 * time.Second},
-		Cost: 1, Holder: holder, OnError: mode}
-}
-
 // TestStackSlotDenialsAreNeverRemembered: a slot frees whenever its request
 // ends, so a Stack answers the next request from the store, not from the
 // denial it just made; a batch that a rate item denied is remembered under
@@ -24,7 +19,7 @@ func TestStackSlotDenialsAreNeverRemembered(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 
-	h1, h2 := slotItem("{t}s", "h1", 1, ratelimit.OnErrorOpen), slotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)
+	h1, h2 := storetest.SlotItem("{t}s", "h1", 1, ratelimit.OnErrorOpen), storetest.SlotItem("{t}s", "h2", 1, ratelimit.OnErrorOpen)
 	if d, err := s.Decide(ctx, []ratelimit.Item{h1}); err != nil || !d.Allowed {
 		t.Fatalf("h1: %+v, %v", d, err)
 	}
@@ -45,7 +40,7 @@ func TestStackSlotDenialsAreNeverRemembered(t *testing.T) {
 	if d, _ := s.Decide(ctx, []ratelimit.Item{rate}); !d.Allowed {
 		t.Fatal("spending the rate item was denied")
 	}
-	h3 := slotItem("{t}s", "h3", 1, ratelimit.OnErrorOpen)
+	h3 := storetest.SlotItem("{t}s", "h3", 1, ratelimit.OnErrorOpen)
 	for i := range 2 {
 		if d, _ := s.Decide(ctx, []ratelimit.Item{rate, h3}); d.Allowed {
 			t.Fatalf("call %d: a spent rate item admitted", i)
@@ -68,7 +63,7 @@ func TestStackSlotsFallBackToLocalShare(t *testing.T) {
 	ctx := context.Background()
 	var held []ratelimit.Item
 	for i, want := range []bool{true, true, true, false} {
-		it := slotItem("{t}s", string(rune('a'+i)), 5, ratelimit.OnErrorLocal)
+		it := storetest.SlotItem("{t}s", string(rune('a'+i)), 5, ratelimit.OnErrorLocal)
 		d, err := s.Decide(ctx, []ratelimit.Item{it})
 		if err != nil || d.Failure == nil || d.Allowed != want || d.Results[0].Fallback != ratelimit.OnErrorLocal {
 			t.Fatalf("request %d: %+v, %v; want allowed=%v on the local share", i, d, err, want)
@@ -80,7 +75,7 @@ func TestStackSlotsFallBackToLocalShare(t *testing.T) {
 	if err := s.Release(ctx, held[:1]); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if d, _ := s.Decide(ctx, []ratelimit.Item{slotItem("{t}s", "z", 5, ratelimit.OnErrorLocal)}); !d.Allowed {
+	if d, _ := s.Decide(ctx, []ratelimit.Item{storetest.SlotItem("{t}s", "z", 5, ratelimit.OnErrorLocal)}); !d.Allowed {
 		t.Errorf("after a local release: %+v, want a slot", d)
 	}
 }

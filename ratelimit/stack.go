@@ -272,3 +272,13 @@ func (s *Stack) Close() error {
 	_ = s.fleet.Close()
 	return s.top.Close()
 }
+
+// Settle settles on the backend (see Settler): a refund also forgets the
+// key's remembered denials. Settlements apply to the backend only: units
+// reserved on a Fallback's local share (the backend was down) are not
+// settled.
+func (s *Stack) Settle(ctx context.Context, id string, items []Settlement) (bool, error) {
+	return s.top.Settle(ctx, id, items)
+}
+
+var _ Settler = (*Stack)(nil)

@@ -268,3 +268,10 @@ func testSlots(t *testing.T, newStore NewStore) {
 		}
 	})
 }
+
+// SlotItem is a Concurrency item of key for holder: at most max slots,
+// each held for 30s unless renewed, cost 1, with OnError mode.
+func SlotItem(key, holder string, max int64, mode ratelimit.OnError) ratelimit.Item {
+	return ratelimit.Item{Key: key, Algorithm: ratelimit.Concurrency, Limit: ratelimit.Limit{Max: max, Per: 30 * time.Second},
+		Cost: 1, Holder: holder, OnError: mode}
+}
