@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
 // validateRedisTLS checks store.redis.tls: its files exist, are readable
@@ -85,6 +85,6 @@ func readable(path string) error {
 }
 
 // Files is t as the store reads it.
-func (t RedisTLS) Files() ratelimit.RedisTLSFiles {
-	return ratelimit.RedisTLSFiles{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
+func (t RedisTLS) Files() redisstore.TLSFiles {
+	return redisstore.TLSFiles{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
 }

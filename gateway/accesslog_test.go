@@ -13,7 +13,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -27,8 +27,8 @@ func echoGateway(t testing.TB, o Options) *Gateway {
 		t.Fatal(err)
 	}
 	o.Transport = proxy.NewTransport(proxy.TransportOptions{})
-	o.OpenStore = func(c config.Store) (*ratelimit.Stack, error) {
-		return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
+	o.OpenStore = func(c config.Store) (*stack.Stack, error) {
+		return stack.New(nil, stack.Options{FleetSize: c.FleetSize}), nil
 	}
 	gw, err := New(cfg, o)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -128,7 +128,7 @@ const readyPingTimeout = 500 * time.Millisecond
 // storeDown returns why store cannot decide now ("store circuit open",
 // "store unreachable"), or "" when it answers a PING within
 // readyPingTimeout.
-func storeDown(ctx context.Context, store *ratelimit.Stack) string {
+func storeDown(ctx context.Context, store *stack.Stack) string {
 	if store.Health().AllDown {
 		return "store circuit open"
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 const adminToken = "adm-0123456789abcdef"
@@ -39,8 +39,8 @@ func adminGateway(t *testing.T, serverLines string) (*fixture, error) {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-		return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(c config.Store) (*stack.Stack, error) {
+		return stack.New(nil, stack.Options{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 	}})
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -44,8 +44,8 @@ func benchGateway(b testing.TB, keys int, opts ...func(*Options)) *Gateway {
 		b.Fatal(err)
 	}
 	o := Options{Transport: proxy.NewTransport(proxy.TransportOptions{}),
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
+		OpenStore: func(c config.Store) (*stack.Stack, error) {
+			return stack.New(nil, stack.Options{FleetSize: c.FleetSize}), nil
 		}}
 	for _, f := range opts {
 		f(&o)

@@ -13,7 +13,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/proxy"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -33,8 +33,8 @@ import (
 // QG_BENCH_REDIS set).
 func BenchmarkPipelineUpstream(b *testing.B) {
 	b.Run("memory", func(b *testing.B) {
-		benchPipelineUpstream(b, func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
+		benchPipelineUpstream(b, func(c config.Store) (*stack.Stack, error) {
+			return stack.New(nil, stack.Options{FleetSize: c.FleetSize}), nil
 		})
 	})
 	b.Run("redis", func(b *testing.B) {
@@ -44,14 +44,14 @@ func BenchmarkPipelineUpstream(b *testing.B) {
 		if addr == "" {
 			addr = redistest.StartStandalone(b).Addr
 		}
-		benchPipelineUpstream(b, func(c config.Store) (*ratelimit.Stack, error) {
+		benchPipelineUpstream(b, func(c config.Store) (*stack.Stack, error) {
 			c.Redis.Addrs, c.Redis.Timeout = []string{addr}, time.Second
 			return openRedisStack(c, "", nil), nil
 		})
 	})
 }
 
-func benchPipelineUpstream(b *testing.B, open func(config.Store) (*ratelimit.Stack, error)) {
+func benchPipelineUpstream(b *testing.B, open func(config.Store) (*stack.Stack, error)) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true}`)

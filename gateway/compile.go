@@ -8,6 +8,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -160,7 +161,7 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: ratelimit.LocalShare(lim, alg, fleet, cost), shareFleet: fleet, shareCost: cost,
+		limit: lim, share: stack.LocalShare(lim, alg, fleet, cost), shareFleet: fleet, shareCost: cost,
 	}
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, Auto: l.Auto, TTL: l.TTL, Instances: l.Instances}

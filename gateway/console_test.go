@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // TestConsoleAssetsAreSelfContained checks that the console's page and
@@ -109,13 +110,13 @@ func TestConsoleStateListsBreakersByPrimary(t *testing.T) {
 	}
 	// A breaker with one domain per key, over a store that fails key "b":
 	// two failures open domain b, domain a stays closed.
-	breaker := ratelimit.NewBreaker(downStore{down: "10.0.0.2:7001"}, ratelimit.BreakerOptions{
+	breaker := stack.NewBreaker(downStore{down: "10.0.0.2:7001"}, stack.BreakerOptions{
 		Failures: 2, Now: f.clock.Now, Partition: func(_ context.Context, items []ratelimit.Item) string { return items[0].Key }})
 	for _, key := range []string{"10.0.0.1:7000", "10.0.0.2:7001", "10.0.0.2:7001"} {
 		_, _ = breaker.Decide(context.Background(), []ratelimit.Item{{Key: key}})
 	}
-	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-		return ratelimit.NewStack(breaker, ratelimit.StackOptions{Breaker: breaker, Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, OpenStore: func(c config.Store) (*stack.Stack, error) {
+		return stack.New(breaker, stack.Options{Breaker: breaker, Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 	}})
 	if err != nil {
 		t.Fatal(err)

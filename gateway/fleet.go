@@ -1,6 +1,8 @@
 package gateway
 
-import "github.com/quotagate/quotagate/ratelimit"
+import (
+	"github.com/quotagate/quotagate/ratelimit/stack"
+)
 
 // shareView is the quota and window RateLimit-Policy advertises for bp
 // decided on its local share: the share of the fleet's size now, which the
@@ -10,5 +12,5 @@ func (g *Gateway) shareView(bp *boundPolicy) (quota, window int64) {
 	if n == bp.shareFleet {
 		return bp.shareQuota, bp.shareWindow
 	}
-	return advertised(ratelimit.LocalShare(bp.limit, bp.algorithm, n, bp.shareCost), bp.algorithm)
+	return advertised(stack.LocalShare(bp.limit, bp.algorithm, n, bp.shareCost), bp.algorithm)
 }

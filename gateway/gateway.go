@@ -24,6 +24,8 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/hotkeys"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 	"github.com/quotagate/quotagate/usage"
 )
@@ -31,7 +33,7 @@ import (
 // OpenStore builds the stage-2 decision stack for a store configuration
 // (see ratelimit.Stack). It is called at start and on every reload whose
 // store section changed; the gateway owns the stack it returns.
-type OpenStore func(cfg config.Store) (*ratelimit.Stack, error)
+type OpenStore func(cfg config.Store) (*stack.Stack, error)
 
 // Options are the parts of a Gateway that do not come from the config file.
 // Nil fields take the documented defaults.
@@ -75,7 +77,7 @@ type Gateway struct {
 	live     atomic.Pointer[pipeline]
 	logLimit *telemetry.LogLimiter
 	tracing  bool // a TracerProvider was given
-	hot      *ratelimit.HotKeys
+	hot      *hotkeys.Tracker
 	slots    *slotState
 	series   requestSeries // metric series that do not depend on the configuration
 	history  *history      // the console's samples of the metrics, while Serve runs (see recordHistory)
@@ -90,7 +92,7 @@ type Gateway struct {
 	storeCfg config.Store
 	// retiring holds the stacks replaced by a reload, each with the timer
 	// that closes it after the grace period; Close closes them at once.
-	retiring map[*ratelimit.Stack]*time.Timer
+	retiring map[*stack.Stack]*time.Timer
 	closed   bool
 	timers   sync.WaitGroup // retire callbacks not yet finished
 	// retiredDenials is the local denials of the stacks closed so far, so
@@ -110,10 +112,10 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 	logLimit := telemetry.NewLogLimiter(5, 10*time.Second, o.Now)
 	g := &Gateway{
 		tracing:    tracing,
-		hot:        ratelimit.NewHotKeys(ratelimit.HotKeysOptions{}),
+		hot:        hotkeys.New(hotkeys.Options{}),
 		opts:       o,
 		tracer:     o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway"),
-		retiring:   map[*ratelimit.Stack]*time.Timer{},
+		retiring:   map[*stack.Stack]*time.Timer{},
 		logLimit:   logLimit,
 		slots:      newSlotState(o.Logger, o.Metrics, logLimit),
 		series:     newRequestSeries(o.Metrics),
@@ -225,25 +227,25 @@ func (o *Options) fill() {
 			tracer: o.TracerProvider.Tracer("github.com/quotagate/quotagate/gateway")}
 	}
 	if o.OpenStore == nil {
-		o.OpenStore = func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: o.Now, FleetSize: c.FleetSize}), nil
+		o.OpenStore = func(c config.Store) (*stack.Stack, error) {
+			return stack.New(nil, stack.Options{Now: o.Now, FleetSize: c.FleetSize}), nil
 		}
 	}
 }
 
 // breakerGauge maps a breaker state to the value of the breaker gauge.
-func breakerGauge(s ratelimit.BreakerState) int64 {
+func breakerGauge(s stack.BreakerState) int64 {
 	switch s {
-	case ratelimit.BreakerOpen:
+	case stack.BreakerOpen:
 		return telemetry.BreakerOpen
-	case ratelimit.BreakerHalfOpen:
+	case stack.BreakerHalfOpen:
 		return telemetry.BreakerHalfOpen
 	}
 	return telemetry.BreakerClosed
 }
 
 // build compiles cfg into a pipeline with its handler chain.
-func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *ratelimit.Stack) (*pipeline, error) {
+func (g *Gateway) build(cfg *config.Config, prev *pipeline, store *stack.Stack) (*pipeline, error) {
 	p, err := buildPipeline(cfg, prev, store, &g.opts, g)
 	if err != nil {
 		return nil, err
@@ -319,7 +321,7 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 }
 
 // retire closes s after grace, unless Close closes it first. g.mu is held.
-func (g *Gateway) retire(s *ratelimit.Stack, grace time.Duration) {
+func (g *Gateway) retire(s *stack.Stack, grace time.Duration) {
 	g.timers.Add(1)
 	g.retiring[s] = time.AfterFunc(grace, func() {
 		defer g.timers.Done()

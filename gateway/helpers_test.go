@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -183,8 +183,8 @@ func newFixture(t *testing.T, base string) *fixture {
 	gw, err := New(cfg, Options{
 		Now:    f.clock.Now,
 		Getenv: testGetenv,
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+		OpenStore: func(c config.Store) (*stack.Stack, error) {
+			return stack.New(nil, stack.Options{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 		},
 	})
 	if err != nil {

@@ -8,7 +8,8 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
 	"github.com/quotagate/quotagate/proxy"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/local"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
 	"golang.org/x/time/rate"
 )
@@ -21,8 +22,8 @@ type pipeline struct {
 	table  *routes.Table
 	routes []*route // by routes.Match.Index
 	auth   *identity.Authenticator
-	tiers  map[string]*ratelimit.LocalSet // stage 1 per tier; absent = no stage 1
-	store  *ratelimit.Stack
+	tiers  map[string]*local.Set // stage 1 per tier; absent = no stage 1
+	store  *stack.Stack
 	// breakers are the upstream circuit breakers by upstream name.
 	breakers map[string]*proxy.Breaker
 	// shedders are the upstreams' priority shedders by upstream name.
@@ -32,7 +33,7 @@ type pipeline struct {
 	handler http.Handler
 	// quotaReads bounds how often each caller may read the quota endpoint,
 	// which costs a store call: see quotaReadRate.
-	quotaReads *ratelimit.LocalSet
+	quotaReads *local.Set
 	// readBudget is the gateway-wide budget of quota endpoint reads,
 	// set by quotaEndpoint (see quotaBudget).
 	readBudget *quotaBudget
@@ -56,13 +57,13 @@ func (p *pipeline) subjectID(subject string) routes.SubjectID {
 // are carried over so callers keep their state across a reload. gw
 // settles the reservations of the requests its proxies forward; nil for a
 // pipeline that serves nothing (Explain).
-func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o *Options, gw *Gateway) (*pipeline, error) {
+func buildPipeline(cfg *config.Config, prev *pipeline, store *stack.Stack, o *Options, gw *Gateway) (*pipeline, error) {
 	p := &pipeline{cfg: cfg, store: store, body: bodyLimits{max: cfg.Server.MaxBodyBytes,
 		timeout: cfg.Server.BodyReadTimeout, minRate: derefZero(cfg.Server.BodyMinRate)}}
 	if prev != nil && prev.quotaReads != nil {
 		p.quotaReads = prev.quotaReads
 	} else {
-		p.quotaReads = ratelimit.NewLocalSet(ratelimit.LocalOptions{Rate: quotaReadRate, Burst: quotaReadBurst, MaxLimiters: cfg.Server.MaxLocalCallers})
+		p.quotaReads = local.New(local.Options{Rate: quotaReadRate, Burst: quotaReadBurst, MaxLimiters: cfg.Server.MaxLocalCallers})
 	}
 
 	specs := make([]routes.Spec, len(cfg.Routes))
@@ -86,7 +87,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 		p.subjectIDs[s] = routes.NewSubjectID(s)
 	}
 
-	p.tiers = make(map[string]*ratelimit.LocalSet, len(cfg.Tiers))
+	p.tiers = make(map[string]*local.Set, len(cfg.Tiers))
 	for name, t := range cfg.Tiers {
 		if t.Local == nil {
 			continue
@@ -101,7 +102,7 @@ func buildPipeline(cfg *config.Config, prev *pipeline, store *ratelimit.Stack, o
 				}
 			}
 		}
-		p.tiers[name] = ratelimit.NewLocalSet(ratelimit.LocalOptions{Rate: lim, Burst: burst, MaxLimiters: cfg.Server.MaxLocalCallers})
+		p.tiers[name] = local.New(local.Options{Rate: lim, Burst: burst, MaxLimiters: cfg.Server.MaxLocalCallers})
 	}
 
 	if p.breakers, err = upstreamGuards(cfg, prev, o); err != nil {

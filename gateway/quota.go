@@ -13,6 +13,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/local"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -59,7 +60,7 @@ const (
 // and burst, as stage 1's sets are. The admin console's tenant lookups
 // spend it too (see readQuota).
 type quotaBudget struct {
-	set      *ratelimit.LocalSet
+	set      *local.Set
 	maxItems int
 	// cooldown is the Retry-After of a read refused while the store's
 	// breaker is not closed: its cooldown (1 s without one).
@@ -84,7 +85,7 @@ func newQuotaBudget(p, prev *pipeline) *quotaBudget {
 			return b
 		}
 	}
-	b.set = ratelimit.NewLocalSet(ratelimit.LocalOptions{Rate: lim, Burst: burst, MaxLimiters: 1, Shards: 1})
+	b.set = local.New(local.Options{Rate: lim, Burst: burst, MaxLimiters: 1, Shards: 1})
 	return b
 }
 

@@ -15,7 +15,9 @@ import (
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -49,10 +51,10 @@ func (s *itemStore) take() []int {
 }
 
 // memoryItems opens a memory stack whose backend records its batches.
-func memoryItems(rec **itemStore) func(now func() time.Time) *ratelimit.Stack {
-	return func(now func() time.Time) *ratelimit.Stack {
-		*rec = &itemStore{Store: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: now})}
-		return ratelimit.NewStack(*rec, ratelimit.StackOptions{Now: now, FleetSize: 1})
+func memoryItems(rec **itemStore) func(now func() time.Time) *stack.Stack {
+	return func(now func() time.Time) *stack.Stack {
+		*rec = &itemStore{Store: memstore.New(memstore.Options{Now: now})}
+		return stack.New(*rec, stack.Options{Now: now, FleetSize: 1})
 	}
 }
 
@@ -247,11 +249,11 @@ func TestQuotaReadTruncated(t *testing.T) {
 // breaker_open) until a decision's probe closes it.
 func TestQuotaReadsDoNotOpenTheBreaker(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	var stack *ratelimit.Stack
-	o := newQuotaFixtureWith(t, baseConfig, true, func(now func() time.Time) *ratelimit.Stack {
-		stack = redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 250 * time.Millisecond,
+	var stk *stack.Stack
+	o := newQuotaFixtureWith(t, baseConfig, true, func(now func() time.Time) *stack.Stack {
+		stk = redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 250 * time.Millisecond,
 			BreakerFailures: 2, BreakerCooldown: time.Hour, Now: now, FleetSize: 1, FleetStatic: true})
-		return stack
+		return stk
 	})
 	post := func() int { return o.do("POST", "/v1/transfers/1", bearer(enterpriseKey), nil).Code }
 	if c := post(); c != http.StatusOK {
@@ -266,12 +268,12 @@ func TestQuotaReadsDoNotOpenTheBreaker(t *testing.T) {
 			t.Fatalf("failed read %d: Retry-After %q, want 1", i, ra)
 		}
 	}
-	if st := stack.Health().Breaker; st != ratelimit.BreakerClosed {
+	if st := stk.Health().Breaker; st != stack.BreakerClosed {
 		t.Fatalf("after 5 failed reads: breaker %v, want closed", st)
 	}
 	srv.Resume()
 	if c := post(); c != http.StatusOK {
-		t.Fatalf("closed policy after the failed reads, Redis back: %d, want 200 (breaker %v)", c, stack.Health().Breaker)
+		t.Fatalf("closed policy after the failed reads, Redis back: %d, want 200 (breaker %v)", c, stk.Health().Breaker)
 	}
 
 	srv.Pause()
@@ -281,7 +283,7 @@ func TestQuotaReadsDoNotOpenTheBreaker(t *testing.T) {
 		}
 	}
 	srv.Resume()
-	if st := stack.Health().Breaker; st != ratelimit.BreakerOpen {
+	if st := stk.Health().Breaker; st != stack.BreakerOpen {
 		t.Fatalf("after 2 failed decisions: breaker %v, want open", st)
 	}
 	for range 3 {

@@ -9,13 +9,13 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
 // newQuotaFixture is newFixture on baseConfig with the store open returns.
-func newQuotaFixture(t *testing.T, open func(now func() time.Time) *ratelimit.Stack) *fixture {
+func newQuotaFixture(t *testing.T, open func(now func() time.Time) *stack.Stack) *fixture {
 	t.Helper()
 	return newQuotaFixtureWith(t, baseConfig, false, open).fixture
 }
@@ -23,7 +23,7 @@ func newQuotaFixture(t *testing.T, open func(now func() time.Time) *ratelimit.St
 // newQuotaFixtureWith is newQuotaFixture on the config base, recording
 // metrics when withMetrics is set (the observed fixture's metrics then
 // serve them; spans are not recorded).
-func newQuotaFixtureWith(t *testing.T, base string, withMetrics bool, open func(now func() time.Time) *ratelimit.Stack) *observed {
+func newQuotaFixtureWith(t *testing.T, base string, withMetrics bool, open func(now func() time.Time) *stack.Stack) *observed {
 	t.Helper()
 	f := &fixture{clock: newTestClock(), upstream: newUpstream(t)}
 	f.path = writeConfig(t, renderConfig(base, f.upstream.srv.URL, deadURL(t)))
@@ -33,7 +33,7 @@ func newQuotaFixtureWith(t *testing.T, base string, withMetrics bool, open func(
 	}
 	cfg.Store.Redis.KeyPrefix = "q" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	o := Options{Now: f.clock.Now, Getenv: testGetenv,
-		OpenStore: func(config.Store) (*ratelimit.Stack, error) { return open(f.clock.Now), nil }}
+		OpenStore: func(config.Store) (*stack.Stack, error) { return open(f.clock.Now), nil }}
 	obs := &observed{fixture: f}
 	if withMetrics {
 		tel, m := newTestMetrics(t)
@@ -119,15 +119,15 @@ func testQuotaMatchesLimits(t *testing.T, f *fixture, exact bool) {
 }
 
 func TestQuotaEndpointMemory(t *testing.T) {
-	f := newQuotaFixture(t, func(now func() time.Time) *ratelimit.Stack {
-		return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: now, FleetSize: 1})
+	f := newQuotaFixture(t, func(now func() time.Time) *stack.Stack {
+		return stack.New(nil, stack.Options{Now: now, FleetSize: 1})
 	})
 	testQuotaMatchesLimits(t, f, true)
 }
 
 func TestQuotaEndpointRedis(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	f := newQuotaFixture(t, func(now func() time.Time) *ratelimit.Stack {
+	f := newQuotaFixture(t, func(now func() time.Time) *stack.Stack {
 		return redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, Now: now, FleetSize: 1})
 	})
 	testQuotaMatchesLimits(t, f, false)
@@ -166,9 +166,9 @@ func TestQuotaEndpointCallers(t *testing.T) {
 func TestQuotaEndpointBoundsStoreCalls(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	var counted *storetest.CountingStore
-	f := newQuotaFixture(t, func(now func() time.Time) *ratelimit.Stack {
+	f := newQuotaFixture(t, func(now func() time.Time) *stack.Stack {
 		counted = &storetest.CountingStore{Store: redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, Now: now, FleetSize: 1})}
-		return ratelimit.NewStack(counted, ratelimit.StackOptions{Now: now, FleetSize: 1})
+		return stack.New(counted, stack.Options{Now: now, FleetSize: 1})
 	})
 	limited := 0
 	for i := 0; i < 200; i++ {
@@ -198,7 +198,7 @@ func TestQuotaEndpointBoundsStoreCalls(t *testing.T) {
 
 func TestQuotaEndpointCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	f := newQuotaFixture(t, func(now func() time.Time) *ratelimit.Stack {
+	f := newQuotaFixture(t, func(now func() time.Time) *stack.Stack {
 		return redisstore.Open(redisstore.Config{Addrs: c.Addrs(), Timeout: 5 * time.Second, Now: now, FleetSize: 1})
 	})
 	testQuotaMatchesLimits(t, f, false)

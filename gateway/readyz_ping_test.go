@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // probeTimeout is how long a Kubernetes probe waits by default.
@@ -21,7 +22,7 @@ const probeTimeout = time.Second
 func TestStoreDownPingBoundedBelowProbe(t *testing.T) {
 	var deadline time.Time
 	var had bool
-	store := ratelimit.NewStack(nil, ratelimit.StackOptions{Ping: func(ctx context.Context) error {
+	store := stack.New(nil, stack.Options{Ping: func(ctx context.Context) error {
 		deadline, had = ctx.Deadline()
 		<-ctx.Done()
 		return errors.Join(ratelimit.ErrUnavailable, ctx.Err())

@@ -11,8 +11,8 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // fallbackOnlyConfig is failureConfig with its closed policy in shadow
@@ -117,7 +117,7 @@ func TestReadyzClusterCircuitOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gw, err := New(cfg, Options{Now: f.clock.Now, OpenStore: func(s config.Store) (*ratelimit.Stack, error) {
+		gw, err := New(cfg, Options{Now: f.clock.Now, OpenStore: func(s config.Store) (*stack.Stack, error) {
 			r := s.Redis
 			// A static fleet: no heartbeat counts in a breaker of its own.
 			return redisstore.Open(redisstore.Config{Addrs: r.Addrs, PoolSize: r.PoolSize, Timeout: r.Timeout,

@@ -10,8 +10,8 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -63,7 +63,7 @@ func newMeteredRedisFixture(t *testing.T, srv *redistest.Server, yaml string, m 
 	gw, err := New(cfg, Options{
 		Now:       f.clock.Now,
 		Metrics:   m,
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
+		OpenStore: func(c config.Store) (*stack.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func newMeteredRedisFixture(t *testing.T, srv *redistest.Server, yaml string, m 
 
 // openRedisStack opens the Redis stack of c as cmd/quotagate does, with
 // password and the clock of the local shares.
-func openRedisStack(c config.Store, password string, now func() time.Time) *ratelimit.Stack {
+func openRedisStack(c config.Store, password string, now func() time.Time) *stack.Stack {
 	r := c.Redis
 	return redisstore.Open(redisstore.Config{Addrs: r.Addrs, Password: password, PoolSize: r.PoolSize, Timeout: r.Timeout,
 		BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, Now: now, FleetSize: c.FleetSize})

@@ -7,27 +7,28 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/proctest"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // closeCounter is a memory store that counts its Close calls.
 type closeCounter struct {
-	*ratelimit.MemoryStore
+	*memstore.Store
 	closes atomic.Int32
 }
 
 func (c *closeCounter) Close() error {
 	c.closes.Add(1)
-	return c.MemoryStore.Close()
+	return c.Store.Close()
 }
 
 // countingStores opens memory stacks and remembers their stores in order.
 type countingStores struct{ opened []*closeCounter }
 
-func (c *countingStores) open(cfg config.Store) (*ratelimit.Stack, error) {
-	s := &closeCounter{MemoryStore: ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})}
+func (c *countingStores) open(cfg config.Store) (*stack.Stack, error) {
+	s := &closeCounter{Store: memstore.New(memstore.Options{})}
 	c.opened = append(c.opened, s)
-	return ratelimit.NewStack(s, ratelimit.StackOptions{FleetSize: cfg.FleetSize}), nil
+	return stack.New(s, stack.Options{FleetSize: cfg.FleetSize}), nil
 }
 
 // A store that a reload replaced is closed by Close when its grace period

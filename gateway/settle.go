@@ -15,6 +15,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/headername"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 	"github.com/quotagate/quotagate/usage"
 )
@@ -101,7 +102,7 @@ func dropReserveTrailers(out *http.Request) {
 // read from the response, an upstream failure, or the end of the request
 // settles it (claim).
 type pendingSettle struct {
-	store *ratelimit.Stack
+	store *stack.Stack
 	items []ratelimit.Item
 	// at holds, per item, when the store decided its reservation (µs on
 	// the store's clock), so that a refund goes back to what it charged.
@@ -333,7 +334,7 @@ func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
 const settleTimeout = 2 * time.Second
 
 // settleOnce makes one settlement call and records its latency.
-func (g *Gateway) settleOnce(ctx context.Context, store *ratelimit.Stack, id string, ss []ratelimit.Settlement) error {
+func (g *Gateway) settleOnce(ctx context.Context, store *stack.Stack, id string, ss []ratelimit.Settlement) error {
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	start := time.Now()

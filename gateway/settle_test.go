@@ -19,8 +19,9 @@ import (
 	"github.com/quotagate/quotagate/internal/headername"
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -155,12 +156,12 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 	tel, m := newTestMetrics(t)
 	sf.obs = &observed{fixture: f, spans: exp, metrics: tel.Metrics}
 	gw, err := New(cfg, Options{Now: f.clock.Now, Metrics: m, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)),
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+		OpenStore: func(c config.Store) (*stack.Stack, error) {
 			r := c.Redis
 			client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: r.Addrs, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
 			store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: r.Timeout, Now: f.clock.Now})
-			br := ratelimit.NewBreaker(ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Now: f.clock.Now}), ratelimit.BreakerOptions{})
-			return ratelimit.NewStack(br, ratelimit.StackOptions{Breaker: br, Now: f.clock.Now}), nil
+			br := stack.NewBreaker(lease.New(store, lease.Options{Now: f.clock.Now}), stack.BreakerOptions{})
+			return stack.New(br, stack.Options{Breaker: br, Now: f.clock.Now}), nil
 		}})
 	if err != nil {
 		t.Fatal(err)

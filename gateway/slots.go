@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/slotkeeper"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -21,7 +23,7 @@ import (
 // after it: the keeper of the slots held, the queues of the requests
 // waiting, the holder names and the in-flight counts per policy.
 type slotState struct {
-	keeper *ratelimit.SlotKeeper
+	keeper *slotkeeper.Keeper
 	queues *slotQueues
 	// instance starts every holder name; seq numbers the requests.
 	instance string
@@ -44,7 +46,7 @@ func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics, logLimit *tel
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &slotState{queues: newSlotQueues(), instance: hex.EncodeToString(b[:])}
-	s.keeper = ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{
+	s.keeper = slotkeeper.New(slotkeeper.Options{
 		Released: func(items []ratelimit.Item) {
 			for _, it := range items {
 				s.queues.notify(it.Key)
@@ -58,8 +60,8 @@ func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics, logLimit *tel
 					slog.String("error", err.Error()), slog.Int("suppressed", suppressed))
 			}
 		},
-		Lost: func(lost []ratelimit.LostSlot) { s.lost(lost, logger, metrics) },
-		Retaken: func(retaken []ratelimit.LostSlot) {
+		Lost: func(lost []slotkeeper.LostSlot) { s.lost(lost, logger, metrics) },
+		Retaken: func(retaken []slotkeeper.LostSlot) {
 			for policy, n := range s.perPolicy(retaken) {
 				metrics.SlotsRetaken(context.Background(), policy, n)
 			}
@@ -73,7 +75,7 @@ func newSlotState(logger *slog.Logger, metrics *telemetry.Metrics, logLimit *tel
 // policy, logged once per policy and round at warn. Their requests run on,
 // since an upstream call cannot be cancelled safely half-way; the
 // capacity is already free, so requests waiting here for the key try again.
-func (s *slotState) lost(lost []ratelimit.LostSlot, logger *slog.Logger, metrics *telemetry.Metrics) {
+func (s *slotState) lost(lost []slotkeeper.LostSlot, logger *slog.Logger, metrics *telemetry.Metrics) {
 	ctx := context.Background()
 	for _, l := range lost {
 		s.queues.notify(l.Item.Key)
@@ -86,7 +88,7 @@ func (s *slotState) lost(lost []ratelimit.LostSlot, logger *slog.Logger, metrics
 }
 
 // perPolicy counts slots by the name of their concurrency policy.
-func (s *slotState) perPolicy(slots []ratelimit.LostSlot) map[string]int64 {
+func (s *slotState) perPolicy(slots []slotkeeper.LostSlot) map[string]int64 {
 	per := map[string]int64{}
 	for _, l := range slots {
 		if hs, ok := l.Owner.(*heldSlots); ok && l.Index < len(hs.policies) {
@@ -124,7 +126,7 @@ func (s *slotState) inflightOf(policy string) int64 {
 // heldSlots is what one admitted request holds until its response is done.
 // It owns its ratelimit.Held: policies[i] is the policy of its item i.
 type heldSlots struct {
-	held     *ratelimit.Held
+	held     *slotkeeper.Held
 	policies []*policySlots
 	since    time.Time
 	// Room for the one slot most requests hold, so that holding it
@@ -138,7 +140,7 @@ type heldSlots struct {
 // without deciding (on_store_error open). nil when there are none. inline
 // releases them in the request's goroutine: for the memory store, which
 // waits on no I/O.
-func (s *slotState) hold(store *ratelimit.Stack, inline bool, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
+func (s *slotState) hold(store *stack.Stack, inline bool, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision, now time.Time) *heldSlots {
 	took := func(i int) bool {
 		res := d.Results[i]
 		return items[i].Algorithm == ratelimit.Concurrency && res.Allowed &&

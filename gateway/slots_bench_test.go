@@ -6,7 +6,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // BenchmarkPipelineSlot is the admitted path of benchConfig's route with a
@@ -31,8 +31,8 @@ func BenchmarkPipelineSlot(b *testing.B) {
 				b.Fatal(err)
 			}
 			gw, err := New(cfg, Options{Transport: proxy.NewTransport(proxy.TransportOptions{}),
-				OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-					return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
+				OpenStore: func(c config.Store) (*stack.Stack, error) {
+					return stack.New(nil, stack.Options{FleetSize: c.FleetSize}), nil
 				}})
 			if err != nil {
 				b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -41,7 +42,7 @@ func newRedisSlotGateway(t *testing.T) *redisSlotGateway {
 	gw, err := New(cfg, Options{
 		Now: f.clock.Now, After: f.clock.After, Getenv: testGetenv, Metrics: m,
 		Logger:    slog.New(slog.NewJSONHandler(logs, nil)),
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
+		OpenStore: func(c config.Store) (*stack.Stack, error) { return openRedisStack(c, "", f.clock.Now), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +62,7 @@ func newRedisSlotGateway(t *testing.T) *redisSlotGateway {
 // doubles up to 250 ms, since the breaker's cooldown runs on real time;
 // no decision within 10 s is a missed deadline. Any other answer (an
 // error, or a failure that says the item is invalid) is a wrong one.
-func warmStore(t *testing.T, store *ratelimit.Stack) {
+func warmStore(t *testing.T, store *stack.Stack) {
 	t.Helper()
 	warm := []ratelimit.Item{{Key: "warm", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, OnError: ratelimit.OnErrorOpen}}
 	const wait = 10 * time.Second

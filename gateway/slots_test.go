@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // slotConfig has one concurrency policy per way of waiting: "inflight"
@@ -115,8 +115,8 @@ func newSlotFixtureWith(t *testing.T, o Options) *slotFixture {
 		t.Fatalf("config: %v", err)
 	}
 	o.Now, o.After, o.Getenv = f.clock.Now, f.clock.After, testGetenv
-	o.OpenStore = func(c config.Store) (*ratelimit.Stack, error) {
-		return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+	o.OpenStore = func(c config.Store) (*stack.Stack, error) {
+		return stack.New(nil, stack.Options{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 	}
 	gw, err := New(cfg, o)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // storeCheckTimeout bounds the PING of checkStore.
@@ -18,7 +18,7 @@ const storeCheckTimeout = time.Second
 // do until it answers: fail open (admit), closed (503) or local (this
 // instance's share of the limit). It runs at start and after every
 // reload; it changes nothing, since the gateway serves either way.
-func (g *Gateway) checkStore(cfg *config.Config, store *ratelimit.Stack) {
+func (g *Gateway) checkStore(cfg *config.Config, store *stack.Stack) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
 	defer cancel()
 	err := store.Ping(ctx)

@@ -14,7 +14,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/internal/syncbuf"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // records returns the JSON log records at level.
@@ -55,7 +55,7 @@ func newStoreFixture(t *testing.T, addr string, password *string, logs *syncbuf.
 	gw, err := New(cfg, Options{
 		Now:       f.clock.Now,
 		Logger:    slog.New(slog.NewJSONHandler(logs, nil)),
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) { return openRedisStack(c, *password, f.clock.Now), nil },
+		OpenStore: func(c config.Store) (*stack.Stack, error) { return openRedisStack(c, *password, f.clock.Now), nil },
 	})
 	if err != nil {
 		t.Fatal(err)

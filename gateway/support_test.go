@@ -14,7 +14,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -64,7 +65,7 @@ type supportFixture struct {
 	*observed
 	admin  http.Handler
 	log    *lockedLog
-	memory *ratelimit.MemoryStore // the stack's backend
+	memory *memstore.Store // the stack's backend
 }
 
 func newSupportFixture(t *testing.T, base string) *supportFixture {
@@ -80,9 +81,9 @@ func newSupportFixture(t *testing.T, base string) *supportFixture {
 	sf := &supportFixture{log: &lockedLog{}}
 	gw, err := New(cfg, Options{Now: f.clock.Now, Getenv: adminEnv, Metrics: m,
 		Logger: slog.New(slog.NewJSONHandler(sf.log, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-			sf.memory = ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: f.clock.Now})
-			return ratelimit.NewStack(sf.memory, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+		OpenStore: func(c config.Store) (*stack.Stack, error) {
+			sf.memory = memstore.New(memstore.Options{Now: f.clock.Now})
+			return stack.New(sf.memory, stack.Options{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 		}})
 	if err != nil {
 		t.Fatal(err)

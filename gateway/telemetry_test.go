@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotagate/quotagate/config"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -79,8 +79,8 @@ func newTracedFixture(t *testing.T, base string, dead *httptest.Server, newTP fu
 	gw, err := New(cfg, Options{
 		Now: f.clock.Now, Getenv: testGetenv, Metrics: m, TracerProvider: tp,
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
-			return ratelimit.NewStack(nil, ratelimit.StackOptions{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
+		OpenStore: func(c config.Store) (*stack.Stack, error) {
+			return stack.New(nil, stack.Options{Now: f.clock.Now, FleetSize: c.FleetSize}), nil
 		},
 	})
 	if err != nil {

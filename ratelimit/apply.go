@@ -43,7 +43,7 @@ func Apply(alg Algorithm, st *State, nowUS int64, cost int64, l Limit, consume b
 	case SlidingWindow:
 		return applySlidingWindow(st, nowUS, cost, l, consume)
 	case Concurrency:
-		return applySlots(st, nowUS, "", cost, l, consume)
+		return ApplySlots(st, nowUS, "", cost, l, consume)
 	default:
 		return applySlidingLog(st, nowUS, cost, l, consume)
 	}
@@ -79,7 +79,7 @@ func Refund(alg Algorithm, st *State, nowUS int64, cost int64, l Limit) State {
 	case SlidingWindow:
 		return refundSlidingWindow(st, nowUS, cost, l)
 	case Concurrency:
-		return releaseSlot(st, "")
+		return ReleaseSlot(st, "")
 	default:
 		return refundSlidingLog(st, cost, l)
 	}

@@ -124,7 +124,7 @@ func TestIntegerHelpers(t *testing.T) {
 		t.Errorf("micros saturates: %d", got)
 	}
 	for us, want := range map[int64]time.Duration{0: 0, -5: 0, 1: time.Millisecond, 1000: time.Millisecond, 1001: 2 * time.Millisecond} {
-		if got := ttlMillis(us); got != want {
+		if got := TTLMillis(us); got != want {
 			t.Errorf("ttlMillis(%d) = %v, want %v", us, got, want)
 		}
 	}

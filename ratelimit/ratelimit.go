@@ -242,7 +242,7 @@ type Lease struct {
 func (l Lease) Leased() bool { return l.MaxBlock > 0 || l.Auto }
 
 // check reports an invalid lease of an item of algorithm alg.
-func (l Lease) check(alg Algorithm) error {
+func (l Lease) Check(alg Algorithm) error {
 	switch {
 	case l.MaxBlock < 0:
 		return fmt.Errorf("%w: lease max block %d is negative", ErrInvalid, l.MaxBlock)
@@ -320,13 +320,13 @@ type Decision struct {
 func Summarize(items []Item, results []Result) Decision {
 	d := Decision{Allowed: true, Results: results}
 	for i := range results {
-		d.fold(results[i], items[i].Shadow)
+		d.Fold(results[i], items[i].Shadow)
 	}
 	return d
 }
 
 // fold adds an item's result to d (see Summarize); d must start Allowed.
-func (d *Decision) fold(r Result, shadow bool) {
+func (d *Decision) Fold(r Result, shadow bool) {
 	if !r.Allowed && !shadow {
 		d.Allowed = false
 		d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
@@ -406,6 +406,12 @@ var (
 	// configuration error, never a reason to deny a caller.
 	ErrInvalid = errors.New("ratelimit: invalid item")
 )
+
+// ErrBreakerOpen means a Breaker refused a Decide without calling its store,
+// because the store failed repeatedly just before. Errors carrying it also
+// wrap ErrUnavailable, so callers apply their failure policy as for any
+// unavailable store.
+var ErrBreakerOpen = errors.New("ratelimit: circuit breaker open")
 
 // FailureKind names why a Decide failed, for metrics and logs: "breaker_open"
 // (ErrBreakerOpen), "timeout" (context.DeadlineExceeded), "invalid"

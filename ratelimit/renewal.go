@@ -11,7 +11,7 @@ import (
 // and checks its reply (see Renewal.check). A reply that fails the check
 // is s's failure, wrapping ErrUnavailable (joined to s's own error, if
 // any), and reports nothing: no index of it can be trusted.
-func renewWith(ctx context.Context, s Slots, items []Item) (Renewal, error) {
+func RenewWith(ctx context.Context, s Slots, items []Item) (Renewal, error) {
 	var r Renewal
 	var err error
 	if rr, ok := s.(RenewReporter); ok {
@@ -40,7 +40,7 @@ func (r Renewal) check(n int) error {
 			}
 		}
 	}
-	if both := intersectSorted(r.Lost, r.Retaken); len(both) > 0 {
+	if both := IntersectSorted(r.Lost, r.Retaken); len(both) > 0 {
 		return fmt.Errorf("%w: a renewal of %d items reported index %d both lost and taken back", ErrUnavailable, n, both[0])
 	}
 	return nil
@@ -49,7 +49,7 @@ func (r Renewal) check(n int) error {
 // intersectSorted returns the values in both a and b, each strictly
 // increasing, in increasing order (nil when there are none: it allocates
 // only for a common value).
-func intersectSorted(a, b []int) []int {
+func IntersectSorted(a, b []int) []int {
 	var both []int
 	for i, j := 0, 0; i < len(a) && j < len(b); {
 		switch {

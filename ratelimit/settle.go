@@ -93,7 +93,7 @@ type Settler interface {
 var ErrNoSettle = errors.New("ratelimit: store cannot settle")
 
 // settleVia settles on s when it is a Settler.
-func settleVia(ctx context.Context, s Store, id string, items []Settlement) (bool, error) {
+func SettleVia(ctx context.Context, s Store, id string, items []Settlement) (bool, error) {
 	st, ok := s.(Settler)
 	if !ok {
 		return false, ErrNoSettle
@@ -146,7 +146,7 @@ func ValidateSettlement(s Settlement) error {
 }
 
 // validateSettle checks a Settle call's id and settlements.
-func validateSettle(id string, items []Settlement) error {
+func ValidateSettle(id string, items []Settlement) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty settlement id", ErrInvalid)
 	}

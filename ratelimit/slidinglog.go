@@ -57,7 +57,7 @@ func applySlidingLog(st *State, now, cost int64, l Limit, consume bool) (State, 
 	if n := len(entries); n > 0 {
 		newest := entries[n-1].At
 		res.ResetAfter = micros(newest + p - at)
-		ttl = ttlMillis(newest + p - now)
+		ttl = TTLMillis(newest + p - now)
 	}
 	return State{Per: p, Entries: entries}, res, ttl
 }

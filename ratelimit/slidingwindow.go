@@ -115,7 +115,7 @@ func applySlidingWindow(st *State, now, cost int64, l Limit, consume bool) (Stat
 		}
 	}
 	res.ResetAfter = micros(end)
-	return slidingState(p, n, k, c), res, ttlMillis(end)
+	return slidingState(p, n, k, c), res, TTLMillis(end)
 }
 
 // refundSlidingWindow is Refund for SlidingWindow: the cost comes off the

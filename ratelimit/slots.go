@@ -51,21 +51,21 @@ func (l Limit) validateSlots() error {
 // expires (at least 1 µs): the latest a slot frees itself, although a
 // release may free one sooner. ResetAfter is the time until the latest
 // expires. ttl covers the latest slot.
-func applySlots(st *State, nowUS int64, holder string, cost int64, l Limit, consume bool) (next State, r Result, ttl time.Duration) {
-	live := liveHolds(st, nowUS)
+func ApplySlots(st *State, nowUS int64, holder string, cost int64, l Limit, consume bool) (next State, r Result, ttl time.Duration) {
+	live := LiveHolds(st, nowUS)
 	r = Result{Limit: l.Max, Allowed: int64(len(live))+cost <= l.Max}
 	if r.Allowed && consume && cost > 0 {
 		live = append(slices.Clip(live), Hold{Holder: holder, Expires: nowUS + l.Per.Microseconds()})
 	}
 	r.Remaining = max(l.Max-int64(len(live)), 0)
-	first, last := holdSpan(live)
+	first, last := HoldSpan(live)
 	if !r.Allowed {
 		r.RetryAfter = micros(max(first-nowUS, 1))
 	}
 	if len(live) > 0 {
 		r.ResetAfter = micros(last - nowUS)
 		next = State{Per: l.Per.Microseconds(), Holds: live}
-		ttl = ttlMillis(last - nowUS)
+		ttl = TTLMillis(last - nowUS)
 	}
 	return next, r, ttl
 }
@@ -73,7 +73,7 @@ func applySlots(st *State, nowUS int64, holder string, cost int64, l Limit, cons
 // liveHolds returns the holds of st that have not expired at nowUS. It
 // returns st's own slice when all are live, so the caller must not append
 // to it in place.
-func liveHolds(st *State, nowUS int64) []Hold {
+func LiveHolds(st *State, nowUS int64) []Hold {
 	if absent(st) {
 		return nil
 	}
@@ -93,7 +93,7 @@ func liveHolds(st *State, nowUS int64) []Hold {
 
 // holdSpan returns the earliest and latest expiry of holds (0, 0 when
 // there are none).
-func holdSpan(holds []Hold) (first, last int64) {
+func HoldSpan(holds []Hold) (first, last int64) {
 	for i, h := range holds {
 		if i == 0 || h.Expires < first {
 			first = h.Expires
@@ -105,7 +105,7 @@ func holdSpan(holds []Hold) (first, last int64) {
 
 // releaseSlot returns st without holder's slot (one of them, should the
 // holder hold several).
-func releaseSlot(st *State, holder string) State {
+func ReleaseSlot(st *State, holder string) State {
 	i := slices.IndexFunc(st.Holds, func(h Hold) bool { return h.Holder == holder })
 	if i < 0 {
 		return *st

@@ -131,7 +131,7 @@ func micros(us int64) time.Duration {
 
 // ttlMillis rounds a number of microseconds up to whole milliseconds, as a
 // key expiry (PEXPIRE) needs. It returns 0 for us <= 0.
-func ttlMillis(us int64) time.Duration {
+func TTLMillis(us int64) time.Duration {
 	if us <= 0 {
 		return 0
 	}

@@ -43,7 +43,7 @@ func applyTokenBucket(st *State, now, cost int64, l Limit, consume bool) (State,
 
 	// The bucket is full again reset µs after the stamp; a stamp ahead of
 	// now (the clock went backwards) delays that.
-	ttl := ttlMillis(reset + max(stamp-now, 0))
+	ttl := TTLMillis(reset + max(stamp-now, 0))
 	ttl = max(ttl, time.Millisecond)
 	return State{Per: p, Level: level, Stamp: stamp}, res, ttl
 }

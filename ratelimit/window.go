@@ -71,7 +71,7 @@ func applyFixedWindow(st *State, now, cost int64, l Limit, consume bool) (State,
 	var ttl time.Duration
 	if count > 0 {
 		res.ResetAfter = micros(end)
-		ttl = ttlMillis(end)
+		ttl = TTLMillis(end)
 	}
 	return State{Per: p, Window: window, Count: count}, res, ttl
 }

@@ -27,7 +27,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -55,7 +55,7 @@ func serveAuth(t *testing.T, cfg *config.Config) *authServer {
 	}
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
 	cfg.RLS.ShutdownDelay = 0
-	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	srv, err := NewServer(cfg, ServerOptions{Store: store, Metrics: m,
 		Getenv: func(k string) (string, bool) { return testToken, k == "RLS_TOKEN" }})
@@ -346,7 +346,7 @@ func TestClientAuthTokenEnvMissing(t *testing.T) {
 		cfg := config.Default()
 		cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
 		cfg.RLS.ClientAuth = &config.RLSClientAuth{TokenEnv: "RLS_TOKEN"}
-		store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+		store := memstore.New(memstore.Options{})
 		_, err := NewServer(cfg, ServerOptions{Store: store, Getenv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }})
 		store.Close()
 		var errs config.Errors
@@ -375,7 +375,7 @@ func TestServeRefusesExposedWithoutClientAuth(t *testing.T) {
 	cfg.RLS.ClientAuth = &config.RLSClientAuth{None: true}
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
 	cfg.RLS.ShutdownDelay = 0
-	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	open, err := NewServer(cfg, ServerOptions{Store: store})
 	if err != nil {

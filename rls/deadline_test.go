@@ -16,8 +16,8 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // TestCallerDeadlineIsNotAStoreFailure: callers whose grpc-timeout passes
@@ -50,7 +50,7 @@ func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
 	}
 	srv.Resume()
 
-	if h := store.Health(); h.Breaker != ratelimit.BreakerClosed {
+	if h := store.Health(); h.Breaker != stack.BreakerClosed {
 		t.Errorf("breaker after callers' deadlines: %v, want closed", h.Breaker)
 	}
 	resp, err := client.ShouldRateLimit(context.Background(), in)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/quotagate/quotagate/internal/testclock"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"math"
 	"strings"
 	"testing"
@@ -24,7 +26,7 @@ func newTestEngine(t testing.TB, o Options) (*Engine, *testclock.Clock) {
 	t.Helper()
 	clk := testclock.New(t0)
 	if o.Store == nil {
-		s := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clk.Now})
+		s := memstore.New(memstore.Options{Now: clk.Now})
 		t.Cleanup(func() { s.Close() })
 		o.Store = s
 	}
@@ -299,7 +301,7 @@ func TestDecideOnStoreError(t *testing.T) {
 // failingStack is failingStore under the Fallback layer of a store stack,
 // for a fleet of the given size, its local shares at t0.
 func failingStack(t *testing.T, fleet int) ratelimit.Store {
-	f := ratelimit.NewFallback(failingStore{}, ratelimit.FallbackOptions{FleetSize: fleet, Now: func() time.Time { return t0 }})
+	f := stack.NewFallback(failingStore{}, stack.FallbackOptions{FleetSize: fleet, Now: func() time.Time { return t0 }})
 	t.Cleanup(func() { f.Close() })
 	return f
 }

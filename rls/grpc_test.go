@@ -25,6 +25,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 )
 
 // startServer serves testdata's rules over real gRPC and HTTP listeners on
@@ -44,7 +45,7 @@ func startServerWith(t *testing.T, headers bool, files *redistest.TLSFiles) (rls
 		creds, scheme = credentials.NewTLS(files.ClientConfig()), "https://"
 	}
 	cfg.RLS.ResponseHeaders = headers
-	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	return serveConfig(t, cfg, store, creds, scheme)
 }
@@ -286,7 +287,7 @@ func newMemoryServer(t *testing.T) *Server {
 	cfg := config.Default()
 	cfg.RLS.ConfigFiles = []string{"testdata/edge.yaml"}
 	cfg.RLS.ShutdownDelay = 0 // a stop need not wait for health checkers
-	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	srv, err := NewServer(cfg, ServerOptions{Store: store})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/syncbuf"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 )
 
 // TestWatchReloadsAChangeMadeBeforeItStarted: a descriptor file changes
@@ -46,7 +46,7 @@ rls:
 		t.Fatal(err)
 	}
 	logs := &syncbuf.Buffer{}
-	store := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{})
+	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	srv, err := NewServer(cfg, ServerOptions{Store: store, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

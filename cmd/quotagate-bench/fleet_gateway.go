@@ -13,8 +13,8 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/gateway"
-	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -116,7 +116,7 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 	tel.ExportPrimed(metrics)
 	in.logOut = telemetry.NewAsyncWriter(io.Discard, telemetry.DefaultLogQueue)
 	in.gw, err = gateway.New(cfg, gateway.Options{
-		OpenStore: func(c config.Store) (*ratelimit.Stack, error) {
+		OpenStore: func(c config.Store) (*stack.Stack, error) {
 			r := c.Redis
 			return redisstore.Open(redisstore.Config{
 				Addrs: r.Addrs, PoolSize: r.PoolSize, Timeout: r.Timeout,

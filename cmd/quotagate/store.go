@@ -9,8 +9,8 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
-	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // storeOpener returns the function that opens every stage-2 backend of
@@ -19,9 +19,9 @@ import (
 // one process, and a store and the one a reload replaces it with, count as
 // one instance, not two. logger receives the stores' operational lines;
 // getenv reads the Redis password's variable.
-func storeOpener(logger *slog.Logger, getenv func(string) (string, bool)) func(config.Store) (*ratelimit.Stack, error) {
-	id := ratelimit.NewInstanceID()
-	return func(c config.Store) (*ratelimit.Stack, error) { return openStore(c, id, logger, getenv) }
+func storeOpener(logger *slog.Logger, getenv func(string) (string, bool)) func(config.Store) (*stack.Stack, error) {
+	id := stack.NewInstanceID()
+	return func(c config.Store) (*stack.Stack, error) { return openStore(c, id, logger, getenv) }
 }
 
 // openStore is the one place that chooses the stage-2 backend: a memory
@@ -29,10 +29,10 @@ func storeOpener(logger *slog.Logger, getenv func(string) (string, bool)) func(c
 // shape of the addresses) for a fleet, registering in its roster as
 // instance id. Either comes as a whole ratelimit.Stack, its
 // on_store_error fallback included.
-func openStore(c config.Store, id string, logger *slog.Logger, getenv func(string) (string, bool)) (*ratelimit.Stack, error) {
+func openStore(c config.Store, id string, logger *slog.Logger, getenv func(string) (string, bool)) (*stack.Stack, error) {
 	switch c.Kind {
 	case config.StoreMemory:
-		return ratelimit.NewStack(nil, ratelimit.StackOptions{FleetSize: c.FleetSize}), nil
+		return stack.New(nil, stack.Options{FleetSize: c.FleetSize}), nil
 	case config.StoreRedis:
 		r := c.Redis
 		password := ""

@@ -6,7 +6,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
-	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // TestOpenClusterOneDeadPrimaryNotAllDown: on a real Cluster of three
@@ -27,7 +27,7 @@ func TestOpenClusterOneDeadPrimaryNotAllDown(t *testing.T) {
 	if err := failureOpen(t, s, items[0]); err == nil {
 		t.Fatalf("decision on the dead %s succeeded", dead.Addr)
 	}
-	if st := s.BreakerStates()[dead.Addr]; st != ratelimit.BreakerOpen {
+	if st := s.BreakerStates()[dead.Addr]; st != stack.BreakerOpen {
 		t.Fatalf("domains %v: the dead %s is %v, want open", s.BreakerStates(), dead.Addr, st)
 	}
 	if h := s.Health(); h.AllDown {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -22,7 +23,7 @@ func TestBreakerPausedRedis(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	store := &storetest.CountingStore{Store: newRedisStore(t, []string{srv.Addr}, nil, timeout)}
 	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
-	b := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
+	b := stack.NewBreaker(store, stack.BreakerOptions{Failures: 3, Cooldown: time.Second, Now: clock.Now})
 	items := []ratelimit.Item{{Key: "{brk}k", Algorithm: ratelimit.TokenBucket, Limit: ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}, Cost: 1}}
 	ctx := context.Background()
 	storetest.WarmUp(t, store, items)
@@ -35,7 +36,7 @@ func TestBreakerPausedRedis(t *testing.T) {
 			t.Fatalf("call %d on a paused Redis: err = %v, want the store's ErrUnavailable wrapping DeadlineExceeded (the hang under test)", i, err)
 		}
 	}
-	if b.State() != ratelimit.BreakerOpen {
+	if b.State() != stack.BreakerOpen {
 		t.Fatalf("state %v after 3 timeouts", b.State())
 	}
 	before := store.Calls()
@@ -53,7 +54,7 @@ func TestBreakerPausedRedis(t *testing.T) {
 	if _, err := b.Decide(ctx, items); err != nil {
 		t.Fatalf("probe after Resume: %v", err)
 	}
-	if b.State() != ratelimit.BreakerClosed {
+	if b.State() != stack.BreakerClosed {
 		t.Fatalf("state %v after a successful probe", b.State())
 	}
 }

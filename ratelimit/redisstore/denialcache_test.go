@@ -7,7 +7,9 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -41,14 +43,14 @@ func TestDenialCacheHotKeyAcrossInstances(t *testing.T) {
 			clock := &storetest.Clock{}
 			clock.Set(t0)
 			c.item.Key = redistest.KeyPrefix(t) + "{hot}"
-			stores := make([]*ratelimit.DenialCache, instances)
+			stores := make([]*stack.DenialCache, instances)
 			for i := range stores {
 				red := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}), redisstore.RedisOptions{Now: clock.Now})
 				var inner ratelimit.Store = red
 				if c.item.Lease.Leased() {
-					inner = ratelimit.NewLeaseStore(red, ratelimit.LeaseOptions{Now: clock.Now, SweepEvery: -1})
+					inner = lease.New(red, lease.Options{Now: clock.Now, SweepEvery: -1})
 				}
-				stores[i] = ratelimit.NewDenialCache(inner, ratelimit.DenialCacheOptions{Now: clock.Now})
+				stores[i] = stack.NewDenialCache(inner, stack.DenialCacheOptions{Now: clock.Now})
 				t.Cleanup(func() { _ = stores[i].Close() })
 			}
 			_, scripts0, _ := commandCalls(t, srv)

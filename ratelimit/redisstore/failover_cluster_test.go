@@ -10,6 +10,7 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // TestOpenClusterFailoverDropsGonePrimary: after a real Cluster failover
@@ -47,10 +48,10 @@ func TestOpenClusterFailoverDropsGonePrimary(t *testing.T) {
 	if st, ok := states[old]; ok {
 		t.Errorf("domains %v after the failover: %s, no longer a primary, still listed (%v)", states, old, st)
 	}
-	if st, ok := states[promoted.Addr]; !ok || st != ratelimit.BreakerClosed {
+	if st, ok := states[promoted.Addr]; !ok || st != stack.BreakerClosed {
 		t.Errorf("domains %v after the failover: the new primary %s is %v (listed %v), want closed", states, promoted.Addr, st, ok)
 	}
-	if h := s.Health(); h.Breaker != ratelimit.BreakerClosed || h.AllDown {
+	if h := s.Health(); h.Breaker != stack.BreakerClosed || h.AllDown {
 		t.Errorf("health %+v with every primary answering (domains %v), want closed", h, states)
 	}
 
@@ -62,10 +63,10 @@ func TestOpenClusterFailoverDropsGonePrimary(t *testing.T) {
 	if err := failureOpen(t, s, items[1]); err == nil {
 		t.Fatalf("decision on the dead %s succeeded", dead.Addr)
 	}
-	if st := s.BreakerStates()[dead.Addr]; st != ratelimit.BreakerOpen {
+	if st := s.BreakerStates()[dead.Addr]; st != stack.BreakerOpen {
 		t.Errorf("domains %v: the dead primary %s is %v, want open", s.BreakerStates(), dead.Addr, st)
 	}
-	if h := s.Health(); h.Breaker != ratelimit.BreakerOpen {
+	if h := s.Health(); h.Breaker != stack.BreakerOpen {
 		t.Errorf("health %+v with a dead primary's breaker open, want open", h)
 	}
 }
@@ -73,7 +74,7 @@ func TestOpenClusterFailoverDropsGonePrimary(t *testing.T) {
 // openClusterClocked opens a store on c whose breaker opens at the first
 // failure, stays open for cooldown and reads the returned clock (ns since
 // the epoch, starting now), with a static fleet of one.
-func openClusterClocked(t *testing.T, c *redistest.Cluster, cooldown time.Duration) (*ratelimit.Stack, *atomic.Int64) {
+func openClusterClocked(t *testing.T, c *redistest.Cluster, cooldown time.Duration) (*stack.Stack, *atomic.Int64) {
 	t.Helper()
 	now := new(atomic.Int64)
 	now.Store(time.Now().UnixNano())

@@ -10,7 +10,9 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // leaseLoad is one paced run of a hot key over three instances.
@@ -36,16 +38,16 @@ type leaseRun struct {
 // key with lease; it counts the requests and the script calls on the
 // server from the end of the warm-up, the unused units given back on
 // Close included.
-func runLeaseLoad(b *testing.B, srv *redistest.Server, key string, ld leaseLoad, lease ratelimit.Lease) leaseRun {
+func runLeaseLoad(b *testing.B, srv *redistest.Server, key string, ld leaseLoad, spec ratelimit.Lease) leaseRun {
 	const instances, callers = 3, 4
-	stacks := make([]*ratelimit.Stack, instances)
+	stacks := make([]*stack.Stack, instances)
 	for i := range stacks {
 		r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
 			redisstore.RedisOptions{Timeout: 2 * time.Second})
-		stacks[i] = ratelimit.NewStack(ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{}), ratelimit.StackOptions{})
+		stacks[i] = stack.New(lease.New(r, lease.Options{}), stack.Options{})
 	}
 	it := tb(key, ld.rate, ld.burst, time.Second, 1)
-	it.Lease = lease
+	it.Lease = spec
 	var requests, admitted, total atomic.Int64
 	var s0 atomic.Int64
 	interval := time.Duration(int64(time.Second) * instances * callers / ld.demand)

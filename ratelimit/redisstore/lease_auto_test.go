@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
@@ -144,7 +145,7 @@ func TestLeaseAutoHotKeyAfterSpray(t *testing.T) {
 	clock.Set(time.Unix(1_700_000_000, 0))
 	r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
 		redisstore.RedisOptions{Now: clock.Now, Timeout: 2 * time.Second})
-	l := ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{Now: clock.Now, SweepEvery: -1, AutoKeys: 64})
+	l := lease.New(r, lease.Options{Now: clock.Now, SweepEvery: -1, AutoKeys: 64})
 	t.Cleanup(func() { _ = l.Close() })
 	// The bound is AutoKeys rounded up to a multiple of the shards (at
 	// most 256 of them).

@@ -12,6 +12,7 @@ import (
 	"github.com/quotagate/quotagate/internal/benchloop"
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
@@ -30,7 +31,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 				r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}), redisstore.RedisOptions{Timeout: time.Second})
 				stores[i] = r
 				if mode == "leased" {
-					stores[i] = ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{})
+					stores[i] = lease.New(r, lease.Options{})
 				}
 				s := stores[i]
 				b.Cleanup(func() { _ = s.Close() })
@@ -91,7 +92,7 @@ func BenchmarkLeaseManyHotKeys(b *testing.B) {
 	for _, mode := range []string{"max_block", "auto"} {
 		b.Run(mode, func(b *testing.B) {
 			r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}), redisstore.RedisOptions{Timeout: time.Second})
-			l := ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{})
+			l := lease.New(r, lease.Options{})
 			b.Cleanup(func() { _ = l.Close() })
 			items := make([][]ratelimit.Item, keys)
 			for i := range items {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
@@ -20,7 +21,7 @@ import (
 // (and nothing sweeps in the background); without, Redis decides on its
 // own clock and leases on time.Now.
 type leaseFleet struct {
-	inst  []*ratelimit.LeaseStore
+	inst  []*lease.Store
 	plain *redisstore.RedisStore // for peeks, not leasing
 	clock *storetest.Clock
 }
@@ -28,15 +29,15 @@ type leaseFleet struct {
 func newLeaseFleet(t *testing.T, addr string, n int, clock *storetest.Clock) *leaseFleet {
 	t.Helper()
 	var now func() time.Time
-	opts := ratelimit.LeaseOptions{}
+	opts := lease.Options{}
 	if clock != nil {
 		now = clock.Now
-		opts = ratelimit.LeaseOptions{Now: now, SweepEvery: -1}
+		opts = lease.Options{Now: now, SweepEvery: -1}
 	}
 	f := &leaseFleet{clock: clock, plain: newRedisStore(t, []string{addr}, now, time.Second)}
 	for range n {
 		r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{addr}}), redisstore.RedisOptions{Now: now, Timeout: 2 * time.Second})
-		l := ratelimit.NewLeaseStore(r, opts)
+		l := lease.New(r, opts)
 		t.Cleanup(func() { _ = l.Close() })
 		f.inst = append(f.inst, l)
 	}
@@ -92,7 +93,7 @@ func hammer(t *testing.T, f *leaseFleet, goroutines, calls int, items ...ratelim
 }
 
 // drain decides it on l until a denial and returns the number admitted.
-func drain(t *testing.T, l *ratelimit.LeaseStore, it ratelimit.Item) int64 {
+func drain(t *testing.T, l *lease.Store, it ratelimit.Item) int64 {
 	t.Helper()
 	var n int64
 	for {
@@ -127,7 +128,7 @@ func TestLeaseExactFleetLimit(t *testing.T) {
 	if admitted != 600 || f.held(it.Key) != 0 || f.remaining(t, it) != 0 {
 		t.Fatalf("after draining: admitted %d, held %d, remaining %d; want 600, 0, 0", admitted, f.held(it.Key), f.remaining(t, it))
 	}
-	var st ratelimit.LeaseStats
+	var st lease.Stats
 	for _, l := range f.inst {
 		s := l.Stats()
 		st.LocalAdmits += s.LocalAdmits
@@ -220,7 +221,7 @@ func TestLeaseUnderAdmissionBound(t *testing.T) {
 	a, b, c := f.inst[0], f.inst[1], f.inst[2]
 	// Block cap: min(80, 300/(2×3)) = 50.
 	it := leased(redistest.KeyPrefix(t)+"{ua}:tenant", 1, 300, time.Hour, 1, 80, time.Second, 3)
-	for _, l := range []*ratelimit.LeaseStore{a, b} {
+	for _, l := range []*lease.Store{a, b} {
 		mustDecide(t, l, it)
 		mustDecide(t, l, it)
 	}
@@ -380,7 +381,7 @@ func TestLeaseBlockFollowsFleet(t *testing.T) {
 	var size atomic.Int64
 	r := redisstore.NewRedisStore(redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{srv.Addr}}),
 		redisstore.RedisOptions{Now: clock.Now, Timeout: 2 * time.Second})
-	l := ratelimit.NewLeaseStore(r, ratelimit.LeaseOptions{Now: clock.Now, SweepEvery: -1, Fleet: size.Load})
+	l := lease.New(r, lease.Options{Now: clock.Now, SweepEvery: -1, Fleet: size.Load})
 	t.Cleanup(func() { _ = l.Close() })
 	for _, tc := range []struct {
 		fleet     int64

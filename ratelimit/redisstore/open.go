@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // Config describes a Redis decision backend: a standalone server, a Cluster
@@ -78,7 +80,7 @@ type Config struct {
 // go through the circuit breaker (see ratelimit.BreakerRoster), and
 // closing the stack leaves the roster. Decisions do not connect until the
 // first one.
-func Open(c Config) *ratelimit.Stack {
+func Open(c Config) *stack.Stack {
 	client := NewRedisClient(RedisClientOptions{
 		Addrs: c.Addrs, MasterName: c.MasterName, Username: c.Username, Password: c.Password,
 		PoolSize: c.PoolSize, DialTimeout: max(c.Timeout, 250*time.Millisecond),
@@ -103,9 +105,9 @@ func Open(c Config) *ratelimit.Stack {
 	//     NewStack makes no decision.
 	// The first decision therefore comes after Open has returned, and
 	// the assignment before.
-	var fleet *ratelimit.Fleet
-	leased := ratelimit.NewLeaseStore(store, ratelimit.LeaseOptions{Fleet: func() int64 { return fleet.Size() }})
-	bo := ratelimit.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Now: c.breakerNow}
+	var fleet *stack.Fleet
+	leased := lease.New(store, lease.Options{Fleet: func() int64 { return fleet.Size() }})
+	bo := stack.BreakerOptions{Failures: c.BreakerFailures, Cooldown: c.BreakerCooldown, Now: c.breakerNow}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		bo.Partition = func(ctx context.Context, items []ratelimit.Item) string {
 			if len(items) == 0 {
@@ -125,8 +127,8 @@ func Open(c Config) *ratelimit.Stack {
 		// the slot map, not only those decisions happened to reach.
 		bo.Domains = store.Primaries
 	}
-	breaker := ratelimit.NewBreaker(leased, bo)
-	fo := ratelimit.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}
+	breaker := stack.NewBreaker(leased, bo)
+	fo := stack.FleetOptions{Floor: c.FleetSize, TTL: c.FleetTTL, ID: c.FleetID}
 	if !c.FleetStatic {
 		prefix := c.KeyPrefix
 		if prefix == "" {
@@ -135,11 +137,11 @@ func Open(c Config) *ratelimit.Stack {
 		// Heartbeats skip a store the breaker knows to be down, rather
 		// than each waiting out its timeout against it.
 		key := RosterKey(prefix)
-		fo.Roster = ratelimit.BreakerRoster(NewRedisRoster(client, RosterOptions{Key: key}), breaker, key)
+		fo.Roster = stack.BreakerRoster(NewRedisRoster(client, RosterOptions{Key: key}), breaker, key)
 	}
 	// From here the lease store's Fleet closure (above) has a fleet to read.
-	fleet = ratelimit.NewFleet(fo)
-	return ratelimit.NewStack(breaker, ratelimit.StackOptions{
+	fleet = stack.NewFleet(fo)
+	return stack.New(breaker, stack.Options{
 		Breaker: breaker,
 		Slots:   store,
 		Ping:    func(ctx context.Context) error { return PingRedis(ctx, client) },

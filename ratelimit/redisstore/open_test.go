@@ -18,6 +18,7 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -25,9 +26,9 @@ import (
 // script calls a stack sends, the state of the stack's breaker at that
 // moment, whether or not a server answers.
 type breakerAtCalls struct {
-	stack atomic.Pointer[ratelimit.Stack]
+	stack atomic.Pointer[stack.Stack]
 	mu    sync.Mutex
-	seen  []ratelimit.BreakerState
+	seen  []stack.BreakerState
 }
 
 func (h *breakerAtCalls) DialHook(next redis.DialHook) redis.DialHook {
@@ -48,7 +49,7 @@ func (h *breakerAtCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 // take returns the states recorded since the last take.
-func (h *breakerAtCalls) take() []ratelimit.BreakerState {
+func (h *breakerAtCalls) take() []stack.BreakerState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen := h.seen
@@ -105,19 +106,19 @@ func TestOpenBreakerCooldownOnItsClock(t *testing.T) {
 			t.Fatalf("%s: failure %v, want a refusal by the open breaker", what, err)
 		}
 	}
-	expect := func(what string, want ...ratelimit.BreakerState) {
+	expect := func(what string, want ...stack.BreakerState) {
 		t.Helper()
 		if got := h.take(); !slices.Equal(got, want) {
 			t.Fatalf("%s: script calls sent with the breaker %v, want %v", what, got, want)
 		}
 	}
-	state := func(what string, want ratelimit.BreakerState) {
+	state := func(what string, want stack.BreakerState) {
 		t.Helper()
 		if got := s.Health().Breaker; got != want {
 			t.Fatalf("%s: breaker %v, want %v", what, got, want)
 		}
 	}
-	closed, open, halfOpen := ratelimit.BreakerClosed, ratelimit.BreakerOpen, ratelimit.BreakerHalfOpen
+	closed, open, halfOpen := stack.BreakerClosed, stack.BreakerOpen, stack.BreakerHalfOpen
 
 	answered("first decision")
 	h.take() // a fresh server may need more than one call (the library is loaded)
@@ -202,7 +203,7 @@ func TestOpenClusterSilentAtStart(t *testing.T) {
 	if n := asked(); n > failures {
 		t.Errorf("%d decisions sent %d CLUSTER commands to the silent seeds, want at most one each (within the decision's deadline)", failures, n)
 	}
-	if st := s.Health().Breaker; st != ratelimit.BreakerOpen {
+	if st := s.Health().Breaker; st != stack.BreakerOpen {
 		t.Fatalf("breaker %v after %d failures, want open", st, failures)
 	}
 	before := asked()
@@ -247,7 +248,7 @@ func TestOpenClusterBackAfterSilentStart(t *testing.T) {
 			t.Fatalf("decision %d on the frozen Cluster: failure %v, want the store's", i+1, err)
 		}
 	}
-	if st := s.Health().Breaker; st != ratelimit.BreakerOpen {
+	if st := s.Health().Breaker; st != stack.BreakerOpen {
 		t.Fatalf("breaker %v after 3 failures, want open", st)
 	}
 	for _, n := range c.Nodes() {
@@ -260,14 +261,14 @@ func TestOpenClusterBackAfterSilentStart(t *testing.T) {
 	if err := decide(); err != nil {
 		proctest.FatalOverrun(t, "the probe after the cooldown: %v (the Cluster, back, did not answer within 250ms)", err)
 	}
-	if st := s.Health().Breaker; st != ratelimit.BreakerClosed {
+	if st := s.Health().Breaker; st != stack.BreakerClosed {
 		t.Errorf("breaker %v once the probe found the Cluster back (domains %v), want closed", st, s.BreakerStates())
 	}
 }
 
 // failureOpen decides it, whose on_store_error is open, on s and returns
 // the store's failure (nil when the store decided).
-func failureOpen(t *testing.T, s *ratelimit.Stack, it ratelimit.Item) error {
+func failureOpen(t *testing.T, s *stack.Stack, it ratelimit.Item) error {
 	t.Helper()
 	d, err := s.Decide(context.Background(), []ratelimit.Item{it})
 	if err != nil || !d.Allowed {
@@ -350,7 +351,7 @@ func TestOpenClusterAllDownAfterHealthyStart(t *testing.T) {
 			_ = failureOpen(t, s, it)
 		}
 	}
-	if h := s.Health(); !h.AllDown || h.Breaker != ratelimit.BreakerOpen {
+	if h := s.Health(); !h.AllDown || h.Breaker != stack.BreakerOpen {
 		t.Errorf("health %+v with every primary dead and its breaker open (domains %v), want all down", h, s.BreakerStates())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -61,7 +62,7 @@ func TestOpenReadsNeverOpenTheBreaker(t *testing.T) {
 			t.Fatalf("read %d on a frozen Redis: %v, want the store's failure", i, err)
 		}
 	}
-	if st := s.Health().Breaker; st != ratelimit.BreakerClosed {
+	if st := s.Health().Breaker; st != stack.BreakerClosed {
 		t.Fatalf("after 10 failed reads the breaker is %v, want closed", st)
 	}
 	if n := len(h.take()); n != 10 {
@@ -81,7 +82,7 @@ func TestOpenReadsNeverOpenTheBreaker(t *testing.T) {
 			t.Fatalf("decision on a frozen Redis: %+v, want unavailable (closed)", d)
 		}
 	}
-	if st := s.Health().Breaker; st != ratelimit.BreakerOpen {
+	if st := s.Health().Breaker; st != stack.BreakerOpen {
 		t.Fatalf("after 3 failed decisions: %v, want open", st)
 	}
 	srv.Resume()

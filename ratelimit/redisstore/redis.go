@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 
 	"context"
 	"fmt"
@@ -91,7 +92,7 @@ type RedisStore struct {
 
 var (
 	_ ratelimit.SlotStore = (*RedisStore)(nil)
-	_ ratelimit.Reserver  = (*RedisStore)(nil)
+	_ lease.Reserver      = (*RedisStore)(nil)
 	_ ratelimit.Settler   = (*RedisStore)(nil)
 )
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
@@ -74,7 +75,7 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 			}
 			rt.Fatalf(format, args...)
 		}
-		mem := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+		mem := memstore.New(memstore.Options{Now: clock.Now})
 		defer mem.Close()
 		client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: []string{addr}})
 		red := redisstore.NewRedisStore(client, redisstore.RedisOptions{Now: clock.Now})

@@ -9,7 +9,9 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/lease"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -63,9 +65,9 @@ func TestRedisStoreExpiry(t *testing.T) {
 func TestRedisStackSettles(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	storetest.RunSettle(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		leased := ratelimit.NewLeaseStore(newRedisStore(t, []string{srv.Addr}, now, 0), ratelimit.LeaseOptions{Now: now, SweepEvery: -1})
-		br := ratelimit.NewBreaker(leased, ratelimit.BreakerOptions{Now: now})
-		s := ratelimit.NewStack(br, ratelimit.StackOptions{Breaker: br, Now: now})
+		leased := lease.New(newRedisStore(t, []string{srv.Addr}, now, 0), lease.Options{Now: now, SweepEvery: -1})
+		br := stack.NewBreaker(leased, stack.BreakerOptions{Now: now})
+		s := stack.New(br, stack.Options{Breaker: br, Now: now})
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	})

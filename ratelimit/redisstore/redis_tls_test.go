@@ -21,7 +21,7 @@ func TestRedisStoreOverTLS(t *testing.T) {
 	srv := redistest.StartStandaloneWith(t, redistest.Options{TLS: files})
 	it := tb("{tls}k", 10, 2, time.Hour, 1)
 
-	good := ratelimit.RedisTLSFiles{CAFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}
+	good := redisstore.TLSFiles{CAFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}
 	conf, err := good.Config()
 	if err != nil {
 		t.Fatal(err)
@@ -40,16 +40,16 @@ func TestRedisStoreOverTLS(t *testing.T) {
 
 	for _, c := range []struct {
 		name  string
-		files ratelimit.RedisTLSFiles
+		files redisstore.TLSFiles
 		plain bool
 		want  string
 	}{
-		{"untrusted server", ratelimit.RedisTLSFiles{CAFile: files.OtherCA, CertFile: files.ClientCert, KeyFile: files.ClientKey}, false, "TLS handshake failed"},
-		{"wrong server name", ratelimit.RedisTLSFiles{CAFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey, ServerName: "redis.example"}, false, "TLS handshake failed"},
+		{"untrusted server", redisstore.TLSFiles{CAFile: files.OtherCA, CertFile: files.ClientCert, KeyFile: files.ClientKey}, false, "TLS handshake failed"},
+		{"wrong server name", redisstore.TLSFiles{CAFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey, ServerName: "redis.example"}, false, "TLS handshake failed"},
 		// With TLS 1.3 the server refuses the missing certificate after the
 		// client's side of the handshake is done: an alert or a reset.
-		{"no client certificate", ratelimit.RedisTLSFiles{CAFile: files.CA}, false, "TLS handshake failed|closed the connection"},
-		{"plain TCP", ratelimit.RedisTLSFiles{}, true, "does it require TLS"},
+		{"no client certificate", redisstore.TLSFiles{CAFile: files.CA}, false, "TLS handshake failed|closed the connection"},
+		{"plain TCP", redisstore.TLSFiles{}, true, "does it require TLS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := redisstore.RedisClientOptions{Addrs: []string{srv.Addr}, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}
@@ -80,13 +80,13 @@ func TestRedisTLSFilesConfig(t *testing.T) {
 	files := redistest.NewTLSFiles(t)
 	for _, c := range []struct {
 		name  string
-		files ratelimit.RedisTLSFiles
+		files redisstore.TLSFiles
 		want  string
 	}{
-		{"missing CA", ratelimit.RedisTLSFiles{CAFile: files.CA + ".missing"}, "ca_file: open"},
-		{"CA not PEM", ratelimit.RedisTLSFiles{CAFile: files.ClientKey}, "holds no PEM certificate"},
-		{"cert without key", ratelimit.RedisTLSFiles{CertFile: files.ClientCert}, "both or neither"},
-		{"key of another cert", ratelimit.RedisTLSFiles{CertFile: files.ClientCert, KeyFile: files.ServerKey}, "cert_file, key_file"},
+		{"missing CA", redisstore.TLSFiles{CAFile: files.CA + ".missing"}, "ca_file: open"},
+		{"CA not PEM", redisstore.TLSFiles{CAFile: files.ClientKey}, "holds no PEM certificate"},
+		{"cert without key", redisstore.TLSFiles{CertFile: files.ClientCert}, "both or neither"},
+		{"key of another cert", redisstore.TLSFiles{CertFile: files.ClientCert, KeyFile: files.ServerKey}, "cert_file, key_file"},
 	} {
 		if _, err := c.files.Config(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // RosterKey is the Redis key of the fleet roster under prefix: one sorted
@@ -43,7 +44,7 @@ type RedisRoster struct {
 	now    func() time.Time
 }
 
-var _ ratelimit.Roster = (*RedisRoster)(nil)
+var _ stack.Roster = (*RedisRoster)(nil)
 
 // NewRedisRoster returns a roster on client, which stays the caller's.
 func NewRedisRoster(client redis.UniversalClient, o RosterOptions) *RedisRoster {

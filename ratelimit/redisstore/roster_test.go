@@ -13,16 +13,17 @@ import (
 	"github.com/quotagate/quotagate/internal/testclock"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // rosterFleet returns a Fleet registering in the roster key on its own
 // client for addrs, with no background heartbeat: the test calls Beat.
 // The roster reads clock; floor is the Fleet's floor.
-func rosterFleet(t *testing.T, addrs []string, key string, clock *testclock.Clock, ttl time.Duration, floor int) *ratelimit.Fleet {
+func rosterFleet(t *testing.T, addrs []string, key string, clock *testclock.Clock, ttl time.Duration, floor int) *stack.Fleet {
 	t.Helper()
 	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
-	f := ratelimit.NewFleet(ratelimit.FleetOptions{
+	f := stack.NewFleet(stack.FleetOptions{
 		Roster: redisstore.NewRedisRoster(client, redisstore.RosterOptions{Key: key, Now: clock.Now}),
 		TTL:    ttl, Every: -1, Floor: floor, Timeout: 2 * time.Second,
 	})
@@ -31,7 +32,7 @@ func rosterFleet(t *testing.T, addrs []string, key string, clock *testclock.Cloc
 }
 
 // beat sends f's heartbeat and returns its size after it.
-func beat(t *testing.T, f *ratelimit.Fleet) int64 {
+func beat(t *testing.T, f *stack.Fleet) int64 {
 	t.Helper()
 	if err := f.Beat(context.Background()); err != nil {
 		t.Fatalf("Beat %s: %v", f.ID(), err)
@@ -208,7 +209,7 @@ func TestRosterKeyExpires(t *testing.T) {
 func TestOpenJoinsAndLeavesTheFleet(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	prefix := redistest.KeyPrefix(t) + "qg"
-	open := func(static bool) *ratelimit.Stack {
+	open := func(static bool) *stack.Stack {
 		s := redisstore.Open(redisstore.Config{Addrs: []string{srv.Addr}, Timeout: time.Second, FleetSize: 1,
 			FleetTTL: 600 * time.Millisecond, FleetStatic: static, KeyPrefix: prefix})
 		t.Cleanup(func() { _ = s.Close() })
@@ -216,7 +217,7 @@ func TestOpenJoinsAndLeavesTheFleet(t *testing.T) {
 	}
 	// waitSize polls s until its size is want; the heartbeats run on real
 	// time, so a slow machine shows as a missed deadline, not a wrong count.
-	waitSize := func(s *ratelimit.Stack, want int64) {
+	waitSize := func(s *stack.Stack, want int64) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for s.FleetSize() != want {
@@ -280,10 +281,10 @@ func TestFleetHeartbeatsFollowBreaker(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	client.AddHook(calls)
 	store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Now: clock.Now, Timeout: time.Second})
-	breaker := ratelimit.NewBreaker(store, ratelimit.BreakerOptions{Failures: 2, Cooldown: cooldown, Now: clock.Now})
+	breaker := stack.NewBreaker(store, stack.BreakerOptions{Failures: 2, Cooldown: cooldown, Now: clock.Now})
 	key := redisstore.RosterKey(redistest.KeyPrefix(t) + "qg")
-	roster := ratelimit.BreakerRoster(redisstore.NewRedisRoster(client, redisstore.RosterOptions{Key: key, Now: clock.Now}), breaker, key)
-	f := ratelimit.NewFleet(ratelimit.FleetOptions{Roster: roster, TTL: time.Minute, Every: -1, Timeout: 2 * time.Second})
+	roster := stack.BreakerRoster(redisstore.NewRedisRoster(client, redisstore.RosterOptions{Key: key, Now: clock.Now}), breaker, key)
+	f := stack.NewFleet(stack.FleetOptions{Roster: roster, TTL: time.Minute, Every: -1, Timeout: 2 * time.Second})
 	t.Cleanup(func() { _ = f.Close() })
 	other := rosterFleet(t, []string{srv.Addr}, key, clock, time.Minute, 1)
 	beat(t, other)
@@ -299,7 +300,7 @@ func TestFleetHeartbeatsFollowBreaker(t *testing.T) {
 			t.Fatalf("decision %d with Redis stopped: %v, want a store failure", i, err)
 		}
 	}
-	if st := breaker.State(); st != ratelimit.BreakerOpen {
+	if st := breaker.State(); st != stack.BreakerOpen {
 		t.Fatalf("breaker %v after 2 failures, want open", st)
 	}
 	before := calls.n.Load()
@@ -343,7 +344,7 @@ func TestFleetHeartbeatsFollowBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("heartbeats did not resume once Redis was back: %v", err)
 	}
-	if st := breaker.State(); st != ratelimit.BreakerClosed {
+	if st := breaker.State(); st != stack.BreakerClosed {
 		t.Fatalf("breaker %v after a successful probe, want closed", st)
 	}
 	beat(t, other)

@@ -11,6 +11,7 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/slotkeeper"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -92,7 +93,7 @@ func BenchmarkRedisSlots(b *testing.B) {
 		prefix := redistest.KeyPrefix(b)
 		storetest.WarmUp(b, s, benchItems(prefix, 0))
 		var failed atomic.Int64
-		k := ratelimit.NewSlotKeeper(ratelimit.SlotKeeperOptions{OnError: func(string, error) { failed.Add(1) }})
+		k := slotkeeper.New(slotkeeper.Options{OnError: func(string, error) { failed.Add(1) }})
 		defer k.Close()
 		parallel, flush = true, k.Wait
 		defer func() { parallel, flush = false, func() {} }()

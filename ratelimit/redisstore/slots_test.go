@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
@@ -186,7 +187,7 @@ func TestRedisSlotDenialRetryAfterCountsStoredAndTaken(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	prefix := redistest.KeyPrefix(t)
-	mem := ratelimit.NewMemoryStore(ratelimit.MemoryOptions{Now: clock.Now})
+	mem := memstore.New(memstore.Options{Now: clock.Now})
 	t.Cleanup(func() { _ = mem.Close() })
 	stores := map[string]ratelimit.Store{"redis": newRedisStore(t, []string{srv.Addr}, clock.Now, 5*time.Second), "memory": mem}
 	slot := func(name, holder string, per time.Duration) ratelimit.Item {
