@@ -180,7 +180,7 @@ type Store struct {
 
 // Fleet configures fleet membership: each instance of a Redis store
 // registers in Redis with a heartbeat, and the live registrations are the
-// fleet's size (see ratelimit.Fleet).
+// fleet's size (see stack.Fleet).
 type Fleet struct {
 	// TTL is how long a registration lasts without a heartbeat; an
 	// instance sends one every TTL/3 (default 15s, at least 300ms).
@@ -413,14 +413,14 @@ type Queue struct {
 }
 
 // Lease configures block reservation for a hot token-bucket policy (see
-// ratelimit.LeaseStore). An instance holds at most
+// lease.Store). An instance holds at most
 // min(MaxBlock, burst/(2×Instances)) units of a key at once; the fleet
 // never admits more than the bucket gives out, and may deny early by at
 // most (Instances−1) blocks held elsewhere, for at most TTL.
 type Lease struct {
 	// Auto leases a key only while this instance's own demand on it makes
 	// a block pay off, sizing blocks by that demand (see
-	// ratelimit.LeaseStore). Written `lease: auto`, or `auto: true` in the
+	// lease.Store). Written `lease: auto`, or `auto: true` in the
 	// mapping. Default false.
 	Auto bool `mapstructure:"auto"`
 	// MaxBlock is the most units one instance reserves at once (default

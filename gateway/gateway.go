@@ -31,7 +31,7 @@ import (
 )
 
 // OpenStore builds the stage-2 decision stack for a store configuration
-// (see ratelimit.Stack). It is called at start and on every reload whose
+// (see stack.Stack). It is called at start and on every reload whose
 // store section changed; the gateway owns the stack it returns.
 type OpenStore func(cfg config.Store) (*stack.Stack, error)
 
@@ -39,7 +39,7 @@ type OpenStore func(cfg config.Store) (*stack.Stack, error)
 // Nil fields take the documented defaults.
 type Options struct {
 	// OpenStore builds stage 2; nil = an in-process memory stack
-	// (ratelimit.NewStack) on Now.
+	// (stack.New) on Now.
 	OpenStore OpenStore
 	// Now is the clock of the local stage, JWT checks and concurrency
 	// queues (and of the default memory stack); nil = time.Now. The clock of a stack that

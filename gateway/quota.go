@@ -55,7 +55,7 @@ const (
 
 // quotaBudget is the gateway-wide budget of quota endpoint reads
 // (server.quota_reads: rate and burst): one token bucket for every caller,
-// held in a LocalSet of one key for its exact retry times and its clamp of
+// held in a local.Set of one key for its exact retry times and its clamp of
 // a clock stepping back. It is carried over a reload that keeps its rate
 // and burst, as stage 1's sets are. The admin console's tenant lookups
 // spend it too (see readQuota).

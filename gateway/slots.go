@@ -124,7 +124,7 @@ func (s *slotState) inflightOf(policy string) int64 {
 }
 
 // heldSlots is what one admitted request holds until its response is done.
-// It owns its ratelimit.Held: policies[i] is the policy of its item i.
+// It owns its slotkeeper.Held: policies[i] is the policy of its item i.
 type heldSlots struct {
 	held     *slotkeeper.Held
 	policies []*policySlots

@@ -13,7 +13,7 @@ import (
 // storeCheckTimeout bounds the PING of checkStore.
 const storeCheckTimeout = time.Second
 
-// checkStore pings the store (see ratelimit.Stack.Ping) and, if it does
+// checkStore pings the store (see stack.Stack.Ping) and, if it does
 // not answer, logs one ERROR line with the cause and what cfg's policies
 // do until it answers: fail open (admit), closed (503) or local (this
 // instance's share of the limit). It runs at start and after every

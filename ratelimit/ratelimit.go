@@ -1,21 +1,36 @@
-// Package ratelimit decides whether a unit of work fits a limit.
+// Package ratelimit decides whether a unit of work fits a limit. It is the
+// contract of the store stack: the vocabulary of a decision (Algorithm,
+// Limit, Item, Result, Decision), the Store interface and its extensions
+// (SlotStore, RenewReporter, Settler), and the algorithms themselves.
 //
 // It knows keys, costs, limits and time; it knows nothing of HTTP, routes or
 // upstreams, and imports no other package of this module, so it can be used
 // as a library on its own.
 //
-// The package has three layers:
-//
-//   - Algorithms are pure functions of (state, now, cost, limit): see Apply.
-//     They never read a clock. All time is integer microseconds and all state
-//     is integer, so the embedded store and the Redis scripts compute exactly
-//     the same answers.
+//   - Algorithms are pure functions of (state, now, cost, limit): see Apply,
+//     Refund and Settle. They never read a clock. All time is integer
+//     microseconds and all state is integer, so the embedded store and the
+//     Redis scripts compute exactly the same answers.
 //   - A Store keeps state per key and decides a batch of Items atomically.
-//     MemoryStore keeps it in this process; package redisstore keeps it in
-//     Redis, shared by a fleet (and is the only package that links a Redis
-//     client). LeaseStore, Breaker and Fallback wrap a store; a Stack is
-//     the assembled whole, with Decide, Close and Health.
-//   - LocalSet is the coarse per-instance stage built on golang.org/x/time/rate.
+//     The checks every Store shares are here too (ValidateItem,
+//     ValidateSettle, CheckSlotItems, RenewWith), so each implementation
+//     refuses the same input the same way.
+//
+// The stores and the layers around them are packages of their own, one per
+// concept, each importing this package and nothing of ours above it:
+//
+//   - memstore: a Store that keeps every key in this process.
+//   - redisstore: the fleet-wide Store in Redis (Lua scripts), the only
+//     package that links a Redis client; its Open assembles a whole stack.
+//   - lease: a Store over a redisstore-like Reserver that admits hot keys
+//     from blocks of units this instance holds.
+//   - stack: the layers that make a store a complete decision store
+//     (Breaker, DenialCache, Fallback, Fleet) and Stack, their assembly.
+//   - slotkeeper: holds and renews the concurrency slots of the requests in
+//     flight.
+//   - hotkeys: estimates which keys take the most decisions.
+//   - local: the coarse per-instance stage (stage 1) on golang.org/x/time/rate.
+//   - storetest: the conformance suite that every Store passes.
 package ratelimit
 
 import (
@@ -105,7 +120,7 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// OnError is what a Fallback store does with an item when the store below
+// OnError is what a stack.Fallback store does with an item when the store below
 // it cannot decide. The zero value is invalid.
 type OnError uint8
 
@@ -200,24 +215,24 @@ type Item struct {
 	// Shadow items are evaluated and reported but never deny the batch. A
 	// shadow item consumes its cost only if it allows and the batch is admitted.
 	Shadow bool
-	// OnError is what a Fallback does with the item when the store below
-	// it cannot decide (OnErrorLocal decides it on LocalShare of its
-	// limit). Stores other than Fallback ignore it.
+	// OnError is what a stack.Fallback does with the item when the store below
+	// it cannot decide (OnErrorLocal decides it on stack.LocalShare of its
+	// limit). Stores other than stack.Fallback ignore it.
 	OnError OnError
 	// Holder identifies, for a Concurrency item, the request that takes
 	// the slot: it names the slot to release and renew (see SlotStore), so
 	// it must be unique among the holders of the key, and not empty when
 	// Cost is 1. Other algorithms ignore it.
 	Holder string
-	// Lease lets a LeaseStore admit this item from a block of units that
+	// Lease lets a lease.Store admit this item from a block of units that
 	// its instance reserved ahead from the key's token bucket. Stores other
-	// than LeaseStore ignore it; so does LeaseStore for shadow items and
+	// than lease.Store ignore it; so does lease.Store for shadow items and
 	// items of cost 0. The zero value leases nothing.
 	Lease Lease
 }
 
 // Lease describes how an instance may reserve blocks of a token-bucket
-// key (see LeaseStore). The zero value (MaxBlock 0, Auto false) leases
+// key (see lease.Store). The zero value (MaxBlock 0, Auto false) leases
 // nothing.
 type Lease struct {
 	// MaxBlock is the most units one instance holds reserved for the key
@@ -226,7 +241,7 @@ type Lease struct {
 	// Burst/(2×Instances).
 	MaxBlock int64
 	// Auto leases the key only while this instance's own rate on it makes
-	// a block pay off (see LeaseStore, "Auto"); otherwise the item goes
+	// a block pay off (see lease.Store, "Auto"); otherwise the item goes
 	// to the store like an unleased one.
 	Auto bool
 	// TTL is how long a block may be used after it was reserved; the units
@@ -304,9 +319,9 @@ type Decision struct {
 	// denied; 0 when Allowed. When Unavailable, it is about the time until
 	// the store is tried again.
 	RetryAfter time.Duration
-	// Failure is, in a decision of a Fallback, the error of the store below
+	// Failure is, in a decision of a stack.Fallback, the error of the store below
 	// it, which could not decide; the items' OnError modes then decided
-	// (see Fallback). nil when the store decided.
+	// (see stack.Fallback). nil when the store decided.
 	Failure error
 	// Unavailable reports, with Failure, that a non-shadow item with
 	// OnErrorClosed refused the batch: the caller should answer "try again
@@ -337,7 +352,7 @@ func (d *Decision) Fold(r Result, shadow bool) {
 //
 // Decide evaluates every item at the store's current time. Within one
 // atomic group either every non-shadow item's cost is consumed or none is.
-// MemoryStore decides a whole batch as one group. RedisStore forms one group
+// memstore.Store decides a whole batch as one group. RedisStore forms one group
 // per hash tag (the text between the first "{" and the next "}" of a key) and
 // decides groups in the order of their first item, stopping at the first group
 // that denies; groups it had already admitted are refunded (see
@@ -356,7 +371,7 @@ type Store interface {
 
 // SlotStore is a Store that also releases and renews the concurrency slots
 // its Decide took (items of algorithm Concurrency, each naming its Holder).
-// MemoryStore and redisstore.RedisStore are SlotStores.
+// memstore.Store and redisstore.RedisStore are SlotStores.
 //
 // A slot lives until it is released or until Limit.Per has passed on the
 // store's clock since it was taken or last renewed; a holder that stops
@@ -391,7 +406,7 @@ type Renewal struct {
 }
 
 // RenewReporter is a Slots whose renewals also report the slots they took
-// back: RenewReport is Renew with the whole Renewal. MemoryStore, Stack and
+// back: RenewReport is Renew with the whole Renewal. memstore.Store, stack.Stack and
 // redisstore.RedisStore are RenewReporters.
 type RenewReporter interface {
 	RenewReport(ctx context.Context, items []Item) (Renewal, error)
@@ -407,7 +422,7 @@ var (
 	ErrInvalid = errors.New("ratelimit: invalid item")
 )
 
-// ErrBreakerOpen means a Breaker refused a Decide without calling its store,
+// ErrBreakerOpen means a stack.Breaker refused a Decide without calling its store,
 // because the store failed repeatedly just before. Errors carrying it also
 // wrap ErrUnavailable, so callers apply their failure policy as for any
 // unavailable store.

@@ -65,7 +65,7 @@ func IntersectSorted(a, b []int) []int {
 	return both
 }
 
-// Slots releases and renews concurrency slots: a SlotStore, or a Stack.
+// Slots releases and renews concurrency slots: a SlotStore, or a stack.Stack.
 type Slots interface {
 	Release(ctx context.Context, items []Item) error
 	Renew(ctx context.Context, items []Item) (lost []int, err error)

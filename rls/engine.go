@@ -124,7 +124,7 @@ var (
 // Options configure an Engine.
 type Options struct {
 	// Store decides; required. The Engine does not close it. It should be
-	// a ratelimit.Stack (or have a ratelimit.Fallback on top), which applies
+	// a stack.Stack (or have a stack.Fallback on top), which applies
 	// each item's on_store_error when the store below fails; the error of a
 	// store without one is answered as ErrUnavailable.
 	Store ratelimit.Store

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/quotagate/quotagate/internal/testclock"
-	"github.com/quotagate/quotagate/ratelimit/memstore"
-	"github.com/quotagate/quotagate/ratelimit/stack"
 	"math"
 	"strings"
 	"testing"
@@ -15,7 +12,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/quotagate/quotagate/internal/testclock"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
+	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
 // t0 is a fixed instant at the start of a minute, so that fixed windows

@@ -27,7 +27,7 @@ func storeOpener(logger *slog.Logger, getenv func(string) (string, bool)) func(c
 // openStore is the one place that chooses the stage-2 backend: a memory
 // store of this process, or Redis (standalone, Cluster or Sentinel by the
 // shape of the addresses) for a fleet, registering in its roster as
-// instance id. Either comes as a whole ratelimit.Stack, its
+// instance id. Either comes as a whole stack.Stack, its
 // on_store_error fallback included.
 func openStore(c config.Store, id string, logger *slog.Logger, getenv func(string) (string, bool)) (*stack.Stack, error) {
 	switch c.Kind {

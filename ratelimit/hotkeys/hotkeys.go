@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// HotKeys estimates which keys take the most decisions, in bounded memory
+// Tracker estimates which keys take the most decisions, in bounded memory
 // and at a small, lock-free cost per decision, so an operator can see which
 // tenant would gain from a lease.
 //
@@ -21,7 +21,7 @@ import (
 // Top reports the last complete window (the current one before the first
 // is complete), so a key that went quiet drops out.
 //
-// A HotKeys is safe for concurrent use.
+// A Tracker is safe for concurrent use.
 type Tracker struct {
 	every  uint64
 	cap    int
@@ -46,7 +46,7 @@ type Key struct {
 	Error float64 `json:"error_per_second"`
 }
 
-// HotKeysOptions configures NewHotKeys; zero fields take the defaults.
+// Options configures New; zero fields take the defaults.
 type Options struct {
 	Capacity    int           // entries kept; default 64
 	SampleEvery int           // count one decision in this many; default 16
@@ -54,7 +54,7 @@ type Options struct {
 	Now         func() time.Time
 }
 
-// NewHotKeys returns an empty summary.
+// New returns an empty summary.
 func New(o Options) *Tracker {
 	if o.Capacity <= 0 {
 		o.Capacity = 64

@@ -3,11 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
-	"github.com/quotagate/quotagate/ratelimit"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // Reserver is a Store that can also reserve blocks of units and give
@@ -23,7 +24,7 @@ type Reserver interface {
 	Refund(ctx context.Context, items []ratelimit.Item) error
 }
 
-// LeaseOptions configures a LeaseStore. The zero value uses the defaults.
+// Options configures a Store. The zero value uses the defaults.
 type Options struct {
 	// Now is the clock of block ages and rate estimates; nil means
 	// time.Now. Decisions in the store keep their own clock.
@@ -35,18 +36,18 @@ type Options struct {
 	// ReturnTimeout bounds each sweep's refund calls; 0 means 1s.
 	ReturnTimeout time.Duration
 	// Fleet, when set, returns the number of instances sharing the store
-	// (see Fleet.Size); a block is then sized for the larger of it and the
+	// (see stack.Fleet.Size); a block is then sized for the larger of it and the
 	// item's Lease.Instances. nil counts Lease.Instances alone.
 	Fleet func() int64
 	// AutoKeys bounds the keys of lease: auto items whose demand the store
-	// tracks at once (see LeaseStore, Auto); 0 or less means 65,536. It
+	// tracks at once (see Store, Auto); 0 or less means 65,536. It
 	// is shared out evenly between the store's shards, each keeping at
 	// least one, so the bound is rounded up to a multiple of their number
 	// (8 to 256, see leaseShards).
 	AutoKeys int
 }
 
-// LeaseStats counts what a LeaseStore did since it was created.
+// Stats counts what a Store did since it was created.
 type Stats struct {
 	// LocalAdmits is the leased items admitted from a local block, without
 	// a store call.
@@ -64,12 +65,12 @@ type Stats struct {
 	// key's demand here being too low for a block to pay off.
 	AutoPassed int64
 	// AutoKeys is the keys whose demand is tracked now (at most
-	// LeaseOptions.AutoKeys); AutoEvicted counts the keys forgotten to
+	// Options.AutoKeys); AutoEvicted counts the keys forgotten to
 	// make room for a hotter one.
 	AutoKeys, AutoEvicted int64
 }
 
-// LeaseStore is a Store that admits hot token-bucket keys from blocks of
+// Store is a ratelimit.Store that admits hot token-bucket keys from blocks of
 // units reserved ahead, so that most of their decisions need no round trip.
 //
 // Items with Lease set (non-shadow, cost > 0) are leased; every other
@@ -89,7 +90,7 @@ type Stats struct {
 //
 // Block size. A block holds at most blockCap = min(MaxBlock,
 // Burst/(2×n)), never less than the cost, where n is the larger of the
-// item's Lease.Instances and the live fleet size (LeaseOptions.Fleet). Within that, it is the
+// item's Lease.Instances and the live fleet size (Options.Fleet). Within that, it is the
 // units this instance is expected to admit in one TTL at the key's
 // observed rate here (an average over the last reservations), so a cold
 // key reserves only its cost and a hot one reserves full blocks. While one
@@ -124,12 +125,12 @@ type Stats struct {
 // exponentially weighted count of the units asked here over about the
 // last TTL (E) of at least 4 costs engages it, below 2 releases it (see
 // lease_auto.go). While it is not leased, it goes to the wrapped store as
-// an unleased item would (counted in LeaseStats.AutoPassed). Its blocks
+// an unleased item would (counted in Stats.AutoPassed). Its blocks
 // are the larger of E and the rate between reservations times TTL, within
 // [cost, blockCap]; without MaxBlock, blockCap is Burst/(2×n) alone. A
 // key's E is kept in a table only once it is hot: before that, a sketch
 // of fixed size (1 MiB) estimates it, and the key enters the table at 2
-// costs. The table holds at most LeaseOptions.AutoKeys keys (65,536); when
+// costs. The table holds at most Options.AutoKeys keys (65,536); when
 // full, a key enters only in place of a colder one, so keys asked once or
 // twice, however many, cannot keep a hot key out. Keys quiet for two TTLs
 // are forgotten.
@@ -139,7 +140,7 @@ type Stats struct {
 // (capped at Burst); ResetAfter is computed from it. They are estimates:
 // other instances consume in the meantime.
 //
-// A LeaseStore is safe for concurrent use. Its keys are spread by hash
+// A Store is safe for concurrent use. Its keys are spread by hash
 // over shards, each with a lock of its own, so decisions of different
 // keys seldom wait for each other; decisions of one key share its block.
 type Store struct {
@@ -170,7 +171,7 @@ type Store struct {
 
 var _ ratelimit.Store = (*Store)(nil)
 
-// NewLeaseStore returns a LeaseStore over inner, which it owns: Close
+// New returns a Store over inner, which it owns: Close
 // closes it. Unless opts.SweepEvery is negative it starts a sweeper
 // goroutine, which Close stops.
 func New(inner Reserver, opts Options) *Store {
@@ -240,7 +241,7 @@ type plan struct {
 	reserved bool
 }
 
-// Decide decides items (see LeaseStore and Store). Invalid items or leases
+// Decide decides items (see Store and ratelimit.Store). Invalid items or leases
 // return an error wrapping ErrInvalid before anything is taken. An error
 // of the wrapped store is returned as it is, after the local units are
 // put back.
@@ -311,7 +312,7 @@ func (s *Store) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 	return ratelimit.Summarize(items, full), nil
 }
 
-// leasedItems returns the indexes of the items a LeaseStore admits from
+// leasedItems returns the indexes of the items a Store admits from
 // blocks: the leased ones, Auto ones only while their demand here makes a
 // block pay off. When there is one, it first validates every item and
 // lease, so that nothing fails validation once blocks are touched; when

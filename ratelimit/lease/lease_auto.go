@@ -1,9 +1,10 @@
 package lease
 
 import (
-	"github.com/quotagate/quotagate/ratelimit"
 	"math"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // Auto leasing. An item with Lease.Auto is leased only while this
@@ -27,7 +28,7 @@ const (
 	// table.
 	autoAdmit = autoRelease
 	// autoMaxKeys is the default bound of the keys whose rate an instance
-	// tracks (LeaseOptions.AutoKeys).
+	// tracks (Options.AutoKeys).
 	autoMaxKeys = 1 << 16
 	// autoEvictSample is how many entries of a full shard a key hot
 	// enough to enter compares itself with: it takes the place of the

@@ -2,12 +2,13 @@ package lease
 
 import (
 	"errors"
-	"github.com/quotagate/quotagate/ratelimit"
 	"math"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // TestAutoRateObserve steps one key's demand estimate through fixed

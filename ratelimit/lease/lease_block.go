@@ -1,10 +1,11 @@
 package lease
 
 import (
-	"github.com/quotagate/quotagate/ratelimit"
 	"math"
 	"sync"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // block is this instance's reservation for one leased key.

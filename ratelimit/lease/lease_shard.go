@@ -26,7 +26,7 @@ type leaseShard struct {
 	_ [64 - 8 - 3*8]byte
 }
 
-// leaseShards is the number of shards of a LeaseStore: four per
+// leaseShards is the number of shards of a Store: four per
 // GOMAXPROCS at its creation, rounded up to a power of two, within
 // [8, 256]. More shards than cores make two decisions of different keys
 // unlikely to meet on one lock.

@@ -2,8 +2,9 @@ package lease
 
 import (
 	"context"
-	"github.com/quotagate/quotagate/ratelimit"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // idleForget is how long a block must be empty and unused, beyond twice
@@ -34,7 +35,7 @@ func (s *Store) sweeper(every time.Duration) {
 // error (the refund failed, wrapping ErrUnavailable) those units are
 // counted as lost, not retried: whether they went back is unknown.
 //
-// The background sweeper calls it every LeaseOptions.SweepEvery; tests
+// The background sweeper calls it every Options.SweepEvery; tests
 // with a fake clock call it directly.
 func (s *Store) ReturnExpired(ctx context.Context) (int64, error) {
 	return s.sweep(ctx, false)

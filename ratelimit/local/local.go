@@ -10,11 +10,11 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// DefaultMaxLimiters is the cap on live limiters of a LocalSet whose
-// LocalOptions.MaxLimiters is 0.
+// DefaultMaxLimiters is the cap on live limiters of a Set whose
+// Options.MaxLimiters is 0.
 const DefaultMaxLimiters = 1_000_000
 
-// defaultShards is the shard count of a LocalSet whose LocalOptions.Shards is 0.
+// defaultShards is the shard count of a Set whose Options.Shards is 0.
 const defaultShards = 64
 
 // Eviction scans a bounded number of limiters per insert, so that Allow stays
@@ -28,7 +28,7 @@ const (
 	scanAtCap = 16
 )
 
-// LocalOptions configures a LocalSet.
+// Options configures a Set.
 type Options struct {
 	// Rate is the refill rate in tokens per second. rate.Inf admits
 	// everything and keeps no state. 0 (or less) never refills: a caller
@@ -45,7 +45,7 @@ type Options struct {
 	Shards int
 }
 
-// LocalSet is a set of token buckets, one per key (caller), all with the same
+// Set is a set of token buckets, one per key (caller), all with the same
 // rate and burst, held in this process only. It is the coarse first stage of
 // a decision; it never replaces the fleet-wide store.
 //
@@ -71,8 +71,8 @@ type Options struct {
 // an earlier one; concurrent callers' instants differ by microseconds, which
 // is all the clamp can add.
 //
-// A LocalSet is safe for concurrent use. Its zero value is not usable; use
-// NewLocalSet.
+// A Set is safe for concurrent use. Its zero value is not usable; use
+// New.
 type Set struct {
 	limit   rate.Limit
 	burst   int
@@ -111,7 +111,7 @@ type localEntry struct {
 	prev, next *localEntry
 }
 
-// NewLocalSet returns an empty set configured by o.
+// New returns an empty set configured by o.
 func New(o Options) *Set {
 	maxLim := o.MaxLimiters
 	if maxLim <= 0 {

@@ -122,21 +122,6 @@ func BenchmarkMemoryDecideBatch(b *testing.B) {
 	})
 }
 
-// BenchmarkApply measures the pure algorithms alone.
-func BenchmarkApply(b *testing.B) {
-	now := benchNow.UnixMicro()
-	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.FixedWindow, ratelimit.SlidingWindow, ratelimit.SlidingLog} {
-		b.Run(alg.String(), func(b *testing.B) {
-			l := benchLimits[alg]
-			st, _, _ := ratelimit.Apply(alg, nil, now, 1, l, true)
-			b.ReportAllocs()
-			for b.Loop() {
-				ratelimit.Apply(alg, &st, now, 1, l, false)
-			}
-		})
-	}
-}
-
 // BenchmarkMemorySettle: a settlement of a reserved request on its
 // tenant's token bucket and a sliding window (a refund of 700 units each,
 // a fresh id per call, so the set of remembered ids grows and is swept

@@ -3,15 +3,16 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"github.com/quotagate/quotagate/ratelimit"
 	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
-// MemoryOptions configures a MemoryStore. The zero value is ready to use.
+// Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// Now returns the current time; the store reads it once per Decide,
 	// after locking the batch's keys. nil means time.Now. A clock that goes
@@ -30,7 +31,7 @@ const (
 	memMinSweep = 128
 )
 
-// MemoryStore is a Store that keeps every key's state in this process.
+// Store is a ratelimit.Store that keeps every key's state in this process.
 //
 // It decides a whole batch atomically: it locks the shards of the batch's
 // keys in ascending order (so concurrent batches cannot deadlock), evaluates
@@ -45,8 +46,8 @@ const (
 // proportional to the number of live keys. A key holds the state of one
 // algorithm: using it with another starts it afresh.
 //
-// MemoryStore is safe for concurrent use. It starts no goroutine. Create
-// one with NewMemoryStore; the zero value is not usable.
+// Store is safe for concurrent use. It starts no goroutine. Create
+// one with New; the zero value is not usable.
 type Store struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -82,7 +83,7 @@ type memEntry struct {
 	st      ratelimit.State
 }
 
-// NewMemoryStore returns an empty MemoryStore.
+// New returns an empty Store.
 func New(opts Options) *Store {
 	n := opts.Shards
 	if n <= 0 {
@@ -388,14 +389,14 @@ func (s *Store) RenewReport(ctx context.Context, items []ratelimit.Item) (rateli
 
 // RenewHeld renews the slots of items that s still holds, as Renew does,
 // but never takes one back: a slot no longer held is lost, room or not (for
-// the local shares of a Stack, which renew slots held in its backend as
+// the local shares of a stack.Stack, which renew slots held in its backend as
 // well). Lost lists, in increasing order, every item not renewed.
 func (s *Store) RenewHeld(ctx context.Context, items []ratelimit.Item) (ratelimit.Renewal, error) {
 	return s.renew(ctx, items, false)
 }
 
 // renew is RenewReport; without retake a slot no longer held is lost,
-// room or not (for the local shares of a Stack, which renew slots held in
+// room or not (for the local shares of a stack.Stack, which renew slots held in
 // its backend as well).
 func (s *Store) renew(ctx context.Context, items []ratelimit.Item, retake bool) (ratelimit.Renewal, error) {
 	var r ratelimit.Renewal

@@ -3,9 +3,10 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"github.com/quotagate/quotagate/ratelimit"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // Expired keys that no batch touches again are swept as new keys arrive,

@@ -14,8 +14,8 @@ import (
 )
 
 // TestDenialCacheHotKeyAcrossInstances hammers one key far over its limit
-// from 3 instances, each a DenialCache over its own Redis client (and, for
-// the token bucket, its own LeaseStore), on one injected clock: a request
+// from 3 instances, each a stack.DenialCache over its own Redis client (and, for
+// the token bucket, its own lease.Store), on one injected clock: a request
 // per instance per millisecond for 30 s, 90,000 requests. The admitted
 // count must be exactly what the limit allows (for the leased bucket: never
 // more, and at most the instances' blocks fewer), and the script calls that

@@ -4,7 +4,9 @@
 // Redis client of the module; a program that decides in memory alone does
 // not link it.
 //
+// TLSFiles (redis_tls.go) names the files of a TLS connection to Redis.
+//
 // Open builds the whole stack on Redis (standalone, Cluster or Sentinel):
-// RedisStore with coalesced pipelines, ratelimit.LeaseStore,
-// ratelimit.Breaker and ratelimit.Fallback, as one ratelimit.Stack.
+// RedisStore with coalesced pipelines, lease.Store,
+// stack.Breaker and stack.Fallback, as one stack.Stack.
 package redisstore

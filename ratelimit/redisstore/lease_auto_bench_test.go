@@ -33,7 +33,7 @@ type leaseRun struct {
 
 // runLeaseLoad sends ld.demand requests per second, paced (each of 4
 // callers per instance keeps its own schedule and catches up when late),
-// for ld.warm + ld.for_ to three instances, each a full Stack (denial
+// for ld.warm + ld.for_ to three instances, each a full stack.Stack (denial
 // cache over leases over a RedisStore with its own client) deciding one
 // key with lease; it counts the requests and the script calls on the
 // server from the end of the warm-up, the unused units given back on

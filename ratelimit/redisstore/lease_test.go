@@ -16,7 +16,7 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
 
-// leaseFleet is n instances, each a LeaseStore over its own RedisStore and
+// leaseFleet is n instances, each a lease.Store over its own RedisStore and
 // client, on one Redis. With a clock, the stores and the leases read it
 // (and nothing sweeps in the background); without, Redis decides on its
 // own clock and leases on time.Now.

@@ -21,7 +21,7 @@ type Config struct {
 	MasterName         string
 	Username, Password string
 	// TLS, when not nil, makes every connection use TLS with it (see
-	// ratelimit.RedisTLSFiles); nil is plain TCP.
+	// TLSFiles); nil is plain TCP.
 	TLS *tls.Config
 	// PoolSize is the number of connections per node; 0 means 10 per CPU.
 	PoolSize int
@@ -29,7 +29,7 @@ type Config struct {
 	// included; it must be > 0. Connecting is allowed max(Timeout, 250ms).
 	Timeout time.Duration
 	// BreakerFailures consecutive failures open the circuit breaker, which
-	// lets a probe through after BreakerCooldown (see ratelimit.Breaker).
+	// lets a probe through after BreakerCooldown (see stack.Breaker).
 	BreakerFailures int
 	BreakerCooldown time.Duration
 	// Now is the clock of the stack's local shares (on_store_error local);
@@ -38,7 +38,7 @@ type Config struct {
 	// FleetSize is the least number of instances assumed to share Redis
 	// (0 or less means 1): the fleet's size is the larger of it and the
 	// live count of the roster, and sizes the local shares (see
-	// ratelimit.FallbackOptions) and lease blocks. With FleetStatic it is
+	// stack.FallbackOptions) and lease blocks. With FleetStatic it is
 	// the size, exactly.
 	FleetSize int
 	// Hook, when not nil, is added to the client and sees every command
@@ -49,10 +49,10 @@ type Config struct {
 	FleetStatic bool
 	// FleetTTL is how long an instance's registration in the roster lasts
 	// without a heartbeat (one every FleetTTL/3); 0 means
-	// ratelimit.DefaultFleetTTL.
+	// stack.DefaultFleetTTL.
 	FleetTTL time.Duration
 	// FleetID names the instance in the roster; "" means a new id (see
-	// ratelimit.NewInstanceID). Stores of one process should share one:
+	// stack.NewInstanceID). Stores of one process should share one:
 	// they are one instance. Closing any of them leaves the roster until
 	// another one's next heartbeat.
 	FleetID string
@@ -74,10 +74,10 @@ type Config struct {
 // c.Timeout per decision, with token leases for the items that ask for
 // them, behind a circuit breaker with one failure domain per Cluster
 // primary (the primary owning a batch's last key, the tenant's slot), under
-// a ratelimit.Fallback. Unless c.FleetStatic is set, the instance
-// registers in the fleet roster (see RedisRoster and ratelimit.Fleet) and
+// a stack.Fallback. Unless c.FleetStatic is set, the instance
+// registers in the fleet roster (see RedisRoster and stack.Fleet) and
 // the local shares and lease blocks follow the live count; its heartbeats
-// go through the circuit breaker (see ratelimit.BreakerRoster), and
+// go through the circuit breaker (see stack.BreakerRoster), and
 // closing the stack leaves the roster. Decisions do not connect until the
 // first one.
 func Open(c Config) *stack.Stack {
@@ -97,12 +97,12 @@ func Open(c Config) *stack.Stack {
 	// assigned below, and read only by this closure, which no call can
 	// reach before that assignment (nor race with it):
 	//   - the lease store calls it only when a decision sizes a block
-	//     (LeaseStore.instances); the sweeper NewLeaseStore starts only
+	//     (lease.Store.instances); the sweeper lease.New starts only
 	//     gives expired blocks back and sizes none;
 	//   - nothing decides on the lease store before Open returns: only
 	//     the breaker holds it, and of those Open gives the breaker to,
-	//     the roster runs its own heartbeats through Breaker.Do and
-	//     NewStack makes no decision.
+	//     the roster runs its own heartbeats through stack.Breaker.Do and
+	//     stack.New makes no decision.
 	// The first decision therefore comes after Open has returned, and
 	// the assignment before.
 	var fleet *stack.Fleet

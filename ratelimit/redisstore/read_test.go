@@ -16,7 +16,7 @@ import (
 
 // TestOpenReadsNeverOpenTheBreaker runs on a real Redis frozen with
 // SIGSTOP, so that every call to it ends at the store's deadline: ten
-// reads (Stack.Read) time out, more than the three failures that open the
+// reads (stack.Stack.Read) time out, more than the three failures that open the
 // breaker, and leave it closed, so that the first decision after Redis is
 // back is decided by Redis (it used to find the breaker open: the reads
 // of the quota endpoint went through the decisions' breaker). Then three

@@ -327,7 +327,7 @@ func hashTag(key string) string {
 // Items are grouped by hash tag; each group is one atomic script call that
 // consumes every non-shadow cost of the group or none. Within a group,
 // items of the same key are evaluated in order, each seeing the costs the
-// earlier ones take, as in MemoryStore. Groups are decided
+// earlier ones take, as in memstore.Store. Groups are decided
 // one after another in the order of their first item, and the first group
 // that denies ends the batch: the groups admitted before it are refunded
 // (one call each) and the groups after it are evaluated without consuming,
@@ -380,7 +380,7 @@ func (s *RedisStore) Decide(ctx context.Context, items []ratelimit.Item) (rateli
 // (0 included) is a plain item.
 //
 // The items must have passed ratelimit.ValidateItem (the caller, such as a
-// LeaseStore, validates them once). Only non-shadow token-bucket items may
+// lease.Store, validates them once). Only non-shadow token-bucket items may
 // reserve, and want[i] must not exceed the bucket's burst; otherwise, or if
 // len(want) != len(items), the error wraps ErrInvalid. Refunds after a later group's denial give back
 // everything a reserving item took.

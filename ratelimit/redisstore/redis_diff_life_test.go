@@ -13,7 +13,7 @@ import (
 // bucket 1 µs short of full gets 1 ms, rounded up) but counts it down in
 // real time, which runs on while the injected clock stands still. Once
 // Redis has dropped a key before the injected clock reached its end, the
-// MemoryStore may still hold it, and the stores may differ without a
+// memstore.Store may still hold it, and the stores may differ without a
 // wrong answer.
 type keyLives struct {
 	client   redis.UniversalClient

@@ -45,7 +45,7 @@ var diffSpecs = []struct {
 
 var diffSeq atomic.Int64
 
-// runDifferential decides random batches on a RedisStore and a MemoryStore
+// runDifferential decides random batches on a RedisStore and a memstore.Store
 // with the same clock and requires identical Decisions. keys are the key
 // names (under a fresh prefix per run); with switchSpecs a key's limit or
 // algorithm may change between batches, as a reload does.
@@ -182,7 +182,7 @@ func runDifferential(t *testing.T, addr string, keys []string, switchSpecs bool)
 
 // TestRedisStoreMatchesMemoryStore compares batches spread over several
 // hash tags (so RedisStore decides them in several groups, refunding and
-// evaluating after a denial) with MemoryStore's single atomic group. Specs
+// evaluating after a denial) with memstore.Store's single atomic group. Specs
 // stay fixed per key: a refund rewrites a key, which would make a later Per
 // change round differently than on a key never written.
 func TestRedisStoreMatchesMemoryStore(t *testing.T) {
@@ -194,7 +194,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 // while keys change algorithm, rate and Per between batches (Per changes
 // between 10 s, 1 min and 1 h exercise the exact wide multiplication of the
 // scripts). The clock advances by at most 50 ms a batch, so no key reaches
-// its time to live: once it has, MemoryStore (on the injected clock) drops
+// its time to live: once it has, memstore.Store (on the injected clock) drops
 // the key while Redis (on real time) keeps it, and under a new limit the
 // kept state legitimately differs from an absent one.
 func TestRedisStoreMatchesMemoryStoreReload(t *testing.T) {

@@ -60,7 +60,7 @@ func TestRedisStoreExpiry(t *testing.T) {
 }
 
 // TestRedisStackSettles runs the settlement suite through the layers Open
-// assembles (Stack, DenialCache, Breaker, LeaseStore) over a RedisStore on
+// assembles (stack.Stack, stack.DenialCache, stack.Breaker, lease.Store) over a RedisStore on
 // the suite's clock: each passes Settle on.
 func TestRedisStackSettles(t *testing.T) {
 	srv := redistest.StartStandalone(t)

@@ -8,7 +8,7 @@ import (
 	"os"
 )
 
-// RedisTLSFiles names what a TLS connection to Redis trusts and presents,
+// TLSFiles names what a TLS connection to Redis trusts and presents,
 // as PEM files.
 type TLSFiles struct {
 	// CAFile holds the certificates that may sign the server's

@@ -26,7 +26,7 @@ type RosterOptions struct {
 	Now func() time.Time
 }
 
-// RedisRoster is a ratelimit.Roster in one Redis sorted set: member = an
+// RedisRoster is a stack.Roster in one Redis sorted set: member = an
 // instance's id, score = when its registration expires, in milliseconds
 // on the Redis server's clock. Heartbeat is one script call that drops
 // the expired members, renews its own and counts the rest, atomically;
@@ -75,7 +75,7 @@ return redis.call('ZCARD', KEYS[1])
 `)
 
 // Heartbeat registers id for ttl (rounded up to the millisecond) and
-// returns the live count (see ratelimit.Roster). Errors wrap
+// returns the live count (see stack.Roster). Errors wrap
 // ratelimit.ErrUnavailable.
 func (r *RedisRoster) Heartbeat(ctx context.Context, id string, ttl time.Duration) (int, error) {
 	if ttl <= 0 {

@@ -16,9 +16,9 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
-// rosterFleet returns a Fleet registering in the roster key on its own
+// rosterFleet returns a stack.Fleet registering in the roster key on its own
 // client for addrs, with no background heartbeat: the test calls Beat.
-// The roster reads clock; floor is the Fleet's floor.
+// The roster reads clock; floor is the stack.Fleet's floor.
 func rosterFleet(t *testing.T, addrs []string, key string, clock *testclock.Clock, ttl time.Duration, floor int) *stack.Fleet {
 	t.Helper()
 	client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: addrs})

@@ -23,7 +23,7 @@ import (
 // takes; busy_key is the same on keys that hold another request's slot,
 // as a tenant's does while it has requests in flight. The parallel cases take and release slots from 16 goroutines:
 // each release its own store call (release_each), or through a
-// SlotKeeper, which sends the releases that come while one is in flight
+// slotkeeper.Keeper, which sends the releases that come while one is in flight
 // together (release_gathered).
 //
 //	go test -run '^$' -bench RedisSlots ./ratelimit/redisstore

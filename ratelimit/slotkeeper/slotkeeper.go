@@ -2,13 +2,14 @@ package slotkeeper
 
 import (
 	"context"
-	"github.com/quotagate/quotagate/ratelimit"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
-// SlotKeeperOptions configure a SlotKeeper. Zero values take the defaults.
+// Options configure a Keeper. Zero values take the defaults.
 type Options struct {
 	// Timeout bounds each release, and each round of renewals; 0 means 1s.
 	Timeout time.Duration
@@ -43,12 +44,12 @@ type LostSlot struct {
 	Item ratelimit.Item
 }
 
-// SlotKeeper holds the concurrency slots of this instance's requests in
+// Keeper holds the concurrency slots of this instance's requests in
 // flight: it renews all of them together, in one Renew per store, every
 // third of the shortest Limit.Per among them, so that a request running
 // longer than Per keeps its slot while an instance that dies stops renewing
 // and its slots free themselves within Per. It starts one goroutine; Close
-// stops it. A SlotKeeper is safe for concurrent use.
+// stops it. A Keeper is safe for concurrent use.
 type Keeper struct {
 	opts Options
 
@@ -80,7 +81,7 @@ type Held struct {
 	once sync.Once
 }
 
-// NewSlotKeeper returns a SlotKeeper holding nothing and starts its
+// New returns a Keeper holding nothing and starts its
 // renewal loop.
 func New(o Options) *Keeper {
 	if o.Timeout <= 0 {
@@ -98,7 +99,7 @@ func New(o Options) *Keeper {
 // inline makes Release free them in the caller's goroutine: for a store of
 // this process, whose release waits on no I/O, that is cheaper than a
 // goroutine and frees the slots before Release returns. owner is given
-// back with each of the items found lost (see SlotKeeperOptions.Lost); the
+// back with each of the items found lost (see Options.Lost); the
 // keeper does not look at it.
 func (k *Keeper) Hold(s ratelimit.Slots, items []ratelimit.Item, inline bool, owner any) *Held {
 	h := &Held{k: k, slots: s, items: items, owner: owner, inline: inline}
@@ -165,8 +166,8 @@ func (k *Keeper) Len() int {
 
 // RenewAll renews every held slot not yet found lost now: one Renew per
 // store, under ctx, and then reports the slots found lost (see
-// SlotKeeperOptions.Lost). It returns the first failure (see
-// SlotKeeperOptions.OnError). A store's reply that is not a Renewal of
+// Options.Lost). It returns the first failure (see
+// Options.OnError). A store's reply that is not a Renewal of
 // its items (an index out of range, twice, or out of order) is that
 // store's failure, and reports nothing.
 func (k *Keeper) RenewAll(ctx context.Context) error {

@@ -213,7 +213,7 @@ func TestSlotKeeperGathersReleases(t *testing.T) {
 }
 
 // releasingSlots runs before, once, as a renewal starts: after the
-// SlotKeeper gathered its items, before the store renews them.
+// Keeper gathered its items, before the store renews them.
 type releasingSlots struct {
 	ratelimit.Slots
 	before func()

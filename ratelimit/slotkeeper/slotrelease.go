@@ -2,6 +2,7 @@ package slotkeeper
 
 import (
 	"context"
+
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
@@ -11,7 +12,7 @@ import (
 // a release is sent at once, alone, and under load the requests that end
 // within one round trip share one store call (on Redis one script call per
 // hash slot, or per 64 slots on a single primary) instead of one each.
-// Guarded by SlotKeeper.mu.
+// Guarded by Keeper.mu.
 type releaseQueue struct {
 	items []ratelimit.Item
 	helds int // the Release calls whose items are in items

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/quotagate/quotagate/ratelimit"
 	"sync"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // BreakerState is the state of a Breaker.

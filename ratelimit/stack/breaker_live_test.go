@@ -2,10 +2,11 @@ package stack
 
 import (
 	"context"
-	"github.com/quotagate/quotagate/ratelimit"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // TestBreakerDropsGoneDomains: a domain that BreakerOptions.Live reports

@@ -3,9 +3,10 @@ package stack
 import (
 	"context"
 	"errors"
-	"github.com/quotagate/quotagate/ratelimit"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // domainStore fails every batch whose first key is in down.

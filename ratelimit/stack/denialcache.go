@@ -2,13 +2,14 @@ package stack
 
 import (
 	"context"
-	"github.com/quotagate/quotagate/ratelimit"
 	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // DefaultDenialCacheSize is the number of keys a DenialCache remembers

@@ -3,10 +3,11 @@ package stack
 import (
 	"context"
 	"errors"
-	"github.com/quotagate/quotagate/ratelimit"
-	"github.com/quotagate/quotagate/ratelimit/memstore"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
 )
 
 // FallbackOptions configure a Fallback. Zero values take the defaults.
@@ -36,7 +37,7 @@ type FallbackOptions struct {
 //     Unavailable, with RetryAfter from FallbackOptions; nothing else is
 //     decided.
 //   - Otherwise the items with OnErrorLocal are decided together, each on
-//     LocalShare of its limit, by a MemoryStore of this process (its state
+//     LocalShare of its limit, by a memstore.Store of this process (its state
 //     is this instance's alone and starts full); items with OnErrorOpen are
 //     allowed. An item whose local decision fails (an invalid item) is
 //     allowed as open.
@@ -178,7 +179,7 @@ func (f *Fallback) slotsHeldUntil(until int64) {
 }
 
 // renewLocal renews the slots of items that the local shares hold (see
-// MemoryStore.RenewHeld; it never takes a slot back, so Lost lists every item
+// memstore.Store.RenewHeld; it never takes a slot back, so Lost lists every item
 // they do not hold), and raises slotsUntil to cover the slots it renewed.
 func (f *Fallback) renewLocal(ctx context.Context, items []ratelimit.Item) (ratelimit.Renewal, error) {
 	r, err := f.local.RenewHeld(ctx, items)

@@ -3,9 +3,10 @@ package stack
 import (
 	"context"
 	"errors"
-	"github.com/quotagate/quotagate/ratelimit"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/ratelimit"
 )
 
 // TestBreakerDoFollowsKeyDomain: a call through Breaker.Do is refused,

@@ -13,7 +13,7 @@ import (
 )
 
 // TestStackSettles runs the settlement suite through a whole Stack
-// (Fallback, DenialCache, MemoryStore): every layer passes Settle on.
+// (Fallback, DenialCache, memstore.Store): every layer passes Settle on.
 func TestStackSettles(t *testing.T) {
 	storetest.RunSettle(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
 		s := stack.New(nil, stack.Options{Now: now})

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/memstore"
-	"time"
 )
 
-// StackOptions configure a Stack. Zero values take the defaults.
+// Options configure a Stack. Zero values take the defaults.
 type Options struct {
 	// Breaker, when not nil, is the circuit breaker of the backend (it may
 	// be the backend itself, or lie below it): Health reports its state
@@ -18,7 +19,7 @@ type Options struct {
 	// Ping reports whether the backend answers; nil means it always does.
 	Ping func(ctx context.Context) error
 	// Now is the clock of the in-process stores: the memory backend when
-	// NewStack is given none, and the Fallback's local shares. nil = time.Now.
+	// New is given none, and the Fallback's local shares. nil = time.Now.
 	Now func() time.Time
 	// FleetSize is the number of instances sharing the backend, which
 	// sizes the local shares (see FallbackOptions); 0 or less means 1.
@@ -39,7 +40,7 @@ type Options struct {
 	Slots ratelimit.SlotStore
 }
 
-// Stack is a complete decision store: a backend (a MemoryStore, or a
+// Stack is a complete decision store: a backend (a memstore.Store, or a
 // Redis store with leases behind a circuit breaker, see package redisstore)
 // under a DenialCache (denials repeated locally until they run out) under a
 // Fallback layer that applies each item's OnError when the backend
@@ -67,8 +68,8 @@ type Health struct {
 	AllDown bool
 }
 
-// NewStack puts backend, which the Stack owns from then on, under a
-// Fallback. A nil backend is a MemoryStore of this process, on o.Now.
+// New puts backend, which the Stack owns from then on, under a
+// Fallback. A nil backend is a memstore.Store of this process, on o.Now.
 func New(backend ratelimit.Store, o Options) *Stack {
 	if backend == nil {
 		backend = memstore.New(memstore.Options{Now: o.Now})
@@ -133,7 +134,7 @@ func (s *Stack) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 //     its error (wrapping ErrUnavailable); no item's OnError applies.
 //   - It skips the DenialCache: it neither answers from remembered
 //     denials nor remembers any.
-//   - With StackOptions.Breaker it goes through Breaker.Read: it is
+//   - With Options.Breaker it goes through Breaker.Read: it is
 //     refused at once (an error wrapping ErrUnavailable and
 //     ratelimit.ErrBreakerOpen, no store call) unless the failure domain of items is
 //     closed, and its outcome is not recorded, so failed reads never open
