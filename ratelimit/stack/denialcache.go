@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -52,6 +53,11 @@ const DefaultDenialProbeWait = 20 * time.Millisecond
 // denied again: the DenialCache answers it with the remembered results,
 // their RetryAfter and ResetAfter shortened by the time elapsed (Remaining
 // is the remembered one, which may since have grown), without a store call.
+// A larger cost waits longer than the remembered one: it is answered only
+// where its own wait follows exactly from the remembered results (a denied
+// token bucket's wait grows by the refill time of the extra units; see
+// denial.decisionFor), and otherwise asks the store, so that nobody is told
+// to come back before the cost it asks for could fit.
 //
 // Concurrency items never make a denial remembered (a slot frees whenever
 // its request ends): a batch is remembered only for its other denied items,
@@ -239,8 +245,12 @@ func (c *DenialCache) lookupKey(key string, items []ratelimit.Item, now time.Tim
 	if e == nil || !e.covers(items) {
 		return ratelimit.Decision{}, false, probes
 	}
+	d, ok = e.decisionFor(items, now.Sub(e.at))
+	if !ok {
+		return Decision{}, false, probes
+	}
 	c.local.Add(1)
-	return e.decisionAt(now.Sub(e.at)), true, nil
+	return d, true, nil
 }
 
 // endProbe forgets the run-out denial e under each key it is kept by, once
@@ -272,6 +282,62 @@ func (e *denial) covers(items []ratelimit.Item) bool {
 		}
 	}
 	return true
+}
+
+// decisionFor returns e's decision for items (which e covers) as it
+// stands elapsed after it was made, or false when e cannot say how long
+// items must wait.
+//
+// An item of the remembered cost keeps its remembered result. An item of a
+// larger cost is answered only when its wait follows from what was
+// remembered: a denied token-bucket item waits the remembered RetryAfter
+// plus the time the bucket takes to refill the extra units, (cost −
+// remembered cost) × Per / Rate rounded up to the microsecond (the store's
+// own wait for that cost, or at most 1 µs more: each is rounded up); a
+// denied fixed window waits to its end whatever the cost; an item that was
+// allowed, with a Remaining at least the new cost, still fits. Any other
+// larger cost (a denied sliding window or log, whose wait depends on how
+// its count is spread over the window, or an allowed item the new cost
+// may not fit) is left to the store: the remembered wait could be too
+// early for it.
+func (e *denial) decisionFor(items []Item, elapsed time.Duration) (Decision, bool) {
+	d := e.decisionAt(elapsed)
+	grown := false
+	for i := range items {
+		extra := items[i].Cost - e.items[i].Cost
+		if extra == 0 {
+			continue
+		}
+		r := &d.Results[i]
+		switch {
+		case r.Allowed && items[i].Cost <= r.Remaining:
+		case !r.Allowed && items[i].Algorithm == FixedWindow:
+			// A fixed window's wait is to its end, whatever the cost.
+		case !r.Allowed && items[i].Algorithm == TokenBucket:
+			l := items[i].Limit
+			if extra > (math.MaxInt64/int64(time.Microsecond)-2)/max(l.Per.Microseconds(), 1) {
+				return Decision{}, false // a wait past any Duration: the store says
+			}
+			more := refillTime(extra, l)
+			if more > math.MaxInt64-r.RetryAfter {
+				return Decision{}, false
+			}
+			r.RetryAfter += more
+			r.ResetAfter = max(r.ResetAfter, r.RetryAfter)
+			grown = true
+		default:
+			return Decision{}, false
+		}
+	}
+	if grown {
+		d.RetryAfter = 0
+		for i := range d.Results {
+			if !d.Results[i].Allowed && !items[i].Shadow {
+				d.RetryAfter = max(d.RetryAfter, d.Results[i].RetryAfter)
+			}
+		}
+	}
+	return d, true
 }
 
 // decisionAt returns e's decision as it stands elapsed after it was made.
