@@ -136,6 +136,10 @@ type Server struct {
 	// response on the request's own goroutine; "standard" sends every
 	// request through net/http's Transport. Read at start only.
 	UpstreamExchanges Exchanges `mapstructure:"upstream_exchanges"`
+	// ClientSignals is the client_signals of every route that does not
+	// set its own: "none" (default) or "openai" (see
+	// routes[].client_signals).
+	ClientSignals ClientSignals `mapstructure:"client_signals"`
 	// HeapFloorBytes is the heap size, in bytes, below which the garbage
 	// collector does not start a cycle (default 64 MiB; 0 turns the floor
 	// off; at most MaxHeapFloorBytes). It applies only when GOGC is not
@@ -512,6 +516,13 @@ type Route struct {
 	// WebSocket lets a GET of this route upgrade to a WebSocket (default
 	// false). No other upgrade is ever forwarded, on any route.
 	WebSocket bool `mapstructure:"websocket"`
+	// ClientSignals is which rate-limit signals the route's responses
+	// carry beyond the gateway's own: "none", or "openai" for the headers
+	// and error body OpenAI's SDKs read (retry-after-ms, x-ratelimit-*,
+	// x-should-retry; 429 and 400 as {"error": {...}} rather than
+	// problem+json). Left out, it is server.client_signals (default
+	// none).
+	ClientSignals ClientSignals `mapstructure:"client_signals"`
 }
 
 // CostBlock is a route cost written as a block: reserved before
@@ -623,6 +634,7 @@ func (s *Server) setDefaults() {
 	setZero(&s.ShutdownTimeout, 10*time.Second)
 	setZero(&s.MaxLocalCallers, 1_000_000)
 	setZero(&s.UpstreamExchanges, ExchangesDirect)
+	setZero(&s.ClientSignals, ClientSignalsNone)
 	if s.HeapFloorBytes == nil {
 		floor := int64(DefaultHeapFloorBytes)
 		s.HeapFloorBytes = &floor

@@ -85,6 +85,26 @@ func (o *Overrides) UnmarshalText(b []byte) error {
 	return setEnum(o, b, OverridesAllow, OverridesIgnore)
 }
 
+// ClientSignals is server.client_signals and routes[].client_signals:
+// which rate-limit signals a route's responses carry for its clients,
+// beside the gateway's own (RateLimit, Retry-After, problem+json).
+type ClientSignals string
+
+// The sets of client signals.
+const (
+	// ClientSignalsNone sends the gateway's own signals only.
+	ClientSignalsNone ClientSignals = "none"
+	// ClientSignalsOpenAI adds what OpenAI's SDKs read: retry-after-ms,
+	// x-ratelimit-{limit,remaining,reset}-{requests,tokens} and
+	// x-should-retry, and answers 429 and 400 in OpenAI's error envelope.
+	ClientSignalsOpenAI ClientSignals = "openai"
+)
+
+// UnmarshalText sets s from "none" or "openai".
+func (s *ClientSignals) UnmarshalText(b []byte) error {
+	return setEnum(s, b, ClientSignalsNone, ClientSignalsOpenAI)
+}
+
 // LogLevel is log.level: debug, info, warn or error.
 type LogLevel string
 
@@ -149,3 +169,6 @@ func (m RLSErrorMode) check() error {
 }
 func (o Overrides) check() error { return checkEnum(o, OverridesAllow, OverridesIgnore) }
 func (l LogLevel) check() error  { return checkEnum(l, LogDebug, LogInfo, LogWarn, LogError) }
+func (s ClientSignals) check() error {
+	return checkEnum(s, ClientSignalsNone, ClientSignalsOpenAI)
+}

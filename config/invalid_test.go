@@ -118,6 +118,10 @@ var invalidCases = map[string][]string{
 		`routes[2].name: route name must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'`,
 		`routes[3].name: route name must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'`,
 	},
+	"client_signals.yaml": {
+		`routes[0].client_signals: must be none or openai, got "OpenAI"`,
+		`server.client_signals: must be none or openai, got "anthropic"`,
+	},
 	"bad_method.yaml": {
 		`routes[0].method: must be an uppercase HTTP method such as GET or POST, got "get"`,
 		`routes[1].method: must be an uppercase HTTP method such as GET or POST, got "GET /"`,

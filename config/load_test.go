@@ -92,6 +92,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:   10 * time.Second,
 		MaxLocalCallers:   1_000_000,
 		UpstreamExchanges: "direct",
+		ClientSignals:     "none",
 		HeapFloorBytes:    new(int64(DefaultHeapFloorBytes)),
 	}
 	if !reflect.DeepEqual(c.Server, want) {

@@ -81,12 +81,13 @@ func (c *Config) Redacted() map[string]any {
 	routes := make([]any, len(c.Routes))
 	for i, r := range c.Routes {
 		routes[i] = map[string]any{
-			"name":     r.Name,
-			"method":   r.Method,
-			"path":     r.Path,
-			"upstream": r.Upstream,
-			"cost":     showCost(r),
-			"policies": copyList(r.Policies),
+			"name":           r.Name,
+			"method":         r.Method,
+			"path":           r.Path,
+			"upstream":       r.Upstream,
+			"cost":           showCost(r),
+			"policies":       copyList(r.Policies),
+			"client_signals": r.ClientSignals,
 		}
 	}
 
@@ -111,6 +112,7 @@ func (c *Config) Redacted() map[string]any {
 			"trusted_proxies":     copyList(s.TrustedProxies),
 			"max_local_callers":   s.MaxLocalCallers,
 			"upstream_exchanges":  s.UpstreamExchanges,
+			"client_signals":      s.ClientSignals,
 			"heap_floor_bytes":    derefOrNil(s.HeapFloorBytes),
 		},
 		"store": map[string]any{

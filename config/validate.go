@@ -84,6 +84,9 @@ func (c *Config) validateServer(errs *Errors) {
 		errs.addf("server.quota_path", "must be a path starting with /, got %q", s.QuotaPath)
 	}
 	positive(errs, "server.max_local_callers", s.MaxLocalCallers)
+	if err := s.ClientSignals.check(); err != nil {
+		errs.add("server.client_signals", err.Error())
+	}
 	if err := s.UpstreamExchanges.check(); err != nil {
 		errs.add("server.upstream_exchanges", err.Error())
 	}

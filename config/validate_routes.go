@@ -159,6 +159,19 @@ func (c *Config) validateRoutes(errs *Errors) {
 			}
 		}
 		c.validateRoutePolicies(errs, p, r)
+		c.validateClientSignals(errs, p, r)
+	}
+}
+
+// validateClientSignals checks a route's client_signals, or sets it to
+// server.client_signals when it is left out.
+func (c *Config) validateClientSignals(errs *Errors, p string, r *Route) {
+	if r.ClientSignals == "" {
+		r.ClientSignals = c.Server.ClientSignals
+		return
+	}
+	if err := r.ClientSignals.check(); err != nil {
+		errs.add(p+".client_signals", err.Error())
 	}
 }
 
