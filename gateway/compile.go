@@ -26,6 +26,8 @@ type route struct {
 	block *costBlock
 	// upstream is the route's series of the upstream duration.
 	upstream telemetry.RouteSeries
+	// signals is the route's client_signals (see signals.go).
+	signals config.ClientSignals
 }
 
 // policyFor returns the stage-2 policies of r that apply to tier, ordered
@@ -96,7 +98,7 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
 		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, block: compileCost(rc),
-			byTier: make(map[string][]boundPolicy, len(tierNames))}
+			byTier: make(map[string][]boundPolicy, len(tierNames)), signals: rc.ClientSignals}
 		var err error
 		for _, tier := range tierNames {
 			if r.byTier[tier], err = bindPolicies(cfg, rc, tier, fleet); err != nil {

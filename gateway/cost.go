@@ -45,7 +45,7 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				g.opts.Metrics.BodyOverBudget(r.Context())
 			}
 			if res.refusal != nil {
-				writeProblem(w, *res.refusal)
+				writeRouteProblem(w, st, *res.refusal)
 				return
 			}
 			st.cost = res.units

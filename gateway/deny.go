@@ -118,6 +118,10 @@ func (g *Gateway) deny(w http.ResponseWriter, st *requestState, v rateLimitView,
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(v.retry+jitter), 10))
 	setRateLimitHeaders(h, v, &st.hdr.rateLimit)
+	if openAISignals(st) {
+		denyOpenAI(w, st, v)
+		return
+	}
 	retryMS, jitterMS := ceilMillis(v.retry), int64(jitter/time.Millisecond)
 	writeProblem(w, problem{
 		Status:    http.StatusTooManyRequests,
@@ -157,7 +161,7 @@ func writeProxyError(w http.ResponseWriter, r *http.Request, status int, code, m
 		// times out, and the caller is still there to be told.
 		if f := st.bodyFault.load(); f.timedOut() || f != bodyOK && status != 499 {
 			pr, _ := f.problem(id, 0)
-			writeProblem(w, pr)
+			writeRouteProblem(w, st, pr)
 			return
 		}
 	}

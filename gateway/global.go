@@ -35,6 +35,10 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			ps := st.policies
 			if len(ps) == 0 {
 				setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
+				if openAISignals(st) {
+					collectLocalSignals(st, st.limit)
+					setSignalHeaders(w.Header(), &st.signals)
+				}
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -111,11 +115,18 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			allowed, view, violated := g.record(ctx, span, ps, d)
 			span.End()
 			st.limit = view
+			openAI := openAISignals(st)
+			if openAI {
+				collectSignals(st, ps, d)
+			}
 			if !allowed {
 				g.deny(w, st, view, violated)
 				return
 			}
 			setRateLimitHeaders(w.Header(), view, &st.hdr.rateLimit)
+			if openAI {
+				setSignalHeaders(w.Header(), &st.signals)
+			}
 			if g.reserveForSettle(r.Context(), p, st, ps, items, d) {
 				// Deferred too: a reservation left unsettled by an aborted
 				// response is counted missing.

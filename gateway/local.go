@@ -62,6 +62,9 @@ func (g *Gateway) localStage(p *pipeline) func(http.Handler) http.Handler {
 			}
 			st.limit = view
 			if !ok {
+				if openAISignals(st) {
+					collectLocalSignals(st, view)
+				}
 				g.deny(w, st, view, localViolated)
 				return
 			}

@@ -34,9 +34,15 @@ func (o upstreamObserver) Shed(in *http.Request, tier string) {
 	o.metrics.Shed(in.Context(), o.upstream, tier, 1)
 }
 
-// Response watches the usage of a response whose request holds a
-// reservation (observeResponse).
+// Response drops the upstream's x-ratelimit-* headers where the gateway
+// reports its own (dropUpstreamSignals), and watches the usage of a
+// response whose request holds a reservation (observeResponse).
 func (o upstreamObserver) Response(resp *http.Response) {
+	if resp.Request != nil {
+		if st := stateFrom(resp.Request.Context()); openAISignals(st) {
+			dropUpstreamSignals(resp.Header, &st.signals)
+		}
+	}
 	if o.gw != nil {
 		o.gw.observeResponse(resp)
 	}

@@ -21,6 +21,9 @@ type requestState struct {
 	route     *route // nil until the route stage matched
 	policies  []boundPolicy
 	limit     rateLimitView // what the RateLimit headers describe
+	// signals is what the x-ratelimit-* headers describe on a route with
+	// client_signals: openai; zero on other routes.
+	signals clientSignals
 	// cost is the units the request takes: the route's fixed cost, or the
 	// reservation of its cost block (see costStage).
 	cost int64
