@@ -146,6 +146,8 @@ type routeCfg struct {
 	Policies []string `json:"policies,omitempty"`
 	// WebSocket lets the route's GETs upgrade to a WebSocket.
 	WebSocket bool `json:"websocket,omitempty"`
+	// ClientSignals is "openai" for the signals OpenAI's SDKs read.
+	ClientSignals string `json:"client_signals,omitempty"`
 }
 
 // baseConfig returns a config with listeners on free ports (port 0; the
