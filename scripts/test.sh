@@ -6,8 +6,9 @@
 # manifests, ConfigMap reloads, dashboard and alert queries against a real
 # gateway's /metrics, the admin console in headless Chromium).
 #
-# Needs redis-server, promtool and chromium (Debian's redis-server,
-# prometheus and chromium packages). Where one is missing and we are root,
+# Needs redis-server, promtool, chromium and node with npm (Debian's
+# redis-server, prometheus, chromium, nodejs and npm packages; the openai
+# npm package is installed into a cache directory). Where one is missing and we are root,
 # it is installed with apt-get (once: prometheus took 25 s here, chromium
 # 76 s). With CI=true a missing tool is
 # a failure, never a skip.
@@ -38,6 +39,27 @@ need redis-server redis-server "the Redis and end-to-end tests" || true
 have_promtool=1
 need promtool prometheus "the alert rule tests" || have_promtool=
 need chromium chromium "the admin console's browser test" || true
+
+# The Node openai SDK, for e2e/openai_sdk_test.go (which finds it in
+# QUOTAGATE_NPM_DIR): installed once with npm into a cache directory,
+# pinned to the version the test was written against.
+openai_sdk_version=7.55.0
+export QUOTAGATE_NPM_DIR="${QUOTAGATE_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/quotagate-npm}"
+if need node nodejs "the OpenAI SDK end-to-end test" && need npm npm "the OpenAI SDK end-to-end test"; then
+  sdk_pkg="$QUOTAGATE_NPM_DIR/node_modules/openai/package.json"
+  if ! grep -qs "\"version\": \"$openai_sdk_version\"" "$sdk_pkg"; then
+    echo "test.sh: installing the openai npm package $openai_sdk_version into $QUOTAGATE_NPM_DIR" >&2
+    mkdir -p "$QUOTAGATE_NPM_DIR"
+    [ -f "$QUOTAGATE_NPM_DIR/package.json" ] || echo '{"private": true}' >"$QUOTAGATE_NPM_DIR/package.json"
+    if ! (cd "$QUOTAGATE_NPM_DIR" && npm install --no-audit --no-fund --loglevel=error "openai@$openai_sdk_version" >&2); then
+      if [ "${CI:-}" = "true" ]; then
+        echo "test.sh: FATAL: npm could not install openai@$openai_sdk_version and CI=true" >&2
+        exit 1
+      fi
+      echo "test.sh: WARNING: openai@$openai_sdk_version not installed; the OpenAI SDK test will be skipped" >&2
+    fi
+  fi
+fi
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
