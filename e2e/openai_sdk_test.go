@@ -161,15 +161,23 @@ type sdkStep struct {
 	Content      string         `json:"content"`
 	Usage        map[string]int `json:"usage"`
 	ElapsedMS    int64          `json:"elapsedMs"`
+	// The x-ratelimit-*-tokens headers of a successful response.
+	LimitTokens     string `json:"limitTokens"`
+	RemainingTokens string `json:"remainingTokens"`
+	ResetTokens     string `json:"resetTokens"`
 }
 
+// refillTime is how long the chat route's token policy takes to refill
+// from empty: what the SDK's denied requests (1000 tokens) wait at most.
+const refillTime = 5 * time.Second
+
 // sdkConfig is a gateway for the SDK: a chat route whose token policy
-// (a bucket of 1000 refilling 500 a second) is reserved from max_tokens and
+// (a bucket of 1000 refilling 200 a second) is reserved from max_tokens and
 // settled from the usage, and a "daily" route whose policy refills 1000 an
 // hour, both with client_signals: openai.
 func sdkConfig(upstreamURL string, redisAddrs ...string) *gwConfig {
 	cfg := limiterConfig(upstreamURL, redisAddrs, "sdk")
-	cfg.Policies["tpm"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(500, "1s", 1000)}}
+	cfg.Policies["tpm"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(200, "1s", 1000)}}
 	cfg.Policies["tpd"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1000, "1h", 1000)}}
 	cost := map[string]any{"reserve": 100, "max": 1000, "reserve_from": map[string]any{"json": "max_tokens"},
 		"settle_from": map[string]any{"json": "usage.total_tokens", "sse": "usage.total_tokens"}}
@@ -199,6 +207,10 @@ func TestOpenAISDK(t *testing.T) {
 			gw := startGateway(t, "gw", sdkConfig(up.URL, addrs...))
 			rec := newRecorder(t, gw.URL)
 			steps := runSDK(t, node, dir, rec.srv.URL, "key-sdk")
+			if log := rec.exchanges(); len(log) >= 2 && log[1].sent.Sub(log[0].answer) > refillTime-500*time.Millisecond {
+				t.Fatalf("missed deadline: the second request came %v after the first, near the %v the bucket takes to refill",
+					log[1].sent.Sub(log[0].answer), refillTime)
+			}
 			checkSDKSteps(t, steps)
 			checkRetryTiming(t, rec.exchanges())
 		})
@@ -239,18 +251,22 @@ func checkSDKSteps(t *testing.T, steps map[string]sdkStep) {
 	if s := steps["fill"]; !s.OK || s.Content != "hello back" || s.Usage["total_tokens"] != 1000 {
 		t.Errorf("fill: %+v, want the completion with 1000 tokens of usage", s)
 	}
+	// 1000 tokens taken from a bucket of 1000 refilling 200 a second.
+	if s := steps["fill"]; s.LimitTokens != "1000" || s.RemainingTokens != "0" || s.ResetTokens != "5s" {
+		t.Errorf("fill: x-ratelimit-*-tokens %q %q %q, want 1000, 0, 5s", s.LimitTokens, s.RemainingTokens, s.ResetTokens)
+	}
 	s := steps["denied"]
 	if s.OK || s.Name != "RateLimitError" || s.Status != 429 || s.Code != "rate_limit_exceeded" || s.Type != "tokens" {
 		t.Errorf("denied: %+v, want a RateLimitError with code rate_limit_exceeded and type tokens", s)
 	}
-	if !strings.HasPrefix(s.Message, "429 Rate limit reached for policy tpm on tokens") || !strings.Contains(s.Message, "requested 600") {
+	if !strings.HasPrefix(s.Message, "429 Rate limit reached for policy tpm on tokens") || !strings.Contains(s.Message, "requested 1000") {
 		t.Errorf("denied: message %q, want the gateway's", s.Message)
 	}
-	// 600 tokens at 500 a second, less the time since the bucket emptied.
-	if ms, err := strconv.Atoi(s.RetryAfterMS); err != nil || ms <= 0 || ms > 1200 {
-		t.Errorf("denied: retry-after-ms %q, want in (0, 1200]", s.RetryAfterMS)
+	// 1000 tokens at 200 a second, less the time since the bucket emptied.
+	if ms, err := strconv.Atoi(s.RetryAfterMS); err != nil || ms <= 0 || ms > int(refillTime.Milliseconds()) {
+		t.Errorf("denied: retry-after-ms %q, want in (0, %d]", s.RetryAfterMS, refillTime.Milliseconds())
 	}
-	if s := steps["retried"]; !s.OK || s.Content != "hello back" || s.Usage["total_tokens"] != 600 {
+	if s := steps["retried"]; !s.OK || s.Content != "hello back" || s.Usage["total_tokens"] != 1000 {
 		t.Errorf("retried: %+v, want the streamed completion with its usage chunk", s)
 	}
 	if s := steps["bad"]; s.OK || s.Name != "BadRequestError" || s.Type != "invalid_request_error" || s.Code != "bad_request" || !strings.Contains(s.Message, "5000") {

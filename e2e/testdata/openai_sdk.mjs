@@ -44,18 +44,27 @@ async function step(name, fn) {
 
 // Fills the token policy: 1000 tokens reserved and settled.
 await step('fill', async () => {
-  const r = await chat.chat.completions.create({ model: 'gpt-test', messages, max_tokens: 1000 }, { maxRetries: 0 });
-  return { content: r.choices[0].message.content, usage: r.usage };
+  const { data: r, response } = await chat.chat.completions
+    .create({ model: 'gpt-test', messages, max_tokens: 1000 }, { maxRetries: 0 })
+    .withResponse();
+  const h = (name) => response.headers.get(name);
+  return {
+    content: r.choices[0].message.content,
+    usage: r.usage,
+    limitTokens: h('x-ratelimit-limit-tokens'),
+    remainingTokens: h('x-ratelimit-remaining-tokens'),
+    resetTokens: h('x-ratelimit-reset-tokens'),
+  };
 });
 // Denied, no retry: the error as the SDK parses it.
 await step('denied', async () => {
-  await chat.chat.completions.create({ model: 'gpt-test', messages, max_tokens: 600 }, { maxRetries: 0 });
+  await chat.chat.completions.create({ model: 'gpt-test', messages, max_tokens: 1000 }, { maxRetries: 0 });
   return {};
 });
 // Denied, then retried by the SDK after retry-after-ms: a stream with usage.
 await step('retried', async () => {
   const stream = await chat.chat.completions.create(
-    { model: 'gpt-test', messages, max_tokens: 600, stream: true, stream_options: { include_usage: true } },
+    { model: 'gpt-test', messages, max_tokens: 1000, stream: true, stream_options: { include_usage: true } },
     { maxRetries: 2 });
   let content = '';
   let usage = null;
