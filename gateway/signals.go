@@ -33,8 +33,9 @@ const (
 // maxClientRetryWait is the longest wait OpenAI's SDKs honor from
 // retry-after-ms or Retry-After: the Node SDK (openai 7.55,
 // client.js retryRequest) takes a wait over 60 * 1000 ms as absent and
-// retries after its own backoff of 0.5 s to 8 s instead, and the Python
-// SDK keeps a Retry-After only while it is at most 60 s. A denial that
+// retries after its own backoff of 0.5 s to 8 s instead; the Python SDK,
+// made by the same generator, keeps a wait only while 0 < wait <= 60 s
+// (_calculate_retry_timeout). A denial that
 // waits longer says x-should-retry: false, so that the SDK raises the 429
 // at once rather than coming back three times before the time is up.
 const maxClientRetryWait = 60 * time.Second

@@ -176,3 +176,62 @@ func TestFormatReset(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAISignalsUpstreamAndStage1: an upstream's own x-ratelimit-*
+// headers of a family the gateway reports are replaced by the gateway's
+// (one value each), those of another family pass; a stage 1 denial on a
+// route with a cost block is a tokens denial in the envelope.
+func TestOpenAISignalsUpstreamAndStage1(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Ratelimit-Limit-Tokens", "999")
+		w.Header().Set("X-Ratelimit-Remaining-Tokens", "998")
+		w.Header().Set("X-Ratelimit-Limit-Requests", "77")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"usage":{"total_tokens":50}}`))
+	}))
+	t.Cleanup(up.Close)
+	f := newFixture(t, strings.ReplaceAll(`
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+identity:
+  api_keys:
+    - {key_sha256: FREEHASH, tenant: acme, tier: free}
+tiers: {free: {local: {rate: 100, per: 1s, burst: 500}}}
+policies:
+  tpm: {limits: {"*": {rate: 100, per: 1s, burst: 3000}}}
+upstreams:
+  llm: {url: OWNUPSTREAM}
+routes:
+  - name: chat
+    method: POST
+    path: /v1/chat/completions
+    upstream: llm
+    client_signals: openai
+    policies: [tpm]
+    cost: {reserve: 100, reserve_from: {json: max_tokens}, max: 500, settle_from: {json: usage.total_tokens}}
+`, "OWNUPSTREAM", up.URL))
+	w := chat(f, "/v1/chat/completions", 500)
+	if w.Code != http.StatusOK {
+		t.Fatalf("first: %d %s", w.Code, w.Body.String())
+	}
+	if got := w.Header().Values("X-Ratelimit-Limit-Tokens"); len(got) != 1 || got[0] != "3000" {
+		t.Errorf("x-ratelimit-limit-tokens %q, want the gateway's 3000 only", got)
+	}
+	if got := w.Header().Values("X-Ratelimit-Remaining-Tokens"); len(got) != 1 || got[0] != "2500" {
+		t.Errorf("x-ratelimit-remaining-tokens %q, want the gateway's 2500 only", got)
+	}
+	if got := w.Header().Values("X-Ratelimit-Limit-Requests"); len(got) != 1 || got[0] != "77" {
+		t.Errorf("x-ratelimit-limit-requests %q: the route has no request policy, the upstream's passes", got)
+	}
+	// Stage 1 (burst 500) is empty: its denial is the route's tokens.
+	w = chat(f, "/v1/chat/completions", 500)
+	e := openAIBody(t, w, http.StatusTooManyRequests)
+	if e.Type != "tokens" || e.Code != "rate_limit_exceeded" || !strings.Contains(e.Message, "policy local") {
+		t.Errorf("stage 1 denial %+v", e)
+	}
+	if got := w.Header().Get("retry-after-ms"); got == "" || got == "0" {
+		t.Errorf("stage 1 denial: retry-after-ms %q", got)
+	}
+	if got := w.Header().Get("X-Ratelimit-Limit-Tokens"); got != "500" {
+		t.Errorf("stage 1 denial: x-ratelimit-limit-tokens %q, want stage 1's 500", got)
+	}
+}
