@@ -50,24 +50,40 @@ const (
 	signalTokens                      // counts tokens
 )
 
-// policySignalClass classifies policy (a name of route r's policies, or
-// localPolicy for stage 1) of algorithm alg for the x-ratelimit-* headers:
-// a concurrency policy is not reported; a policy that takes the route's
-// cost block (one of its settle_policies, or any policy of a route whose
-// block settles them all; stage 1 whenever the route has a block) counts
-// tokens; every other one counts requests.
+// policySignalClass classifies bp, a policy bound on route r (nil for
+// stage 1), for the x-ratelimit-* headers: a concurrency policy is not
+// reported; a policy that takes the route's cost block (one of its
+// settle_policies, or any policy of a route whose block settles them all;
+// stage 1 whenever the route has a block) counts tokens; every other one
+// counts requests.
 //
 // It is the one place that tells request policies from token policies:
 // when each policy has its own cost (a number of requests, or a measure
 // such as tokens), its body becomes "the policy's cost is a measure".
-func policySignalClass(r *route, policy string, alg ratelimit.Algorithm) signalClass {
+func policySignalClass(r *route, bp *boundPolicy) signalClass {
 	switch {
-	case alg == ratelimit.Concurrency:
+	case bp == nil:
+		if r.block != nil {
+			return signalTokens
+		}
+		return signalRequests
+	case bp.algorithm == ratelimit.Concurrency:
 		return signalNone
-	case r.block != nil && (policy == localPolicy || slices.Contains(r.block.policies, policy)):
+	case r.block != nil && slices.Contains(r.block.policies, bp.name):
 		return signalTokens
 	}
 	return signalRequests
+}
+
+// boundNamed returns the policy of ps named name; nil for stage 1 (or a
+// name not among them).
+func boundNamed(ps []boundPolicy, name string) *boundPolicy {
+	for i := range ps {
+		if ps[i].name == name {
+			return &ps[i]
+		}
+	}
+	return nil
 }
 
 // signalFamily is what the x-ratelimit-*-requests (or -tokens) headers
@@ -127,7 +143,7 @@ func collectSignals(st *requestState, ps []boundPolicy, d ratelimit.Decision) {
 		if bp.shadow || d.Failure != nil && res.Fallback != ratelimit.OnErrorLocal {
 			continue
 		}
-		if f := st.signals.family(policySignalClass(st.route, bp.name, bp.algorithm)); f != nil {
+		if f := st.signals.family(policySignalClass(st.route, bp)); f != nil {
 			f.consider(bp.name, res)
 		}
 	}
@@ -136,7 +152,7 @@ func collectSignals(st *requestState, ps []boundPolicy, d ratelimit.Decision) {
 // collectLocalSignals fills st.signals from stage 1's view v (a token
 // bucket per caller).
 func collectLocalSignals(st *requestState, v rateLimitView) {
-	f := st.signals.family(policySignalClass(st.route, localPolicy, ratelimit.TokenBucket))
+	f := st.signals.family(policySignalClass(st.route, nil))
 	res := ratelimit.Result{Allowed: v.retry == 0, Limit: v.quota, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
 	f.consider(localPolicy, res)
 }
@@ -209,11 +225,11 @@ func denyOpenAI(w http.ResponseWriter, st *requestState, v rateLimitView) {
 		h[hdrShouldRetry] = []string{"false"}
 	}
 	setSignalHeaders(h, &st.signals)
-	alg := ratelimit.TokenBucket // stage 1's, and any with a window: only the class matters here
-	if v.window == 0 && v.policy != localPolicy {
-		alg = ratelimit.Concurrency // requests in flight: reported as requests
+	var bp *boundPolicy // nil: stage 1 decided
+	if v.policy != localPolicy {
+		bp = boundNamed(st.policies, v.policy)
 	}
-	class := policySignalClass(st.route, v.policy, alg)
+	class := policySignalClass(st.route, bp) // signalNone (requests in flight) reads as requests
 	typ, unit := openAIRequestsType, "requests"
 	if class == signalTokens {
 		typ, unit = openAITokensType, "tokens"
