@@ -230,13 +230,9 @@ func denyOpenAI(w http.ResponseWriter, st *requestState, v rateLimitView) {
 		bp = boundNamed(st.policies, v.policy)
 	}
 	class := policySignalClass(st.route, bp) // signalNone (requests in flight) reads as requests
-	typ, unit := openAIRequestsType, "requests"
+	typ, unit, requested := openAIRequestsType, "requests", int64(1)
 	if class == signalTokens {
-		typ, unit = openAITokensType, "tokens"
-	}
-	requested := int64(1)
-	if class == signalTokens {
-		requested = st.cost
+		typ, unit, requested = openAITokensType, "tokens", st.cost
 	}
 	msg := "Rate limit reached for policy " + v.policy + " on " + unit + ": limit " + strconv.FormatInt(v.quota, 10) +
 		", remaining " + strconv.FormatInt(max(v.remaining, 0), 10) + ", requested " + strconv.FormatInt(requested, 10) +
