@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"math"
+	"math/bits"
+	"time"
+)
 
 // applyTokenBucket is Apply for TokenBucket. l must be valid.
 //
@@ -74,4 +78,27 @@ func tokenStart(st *State, p, capacity, now int64) (level, stamp int64) {
 		level = clamp(mulDivFloor(max(level, 0), p, st.Per), 0, capacity)
 	}
 	return level, st.Stamp
+}
+
+// RefillTime returns how long a token bucket of limit l takes to refill
+// units from the rate alone, as the store computes a wait: units × Per (in
+// µs) / Rate, rounded up to the microsecond; 0 for units <= 0. ok is false
+// when the time does not fit a Duration.
+func RefillTime(units int64, l Limit) (d time.Duration, ok bool) {
+	if units <= 0 {
+		return 0, true
+	}
+	p := l.Per.Microseconds()
+	if l.Rate <= 0 || p <= 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(units), uint64(p))
+	if hi != 0 || lo > math.MaxInt64-uint64(l.Rate) {
+		return 0, false
+	}
+	us := ceilDiv(int64(lo), l.Rate)
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return 0, false
+	}
+	return time.Duration(us) * time.Microsecond, true
 }

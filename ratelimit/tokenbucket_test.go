@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -71,5 +72,22 @@ func TestTokenBucketLongIdleNoOverflow(t *testing.T) {
 	st := State{Per: 1_000_000, Level: 0, Stamp: 0}
 	if _, r, _ := Apply(TokenBucket, &st, 1<<62, 0, l, false); r.Remaining != big || r.ResetAfter != 0 {
 		t.Fatalf("after a very long idle: %+v, want full", r)
+	}
+}
+
+func TestRefillTime(t *testing.T) {
+	l := Limit{Rate: 3, Per: time.Second, Burst: 10}
+	for _, c := range []struct {
+		units int64
+		want  time.Duration
+		ok    bool
+	}{
+		{0, 0, true}, {-1, 0, true}, {3, time.Second, true}, {1, 333334 * time.Microsecond, true},
+		{math.MaxInt64 / 1000, 0, false}, // units × Per in µs overflows
+	} {
+		got, ok := RefillTime(c.units, l)
+		if got != c.want || ok != c.ok {
+			t.Errorf("RefillTime(%d) = %v, %v; want %v, %v", c.units, got, ok, c.want, c.ok)
+		}
 	}
 }

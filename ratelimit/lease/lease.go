@@ -547,14 +547,11 @@ func leasedResult(b *block, it ratelimit.Item, p *plan, r ratelimit.Result) rate
 }
 
 // refillTime is how long a bucket of limit l takes to refill units,
-// rounded up to the microsecond.
+// rounded up to the microsecond (ratelimit.RefillTime; at most a units of
+// the bucket's burst, which fits).
 func refillTime(units int64, l ratelimit.Limit) time.Duration {
-	if units <= 0 {
-		return 0
-	}
-	per := l.Per.Microseconds()
-	us := (units*per + l.Rate - 1) / l.Rate
-	return time.Duration(us) * time.Microsecond
+	d, _ := ratelimit.RefillTime(units, l)
+	return d
 }
 
 // Close stops the sweeper, gives back every block (under the return

@@ -247,7 +247,7 @@ func (c *DenialCache) lookupKey(key string, items []ratelimit.Item, now time.Tim
 	}
 	d, ok = e.decisionFor(items, now.Sub(e.at))
 	if !ok {
-		return Decision{}, false, probes
+		return ratelimit.Decision{}, false, probes
 	}
 	c.local.Add(1)
 	return d, true, nil
@@ -300,7 +300,7 @@ func (e *denial) covers(items []ratelimit.Item) bool {
 // its count is spread over the window, or an allowed item the new cost
 // may not fit) is left to the store: the remembered wait could be too
 // early for it.
-func (e *denial) decisionFor(items []Item, elapsed time.Duration) (Decision, bool) {
+func (e *denial) decisionFor(items []ratelimit.Item, elapsed time.Duration) (ratelimit.Decision, bool) {
 	d := e.decisionAt(elapsed)
 	grown := false
 	for i := range items {
@@ -311,22 +311,18 @@ func (e *denial) decisionFor(items []Item, elapsed time.Duration) (Decision, boo
 		r := &d.Results[i]
 		switch {
 		case r.Allowed && items[i].Cost <= r.Remaining:
-		case !r.Allowed && items[i].Algorithm == FixedWindow:
+		case !r.Allowed && items[i].Algorithm == ratelimit.FixedWindow:
 			// A fixed window's wait is to its end, whatever the cost.
-		case !r.Allowed && items[i].Algorithm == TokenBucket:
-			l := items[i].Limit
-			if extra > (math.MaxInt64/int64(time.Microsecond)-2)/max(l.Per.Microseconds(), 1) {
-				return Decision{}, false // a wait past any Duration: the store says
-			}
-			more := refillTime(extra, l)
-			if more > math.MaxInt64-r.RetryAfter {
-				return Decision{}, false
+		case !r.Allowed && items[i].Algorithm == ratelimit.TokenBucket:
+			more, ok := ratelimit.RefillTime(extra, items[i].Limit)
+			if !ok || more > math.MaxInt64-r.RetryAfter {
+				return ratelimit.Decision{}, false // a wait past any Duration: the store says
 			}
 			r.RetryAfter += more
 			r.ResetAfter = max(r.ResetAfter, r.RetryAfter)
 			grown = true
 		default:
-			return Decision{}, false
+			return ratelimit.Decision{}, false
 		}
 	}
 	if grown {

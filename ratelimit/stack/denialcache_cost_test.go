@@ -1,4 +1,4 @@
-package ratelimit_test
+package stack_test
 
 import (
 	"testing"
