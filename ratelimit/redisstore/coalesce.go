@@ -46,18 +46,6 @@ type CoalesceOptions struct {
 	Writers int
 	// MaxBatch bounds the calls of one pipeline. 0 or less means 256.
 	MaxBatch int
-	// MaxMerge bounds the plain decisions (Decide's script calls, one per
-	// hash tag group) that one merged script call of a pipeline carries:
-	// decisions queued together that may share a call (on one server any,
-	// on a Cluster, or a server that refused a call across slots, those
-	// of one hash slot) are sent as one script call
-	// that runs each of them in turn, as if alone, with its own reply or
-	// error, so that Redis pays its fixed cost of a call once for all of
-	// them. A merged call also carries at most 1024 arguments. 0 means 16;
-	// 1 or less sends every decision as a call of its own. Refunds,
-	// evaluations after a denial, reservations and settlements are never
-	// merged.
-	MaxMerge int
 }
 
 const (
@@ -113,21 +101,6 @@ type scriptCall struct {
 	batch []*scriptCall
 	cmds  []*redis.Cmd
 
-	// merge is set on a plain decision's call, which may share a merged
-	// script call with others (see merge.go).
-	merge bool
-	// members are the calls of a merged call (one of an owner's merged,
-	// never pooled), in order, and mergedArgs the number of its
-	// arguments (ARGV); empty for any other call.
-	members    []*scriptCall
-	mergedArgs int
-	// units, merged and open are the scratch of the pipelines this call
-	// writes as owner (see units): the pipeline's commands' calls, the
-	// merged calls, and the open run of each slot.
-	units  []*scriptCall
-	merged []*scriptCall
-	open   map[uint16]int
-
 	// pool is the pool the call goes back to.
 	pool *callPool
 }
@@ -154,7 +127,7 @@ func (p *callPool) get(b bound) *scriptCall {
 // sent), to its pool.
 func putCall(c *scriptCall) {
 	c.disarm()
-	c.b, c.val, c.err, c.merge = bound{}, nil, nil, false
+	c.b, c.val, c.err = bound{}, nil, nil
 	c.pool.p.Put(c)
 }
 
@@ -415,12 +388,9 @@ func (c *coalescer) write(owner *scriptCall, withOwner bool) {
 // latest deadline among the calls (none if one of them has none: the
 // client's socket timeouts then bound it).
 //
-// Sent as EVALSHA, plain decisions that may share a script call are sent
-// as merged calls (see units). Calls that did not run because the server lacks the
-// function library or cannot run it are sent again (see
-// runner.recoverFunction), and so are calls that fail with NOSCRIPT (see
-// recoverScript); a merged call is sent again whole, or as calls of their
-// own when the server refused its keys together (see sendApart).
+// Calls that did not run because the server lacks the function library or
+// cannot run it are sent again (see runner.recoverFunction), and so are
+// calls that fail with NOSCRIPT (see recoverScript).
 func sendPipeline(owner *scriptCall, r *runner, m *fnMode, calls []*scriptCall, claim bool) {
 	live := calls
 	if claim {
@@ -439,19 +409,13 @@ func sendPipeline(owner *scriptCall, r *runner, m *fnMode, calls []*scriptCall, 
 		defer owner.pctx.stop()
 	}
 	fn, probe := r.useFunction(m)
-	sent := live
-	if !fn {
-		sent = units(owner, live, mergeBy(r.mergeBy.Load()), r.maxMerge)
-	}
-	cmds := resize(owner.cmds, len(sent))
+	cmds := resize(owner.cmds, len(live))
 	defer func() {
 		clear(cmds)
 		owner.cmds = cmds[:0]
-		clear(owner.units)
-		owner.units = owner.units[:0]
 	}()
 	pipe := r.pipeline()
-	for i, call := range sent {
+	for i, call := range live {
 		cmds[i] = call.cmd(ctx, fn)
 		_ = pipe.Process(ctx, cmds[i])
 	}
@@ -459,19 +423,10 @@ func sendPipeline(owner *scriptCall, r *runner, m *fnMode, calls []*scriptCall, 
 	r.pipes.Put(pipe)
 	stampUnanswered(cmds, err)
 	if fn {
-		r.recoverFunction(ctx, m, sent, cmds, probe)
+		r.recoverFunction(ctx, m, live, cmds, probe)
 	}
-	recoverScript(ctx, r.client, sent, cmds)
-	apart := sendApart(ctx, r, sent, cmds)
-	for i, call := range sent {
-		if len(call.members) > 0 {
-			if slices.Contains(apart, i) {
-				call.release()
-			} else {
-				call.deliver(cmds[i].Result())
-			}
-			continue
-		}
+	recoverScript(ctx, r.client, live, cmds)
+	for i, call := range live {
 		call.val, call.err = cmds[i].Result()
 		call.done <- struct{}{}
 	}

@@ -102,9 +102,6 @@ var (
 // answer (see slotReload), so that calls follow a failover at once.
 func NewRedisStore(client redis.UniversalClient, opts RedisOptions) *RedisStore {
 	s := &RedisStore{client: client, opts: opts, run: newRunner(client, opts.Logger)}
-	if m := opts.Coalesce.MaxMerge; m != 0 {
-		s.run.maxMerge = m
-	}
 	if !opts.Coalesce.Disabled {
 		s.co = newCoalescer(s.run, &s.run.one, opts.Coalesce)
 		if cc, ok := client.(*redis.ClusterClient); ok {
@@ -265,9 +262,6 @@ func (s *RedisStore) getCall(b bound) *scriptCall { return s.calls.get(b) }
 func (s *RedisStore) call(b bound, mode string, nowUS int64, useNow bool, items []ratelimit.Item, idx []int, want []int64) (any, error) {
 	c := s.getCall(b)
 	c.build(mode, nowUS, useNow, items, idx, want)
-	// A plain decision's call may share a merged script call; a
-	// reservation's is kept apart.
-	c.merge = want == nil
 	if s.co == nil {
 		s.sendAlone([]*scriptCall{c})
 		<-c.done

@@ -24,10 +24,9 @@ import (
 // a key of another type, for admissions, denials, shadow items, cost 0,
 // a capacity of 2^53, a per not in whole milliseconds, a rate above per,
 // the caller's clock going back, and times to live rounded up to the
-// millisecond, in the long and the short reply, called as a function and
-// as the second of two calls merged into one script call (the script
-// parses its items on every call, so only a merged call's later calls
-// find their item parsed and take the path). (Times to live are of a
+// millisecond, in the long and the short reply, called as a function
+// (the EVALSHA script parses its items on every call, so it never finds
+// an item parsed and never takes the path). (Times to live are of a
 // second or more: Redis 7.0 reads its clock afresh for each command of a
 // transaction, so a key of a few milliseconds may run out before the
 // transaction's next command reads it.)
@@ -46,13 +45,6 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 	offName, offSrc := assembleLibrary(off)
 	for _, src := range []string{onSrc, offSrc} {
 		if err := c.FunctionLoadReplace(ctx, src).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tail := luaFile(luaMerged) + "return entry(KEYS, ARGV)\n"
-	onScript, offScript := redis.NewScript(body+tail), redis.NewScript(off+tail)
-	for _, s := range []*redis.Script{onScript, offScript} {
-		if err := s.Load(ctx, c).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,24 +86,17 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 
 	prefix := redistest.KeyPrefix(t)
 	park := time.Now().Add(time.Hour).UnixMilli()
-	// call runs fn on key (the function fn, or with a script the second
-	// of two calls merged) and reads what it left in one transaction. The
-	// server's clock before and after bound the time to live.
-	call := func(fn string, script *redis.Script, key, mode, spec string, now int64) (any, ttlRange, string) {
+	// call runs the function fn on key and reads what it left in one
+	// transaction. The server's clock before and after bound the time to
+	// live.
+	call := func(fn, key, mode, spec string, now int64) (any, ttlRange, string) {
 		var reply *redis.Cmd
 		var exp *redis.IntCmd
 		var typ *redis.StatusCmd
 		var fields *redis.MapStringStringCmd
 		before := c.Time(ctx)
 		_, _ = c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			if script != nil {
-				// The first call evaluates the item on a key of the same
-				// slot, which it never writes, and so parses the item.
-				args := []any{"m", 2, 1, 3, modeEval, fmt.Sprint(now), spec, 1, 3, mode, fmt.Sprint(now), spec}
-				reply = pipe.EvalSha(ctx, script.Hash(), []string{key + "warm", key}, args...)
-			} else {
-				reply = pipe.FCall(ctx, fn, []string{key}, mode, fmt.Sprint(now), spec)
-			}
+			reply = pipe.FCall(ctx, fn, []string{key}, mode, fmt.Sprint(now), spec)
 			exp = redis.NewIntCmd(ctx, "pexpiretime", key)
 			_ = pipe.Process(ctx, exp)
 			typ = pipe.Type(ctx, key)
@@ -146,11 +131,7 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 	n := 0
 	for setup, prepare := range setups {
 		for si, spec := range specs {
-			for _, v := range []struct {
-				mode    string
-				on, off *redis.Script // nil: called as a function
-			}{{"c", nil, nil}, {"d", nil, nil}, {"c", onScript, offScript}, {"d", onScript, offScript}} {
-				mode := v.mode
+			for _, mode := range []string{"c", "d"} {
 				n++
 				key := fmt.Sprintf("{ba%d}", n)
 				onKey, offKey := prefix+"on"+key, prefix+"off"+key
@@ -161,9 +142,9 @@ func TestBucketAloneSameAsGeneralPath(t *testing.T) {
 					if st.expire {
 						c.Del(ctx, onKey, offKey)
 					}
-					gotOn, ttlOn, stateOn := call(onName, v.on, onKey, mode, spec, st.now)
-					gotOff, ttlOff, stateOff := call(offName, v.off, offKey, mode, spec, st.now)
-					where := fmt.Sprintf("%s key, spec %d (%s), mode %s, merged script %t, call %d", setup, si, spec, mode, v.on != nil, step)
+					gotOn, ttlOn, stateOn := call(onName, onKey, mode, spec, st.now)
+					gotOff, ttlOff, stateOff := call(offName, offKey, mode, spec, st.now)
+					where := fmt.Sprintf("%s key, spec %d (%s), mode %s, call %d", setup, si, spec, mode, step)
 					if fmt.Sprint(gotOn) != fmt.Sprint(gotOff) {
 						t.Errorf("%s: reply %v, general path %v", where, gotOn, gotOff)
 					}

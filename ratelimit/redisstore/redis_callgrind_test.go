@@ -32,8 +32,8 @@ import (
 // time) and one token bucket reservation whose want changes with every
 // decision (1000 values in turn). The pipeline=32 cases send the
 // decisions (one token bucket each, on 32 keys) in pipelines of 32 from
-// an uncoalesced store: as EVALSHA merged by up to 1 (not merged), 8, 16
-// and 32 decisions per script call, and as FCALL (never merged).
+// an uncoalesced store, as EVALSHA and as FCALL: one script call per
+// decision either way.
 //
 // It is slow (about a minute per case on a quiet machine) and runs only
 // when QG_CALLGRIND is set and valgrind is on PATH; b.N is ignored:
@@ -71,32 +71,34 @@ func BenchmarkRedisServerInstructions(b *testing.B) {
 			Limit: ratelimit.Limit{Rate: 10_000_000, Per: time.Second, Burst: 10_000_000}, Cost: 1}}, []int64{2 + int64(i%1000)})
 		return d, err
 	})
-	// Pipelines of 32 decisions, as EVALSHA merged by up to merge (1:
-	// not merged), and as FCALL (never merged).
-	for _, merge := range []int{1, 8, 16, 32} {
-		runPer(fmt.Sprintf("evalsha/pipeline=32/merge=%d", merge), true, 32, decidePipelined(32, merge))
-	}
-	runPer("fcall/pipeline=32", false, 32, decidePipelined(32, 1))
+	// Pipelines of 32 decisions, as EVALSHA and as FCALL.
+	runPer("evalsha/pipeline=32", true, 32, decidePipelined(32))
+	runPer("fcall/pipeline=32", false, 32, decidePipelined(32))
 }
 
 // decidePipelined makes calls decisions of one token bucket each (of
-// distinct keys) as one pipeline, the calls merged by up to merge: the
-// path of the decisions one writer takes from the queue together.
-func decidePipelined(calls, merge int) callgrindDecide {
-	ds := make([]mergeDecision, calls)
-	for k := range ds {
-		ds[k] = mergeDecision{items: []ratelimit.Item{{Key: fmt.Sprintf("{cg%d}:0", k), Algorithm: ratelimit.TokenBucket,
-			Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}}, mode: modeDecideShort, merge: true}
+// distinct keys) as one pipeline: the path of the decisions one writer
+// takes from the queue together.
+func decidePipelined(calls int) callgrindDecide {
+	items := make([][]ratelimit.Item, calls)
+	for k := range items {
+		items[k] = []ratelimit.Item{{Key: fmt.Sprintf("{cg%d}:0", k), Algorithm: ratelimit.TokenBucket,
+			Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}, Cost: 1}}
 	}
+	idx := []int{0}
 	return func(ctx context.Context, s *RedisStore, _ int) (ratelimit.Decision, error) {
-		s.run.maxMerge = merge
-		vals, errs := s.sendDecisions(ds, 0)
+		cs := make([]*scriptCall, calls)
+		for k := range cs {
+			cs[k] = s.getCall(newBound(ctx, time.Minute))
+			cs[k].build(modeDecideShort, 0, false, items[k], idx, nil)
+		}
+		vals, errs := s.exchange(cs)
 		for k := range vals {
 			if errs[k] != nil {
 				return ratelimit.Decision{}, errs[k]
 			}
 			var res [1]ratelimit.Result
-			if ok, err := parseReply(vals[k], ds[k].items, []int{0}, res[:], nil, true); err != nil || !ok {
+			if ok, err := parseReply(vals[k], items[k], idx, res[:], nil, true); err != nil || !ok {
 				return ratelimit.Decision{}, fmt.Errorf("decision %d: admitted %v, %v", k, ok, err)
 			}
 		}

@@ -84,12 +84,6 @@ type runner struct {
 	// pipes holds pipelines of client for reuse: one that has run (Exec)
 	// is empty again.
 	pipes sync.Pool
-	// mergeBy (a mergeBy) and maxMerge say which plain decisions of an
-	// EVALSHA pipeline share a merged script call, and at most how many
-	// (see units). mergeBy drops from mergeAll to mergeSlot once the
-	// server refuses a merged call's keys across slots (see sendApart).
-	mergeBy  atomic.Int32
-	maxMerge int
 }
 
 // fnMode is how calls are sent to one server: as FCALL, or as EVALSHA
@@ -148,9 +142,8 @@ func newRunner(client redis.UniversalClient, log *slog.Logger) *runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{client: client, log: log, now: time.Now, maxMerge: defaultMaxMerge}
+	r := &runner{client: client, log: log, now: time.Now}
 	_, r.cluster = client.(*redis.ClusterClient)
-	r.mergeBy.Store(int32(mergeByOf(client)))
 	return r
 }
 

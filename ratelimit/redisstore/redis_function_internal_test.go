@@ -10,7 +10,27 @@ import (
 
 	"github.com/quotagate/quotagate/internal/redistest"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/storetest"
 )
+
+// TestRedisStoreConformanceEvalsha runs the conformance suite on a
+// server whose stores send every call as EVALSHA, the mode of a server
+// without Redis functions: the script and the function library are one
+// source, so they must decide alike. The server ran no FCALL, or the
+// suite proved nothing about EVALSHA.
+func TestRedisStoreConformanceEvalsha(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		s := NewRedisStore(NewRedisClient(RedisClientOptions{Addrs: []string{srv.Addr}}), RedisOptions{Now: now})
+		s.run.pinEvalsha()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+	stats, _ := srv.MustDo(t, "INFO", "commandstats").(string)
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=") || strings.Contains(stats, "cmdstat_fcall:calls=") {
+		t.Errorf("commandstats show no EVALSHA, or an FCALL:\n%s", stats)
+	}
+}
 
 // TestRollingDeployCoexists: a gateway of another version, with a library
 // of its own already loaded, and a gateway still on EVALSHA share a server

@@ -38,11 +38,6 @@ var luaOrder = []string{
 
 const luaEntry = "lua/dispatch.lua"
 
-// luaMerged follows the entry point in the script (not in the function
-// library): the merged calls and the function entry(KEYS, ARGV) that the
-// script calls (see lua/merged.lua and merge.go).
-const luaMerged = "lua/merged.lua"
-
 // decideScript is the assembled script, for servers that cannot run the
 // function library (see runner): the shared body and a call of its entry
 // point. Run sends EVALSHA and, when the server does not know the digest
@@ -50,8 +45,8 @@ const luaMerged = "lua/merged.lua"
 // caches it again.
 // Before Redis 5 a script that reads TIME and then writes must ask to be
 // replicated by its effects; functions always are.
-var decideScript = redis.NewScript(assembleBody() + luaFile(luaMerged) +
-	"if redis.replicate_commands then redis.replicate_commands() end\nreturn entry(KEYS, ARGV)\n")
+var decideScript = redis.NewScript(assembleBody() +
+	"if redis.replicate_commands then redis.replicate_commands() end\nreturn decide(KEYS, ARGV)\n")
 
 // assembleBody returns the source that the script and the function library
 // share: the prelude and algorithms, then the local function

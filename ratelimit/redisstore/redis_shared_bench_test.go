@@ -107,8 +107,8 @@ func BenchmarkDecideShared(b *testing.B) {
 }
 
 // benchBatch16 is BenchmarkDecideShared's batch=16 case, on s: as
-// FCALLs, or, with evalsha, as the EVALSHA script, whose plain decisions
-// merge into one script call.
+// FCALLs, or, with evalsha, as the EVALSHA script: one pipeline of 16
+// script calls either way.
 func benchBatch16(b *testing.B, s *RedisStore, evalsha bool, items [][]ratelimit.Item, reads func() int64, report func(*testing.B, int64)) {
 	const batch = 16
 	if evalsha {
@@ -128,7 +128,6 @@ func benchBatch16(b *testing.B, s *RedisStore, evalsha bool, items [][]ratelimit
 		for k := range n {
 			calls[k] = s.getCall(bd)
 			calls[k].build(modeDecideShort, 0, false, items[(i+k)%len(items)], idx, nil)
-			calls[k].merge = true
 		}
 		vals, errs := s.exchange(calls[:n])
 		for k := range n {
