@@ -29,6 +29,8 @@ type tracingTransport struct {
 	propagator propagation.TextMapPropagator
 }
 
+var _ proxy.LimitedTransport = (*tracingTransport)(nil)
+
 // RoundTripLimited lets the transport under it keep the exchange's limits
 // (see proxy.LimitedTransport) for a request that records no span; a
 // recorded one takes RoundTrip, so that its span covers the whole exchange.
@@ -41,14 +43,6 @@ func (t *tracingTransport) RoundTripLimited(r *http.Request, l proxy.Limits) (*h
 		t.propagator.Inject(r.Context(), telemetry.HeaderCarrier(r.Header))
 	}
 	return lt.RoundTripLimited(r, l)
-}
-
-// DirectExchanges reports whether the transport under it sends requests
-// as direct exchanges (see proxy.DirectTransport): the handler then
-// forwards them itself, still through RoundTrip or RoundTripLimited here.
-func (t *tracingTransport) DirectExchanges() bool {
-	dt, ok := t.next.(proxy.DirectTransport)
-	return ok && dt.DirectExchanges()
 }
 
 func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {

@@ -22,8 +22,7 @@ import (
 // nothing to find and sizedBody answers it itself.
 //
 // It also carries the inbound body's ReadAborter, when it has one, to the
-// exchange (see ReadAborter): the reverse proxy hides the inbound body
-// behind a wrapper of its own.
+// exchange (see ReadAborter).
 type sizedBody struct {
 	body  io.ReadCloser
 	left  int64       // bytes still to pass; < 0: unknown length
@@ -43,21 +42,22 @@ type ReadAborter interface {
 	AbortRead()
 }
 
-// sizeBody returns out, the outbound body of in, limited to n bytes when
-// n is positive, and carrying in's ReadAborter; out itself when there is
-// neither (unknown length, or none, and no aborter).
-func sizeBody(out io.ReadCloser, n int64, in io.ReadCloser) io.ReadCloser {
-	if out == nil || out == http.NoBody {
-		return out
+// sizeBody returns the outbound body for in, an inbound body of n bytes
+// (< 0: unknown): nil when there is none (n is 0, as a server reports a
+// request without a body), otherwise one limited to n bytes when n is
+// known and carrying in's ReadAborter, or in itself when there is neither.
+func sizeBody(in io.ReadCloser, n int64) io.ReadCloser {
+	if in == nil || in == http.NoBody || n == 0 {
+		return nil
 	}
 	abort, _ := in.(ReadAborter)
-	if n <= 0 && abort == nil {
-		return out
+	if n < 0 && abort == nil {
+		return in
 	}
-	if n <= 0 {
+	if n < 0 {
 		n = -1
 	}
-	return &sizedBody{body: out, left: n, abort: abort}
+	return &sizedBody{body: in, left: n, abort: abort}
 }
 
 // AbortRead aborts the inbound body's read, when it can be.

@@ -127,7 +127,7 @@ func TestSizedBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := &countingReader{r: strings.NewReader(tc.in)}
-			b := sizeBody(io.NopCloser(in), tc.n, nil)
+			b := sizeBody(io.NopCloser(in), tc.n)
 			var got []byte
 			buf := make([]byte, 2)
 			for {
@@ -152,8 +152,14 @@ func TestSizedBody(t *testing.T) {
 			}
 		})
 	}
-	if b := sizeBody(http.NoBody, 0, nil); b != http.NoBody {
-		t.Errorf("length 0: %T, want the body itself", b)
+	for _, in := range []io.ReadCloser{nil, http.NoBody, io.NopCloser(strings.NewReader("x"))} {
+		if b := sizeBody(in, 0); b != nil {
+			t.Errorf("length 0, inbound %T: %T, want no body", in, b)
+		}
+	}
+	unknown := io.NopCloser(strings.NewReader("x"))
+	if b := sizeBody(unknown, -1); b != unknown {
+		t.Errorf("unknown length, no aborter: %T, want the body itself", b)
 	}
 }
 

@@ -20,17 +20,15 @@ import (
 	"github.com/quotagate/quotagate/internal/proctest"
 )
 
-// The differential test sends one corpus of requests through a handler
-// over a Transport with direct exchanges (the handler's own forwarding,
-// but for the requests marked reverseProxy)
-// and through handlers that forward with httputil.ReverseProxy: one over
-// a transport that is not a DirectTransport (so the exchange is the same
-// direct exchange and only the forwarding differs), one over net/http's
-// Transport (server.upstream_exchanges: standard). Each request's
-// upstream answer is scripted byte for byte. What the upstream receives
-// (the raw request head), what the client receives (1xx responses,
-// status, headers, framing, body, trailers) and what the hooks saw must
-// be the same.
+// The differential test sends one corpus of requests through the
+// handler (the forwarder) and through the oracle, httputil.ReverseProxy
+// with the same rules as its hooks (see oracle_test.go), each over a
+// Transport with direct exchanges and over one without
+// (server.upstream_exchanges: standard). Each request's upstream answer
+// is scripted byte for byte. What the upstream receives (the raw request
+// head and body), what the client receives (1xx responses, status,
+// headers, framing, body, trailers) and what the hooks saw must be the
+// same on all four paths.
 //
 // Differences allowed, each normalized below:
 //   - Date, which the front server sets from the clock;
@@ -53,8 +51,7 @@ type diffCase struct {
 	name string
 	// base is the upstream URL's path and query ("" = none).
 	base string
-	// request is what the client sends, up to and including the blank
-	// line; every request is body-less.
+	// request is what the client sends: its head and its body, if any.
 	request string
 	// answer is what the upstream writes once it has read the request.
 	answer string
@@ -70,9 +67,6 @@ type diffCase struct {
 	// inProcess calls the handler with a request read from request,
 	// without a front server (which answers OPTIONS * itself).
 	inProcess bool
-	// reverseProxy marks a request the handler leaves to the
-	// ReverseProxy even over a DirectTransport.
-	reverseProxy bool
 }
 
 const okAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
@@ -88,13 +82,13 @@ var diffCorpus = []diffCase{
 	{name: "te trailers", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nTE: deflate, trailers;q=1\r\n\r\n", answer: okAnswer},
 	{name: "te trailers named in connection", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: TE\r\nTE: trailers\r\n\r\n", answer: okAnswer},
 	{name: "upgrade without connection", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", answer: okAnswer},
-	{name: "h2c upgrade", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", answer: okAnswer, reverseProxy: true},
-	{name: "websocket not allowed", request: "GET /ws HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", answer: okAnswer, reverseProxy: true},
+	{name: "h2c upgrade", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", answer: okAnswer},
+	{name: "websocket not allowed", request: "GET /ws HTTP/1.1\r\nHost: gw.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", answer: okAnswer},
 	{name: "forwarded from the caller", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Proto: https\r\nForwarded: for=1.2.3.4\r\nConnection: X-Forwarded-Host\r\n\r\n", answer: okAnswer},
 	{name: "encoded path", base: "/base%2Fz/", request: "GET /a%2Fb/c%20d HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "encoded path plain base", base: "/base", request: "GET /a%2Fb HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "queries on both", base: "/base/?k=v", request: "GET /p?a=1&b=2 HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
-	{name: "unparsable query", base: "/?k=v", request: "GET /p?a=1;b=2&c=%zz&d HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer, reverseProxy: true},
+	{name: "unparsable query", base: "/?k=v", request: "GET /p?a=1;b=2&c=%zz&d HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "empty query", request: "GET /p? HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "double slashes", base: "/b/", request: "GET //x//y HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "empty user agent", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nUser-Agent: \r\n\r\n", answer: okAnswer},
@@ -103,7 +97,7 @@ var diffCorpus = []diffCase{
 	{name: "options star", base: "/base", request: "OPTIONS * HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: "HTTP/1.1 204 No Content\r\nAllow: GET, HEAD\r\n\r\n", inProcess: true},
 	{name: "options star no base", request: "OPTIONS * HTTP/1.1\r\nHost: gw.example\r\n\r\n", answer: "HTTP/1.1 200 OK\r\nAllow: GET, HEAD\r\nContent-Length: 0\r\n\r\n", inProcess: true},
 	{name: "delete without body", request: "DELETE /a/1 HTTP/1.1\r\nHost: gw.example\r\nContent-Length: 0\r\n\r\n", answer: "HTTP/1.1 204 No Content\r\n\r\n"},
-	{name: "expect on get", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nExpect: 100-continue\r\n\r\n", answer: okAnswer, reverseProxy: true},
+	{name: "expect on get", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nExpect: 100-continue\r\n\r\n", answer: okAnswer},
 	{name: "http 1.0", request: "GET /a HTTP/1.0\r\nHost: gw.example\r\n\r\n", answer: okAnswer},
 	{name: "response hop headers", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\n\r\n",
 		answer: "HTTP/1.1 200 OK\r\nConnection: X-Secret, x-other\r\nconnection: keep-alive\r\nX-Secret: s\r\nX-Other: o\r\nX-Kept: k\r\nKeep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nProxy-Connection: x\r\nUpgrade: foo\r\nTE: trailers\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 2\r\n\r\nhi"},
@@ -134,6 +128,13 @@ var diffCorpus = []diffCase{
 	{name: "closed before answering", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nContent-Length: 0\r\n\r\n",
 		answer: "", close: true},
 	{name: "timeout", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\n\r\n", hang: true},
+	{name: "post with length", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\":\"bcd\"}", answer: okAnswer},
+	{name: "get with a body", request: "GET /a HTTP/1.1\r\nHost: gw.example\r\nContent-Length: 4\r\n\r\nbody", answer: okAnswer},
+	{name: "post chunked", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", answer: okAnswer},
+	{name: "post chunked with trailer", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum, X-Quotagate-Tenant\r\n\r\n3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Quotagate-Tenant: evil\r\n\r\n", answer: okAnswer},
+	{name: "post expecting continue", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc", answer: okAnswer},
+	{name: "put with connection listing", request: "PUT /a HTTP/1.1\r\nHost: gw.example\r\nConnection: X-Foo\r\nX-Foo: 1\r\nContent-Length: 2\r\n\r\nhi", answer: "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n"},
+	{name: "post answered early", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nContent-Length: 5\r\n\r\nhello", answer: "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig", close: true},
 }
 
 // rawUpstream records the head of every request it reads and answers
@@ -173,8 +174,8 @@ func newRawUpstream(t *testing.T) *rawUpstream {
 	return u
 }
 
-// serve reads request heads from c (the corpus has no request bodies) and
-// answers each.
+// serve reads requests from c, head and body as they came, and answers
+// each.
 func (u *rawUpstream) serve(c net.Conn) {
 	br := bufio.NewReader(c)
 	for {
@@ -189,6 +190,16 @@ func (u *rawUpstream) serve(c net.Conn) {
 				break
 			}
 		}
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head.Bytes())))
+		if err != nil {
+			return
+		}
+		if req.Header.Get("Expect") == "100-continue" {
+			io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		}
+		if err := readRawBody(br, req, &head); err != nil {
+			return
+		}
 		u.mu.Lock()
 		u.heads = append(u.heads, head.String())
 		dc := u.c
@@ -200,6 +211,43 @@ func (u *rawUpstream) serve(c net.Conn) {
 		}
 		if _, err := io.WriteString(c, dc.answer); err != nil || dc.close {
 			return
+		}
+	}
+}
+
+// readRawBody appends to raw the body of req, whose head was read, as it
+// comes from br: Content-Length bytes, or the chunks and trailer of a
+// chunked body.
+func readRawBody(br *bufio.Reader, req *http.Request, raw *bytes.Buffer) error {
+	if len(req.TransferEncoding) == 0 {
+		_, err := io.CopyN(raw, br, max(req.ContentLength, 0))
+		return err
+	}
+	line := func() (string, error) {
+		l, err := br.ReadString('\n')
+		raw.WriteString(l)
+		return l, err
+	}
+	for {
+		l, err := line()
+		if err != nil {
+			return err
+		}
+		var n int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "%x", &n); err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		if _, err := io.CopyN(raw, br, n+2); err != nil { // the chunk and its CRLF
+			return err
+		}
+	}
+	for { // the trailer, up to the blank line
+		l, err := line()
+		if err != nil || l == "\r\n" {
+			return err
 		}
 	}
 }
@@ -219,7 +267,7 @@ func (u *rawUpstream) recorded() []string {
 
 // diffResult is everything observable about one exchange of the corpus.
 type diffResult struct {
-	Upstream  []string // request heads, as received
+	Upstream  []string // requests (head and body), as received
 	Early     []string // 1xx responses: status and headers
 	Status    string
 	Header    http.Header
@@ -233,28 +281,27 @@ type diffResult struct {
 	HeadersIn []string // the outbound request's header names SetHeaders saw
 }
 
-// opaqueTransport hides that a Transport is a DirectTransport (the
-// handler then forwards with ReverseProxy) and still keeps the limits.
-type opaqueTransport struct{ t *Transport }
-
-func (o opaqueTransport) RoundTrip(r *http.Request) (*http.Response, error) { return o.t.RoundTrip(r) }
-func (o opaqueTransport) RoundTripLimited(r *http.Request, l Limits) (*http.Response, bool, error) {
-	return o.t.RoundTripLimited(r, l)
-}
-
-// diffPath is one way through the handler.
+// diffPath is one way through a handler.
 type diffPath struct {
 	name      string
 	transport http.RoundTripper
+	// build is newHandler or newOracle.
+	build func(Upstream, Options, afterFunc) (http.Handler, error)
+}
+
+func buildOracle(up Upstream, o Options, after afterFunc) (http.Handler, error) {
+	return newOracle(up, o, after), nil
 }
 
 func TestForwardingMatchesReverseProxy(t *testing.T) {
 	up := newRawUpstream(t)
-	direct, opaque, std := NewTransport(TransportOptions{}), NewTransport(TransportOptions{}), NewTransport(TransportOptions{NoDirect: true})
-	for _, tr := range []*Transport{direct, opaque, std} {
-		t.Cleanup(tr.CloseIdleConnections)
+	var tr [4]*Transport
+	for i := range tr {
+		tr[i] = NewTransport(TransportOptions{NoDirect: i%2 == 1})
+		t.Cleanup(tr[i].CloseIdleConnections)
 	}
-	paths := []diffPath{{"own", direct}, {"reverseproxy", opaqueTransport{opaque}}, {"standard", std}}
+	paths := []diffPath{{"forwarder", tr[0], newHandler}, {"forwarder/standard", tr[1], newHandler},
+		{"reverseproxy", tr[2], buildOracle}, {"reverseproxy/standard", tr[3], buildOracle}}
 	for _, c := range diffCorpus {
 		t.Run(c.name, func(t *testing.T) {
 			var results []diffResult
@@ -297,7 +344,7 @@ func runDiffCase(t *testing.T, up *rawUpstream, c diffCase, p diffPath) diffResu
 	if c.hang {
 		timeout = time.Hour // fired by hand
 	}
-	h, err := newHandler(Upstream{Name: "diff", URL: u, Timeout: timeout}, Options{
+	h, err := p.build(Upstream{Name: "diff", URL: u, Timeout: timeout}, Options{
 		Transport: p.transport,
 		Logger:    slog.New(slog.DiscardHandler),
 		Observer: &hooks{
@@ -324,13 +371,6 @@ func runDiffCase(t *testing.T, up *rawUpstream, c diffCase, p diffPath) diffResu
 		}}, timer.after)
 	if err != nil {
 		t.Fatal(err)
-	}
-	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(c.request)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if owns, want := h.(*forwarder).owns(httptest.NewRecorder(), req), p.name == "own" && !c.reverseProxy; owns != want {
-		t.Errorf("%s: the handler forwards the request itself: %v, want %v", p.name, owns, want)
 	}
 	up.start(c)
 	var (

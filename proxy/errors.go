@@ -37,7 +37,8 @@ func (f *errorFunnel) failWritten(w http.ResponseWriter, r *http.Request, status
 	f.write(w, r, status, code, message)
 }
 
-// handle is the ReverseProxy's ErrorHandler. r is the outbound request.
+// handle answers a failed exchange with the status classify gives err.
+// r is the outbound request.
 func (f *errorFunnel) handle(w http.ResponseWriter, r *http.Request, err error) {
 	// The outbound request carries the inbound context, which net/http
 	// cancels when the client goes away, including when its upload breaks

@@ -6,16 +6,17 @@ import (
 	"strings"
 )
 
-// Header work of the handler's own forwarding (see forward.go): each
-// function does in one pass what the ReverseProxy does with a Header.Del
-// or Header.Add per name or value, with the same result.
+// The header rules of forwarding (see forward.go), written once: which
+// headers never pass the proxy (RFC 9110, 7.6.1: the hop-by-hop ones and
+// every name Connection lists; the forwarding headers the proxy sets
+// itself; the credentials the gateway consumes), each removed in one
+// pass over a message's headers rather than one Header.Del per name.
 
 // outboundHeader returns the headers of in without the hop-by-hop ones
 // (those of hopOrOwned and every name listed in Connection) and without
 // the ones the outbound request gets from the proxy or must not carry
-// (see hopOrOwned): what the ReverseProxy's clone of in's headers holds
-// after its deletions and the handler's (stripUpgrade). The values are
-// in's, capped to their length, so that an Add copies.
+// (see hopOrOwned). The values are in's, capped to their length, so that
+// an Add copies.
 func outboundHeader(in http.Header) http.Header {
 	conn := in["Connection"]
 	out := make(http.Header, len(in)+4)
@@ -31,7 +32,8 @@ func outboundHeader(in http.Header) http.Header {
 // hopOrOwned reports whether the header named k (canonical) never passes
 // the proxy to the upstream: a hop-by-hop header, a forwarding header
 // the proxy sets itself, a credential the gateway consumes, or
-// HTTP2-Settings (see stripUpgrade).
+// HTTP2-Settings (connection-specific, RFC 9113, 3.2.1; see
+// upgradeAllowed).
 func hopOrOwned(k string) bool {
 	switch k {
 	case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
@@ -41,8 +43,8 @@ func hopOrOwned(k string) bool {
 	return isHopHeader(k)
 }
 
-// isHopHeader reports whether k is one of the hop-by-hop headers the
-// ReverseProxy removes from every message.
+// isHopHeader reports whether k (canonical) is a hop-by-hop header,
+// removed from every message the proxy forwards.
 func isHopHeader(k string) bool {
 	switch k {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
@@ -53,8 +55,7 @@ func isHopHeader(k string) bool {
 }
 
 // removeHopHeaders deletes from h the hop-by-hop headers and every
-// header named in its Connection, in one pass: what the ReverseProxy's
-// deletions by name leave.
+// header named in its Connection, in one pass.
 func removeHopHeaders(h http.Header) {
 	conn := h["Connection"]
 	for k := range h {

@@ -1,14 +1,16 @@
 // Package proxy forwards requests to upstreams. It never decides whether a
 // request may pass: the gateway has done that before it calls the handler.
 //
-// Each upstream gets a handler that forwards with an httputil.ReverseProxy
-// or, for the requests its transport sends as direct exchanges (see
-// DirectTransport), with its own code, to the same effect (see
-// forward.go). Either way it
+// Each upstream gets a handler that forwards every request with one
+// implementation (see forward.go), over one http.RoundTripper (the
+// shared Transport; see NewTransport). It
 //
-//   - points the request at the upstream (SetURL: the upstream URL's path is
-//     prepended, queries are joined, and the Host header becomes the
-//     upstream's; the inbound host travels in X-Forwarded-Host);
+//   - points the request at the upstream (httputil.ProxyRequest.SetURL:
+//     the upstream URL's path is prepended, queries are joined, and the
+//     Host header becomes the upstream's; the inbound host travels in
+//     X-Forwarded-Host); an inbound query with a ';' or a malformed
+//     percent escape is forwarded re-encoded from the parameters
+//     url.ParseQuery accepts (see forwardedQuery);
 //   - sets X-Forwarded-For to the inbound value (which the gateway must
 //     already have deleted when the peer is not a trusted proxy) followed by
 //     the peer's address, and X-Forwarded-Host and X-Forwarded-Proto to the
@@ -26,7 +28,13 @@
 //     request (see upgrade.go);
 //   - streams bodies in both directions, never buffering a whole body; a
 //     response of unknown length or of type text/event-stream is flushed to
-//     the client after every write;
+//     the client after every write; a response's trailers pass, announced
+//     or not; a request's are announced to the upstream by the names the
+//     client declared (less those Observer.Outbound drops from
+//     out.Trailer), without their values;
+//   - forwards informational (1xx) responses as they arrive, with the
+//     headers the caller set before forwarding, which stay for the final
+//     response while the 1xx's own do not;
 //   - shows every response it forwards but a 101 to
 //     Observer.Response before writing it, so that the gateway can
 //     read the usage it reports as the body passes (package usage);
@@ -40,8 +48,9 @@
 // handler then aborts the response with panic(http.ErrAbortHandler), as
 // httputil.ReverseProxy does: net/http recovers it quietly and closes the
 // connection, so the client sees a broken response rather than a short one
-// that looks complete. Middleware that recovers panics must let
-// http.ErrAbortHandler through. No other failure panics.
+// that looks complete (called without a server, it logs the failure
+// instead). Middleware that recovers panics must let http.ErrAbortHandler
+// through. No other failure panics.
 //
 // An upstream URL with the scheme "echo" ("echo:") is served by a built-in
 // handler without any network; see New.
@@ -77,9 +86,9 @@ type Options struct {
 	// Transport sends requests to upstreams. nil means a new
 	// NewTransport(TransportOptions{}) per handler; pass one Transport to
 	// every handler so that all upstreams share one tuned connection pool.
-	// Over a DirectTransport (a Transport, or a RoundTripper wrapping one
-	// that says so), the handler forwards the requests sent as direct
-	// exchanges with its own code rather than httputil.ReverseProxy's.
+	// A RoundTripper that wraps a Transport (a tracing one) should
+	// implement LimitedTransport by passing it on, so that direct
+	// exchanges keep their limits themselves.
 	Transport http.RoundTripper
 	// Observer is the caller's side of every request the handler
 	// forwards: it sets the outbound headers last, permits upgrades, gives
@@ -88,7 +97,9 @@ type Options struct {
 	// NopObserver{}.
 	Observer Observer
 	// Logger receives one record per failure (Warn for 502 and 504, Info for
-	// 499 and 413) and the reverse proxy's own messages. nil discards them.
+	// 499 and 413), and one per response body that broke off (Warn) or
+	// upgrade whose 101 could not be written to the client (Info). nil
+	// discards them.
 	Logger *slog.Logger
 	// BufferPool provides the buffers that copy response bodies. nil means
 	// a shared sync.Pool of 32 KiB buffers.
@@ -171,29 +182,8 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 	}
 	funnel := &errorFunnel{upstream: up.Name, log: logger, write: obs.Error, onFailure: obs.Failure}
 	target := *up.URL
-	setHeaders, allowUpgrade := obs.Outbound, obs.Upgrade
-	modify := modifyResponse(obs.Response)
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&target)
-			setXForwarded(pr.Out.Header, pr.In)
-			pr.Out.Header.Del("Authorization")
-			pr.Out.Header.Del("X-Api-Key")
-			stripUpgrade(pr.Out.Header, upgradeAllowed(pr, allowUpgrade))
-			setHeaders(pr.Out)
-			pr.Out.Body = sizeBody(pr.Out.Body, pr.Out.ContentLength, pr.In.Body)
-		},
-		ModifyResponse: modify,
-		Transport:      transport,
-		BufferPool:     pool,
-		ErrorLog:       slog.NewLogLogger(logger.With("upstream", up.Name).Handler(), slog.LevelWarn),
-		ErrorHandler:   funnel.handle,
-	}
-	fw := &forwarder{rp: rp, transport: transport, target: &target, setHeaders: setHeaders,
-		modify: modify, funnel: funnel, pool: pool, errorLog: rp.ErrorLog}
-	if dt, ok := o.Transport.(DirectTransport); ok && target.Scheme == "http" {
-		fw.direct = dt
-	}
+	fw := &forwarder{transport: transport, target: &target, obs: obs, funnel: funnel, pool: pool,
+		log: logger.With("upstream", up.Name)}
 	var h http.Handler = fw
 	if o.Shedder != nil {
 		h = &shedHandler{s: o.Shedder, next: h, tier: obs.Tier, onShed: obs.Shed, write: funnel.fail}
@@ -202,26 +192,6 @@ func newHandler(up Upstream, o Options, after afterFunc) (http.Handler, error) {
 		h = &breakerHandler{b: o.Breaker, next: h, write: funnel.fail}
 	}
 	return h, nil
-}
-
-// modifyResponse is the reverse proxy's ModifyResponse: it refuses a
-// status below 100 (errStatusBelow100; the exchanges refuse it first, as
-// written, for the requests they time or watch) and an unasked switch of
-// protocols, then shows every other response but a 101 to observe (when
-// not nil).
-func modifyResponse(observe func(*http.Response)) func(*http.Response) error {
-	return func(res *http.Response) error {
-		if res.StatusCode < 100 {
-			return errStatusBelow100
-		}
-		if err := refuseUnaskedSwitch(res); err != nil {
-			return err
-		}
-		if observe != nil && res.StatusCode != http.StatusSwitchingProtocols {
-			observe(res)
-		}
-		return nil
-	}
 }
 
 // errStatusBelow100 is the cause of a 502 for an upstream response whose

@@ -133,14 +133,13 @@ func (t *Transport) RoundTripLimited(req *http.Request, l Limits) (*http.Respons
 
 // takesDirect reports whether req is sent as a direct exchange.
 func (t *Transport) takesDirect(req *http.Request) bool {
-	return t.DirectExchanges() && directEligible(req)
+	return t.directOn() && directEligible(req)
 }
 
-// DirectExchanges reports whether t sends the requests directEligible
-// accepts as direct exchanges: unless it was built with NoDirect, or its
-// Proxy, DisableKeepAlives or MaxConnsPerHost was set since (see
-// DirectTransport).
-func (t *Transport) DirectExchanges() bool {
+// directOn reports whether t sends the requests directEligible accepts
+// as direct exchanges: unless it was built with NoDirect, or its Proxy,
+// DisableKeepAlives or MaxConnsPerHost was set since.
+func (t *Transport) directOn() bool {
 	return t.direct != nil && t.Transport.Proxy == nil && !t.Transport.DisableKeepAlives &&
 		t.Transport.MaxConnsPerHost == 0
 }
@@ -312,8 +311,8 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, e.mark(err)
 	}
 	if resp.StatusCode < 100 {
-		// Refused here rather than by the reverse proxy's ModifyResponse,
-		// which cannot tell whether the request was written: a malformed
+		// Refused here rather than by the forwarder's check, which
+		// cannot tell whether the request was written: a malformed
 		// response, as over a direct exchange (errStatusBelow100).
 		resp.Body.Close()
 		e.release()
@@ -321,7 +320,7 @@ func (t *exchanges) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body must stay the transport's read-write connection; the
-		// context ends with the inbound request. The reverse proxy refuses
+		// context ends with the inbound request. The forwarder refuses
 		// an unasked switch after this returns (refuseUnaskedSwitch), as
 		// a failure of an exchange that wrote the request when it did.
 		if e.written.Load() {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 )
 
@@ -20,16 +19,15 @@ import (
 // protocols on a request that did not ask to.
 var errUnaskedSwitch = errors.New("the upstream switched protocols on a request that was not forwarded as an upgrade")
 
-// upgradeAllowed reports whether the outbound request of pr may keep the
-// upgrade the reverse proxy re-added after removing the hop-by-hop headers:
-// only a WebSocket handshake (GET, HTTP/1.1, Upgrade: websocket) that allow
-// permits.
-func upgradeAllowed(pr *httputil.ProxyRequest, allow func(*http.Request) bool) bool {
-	token := pr.Out.Header.Get("Upgrade")
+// upgradeAllowed reports whether in, which asks to upgrade to token, may
+// be forwarded as an upgrade: only a WebSocket handshake (GET, HTTP/1.1,
+// Upgrade: websocket) that allow permits. The forwarder drops the
+// Upgrade and Connection of any other (see outboundHeader), and with
+// them HTTP2-Settings, which is connection-specific (RFC 9113, 3.2.1).
+func upgradeAllowed(in *http.Request, token string, allow func(*http.Request) bool) bool {
 	if token == "" || allow == nil {
 		return false
 	}
-	in := pr.In
 	if in.Method != http.MethodGet || in.ProtoMajor != 1 || in.ProtoMinor < 1 ||
 		!strings.EqualFold(strings.TrimSpace(token), "websocket") {
 		return false
@@ -37,27 +35,13 @@ func upgradeAllowed(pr *httputil.ProxyRequest, allow func(*http.Request) bool) b
 	return allow(in)
 }
 
-// stripUpgrade removes what asks the upstream to switch protocols. After
-// the reverse proxy's hop-by-hop removal, Connection holds only the
-// "Upgrade" it re-added. HTTP2-Settings is connection-specific (RFC 9113,
-// 3.2.1) and goes from every request, even when the caller did not name it
-// in Connection.
-func stripUpgrade(h http.Header, allowed bool) {
-	if !allowed {
-		h.Del("Upgrade")
-		h.Del("Connection")
-	}
-	h.Del("Http2-Settings")
-}
-
 // errOtherSwitch is the cause of a 502 for an upstream that switched to
 // another protocol than the request asked for.
 var errOtherSwitch = errors.New("the upstream switched to another protocol than the request asked for")
 
-// refuseUnaskedSwitch is the reverse proxy's ModifyResponse: a 101 to a
-// request forwarded without an upgrade, or naming another protocol than
-// the request asked for, becomes a 502 through the error funnel instead
-// of a tunnel, marked as written when the exchange wrote the request (see
+// refuseUnaskedSwitch refuses a 101 to a request forwarded without an
+// upgrade, or naming another protocol than the request asked for: it
+// becomes a 502 through the error funnel instead of a tunnel, marked as written when the exchange wrote the request (see
 // exchanges.RoundTrip).
 func refuseUnaskedSwitch(res *http.Response) error {
 	if res.StatusCode != http.StatusSwitchingProtocols {
@@ -71,7 +55,6 @@ func refuseUnaskedSwitch(res *http.Response) error {
 	case asked == "":
 		err = errUnaskedSwitch
 	case !strings.EqualFold(asked, upgradeType(res.Header)):
-		// The reverse proxy would refuse it too, but without the mark.
 		err = errOtherSwitch
 	default:
 		return nil
@@ -83,12 +66,15 @@ func refuseUnaskedSwitch(res *http.Response) error {
 }
 
 // upgradeType is the protocol h asks to switch to: its Upgrade, when its
-// Connection names "upgrade"; "" otherwise.
+// Connection names "upgrade"; "" otherwise. h's names are canonical.
 func upgradeType(h http.Header) string {
-	for _, v := range h.Values("Connection") {
+	for _, v := range h["Connection"] {
 		for tok := range strings.SplitSeq(v, ",") {
 			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
-				return h.Get("Upgrade")
+				if up := h["Upgrade"]; len(up) > 0 {
+					return up[0]
+				}
+				return ""
 			}
 		}
 	}
