@@ -22,7 +22,7 @@ import (
 // asynchronous access line at info level (to io.Discard), the default
 // sampler with nothing exported, the memory store, and a real upstream
 // over loopback through the shared Transport. Its allocs/op and B/op are
-// the gateway's own per-request allocations plus the reverse proxy's and
+// the gateway's own per-request allocations plus the forwarder's and
 // the Transport's:
 // go test -run '^$' -bench PipelineUpstream -benchmem ./gateway
 //

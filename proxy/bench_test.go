@@ -17,7 +17,8 @@ import (
 
 // BenchmarkProxySmall forwards a small GET to a local upstream over real
 // loopback connections, calling the handler directly (no front server),
-// as a direct exchange and through net/http's Transport (std/).
+// as a direct exchange and through net/http's Transport (std/,
+// server.upstream_exchanges: standard).
 // watch-write finds out whether the request was written (WatchWrite
 // selects it): its allocs/op over no-timeout's are that cost. cpu-µs/op
 // is the process's CPU time (the upstream's included) per request.

@@ -137,13 +137,13 @@ var diffCorpus = []diffCase{
 	{name: "post answered early", request: "POST /a HTTP/1.1\r\nHost: gw.example\r\nContent-Length: 5\r\n\r\nhello", answer: "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig", close: true},
 }
 
-// rawUpstream records the head of every request it reads and answers
+// rawUpstream records every request it reads (head and body) and answers
 // with the current case's script.
 type rawUpstream struct {
 	ln      net.Listener
 	mu      sync.Mutex
 	c       diffCase
-	heads   []string
+	reqs    []string
 	arrived chan struct{} // receives once per request of a hanging case
 	wg      sync.WaitGroup
 }
@@ -201,7 +201,7 @@ func (u *rawUpstream) serve(c net.Conn) {
 			return
 		}
 		u.mu.Lock()
-		u.heads = append(u.heads, head.String())
+		u.reqs = append(u.reqs, head.String())
 		dc := u.c
 		u.mu.Unlock()
 		if dc.hang {
@@ -252,17 +252,17 @@ func readRawBody(br *bufio.Reader, req *http.Request, raw *bytes.Buffer) error {
 	}
 }
 
-// start makes c the case answered, and forgets the heads recorded.
+// start makes c the case answered, and forgets the requests recorded.
 func (u *rawUpstream) start(c diffCase) {
 	u.mu.Lock()
-	u.c, u.heads = c, nil
+	u.c, u.reqs = c, nil
 	u.mu.Unlock()
 }
 
 func (u *rawUpstream) recorded() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return slices.Clone(u.heads)
+	return slices.Clone(u.reqs)
 }
 
 // diffResult is everything observable about one exchange of the corpus.

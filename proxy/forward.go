@@ -54,7 +54,6 @@ type outbound struct {
 	xfwd  [3]string // the X-Forwarded-* values
 	te    [1]string // the value of Te when set here
 	ua    [1]string // the value of User-Agent when set here
-	up    [2]string // Connection and Upgrade of a permitted upgrade
 	// w and done are the 1xx writer's (see got1xx): done is set once the
 	// round trip returned, after which w's headers are no longer touched.
 	w    http.ResponseWriter
@@ -94,8 +93,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 	}
 	upgrade := upgradeType(in.Header)
 	if upgrade != "" && upgradeAllowed(in, upgrade, f.obs.Upgrade) {
-		o.up = [2]string{"Upgrade", upgrade}
-		out.Header["Connection"], out.Header["Upgrade"] = o.up[0:1:1], o.up[1:2:2]
+		out.Header["Connection"], out.Header["Upgrade"] = []string{"Upgrade"}, []string{upgrade}
 	} else {
 		upgrade = ""
 	}

@@ -31,7 +31,7 @@ func TestForwardedQuery(t *testing.T) {
 
 // TestIsEventStreamAgreesWithMime: isEventStream is
 // mime.ParseMediaType's reading of text/event-stream, which the
-// ReverseProxy flushes after every write.
+// forwarder flushes after every write.
 func TestIsEventStreamAgreesWithMime(t *testing.T) {
 	for _, ct := range []string{
 		"", "text/event-stream", "TEXT/Event-Stream", " text/event-stream ; charset=utf-8", "text/event-stream;",
@@ -48,7 +48,7 @@ func TestIsEventStreamAgreesWithMime(t *testing.T) {
 
 // TestHopRemovalAgreesWithDel: the one-pass removal deletes the headers
 // that deleting each hop-by-hop name and each name listed in Connection
-// with Header.Del (as the ReverseProxy does) deletes, for names in any
+// with Header.Del deletes, for names in any
 // case, with spaces, underscores, non-ASCII letters, and keys that are
 // not canonical.
 func TestHopRemovalAgreesWithDel(t *testing.T) {
