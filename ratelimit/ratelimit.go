@@ -229,6 +229,9 @@ type Item struct {
 	// than lease.Store ignore it; so does lease.Store for shadow items and
 	// items of cost 0. The zero value leases nothing.
 	Lease Lease
+	// Region, when Leased, makes the item one quota across regions,
+	// decided on this region's grant (see Region).
+	Region Region
 }
 
 // Lease describes how an instance may reserve blocks of a token-bucket

@@ -62,6 +62,9 @@ type Config struct {
 	// a Redis function or as EVALSHA scripts (see RedisOptions.Logger);
 	// nil logs nothing.
 	Logger *slog.Logger
+	// Wrap is the Stack's top layer (see stack.Options.Wrap);
+	// nil is none.
+	Wrap func(ratelimit.Store) ratelimit.Store
 
 	// breakerNow is the clock of the circuit breaker's cooldown; nil =
 	// time.Now. Tests set it (see WithBreakerClock) to step past a
@@ -147,5 +150,6 @@ func Open(c Config) *stack.Stack {
 		Ping:    func(ctx context.Context) error { return PingRedis(ctx, client) },
 		Now:     c.Now,
 		Fleet:   fleet,
+		Wrap:    c.Wrap,
 	})
 }

@@ -104,7 +104,9 @@ func TestScriptMatchesAllocate(t *testing.T) {
 		}
 		var claims []Claim
 		for j := range rng.IntN(5) {
-			g := func() Grant { return Grant{Rate: rng.Int64N(c.Rate/4 + 1), Burst: rng.Int64N(c.Burst/4 + 1), Expires: exp()} }
+			g := func() Grant {
+				return Grant{Rate: rng.Int64N(c.Rate/4 + 1), Burst: rng.Int64N(c.Burst/4 + 1), Expires: exp()}
+			}
 			claims = append(claims, Claim{Region: "r" + strconv.Itoa(j), Grant: g(), Held: g(), Demand: rng.Int64N(2 * c.Rate)})
 		}
 		a := Ask{Region: "me", Demand: rng.Int64N(2 * c.Rate), Held: Grant{Rate: rng.Int64N(c.Rate + 1), Burst: rng.Int64N(c.Burst + 1), Expires: exp()}}

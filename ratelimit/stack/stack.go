@@ -38,6 +38,13 @@ type Options struct {
 	// takes (see SlotStore); nil means the backend itself when it is a
 	// SlotStore. A backend that is neither keeps slots that only expire.
 	Slots ratelimit.SlotStore
+	// Wrap, when not nil, is given the Stack's top layer (the Fallback)
+	// and returns the store that Decide goes through: a layer that
+	// changes items before every other layer sees them, such as the
+	// granted limits of cross-region items (package ratelimit/regional).
+	// Close closes the store it returns before the Fallback; that store
+	// must not close the Fallback itself.
+	Wrap func(ratelimit.Store) ratelimit.Store
 }
 
 // Stack is a complete decision store: a backend (a memstore.Store, or a
@@ -50,6 +57,7 @@ type Options struct {
 // Decision.Failure. A Stack is safe for concurrent use.
 type Stack struct {
 	top     *Fallback
+	decider ratelimit.Store // top, or what Options.Wrap made of it
 	backend ratelimit.Store // below the DenialCache: where reads go (see Read)
 	denials *DenialCache    // nil without one
 	fleet   *Fleet
@@ -91,6 +99,10 @@ func New(backend ratelimit.Store, o Options) *Stack {
 		backend = s.denials
 	}
 	s.top = NewFallback(backend, fo)
+	s.decider = s.top
+	if o.Wrap != nil {
+		s.decider = o.Wrap(s.top)
+	}
 	return s
 }
 
@@ -121,7 +133,7 @@ func (s *Stack) Fleet() *Fleet { return s.fleet }
 // Decide decides items on the backend, or by their OnError when it fails
 // (see Fallback).
 func (s *Stack) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
-	return s.top.Decide(ctx, items)
+	return s.decider.Decide(ctx, items)
 }
 
 // Read reports the state of items without deciding anything: each must
@@ -268,11 +280,15 @@ func (s *Stack) Ping(ctx context.Context) error {
 	return s.ping(ctx)
 }
 
-// Close leaves the fleet, then closes the backend and the local shares.
+// Close leaves the fleet, closes the layer of Options.Wrap, then the
+// backend and the local shares.
 // Decide must not be called after. A failure to leave is not reported:
 // the registration expires on its own after its TTL.
 func (s *Stack) Close() error {
 	_ = s.fleet.Close()
+	if s.decider != ratelimit.Store(s.top) {
+		_ = s.decider.Close()
+	}
 	return s.top.Close()
 }
 

@@ -1,0 +1,15 @@
+package ratelimit
+
+// Region marks an item as one quota shared by the fleets of several
+// regions (see package ratelimit/regional): each region decides it on its
+// own store, with the share of Limit that a global owner granted the
+// region by its demand. The zero value is a quota of this region's fleet
+// alone. Stores other than the regional layer ignore it.
+type Region struct {
+	// Leased decides the item (a TokenBucket) on this region's grant.
+	Leased bool
+	// SafeShare is the fraction of Limit, in [0, 1], that the region
+	// decides the item on while it holds no grant: the owner unreachable
+	// past the last grant's expiry, or the key not granted yet. 0 denies.
+	SafeShare float64
+}

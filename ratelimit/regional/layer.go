@@ -1,0 +1,342 @@
+package regional
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
+
+// Options configure a Layer.
+type Options struct {
+	// Region names this instance's region; must not be empty.
+	Region string
+	// Regional is the region's Redis (where the grants, the demand and
+	// the reporter's lock live); Owner the global owner.
+	Regional redis.UniversalClient
+	Owner    *Owner
+	// ReportInterval is how often the region reports (> 0). Instances
+	// flush their counts and read the grants four times per interval.
+	ReportInterval time.Duration
+	// LeaseTTL is how long a grant lasts (>= 3 × ReportInterval: the
+	// reporter's lock lasts two intervals, so a dead reporter is replaced
+	// within one LeaseTTL).
+	LeaseTTL time.Duration
+	// Timeout bounds one report to the owner and each regional call;
+	// 0 means ReportInterval/2.
+	Timeout time.Duration
+	// Prefix starts the keys in the regional Redis; "" means "qg".
+	Prefix string
+	// ID names this instance in the reporter's lock; must be unique in
+	// the region.
+	ID string
+	// Now is the clock; nil = time.Now. Instances of a region must agree
+	// on it within a small skew: a grant's expiry is written on the
+	// reporter's clock and read on each instance's.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Layer decides the cross-region items of every batch (ratelimit.Item
+// with Region.Leased) on this region's grant, and passes the batch to the
+// store below (the regional stack). An item's limit becomes, per key:
+//
+//   - with a live grant: Rate and Burst of the grant, same Per; a grant of
+//     0 (the others hold the whole capacity) denies;
+//   - with none (the key not granted yet in this region, the owner
+//     unreachable past the last grant's expiry, or its warm-up):
+//     SafeShare of Rate and Burst, rounded down; 0 denies.
+//
+// A denied cross-region item denies its batch without consuming anything
+// (the other items are asked at cost 0). Each instance counts per key the
+// units asked and admitted and adds them to the regional Redis; one
+// instance of the region at a time (the reporter, see Layer.reporter)
+// reports them to the owner and writes the grants back. A Layer is safe
+// for concurrent use.
+type Layer struct {
+	below ratelimit.Store
+	o     Options
+	keys  keys
+
+	mu     sync.Mutex
+	grants map[string]Grant // the region's, as last read
+	counts map[string]*count
+
+	leader atomicBool
+	stop   chan struct{}
+	once   sync.Once
+	done   sync.WaitGroup
+}
+
+type count struct {
+	asked, admitted int64
+	limit           ratelimit.Limit
+}
+
+// keys are the layer's keys in the regional Redis, all in one hash slot.
+type keys struct{ asked, admitted, limits, grants, lock string }
+
+func newKeys(prefix string) keys {
+	if prefix == "" {
+		prefix = "qg"
+	}
+	p := prefix + ":{regions}:"
+	return keys{asked: p + "asked", admitted: p + "admitted", limits: p + "limits", grants: p + "grants", lock: p + "reporter"}
+}
+
+// New returns a Layer over below and starts its loops (Close stops them).
+func New(below ratelimit.Store, o Options) *Layer {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = o.ReportInterval / 2
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Layer{below: below, o: o, keys: newKeys(o.Prefix), grants: map[string]Grant{}, counts: map[string]*count{}, stop: make(chan struct{})}
+	l.done.Add(2)
+	go l.loop(max(o.ReportInterval/4, time.Millisecond), l.refresh)
+	go l.loop(o.ReportInterval, l.report)
+	return l
+}
+
+func (l *Layer) loop(every time.Duration, f func(context.Context)) {
+	defer l.done.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+			f(ctx)
+			cancel()
+		}
+	}
+}
+
+// Close stops the layer's loops (it may be called again); it does not
+// close the store below. The reporter's lock lapses on its own.
+func (l *Layer) Close() error {
+	l.once.Do(func() { close(l.stop) })
+	l.done.Wait()
+	l.leader.store(false)
+	return nil
+}
+
+// Leader reports whether this instance is its region's reporter now.
+func (l *Layer) Leader() bool { return l.leader.load() }
+
+// Grant returns this region's grant of key as the layer last read it
+// (None when it holds none, or it has expired).
+func (l *Layer) Grant(key string) Grant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.grants[key]
+	if !g.live(l.o.Now().UnixMicro()) {
+		return Grant{}
+	}
+	return g
+}
+
+// Decide decides items as the Layer doc says.
+func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.Decision, error) {
+	leased := -1
+	for i := range items {
+		if items[i].Region.Leased && items[i].Algorithm == ratelimit.TokenBucket {
+			leased = i
+			break
+		}
+	}
+	if leased < 0 {
+		return l.below.Decide(ctx, items)
+	}
+	now := l.o.Now().UnixMicro()
+	batch := make([]ratelimit.Item, len(items))
+	copy(batch, items)
+	var denied []int // items refused here
+	blocking := false
+	l.mu.Lock()
+	for i := range batch {
+		it := &batch[i]
+		if !it.Region.Leased || it.Algorithm != ratelimit.TokenBucket {
+			continue
+		}
+		c := l.counts[it.Key]
+		if c == nil {
+			c = &count{}
+			l.counts[it.Key] = c
+		}
+		c.asked += it.Cost
+		c.limit = it.Limit
+		rate, burst := l.share(it, now)
+		if rate <= 0 || burst <= 0 || it.Cost > burst {
+			denied = append(denied, i)
+			blocking = blocking || !it.Shadow
+			continue
+		}
+		it.Limit.Rate, it.Limit.Burst = rate, burst
+	}
+	l.mu.Unlock()
+
+	sub := make([]ratelimit.Item, 0, len(batch))
+	for i := range batch {
+		if !isIn(denied, i) {
+			if blocking {
+				batch[i].Cost = 0 // the batch is denied: ask, consume nothing
+			}
+			sub = append(sub, batch[i])
+		}
+	}
+	var d ratelimit.Decision
+	if len(sub) > 0 {
+		var err error
+		if d, err = l.below.Decide(ctx, sub); err != nil {
+			return d, err
+		}
+	} else {
+		d = ratelimit.Decision{Allowed: true}
+	}
+	if len(denied) > 0 {
+		results := make([]ratelimit.Result, len(items))
+		j := 0
+		for i := range items {
+			if isIn(denied, i) {
+				results[i] = ratelimit.Result{RetryAfter: l.o.ReportInterval}
+				continue
+			}
+			results[i] = d.Results[j]
+			j++
+		}
+		failure, unavailable := d.Failure, d.Unavailable
+		d = ratelimit.Summarize(items, results)
+		d.Failure, d.Unavailable = failure, unavailable && !d.Allowed
+	}
+	if d.Allowed {
+		l.mu.Lock()
+		for i := range items {
+			if items[i].Region.Leased && d.Results[i].Allowed {
+				if c := l.counts[items[i].Key]; c != nil {
+					c.admitted += items[i].Cost
+				}
+			}
+		}
+		l.mu.Unlock()
+	}
+	return d, nil
+}
+
+// share returns the rate and burst that it is decided on at now (l.mu held).
+func (l *Layer) share(it *ratelimit.Item, now int64) (rate, burst int64) {
+	if g := l.grants[it.Key]; g.live(now) {
+		return g.Rate, g.Burst
+	}
+	s := min(max(it.Region.SafeShare, 0), 1)
+	return int64(float64(it.Limit.Rate) * s), int64(float64(it.Limit.Burst) * s)
+}
+
+func isIn(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// refresh adds this instance's counts to the regional Redis and reads the
+// region's grants. A failure keeps the counts for the next try and the
+// grants as they were (each until it expires).
+func (l *Layer) refresh(ctx context.Context) {
+	l.mu.Lock()
+	counts := l.counts
+	l.counts = map[string]*count{}
+	l.mu.Unlock()
+	pipe := l.o.Regional.TxPipeline()
+	for k, c := range counts {
+		pipe.HIncrBy(ctx, l.keys.asked, k, c.asked)
+		pipe.HIncrBy(ctx, l.keys.admitted, k, c.admitted)
+		pipe.HSet(ctx, l.keys.limits, k, formatLimit(c.limit))
+	}
+	if len(counts) > 0 {
+		pipe.PExpire(ctx, l.keys.limits, 4*l.o.LeaseTTL)
+	}
+	get := pipe.HGetAll(ctx, l.keys.grants)
+	if _, err := pipe.Exec(ctx); err != nil {
+		l.mu.Lock()
+		for k, c := range counts { // try again next time
+			if n := l.counts[k]; n != nil {
+				n.asked += c.asked
+				n.admitted += c.admitted
+			} else {
+				l.counts[k] = c
+			}
+		}
+		l.mu.Unlock()
+		l.o.Logger.Debug("regions: refresh failed", slog.String("error", err.Error()))
+		return
+	}
+	grants := map[string]Grant{}
+	for k, v := range get.Val() {
+		if g, _, ok := parseGrant(v); ok {
+			grants[k] = g
+		}
+	}
+	l.mu.Lock()
+	l.grants = grants
+	l.mu.Unlock()
+}
+
+func formatLimit(l ratelimit.Limit) string {
+	return strconv.FormatInt(l.Rate, 10) + " " + strconv.FormatInt(l.Burst, 10) + " " + strconv.FormatInt(l.Per.Microseconds(), 10)
+}
+
+func parseLimit(s string) (ratelimit.Limit, bool) {
+	n, ok := parseInts(s, 3)
+	if !ok || n[0] < 1 || n[1] < 1 || n[2] < 1 {
+		return ratelimit.Limit{}, false
+	}
+	return ratelimit.Limit{Rate: n[0], Burst: n[1], Per: time.Duration(n[2]) * time.Microsecond}, true
+}
+
+// A grant in the regional Redis is "rate burst expires last_asked", the
+// times in µs on the reporter's clock.
+func formatGrant(g Grant, lastAsked int64) string {
+	return strconv.FormatInt(g.Rate, 10) + " " + strconv.FormatInt(g.Burst, 10) + " " +
+		strconv.FormatInt(g.Expires, 10) + " " + strconv.FormatInt(lastAsked, 10)
+}
+
+func parseGrant(s string) (Grant, int64, bool) {
+	n, ok := parseInts(s, 4)
+	if !ok {
+		return Grant{}, 0, false
+	}
+	return Grant{Rate: n[0], Burst: n[1], Expires: n[2]}, n[3], true
+}
+
+func parseInts(s string, want int) ([]int64, bool) {
+	f := strings.Fields(s)
+	if len(f) != want {
+		return nil, false
+	}
+	out := make([]int64, want)
+	for i, p := range f {
+		v, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || v < 0 {
+			return nil, false
+		}
+		out[i] = v
+	}
+	return out, true
+}
+
+var _ ratelimit.Store = (*Layer)(nil)

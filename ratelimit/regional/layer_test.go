@@ -1,0 +1,198 @@
+package regional
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/ratelimit/memstore"
+)
+
+const (
+	interval = 100 * time.Millisecond
+	leaseTTL = 400 * time.Millisecond
+)
+
+// region is one region of a test: its layers (instances) over one memory
+// store each, sharing a regional Redis (here: a key prefix of its own on
+// the shared server).
+type region struct {
+	name   string
+	layers []*Layer
+}
+
+func startRegion(t *testing.T, client *redis.Client, owner *Owner, name string, instances int) *region {
+	t.Helper()
+	prefix := redistest.KeyPrefix(t) + name
+	r := &region{name: name}
+	for i := range instances {
+		l := New(memstore.New(memstore.Options{}), Options{
+			Region: name, Regional: client, Owner: owner, ReportInterval: interval, LeaseTTL: leaseTTL,
+			Prefix: prefix, ID: name + "-" + string(rune('a'+i)),
+		})
+		r.layers = append(r.layers, l)
+		t.Cleanup(func() { _ = l.Close() })
+	}
+	return r
+}
+
+var item = ratelimit.Item{Key: "{t}:quota", Algorithm: ratelimit.TokenBucket, Cost: 1, OnError: ratelimit.OnErrorClosed,
+	Limit:  ratelimit.Limit{Rate: 1000, Per: time.Second, Burst: 100},
+	Region: ratelimit.Region{Leased: true, SafeShare: 0.2}}
+
+// drive asks for cost-1 decisions in r at about perSecond until stop, and
+// counts the admissions.
+func (r *region) drive(t *testing.T, perSecond int, stop <-chan struct{}, admitted *int64, mu *sync.Mutex) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		for range perSecond / 100 {
+			d, err := r.layers[n%len(r.layers)].Decide(context.Background(), []ratelimit.Item{item})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if d.Allowed {
+				mu.Lock()
+				*admitted++
+				mu.Unlock()
+			}
+		}
+	}
+}
+
+// TestLayerGrantsFollowDemand: three regions asking 70/20/10 of twice the
+// capacity are granted shares that sum to the capacity (never above, at
+// any sample), the busiest the largest; then the demand moves to 10/20/70
+// and the grants follow.
+func TestLayerGrantsFollowDemand(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	defer client.Close()
+	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
+	regions := []*region{startRegion(t, client, owner, "eu", 2), startRegion(t, client, owner, "us", 1), startRegion(t, client, owner, "ap", 1)}
+	var mu sync.Mutex
+	var admitted int64
+	for _, shares := range [][]int{{70, 20, 10}, {10, 20, 70}} {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, r := range regions {
+			wg.Go(func() { r.drive(t, 2000*shares[i]/100, stop, &admitted, &mu) })
+		}
+		// Warm-up (the owner's first LeaseTTL) and three intervals.
+		deadline := time.Now().Add(leaseTTL + 20*interval)
+		settled := false
+		for !settled && time.Now().Before(deadline) {
+			var sum int64
+			g := make([]int64, len(regions))
+			for i, r := range regions {
+				g[i] = r.layers[0].Grant(item.Key).Rate
+				sum += g[i]
+			}
+			if sum > item.Limit.Rate {
+				t.Fatalf("shares %v: grants %v sum to %d > %d", shares, g, sum, item.Limit.Rate)
+			}
+			busiest := 0
+			if shares[0] < shares[2] {
+				busiest = 2
+			}
+			settled = sum >= 990 && g[busiest] > g[1] && g[1] > g[2-busiest]
+			time.Sleep(interval / 4) // sampling, not synchronization
+		}
+		close(stop)
+		wg.Wait()
+		if !settled {
+			t.Errorf("shares %v: grants did not settle on the demand within %v", shares, leaseTTL+20*interval)
+		}
+	}
+	if admitted == 0 {
+		t.Error("nothing admitted")
+	}
+}
+
+// TestLayerReporterTakeover: one instance of a region is the reporter;
+// when it stops, another takes over within two intervals.
+func TestLayerReporterTakeover(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	defer client.Close()
+	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
+	r := startRegion(t, client, owner, "eu", 3)
+	leaders := func() (n int, who int) {
+		for i, l := range r.layers {
+			if l.Leader() {
+				n, who = n+1, i
+			}
+		}
+		return n, who
+	}
+	waitFor := func(what string, within time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, within)
+			}
+			time.Sleep(interval / 10)
+		}
+	}
+	waitFor("a reporter", 3*interval, func() bool { n, _ := leaders(); return n == 1 })
+	_, who := leaders()
+	if err := r.layers[who].Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// The lock lasts two intervals from its last extension; the next try
+	// comes within one more.
+	waitFor("a new reporter", 4*interval, func() bool { n, _ := leaders(); return n == 1 })
+	t.Logf("takeover after %v", time.Since(start))
+}
+
+// TestLayerSafeShare: without a grant, a key is decided on its safe share
+// of the burst; a safe share of 0 denies, consuming nothing of the batch.
+func TestLayerSafeShare(t *testing.T) {
+	mem := memstore.New(memstore.Options{})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never reached in time
+	defer client.Close()
+	l := New(mem, Options{Region: "eu", Regional: client, Owner: NewOwner(client, OwnerOptions{}), ReportInterval: time.Hour, LeaseTTL: 3 * time.Hour})
+	defer l.Close()
+	it := item
+	n := 0
+	for {
+		d, err := l.Decide(context.Background(), []ratelimit.Item{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		n++
+	}
+	if n != 20 { // 0.2 × burst 100, refilling 200/s: a few more at most
+		if n < 20 || n > 25 {
+			t.Errorf("admitted %d on the safe share, want about 20", n)
+		}
+	}
+	other := ratelimit.Item{Key: "{t}:other", Algorithm: ratelimit.TokenBucket, Cost: 1, OnError: ratelimit.OnErrorClosed,
+		Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}
+	it.Region.SafeShare = 0
+	d, err := l.Decide(context.Background(), []ratelimit.Item{other, it})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.Results[0].Allowed != true || d.Results[1].Allowed {
+		t.Fatalf("safe share 0: decision %+v, want denied by the second item", d)
+	}
+	d, err = l.Decide(context.Background(), []ratelimit.Item{other})
+	if err != nil || !d.Allowed {
+		t.Fatalf("the denied batch consumed the other item: %+v %v", d, err)
+	}
+}

@@ -1,0 +1,109 @@
+package regional
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+type atomicBool struct{ v atomic.Bool }
+
+func (b *atomicBool) load() bool   { return b.v.Load() }
+func (b *atomicBool) store(v bool) { b.v.Store(v) }
+
+// holdLock takes the reporter's lock for id, or extends it when id holds
+// it already, for ARGV[2] ms: 1 when id holds it after, 0 when another does.
+var holdLock = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`)
+
+// report runs once per interval on every instance. The reporter of the
+// region is elected with a lock in the regional Redis that lasts two
+// intervals and that its holder extends each interval: when it dies, the
+// lock lapses and the first instance to try after takes it over. The
+// reporter takes the region's counts (atomically: counts added after go
+// to the next report), reports every key asked for, and every key still
+// granted that was asked for within a LeaseTTL, to the owner, and writes
+// the grants back. A key no longer asked for is no longer reported: its
+// grant expires, and it is cold again (decided on its safe share).
+func (l *Layer) report(ctx context.Context) {
+	ok, err := holdLock.Run(ctx, l.o.Regional, []string{l.keys.lock}, l.o.ID, (2 * l.o.ReportInterval).Milliseconds()).Int()
+	if err != nil || ok != 1 {
+		if l.leader.load() {
+			l.o.Logger.Info("regions: no longer the reporter", slog.String("region", l.o.Region))
+		}
+		l.leader.store(false)
+		return
+	}
+	if !l.leader.load() {
+		l.o.Logger.Info("regions: reporter of the region", slog.String("region", l.o.Region))
+		l.leader.store(true)
+	}
+	pipe := l.o.Regional.TxPipeline()
+	asked := pipe.HGetAll(ctx, l.keys.asked)
+	admitted := pipe.HGetAll(ctx, l.keys.admitted)
+	pipe.Del(ctx, l.keys.asked, l.keys.admitted)
+	limits := pipe.HGetAll(ctx, l.keys.limits)
+	grants := pipe.HGetAll(ctx, l.keys.grants)
+	if _, err := pipe.Exec(ctx); err != nil {
+		l.o.Logger.Warn("regions: reading the region's demand failed", slog.String("error", err.Error()))
+		return
+	}
+	now := l.o.Now().UnixMicro()
+	interval := l.o.ReportInterval.Microseconds()
+	var reports []KeyReport
+	var last []int64
+	for k, lv := range limits.Val() {
+		lim, ok := parseLimit(lv)
+		if !ok {
+			continue
+		}
+		a, _ := strconv.ParseInt(asked.Val()[k], 10, 64)
+		adm, _ := strconv.ParseInt(admitted.Val()[k], 10, 64)
+		held, lastAsked, _ := parseGrant(grants.Val()[k])
+		if a > 0 {
+			lastAsked = now
+		} else if lastAsked == 0 || now-lastAsked > l.o.LeaseTTL.Microseconds() {
+			continue // cold: not asked for within a LeaseTTL
+		}
+		if !held.live(now) {
+			held = Grant{}
+		}
+		// Units asked per Per over the interval, rounded up.
+		p := lim.Per.Microseconds()
+		demand := (max(a, 0)*p + interval - 1) / interval
+		reports = append(reports, KeyReport{Key: k, Limit: lim, Demand: demand, Admitted: adm, Held: held})
+		last = append(last, lastAsked)
+	}
+	if len(reports) == 0 {
+		return
+	}
+	got, err := l.o.Owner.Report(ctx, l.o.Region, l.o.LeaseTTL, reports)
+	if err != nil {
+		l.o.Logger.Warn("regions: report to the global owner failed", slog.String("region", l.o.Region), slog.String("error", err.Error()))
+		return
+	}
+	pipe = l.o.Regional.TxPipeline()
+	for i, r := range reports {
+		if got[i].Grant.None() {
+			pipe.HDel(ctx, l.keys.grants, r.Key)
+			continue
+		}
+		pipe.HSet(ctx, l.keys.grants, r.Key, formatGrant(got[i].Grant, last[i]))
+	}
+	pipe.PExpire(ctx, l.keys.grants, 4*l.o.LeaseTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		l.o.Logger.Warn("regions: writing the grants failed", slog.String("error", err.Error()))
+	}
+}
