@@ -180,6 +180,15 @@ type Store struct {
 	// Fleet configures how the instances of a Redis fleet count each
 	// other.
 	Fleet Fleet `mapstructure:"fleet"`
+	// Region names this instance's region (a-z, 0-9, '_', '.', '-'; at
+	// most 64): the instances of one region share store.redis and decide
+	// there. Empty (the default) is a single-region fleet. Required with
+	// Global. Read at start and on reload.
+	Region string `mapstructure:"region"`
+	// Global, when set, is the global owner of the policies marked
+	// regions (see docs/concepts/regions.md); nil means none, and no
+	// policy may be marked. Requires kind redis and Region.
+	Global *Global `mapstructure:"global"`
 }
 
 // Fleet configures fleet membership: each instance of a Redis store
@@ -386,6 +395,10 @@ type Policy struct {
 	// Queue, for a concurrency policy, lets a request wait for a slot on
 	// this instance instead of an immediate 429; nil means no waiting.
 	Queue *Queue `mapstructure:"queue"`
+	// Regions, when set, makes the policy one quota across the regions
+	// that share store.global (token_bucket only, not shadow); nil means
+	// the policy is this region's alone.
+	Regions *Regions `mapstructure:"regions"`
 }
 
 // StoreLimit returns the store's limit for the tier key of p.Limits (a

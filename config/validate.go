@@ -32,6 +32,7 @@ func (c *Config) Validate() error {
 	c.validateUpstreams(&errs)
 	c.validateRoutes(&errs)
 	c.validateRLS(&errs)
+	c.validateRegions(&errs)
 	if len(errs) == 0 {
 		return nil
 	}

@@ -47,7 +47,8 @@ type boundPolicy struct {
 	algorithm ratelimit.Algorithm
 	onError   ratelimit.OnError
 	shadow    bool
-	lease     ratelimit.Lease // zero = not leased
+	lease     ratelimit.Lease  // zero = not leased
+	region    ratelimit.Region // zero = this region's alone
 	// queue, for a concurrency policy with a queue, is how requests wait
 	// for a slot; nil = a denial is answered at once.
 	queue *slotQueueSpec
@@ -167,6 +168,9 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	}
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, Auto: l.Auto, TTL: l.TTL, Instances: l.Instances}
+	}
+	if r := pc.Regions; r != nil {
+		bp.region = ratelimit.Region{Leased: true, SafeShare: r.SafeShare}
 	}
 	if q := pc.Queue; q != nil && alg == ratelimit.Concurrency {
 		bp.queue = &slotQueueSpec{max: q.Max, timeout: q.Timeout}

@@ -54,7 +54,7 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 					return
 				}
 				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.cost, Shadow: bp.shadow,
-					OnError: bp.onError, Lease: bp.lease}
+					OnError: bp.onError, Lease: bp.lease, Region: bp.region}
 				if bp.algorithm == ratelimit.Concurrency { // one slot, whatever the cost
 					if holder == "" {
 						holder = g.slots.holder()

@@ -1,5 +1,10 @@
 package ratelimit
 
+// MaxRegionUnits is the largest Rate or Burst of a cross-region item (see
+// Region): the global owner computes Burst × Rate exactly in Lua numbers,
+// below 2^53.
+const MaxRegionUnits = 1 << 26
+
 // Region marks an item as one quota shared by the fleets of several
 // regions (see package ratelimit/regional): each region decides it on its
 // own store, with the share of Limit that a global owner granted the

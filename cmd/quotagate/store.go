@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/proxy"
+	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/ratelimit/stack"
 )
 
@@ -51,16 +55,73 @@ func openStore(c config.Store, id string, logger *slog.Logger, getenv func(strin
 				return nil, fmt.Errorf("store.redis.tls: %w", err)
 			}
 		}
+		var wrap func(ratelimit.Store) ratelimit.Store
+		if c.Global != nil {
+			var err error
+			if wrap, err = regionLayer(c, id, password, tlsConf, logger, getenv); err != nil {
+				return nil, err
+			}
+		}
 		return redisstore.Open(redisstore.Config{
 			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password, TLS: tlsConf,
 			PoolSize: r.PoolSize, Timeout: r.Timeout,
 			BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
 			FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, FleetID: id, KeyPrefix: r.KeyPrefix,
-			Logger: logger,
+			Logger: logger, Wrap: wrap,
 		}), nil
 	default:
 		return nil, fmt.Errorf("store.kind: unknown kind %q", c.Kind)
 	}
+}
+
+// regionLayer returns the Stack's top layer of an instance of region
+// c.Region (see package regional): its own connections to the regional
+// Redis (the grants, the demand, the reporter's lock) and to the global
+// one, closed with the layer.
+func regionLayer(c config.Store, id, password string, tlsConf *tls.Config, logger *slog.Logger, getenv func(string) (string, bool)) (func(ratelimit.Store) ratelimit.Store, error) {
+	r, g := c.Redis, c.Global
+	gpass := ""
+	if g.Redis.PasswordEnv != "" {
+		v, ok := getenv(g.Redis.PasswordEnv)
+		if !ok {
+			return nil, config.Errors{{Path: "store.global.redis.password_env", Problem: "environment variable " + g.Redis.PasswordEnv + " is not set"}}
+		}
+		gpass = v
+	}
+	return func(below ratelimit.Store) ratelimit.Store {
+		regionalTimeout := max(r.Timeout, 250*time.Millisecond)
+		regionalClient := redisstore.NewRedisClient(redisstore.RedisClientOptions{
+			Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: password, TLS: tlsConf,
+			PoolSize: 4, DialTimeout: regionalTimeout, ReadTimeout: regionalTimeout, WriteTimeout: regionalTimeout,
+		})
+		globalClient := redisstore.NewRedisClient(redisstore.RedisClientOptions{
+			Addrs: g.Redis.Addrs, MasterName: g.Redis.MasterName, Username: g.Redis.Username, Password: gpass,
+			PoolSize: 4, DialTimeout: g.Redis.Timeout, ReadTimeout: g.Redis.Timeout, WriteTimeout: g.Redis.Timeout,
+		})
+		layer := regional.New(below, regional.Options{
+			Region: c.Region, Regional: regionalClient,
+			Owner:          regional.NewOwner(globalClient, regional.OwnerOptions{Prefix: g.Redis.KeyPrefix}),
+			ReportInterval: g.ReportInterval, LeaseTTL: g.LeaseTTL, Timeout: g.Redis.Timeout,
+			// One reporter per layer, not per process: the gateway and the
+			// decision service (and a store a reload retires) each have one.
+			Prefix: r.KeyPrefix, ID: id + "/" + stack.NewInstanceID(), Logger: logger,
+		})
+		return closing{Layer: layer, clients: []io.Closer{regionalClient, globalClient}}
+	}, nil
+}
+
+// closing is a regional layer that closes its clients after it.
+type closing struct {
+	*regional.Layer
+	clients []io.Closer
+}
+
+func (c closing) Close() error {
+	err := c.Layer.Close()
+	for _, cl := range c.clients {
+		_ = cl.Close()
+	}
+	return err
 }
 
 // newTransport is the shared transport to every upstream.

@@ -175,6 +175,8 @@ func formatValue(v reflect.Value, k *key) string {
 			}
 		}
 		return s
+	case reflect.Float32, reflect.Float64:
+		return code(strconv.FormatFloat(v.Float(), 'g', -1, 64))
 	case reflect.Slice, reflect.Map:
 		if v.Len() == 0 {
 			return "empty"

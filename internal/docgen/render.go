@@ -181,6 +181,8 @@ func typeName(t *typ, doc string) string {
 		return "bool"
 	case kInt:
 		return "integer"
+	case kFloat:
+		return "number"
 	case kDuration:
 		return "duration"
 	case kStruct:

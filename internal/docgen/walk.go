@@ -16,6 +16,7 @@ const (
 	kString        // a YAML string
 	kBool          // true or false
 	kInt           // a whole number
+	kFloat         // a number, fractions allowed
 	kDuration      // a Go duration such as 250ms
 	kText          // a string read by the type's UnmarshalText (an enum)
 	kStruct        // a mapping of keys
@@ -37,6 +38,7 @@ var builtinKinds = map[string]kind{
 	"string": kString, "bool": kBool,
 	"int": kInt, "int8": kInt, "int16": kInt, "int32": kInt, "int64": kInt,
 	"uint": kInt, "uint8": kInt, "uint16": kInt, "uint32": kInt, "uint64": kInt,
+	"float32": kFloat, "float64": kFloat,
 }
 
 // resolve returns the type that e, a type written in pk, denotes.

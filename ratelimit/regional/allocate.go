@@ -1,10 +1,14 @@
 package regional
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/quotagate/quotagate/ratelimit"
+)
 
 // MaxUnits is the largest Rate or Burst of a key shared across regions:
 // Burst × Rate stays below 2^53, exact in the owner's script.
-const MaxUnits = 1 << 26
+const MaxUnits = ratelimit.MaxRegionUnits
 
 // Capacity is a global key's limit: Rate units per the key's Per, and a
 // bucket of Burst units. Both are in [1, MaxUnits].
