@@ -83,6 +83,8 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 		d.boolean(path, in, out)
 	case reflect.Int, reflect.Int64:
 		d.integer(path, in, out)
+	case reflect.Float64:
+		d.number(path, in, out)
 	default:
 		// Only reachable if a field of an unsupported type gets a tag.
 		d.fail(path, fmt.Sprintf("cannot decode into %s", out.Type()))
@@ -253,6 +255,37 @@ func (d *decoder) boolean(path string, in any, out reflect.Value) {
 	default:
 		d.fail(path, "must be true or false, got "+describe(in))
 	}
+}
+
+// number decodes a number that may have a fraction (YAML 0.2, or a
+// string such as "0.2" from the environment); NaN and infinities are
+// refused.
+func (d *decoder) number(path string, in any, out reflect.Value) {
+	var f float64
+	switch v := in.(type) {
+	case int:
+		f = float64(v)
+	case int64:
+		f = float64(v)
+	case uint64:
+		f = float64(v)
+	case float64:
+		f = v
+	case string:
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+			d.fail(path, fmt.Sprintf("must be a number, got %q", v))
+			return
+		}
+	default:
+		d.fail(path, "must be a number, got "+describe(in))
+		return
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		d.fail(path, "must be a finite number")
+		return
+	}
+	out.SetFloat(f)
 }
 
 func (d *decoder) integer(path string, in any, out reflect.Value) {

@@ -41,10 +41,23 @@ type serverCfg struct {
 }
 
 type storeCfg struct {
-	Kind      string    `json:"kind,omitempty"`
-	FleetSize int       `json:"fleet_size,omitempty"`
-	Fleet     *fleetCfg `json:"fleet,omitempty"`
-	Redis     *redisCfg `json:"redis,omitempty"`
+	Kind      string     `json:"kind,omitempty"`
+	FleetSize int        `json:"fleet_size,omitempty"`
+	Fleet     *fleetCfg  `json:"fleet,omitempty"`
+	Redis     *redisCfg  `json:"redis,omitempty"`
+	Region    string     `json:"region,omitempty"`
+	Global    *globalCfg `json:"global,omitempty"`
+}
+
+type globalCfg struct {
+	Redis          redisCfg `json:"redis"`
+	ReportInterval string   `json:"report_interval,omitempty"`
+	LeaseTTL       string   `json:"lease_ttl,omitempty"`
+}
+
+type regionsCfg struct {
+	Mode      string  `json:"mode"`
+	SafeShare float64 `json:"safe_share"`
 }
 
 type fleetCfg struct {
@@ -115,6 +128,7 @@ type policyCfg struct {
 	Lease        *leaseCfg           `json:"lease,omitempty"`
 	SlotTTL      string              `json:"slot_ttl,omitempty"`
 	Queue        *queueCfg           `json:"queue,omitempty"`
+	Regions      *regionsCfg         `json:"regions,omitempty"`
 }
 
 type queueCfg struct {
