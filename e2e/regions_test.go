@@ -173,8 +173,14 @@ func TestRegionsShiftingDemand(t *testing.T) {
 		from, to time.Duration
 	}{{"70/20/10", regionTTL + 3*regionInterval, shift}, {"10/20/70", shift + 3*regionInterval, end}} {
 		got := admittedIn(as, p.from, p.to)
+		offered := 0
+		for _, a := range as {
+			if a.at >= p.from && a.at < p.to {
+				offered++
+			}
+		}
 		want := 0.9 * regionRate * (p.to - p.from).Seconds()
-		t.Logf("%s: %d admitted in [%v, %v), %.0f%% of the limit", p.name, got, p.from.Round(time.Millisecond), p.to.Round(time.Millisecond),
+		t.Logf("%s: %d admitted of %d answered in [%v, %v), %.0f%% of the limit", p.name, got, offered, p.from.Round(time.Millisecond), p.to.Round(time.Millisecond),
 			100*float64(got)/(regionRate*(p.to-p.from).Seconds()))
 		if float64(got) < want {
 			t.Errorf("%s: %d admitted, want >= %.0f (90%% of the limit)", p.name, got, want)
