@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,15 +27,16 @@ const (
 )
 
 type regionBed struct {
-	global  *redistest.Server
-	relays  []*tcpProxy
-	gws     [][]*gateway
-	up      *upstream
-	names   []string
-	started time.Time
+	global   *redistest.Server
+	regional []*redistest.Server
+	relays   []*tcpProxy
+	gws      [][]*gateway
+	up       *upstream
+	names    []string
+	started  time.Time
 }
 
-func startRegionBed(t *testing.T, perRegion []int) *regionBed {
+func startRegionBed(t *testing.T, perRegion []int, edit ...func(*gwConfig)) *regionBed {
 	t.Helper()
 	b := &regionBed{global: redistest.StartStandalone(t), up: startUpstream(t), names: []string{"eu", "us", "ap"}}
 	for i, name := range b.names {
@@ -47,6 +50,10 @@ func startRegionBed(t *testing.T, perRegion []int) *regionBed {
 		cfg.Policies["quota"] = policyCfg{OnStoreError: "closed", Limits: map[string]limitCfg{"std": bucket(regionRate, "1s", regionBurst)},
 			Regions: &regionsCfg{Mode: "leased", SafeShare: regionSafe}}
 		cfg.route("items.get", "GET", "/ok/{rest...}", 1, "quota")
+		for _, e := range edit {
+			e(cfg)
+		}
+		b.regional = append(b.regional, rs)
 		b.gws = append(b.gws, startGateways(t, perRegion[i], cfg))
 	}
 	b.started = time.Now()
@@ -55,22 +62,26 @@ func startRegionBed(t *testing.T, perRegion []int) *regionBed {
 
 // admission is one answered request.
 type admission struct {
-	at     time.Duration // since the bed started
-	region int
-	status int
+	at      time.Duration // since the bed started, when it was sent
+	latency time.Duration
+	region  int
+	status  int
 }
 
-// drive sends, from each region, rates[i] requests per second (spread over
-// its gateways, 10 ms apart) until stop, and records every answer.
+// drive sends, from each region, rates()[i] requests per second (spread
+// over its gateways, every 10 ms, up to 32 in flight per region) until
+// stop, and records every answer. A gateway that is down (killed by the
+// test) is skipped.
 func (b *regionBed) drive(t *testing.T, rates func() []int, stop <-chan struct{}) []admission {
 	var mu sync.Mutex
 	var out []admission
 	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	for i := range b.names {
 		wg.Go(func() {
 			tick := time.NewTicker(10 * time.Millisecond)
 			defer tick.Stop()
+			slots := make(chan struct{}, 32)
 			n := 0
 			carry := 0.0
 			for {
@@ -83,16 +94,24 @@ func (b *regionBed) drive(t *testing.T, rates func() []int, stop <-chan struct{}
 				for ; carry >= 1; carry-- {
 					gw := b.gws[i][n%len(b.gws[i])]
 					n++
-					req, _ := http.NewRequest("GET", gw.URL+"/ok/x", nil)
-					req.Header.Set("Authorization", "Bearer key-acme")
-					resp, err := client.Do(req)
-					if err != nil {
-						continue // counted as unanswered by its absence
+					if gw.exited() {
+						gw = b.gws[i][n%len(b.gws[i])]
 					}
-					resp.Body.Close()
-					mu.Lock()
-					out = append(out, admission{at: time.Since(b.started), region: i, status: resp.StatusCode})
-					mu.Unlock()
+					slots <- struct{}{}
+					wg.Go(func() {
+						defer func() { <-slots }()
+						sent := time.Now()
+						req, _ := http.NewRequest("GET", gw.URL+"/ok/x", nil)
+						req.Header.Set("Authorization", "Bearer key-acme")
+						resp, err := client.Do(req)
+						if err != nil {
+							return // counted as unanswered by its absence
+						}
+						_ = resp.Body.Close()
+						mu.Lock()
+						out = append(out, admission{at: sent.Sub(b.started), latency: time.Since(sent), region: i, status: resp.StatusCode})
+						mu.Unlock()
+					})
 				}
 			}
 		})
@@ -102,6 +121,44 @@ func (b *regionBed) drive(t *testing.T, rates func() []int, stop <-chan struct{}
 	sort.Slice(out, func(i, j int) bool { return out[i].at < out[j].at })
 	return out
 }
+
+// checkBound checks, in every window of 1 s and 4 s within [0, end), the
+// bound of docs/concepts/regions.md: admissions ≤ burst + rate × T, plus
+// safe × (burst + rate × T) for each region that safe(from, to) says may
+// be on its safe share in the window. It returns the largest ratio of
+// admissions to the connected bound.
+func checkBound(t *testing.T, as []admission, end time.Duration, safe func(from, to time.Duration) int) float64 {
+	t.Helper()
+	worst := 0.0
+	for _, w := range []time.Duration{time.Second, 4 * time.Second} {
+		for from := time.Duration(0); from+w <= end; from += 100 * time.Millisecond {
+			got := admittedIn(as, from, from+w)
+			connected := regionBurst + regionRate*w.Seconds()
+			bound := int(connected)
+			// Before the first grants (the owner's warm-up) every region
+			// is on its safe share.
+			n := safe(from, from+w)
+			if from < regionTTL+regionInterval {
+				n = 3
+			}
+			bound += int(float64(n) * regionSafe * connected)
+			worst = max(worst, float64(got)/connected)
+			if got > bound {
+				t.Errorf("window [%v, %v): %d admitted > bound %d", from, from+w, got, bound)
+			}
+		}
+	}
+	return worst
+}
+
+// steady is demand twice the limit, split 70/20/10.
+func steady() []int {
+	return []int{2 * regionRate * 70 / 100, 2 * regionRate * 20 / 100, 2 * regionRate * 10 / 100}
+}
+
+// after runs f after d, the time of a phase of the test (not a wait for
+// something to happen).
+func after(d time.Duration, f func()) { time.AfterFunc(d, f) }
 
 // admittedIn counts the 200s answered in [from, to).
 func admittedIn(as []admission, from, to time.Duration) int {
@@ -151,21 +208,8 @@ func TestRegionsShiftingDemand(t *testing.T) {
 	if upstream != ok {
 		t.Errorf("upstream saw %d requests, clients got %d 200s", upstream, ok)
 	}
-	// The bound (docs/concepts/regions.md): while connected, admissions in
-	// any window of length T ≤ burst + rate×T; the first lease TTL (the
-	// owner's warm-up, every region on its safe share) adds Σ safe shares.
-	for _, w := range []time.Duration{time.Second, 4 * time.Second} {
-		for from := time.Duration(0); from+w <= end; from += 100 * time.Millisecond {
-			got := admittedIn(as, from, from+w)
-			bound := regionBurst + int(regionRate*w.Seconds())
-			if from < regionTTL+regionInterval {
-				bound += int(3 * regionSafe * (regionBurst + regionRate*w.Seconds()))
-			}
-			if got > bound {
-				t.Errorf("window [%v, %v): %d admitted > bound %d", from, from+w, got, bound)
-			}
-		}
-	}
+	worst := checkBound(t, as, end, func(_, _ time.Duration) int { return 0 })
+	t.Logf("most admitted in a window: %.2f × the connected bound", worst)
 	// Utilisation: from three report intervals after each change (the
 	// start's warm-up included) to the end of its phase.
 	for _, p := range []struct {
@@ -196,4 +240,185 @@ func TestRegionsShiftingDemand(t *testing.T) {
 	if per[2] <= per[0] {
 		t.Errorf("after the shift ap admitted %d, eu %d: the grants did not follow the demand", per[2], per[0])
 	}
+}
+
+// TestRegionsPartition (scenario 3): under steady demand, region eu is cut
+// off from the global Redis (its relay a black hole) for partitionFor. It
+// keeps its last grant until lease_ttl, then decides on its safe share;
+// the others take the capacity its claim gave back. Admissions stay within
+// the partition bound in every window; after the heal the region is
+// granted again within lease_ttl and three report intervals, and the
+// connected bound holds again from then.
+func TestRegionsPartition(t *testing.T) {
+	const partitionFor = 5 * time.Second
+	b := startRegionBed(t, []int{1, 1, 1})
+	cut, healed := 4*time.Second, 4*time.Second+partitionFor
+	after(cut, b.relays[0].blackhole)
+	after(healed, b.relays[0].heal)
+	stop := make(chan struct{})
+	end := healed + 5*time.Second
+	after(end, func() { close(stop) })
+	as := b.drive(t, steady, stop)
+
+	// eu may be on its safe share from the cut (its grant expires within
+	// lease_ttl) until it is granted again after the heal.
+	regranted := healed + regionTTL + 3*regionInterval
+	worst := checkBound(t, as, end, func(from, to time.Duration) int {
+		if to > cut && from < regranted {
+			return 1
+		}
+		return 0
+	})
+	t.Logf("most admitted in a window: %.2f × the connected bound (partition bound %.2f)", worst, 1+regionSafe)
+	// During the partition, past its grant, eu admits about its safe share.
+	eu := 0
+	from, to := cut+regionTTL+regionInterval, healed
+	for _, a := range as {
+		if a.region == 0 && a.status == 200 && a.at >= from && a.at < to {
+			eu++
+		}
+	}
+	safe := regionSafe * (regionBurst + regionRate*(to-from).Seconds())
+	t.Logf("eu admitted %d in [%v, %v) cut off (safe share bound %.0f)", eu, from, to, safe)
+	if float64(eu) > safe {
+		t.Errorf("eu admitted %d cut off, above its safe share %.0f", eu, safe)
+	}
+	if eu == 0 {
+		t.Error("eu admitted nothing cut off: its safe share was not applied")
+	}
+	// After the heal: rebalanced, the whole limit in use again.
+	got := admittedIn(as, regranted, end)
+	t.Logf("after the heal: %d admitted in [%v, %v), %.0f%% of the limit", got, regranted, end, 100*float64(got)/(regionRate*(end-regranted).Seconds()))
+	if float64(got) < 0.9*regionRate*(end-regranted).Seconds() {
+		t.Errorf("after the heal: %d admitted, want >= 90%% of the limit", got)
+	}
+}
+
+// TestRegionsReporterKilled (scenario 4): eu runs two gateways; the one
+// that reports is SIGKILLed under load. The other takes the reporter's
+// lock within lease_ttl, the region keeps its grants, and nothing is
+// admitted over the connected bound.
+func TestRegionsReporterKilled(t *testing.T) {
+	b := startRegionBed(t, []int{2, 1, 1}, func(c *gwConfig) { c.Log = &logCfg{Level: "info"} })
+	const line = "regions: reporter of the region"
+	stop := make(chan struct{})
+	end := 12 * time.Second
+	after(end, func() { close(stop) })
+	var killedAt, takenAt time.Duration
+	var mu sync.Mutex
+	go func() {
+		time.Sleep(4 * time.Second) // the phase before the kill
+		var reporter, other *gateway
+		for i, g := range b.gws[0] {
+			if g.logs.count(line) > 0 {
+				reporter, other = g, b.gws[0][1-i]
+			}
+		}
+		if reporter == nil {
+			t.Error("no gateway of eu says it is the reporter")
+			return
+		}
+		mu.Lock()
+		killedAt = time.Since(b.started)
+		mu.Unlock()
+		reporter.proc.Signal(syscall.SIGKILL)
+		deadline := time.Now().Add(2 * regionTTL)
+		for other.logs.count(line) == 0 && time.Now().Before(deadline) {
+			time.Sleep(regionInterval / 10)
+		}
+		mu.Lock()
+		if other.logs.count(line) > 0 {
+			takenAt = time.Since(b.started)
+		}
+		mu.Unlock()
+	}()
+	as := b.drive(t, steady, stop)
+	mu.Lock()
+	defer mu.Unlock()
+	if killedAt == 0 {
+		return
+	}
+	if takenAt == 0 {
+		t.Fatalf("no takeover within %v of the kill", 2*regionTTL)
+	}
+	took := takenAt - killedAt
+	t.Logf("takeover %v after the kill (lease_ttl %v)", took.Round(time.Millisecond), regionTTL)
+	if took > regionTTL {
+		t.Errorf("takeover took %v > lease_ttl %v", took, regionTTL)
+	}
+	worst := checkBound(t, as, end, func(_, _ time.Duration) int { return 0 })
+	t.Logf("most admitted in a window: %.2f × the connected bound", worst)
+	got := admittedIn(as, killedAt+regionTTL, end)
+	t.Logf("after the takeover: %.0f%% of the limit", 100*float64(got)/(regionRate*(end-killedAt-regionTTL).Seconds()))
+}
+
+// TestRegionsGlobalRestartedEmpty (scenario 5): the global Redis restarts
+// empty under load. Its warm-up grants each region at most what it holds
+// until lease_ttl has passed, so the connected bound holds throughout; the
+// grants rebuild from the reports and the whole limit is in use again.
+func TestRegionsGlobalRestartedEmpty(t *testing.T) {
+	b := startRegionBed(t, []int{1, 1, 1})
+	restart := 4 * time.Second
+	after(restart, b.global.Restart)
+	stop := make(chan struct{})
+	end := restart + 8*time.Second
+	after(end, func() { close(stop) })
+	as := b.drive(t, steady, stop)
+	// A region whose grant expires while the owner is down or warming up
+	// holds nothing and is then on its safe share, until granted again.
+	rebuilt := restart + 2*regionTTL + 3*regionInterval
+	worst := checkBound(t, as, end, func(from, to time.Duration) int {
+		if to > restart && from < rebuilt {
+			return 3
+		}
+		return 0
+	})
+	t.Logf("most admitted in a window: %.2f × the connected bound", worst)
+	got := admittedIn(as, rebuilt, end)
+	t.Logf("after the rebuild: %d admitted in [%v, %v), %.0f%% of the limit", got, rebuilt, end, 100*float64(got)/(regionRate*(end-rebuilt).Seconds()))
+	if float64(got) < 0.9*regionRate*(end-rebuilt).Seconds() {
+		t.Errorf("after the rebuild: %d admitted, want >= 90%% of the limit", got)
+	}
+}
+
+// TestRegionsGlobalLatencyOffPath (scenario 1): 100 ms added between every
+// region and the global Redis leave the requests' latency as it was: a
+// request never waits for the global Redis.
+func TestRegionsGlobalLatencyOffPath(t *testing.T) {
+	b := startRegionBed(t, []int{1, 1, 1})
+	phase := 5 * time.Second
+	after(phase, func() {
+		for _, r := range b.relays {
+			r.setDelay(100 * time.Millisecond)
+		}
+	})
+	stop := make(chan struct{})
+	after(2*phase, func() { close(stop) })
+	as := b.drive(t, steady, stop)
+	pct := func(q int, from, to time.Duration) time.Duration {
+		var ls []time.Duration
+		for _, a := range as {
+			if a.at >= from && a.at < to {
+				ls = append(ls, a.latency)
+			}
+		}
+		if len(ls) == 0 {
+			return 0
+		}
+		slices.Sort(ls)
+		return ls[len(ls)*q/100]
+	}
+	base, delayed := pct(99, regionTTL+regionInterval, phase), pct(99, phase+regionInterval, 2*phase)
+	base50, delayed50 := pct(50, regionTTL+regionInterval, phase), pct(50, phase+regionInterval, 2*phase)
+	t.Logf("request p50 %v, p99 %v without added latency; p50 %v, p99 %v with 100ms to the global Redis",
+		base50, base, delayed50, delayed)
+	// On the path, 100 ms would show in every request, the median first.
+	if delayed50 > 2*base50+5*time.Millisecond {
+		t.Errorf("p50 %v with 100ms to the global Redis, %v without: the request path waits for it", delayed50, base50)
+	}
+	if delayed > max(2*base, base+50*time.Millisecond) {
+		t.Errorf("p99 %v with 100ms to the global Redis, %v without: the request path waits for it", delayed, base)
+	}
+	worst := checkBound(t, as, 2*phase, func(_, _ time.Duration) int { return 0 })
+	t.Logf("most admitted in a window: %.2f × the connected bound", worst)
 }
