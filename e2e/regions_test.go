@@ -237,6 +237,29 @@ func TestRegionsShiftingDemand(t *testing.T) {
 		}
 	}
 	t.Logf("after the shift, admitted per region (eu, us, ap): %v", per)
+	// Metrics: one reporter per region, which saw grants and demand; the
+	// region heard from the owner within lease_ttl.
+	for i, gws := range b.gws {
+		reporters := 0.0
+		for _, g := range gws {
+			label := "region=" + b.names[i]
+			reporters += g.metric("quotagate_region_reporter", label)
+			if g.metric("quotagate_region_reporter", label) == 1 {
+				if v := g.metric("quotagate_region_granted_rate", label); v <= 0 || v > regionRate {
+					t.Errorf("%s: quotagate_region_granted_rate = %v, want in (0, %d]", b.names[i], v, regionRate)
+				}
+				if v := g.metric("quotagate_region_demand_rate", label); v <= 0 {
+					t.Errorf("%s: quotagate_region_demand_rate = %v, want > 0", b.names[i], v)
+				}
+			}
+			if v := g.metric("quotagate_region_since_report_seconds", label); v < 0 || v > regionTTL.Seconds() {
+				t.Errorf("%s/%s: quotagate_region_since_report_seconds = %v, want in [0, %v]", b.names[i], g.name, v, regionTTL.Seconds())
+			}
+		}
+		if reporters != 1 {
+			t.Errorf("%s: %v instances report quotagate_region_reporter 1, want 1", b.names[i], reporters)
+		}
+	}
 	if per[2] <= per[0] {
 		t.Errorf("after the shift ap admitted %d, eu %d: the grants did not follow the demand", per[2], per[0])
 	}

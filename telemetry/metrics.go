@@ -116,6 +116,8 @@ type Metrics struct {
 	// fleet is the fleet size and local denials callback, nil until
 	// ObserveFleet.
 	fleet metric.Registration
+	// regions is the region callback, nil until ObserveRegion.
+	regions metric.Registration
 
 	up     upstreamInstruments
 	settle settleInstruments

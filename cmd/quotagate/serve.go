@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/gateway"
+	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -87,7 +89,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	tel.ExportPrimed(metrics)
 
-	open := storeOpener(logger, getenv)
+	// The metrics of the regions follow the store opened last (a reload
+	// opens a new one).
+	var layer atomic.Pointer[regional.Layer]
+	if err := metrics.ObserveRegion(func() (telemetry.RegionStats, bool) { return regionStats(layer.Load()) }); err != nil {
+		return runtimeErr(fmt.Errorf("metrics: %w", err))
+	}
+	open := storeOpenerWith(logger, getenv, layer.Store)
 	gw, err := gateway.New(cfg, gateway.Options{
 		Getenv:         getenv,
 		OpenStore:      open,

@@ -2,10 +2,12 @@ package regional
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,9 +71,22 @@ type Layer struct {
 	counts map[string]*count
 
 	leader atomicBool
-	stop   chan struct{}
-	once   sync.Once
-	done   sync.WaitGroup
+	// reportedAt is when the region's reporter last heard from the owner
+	// (µs, the reporter's clock), as last read; stats the reporter's
+	// last report.
+	reportedAt    int64
+	stats         reportStats
+	safeDecisions atomic.Uint64
+
+	stop chan struct{}
+	once sync.Once
+	done sync.WaitGroup
+}
+
+// reportStats is what the reporter saw at its last report, per second.
+type reportStats struct {
+	demand, admitted, granted float64
+	latency                   time.Duration
 }
 
 type count struct {
@@ -80,14 +95,14 @@ type count struct {
 }
 
 // keys are the layer's keys in the regional Redis, all in one hash slot.
-type keys struct{ asked, admitted, limits, grants, lock string }
+type keys struct{ asked, admitted, limits, grants, lock, reported string }
 
 func newKeys(prefix string) keys {
 	if prefix == "" {
 		prefix = "qg"
 	}
 	p := prefix + ":{regions}:"
-	return keys{asked: p + "asked", admitted: p + "admitted", limits: p + "limits", grants: p + "grants", lock: p + "reporter"}
+	return keys{asked: p + "asked", admitted: p + "admitted", limits: p + "limits", grants: p + "grants", lock: p + "reporter", reported: p + "reported"}
 }
 
 // New returns a Layer over below and starts its loops (Close stops them).
@@ -179,6 +194,9 @@ func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 		c.asked += it.Cost
 		c.limit = it.Limit
 		rate, burst := l.share(it, now)
+		if !l.grants[it.Key].live(now) {
+			l.safeDecisions.Add(1)
+		}
 		if rate <= 0 || burst <= 0 || it.Cost > burst {
 			denied = append(denied, i)
 			blocking = blocking || !it.Shadow
@@ -271,7 +289,8 @@ func (l *Layer) refresh(ctx context.Context) {
 		pipe.PExpire(ctx, l.keys.limits, 4*l.o.LeaseTTL)
 	}
 	get := pipe.HGetAll(ctx, l.keys.grants)
-	if _, err := pipe.Exec(ctx); err != nil {
+	reported := pipe.Get(ctx, l.keys.reported)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		l.mu.Lock()
 		for k, c := range counts { // try again next time
 			if n := l.counts[k]; n != nil {
@@ -291,9 +310,54 @@ func (l *Layer) refresh(ctx context.Context) {
 			grants[k] = g
 		}
 	}
+	at, _ := reported.Int64()
 	l.mu.Lock()
 	l.grants = grants
+	l.reportedAt = at
 	l.mu.Unlock()
+}
+
+// Stats is what a Layer reports of its region for metrics. Rates are in
+// units per second, summed over the keys (each key's per-Per rate scaled
+// to a second).
+type Stats struct {
+	Region string
+	// Reporter reports whether this instance is the region's reporter;
+	// Demand, Admitted, Granted and ReportLatency are those of its last
+	// report (0 on the other instances).
+	Reporter                  bool
+	Demand, Admitted, Granted float64
+	ReportLatency             time.Duration
+	// Keys is the number of keys this instance holds a live grant of.
+	Keys int
+	// SinceReport is how long ago the region's reporter last heard from
+	// the owner (as of this instance's last read of the regional Redis);
+	// -1 when it never has. Past the lease TTL, the region decides on its
+	// safe shares: a partition.
+	SinceReport time.Duration
+	// SafeDecisions counts the cross-region items this instance decided
+	// on a safe share (no live grant), since it started.
+	SafeDecisions uint64
+}
+
+// Stats returns the Layer's Stats now.
+func (l *Layer) Stats() Stats {
+	now := l.o.Now().UnixMicro()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Stats{Region: l.o.Region, Reporter: l.leader.load(), SafeDecisions: l.safeDecisions.Load(), SinceReport: -1}
+	if s.Reporter {
+		s.Demand, s.Admitted, s.Granted, s.ReportLatency = l.stats.demand, l.stats.admitted, l.stats.granted, l.stats.latency
+	}
+	for _, g := range l.grants {
+		if g.live(now) {
+			s.Keys++
+		}
+	}
+	if l.reportedAt > 0 {
+		s.SinceReport = time.Duration(max(now-l.reportedAt, 0)) * time.Microsecond
+	}
+	return s
 }
 
 func formatLimit(l ratelimit.Limit) string {

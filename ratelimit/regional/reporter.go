@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -89,12 +90,26 @@ func (l *Layer) report(ctx context.Context) {
 	if len(reports) == 0 {
 		return
 	}
+	sent := time.Now()
 	got, err := l.o.Owner.Report(ctx, l.o.Region, l.o.LeaseTTL, reports)
+	latency := time.Since(sent)
 	if err != nil {
 		l.o.Logger.Warn("regions: report to the global owner failed", slog.String("region", l.o.Region), slog.String("error", err.Error()))
 		return
 	}
+	var st reportStats
+	st.latency = latency
+	for i, r := range reports {
+		perSecond := float64(time.Second) / float64(r.Limit.Per)
+		st.demand += float64(r.Demand) * perSecond
+		st.admitted += float64(r.Admitted) * float64(time.Second) / float64(l.o.ReportInterval)
+		st.granted += float64(got[i].Grant.Rate) * perSecond
+	}
+	l.mu.Lock()
+	l.stats = st
+	l.mu.Unlock()
 	pipe = l.o.Regional.TxPipeline()
+	pipe.Set(ctx, l.keys.reported, now, 4*l.o.LeaseTTL)
 	for i, r := range reports {
 		if got[i].Grant.None() {
 			pipe.HDel(ctx, l.keys.grants, r.Key)
