@@ -196,3 +196,81 @@ func TestLayerSafeShare(t *testing.T) {
 		t.Fatalf("the denied batch consumed the other item: %+v %v", d, err)
 	}
 }
+
+// TestLayerShadowDenied: a shadow cross-region item refused here (safe
+// share 0, no grant) does not deny its batch, which consumes the others.
+func TestLayerShadowDenied(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	l := New(ratelimit.NewMemoryStore(ratelimit.MemoryOptions{}), Options{Region: "eu", Regional: client,
+		Owner: NewOwner(client, OwnerOptions{}), ReportInterval: time.Hour, LeaseTTL: 3 * time.Hour})
+	defer l.Close()
+	other := ratelimit.Item{Key: "{t}:other", Algorithm: ratelimit.TokenBucket, Cost: 1, OnError: ratelimit.OnErrorClosed,
+		Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}
+	shadow := item
+	shadow.Shadow, shadow.Region.SafeShare = true, 0
+	d, err := l.Decide(context.Background(), []ratelimit.Item{shadow, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed || d.Results[0].Allowed || !d.Results[1].Allowed {
+		t.Fatalf("decision %+v, want allowed with the shadow item denied", d)
+	}
+	if d, _ := l.Decide(context.Background(), []ratelimit.Item{other}); d.Allowed {
+		t.Fatal("the other item was not consumed by the admitted batch")
+	}
+}
+
+// TestLayerColdKeyStopsReporting: a key asked for once is reported (the
+// owner holds a claim of the region), and once it has not been asked for
+// within a lease TTL its claim is no longer renewed: it expires, and
+// the key is cold again.
+func TestLayerColdKeyStopsReporting(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	defer client.Close()
+	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
+	// An owner past its warm-up, so that the first report is granted.
+	if err := client.Set(context.Background(), owner.prefix+"epoch", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := startRegion(t, client, owner, "eu", 1)
+	if _, err := r.layers[0].Decide(context.Background(), []ratelimit.Item{item}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() Claim {
+		cls, err := owner.Claims(context.Background(), item.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cls {
+			if c.Region == "eu" {
+				return c
+			}
+		}
+		return Claim{}
+	}
+	deadline := time.Now().Add(10 * interval)
+	for claim().Grant.None() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no claim of eu at the owner within %v", 10*interval)
+		}
+		time.Sleep(interval / 4) // polling Redis
+	}
+	// Reports stop a lease TTL after the last ask; the claim then expires
+	// on the owner's clock (µs), which TIME reads.
+	deadline = time.Now().Add(leaseTTL + 10*interval)
+	for {
+		c := claim()
+		now, err := client.Time(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Grant.Expires <= now.UnixMicro() && c.Held.Expires <= now.UnixMicro() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim of a key not asked for is still renewed %v later: %+v", leaseTTL+10*interval, c)
+		}
+		time.Sleep(interval / 4) // polling Redis
+	}
+}
