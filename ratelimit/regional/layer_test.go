@@ -202,7 +202,7 @@ func TestLayerSafeShare(t *testing.T) {
 func TestLayerShadowDenied(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	l := New(ratelimit.NewMemoryStore(ratelimit.MemoryOptions{}), Options{Region: "eu", Regional: client,
+	l := New(memstore.New(memstore.Options{}), Options{Region: "eu", Regional: client,
 		Owner: NewOwner(client, OwnerOptions{}), ReportInterval: time.Hour, LeaseTTL: 3 * time.Hour})
 	defer l.Close()
 	other := ratelimit.Item{Key: "{t}:other", Algorithm: ratelimit.TokenBucket, Cost: 1, OnError: ratelimit.OnErrorClosed,
