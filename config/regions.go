@@ -21,7 +21,8 @@ type Global struct {
 	// LeaseTTL is how long a grant lasts without a new report: while the
 	// global Redis cannot be reached, a region keeps its last grant that
 	// long, then falls to each policy's safe_share (default 5s, at least
-	// 3 × report_interval, so that a dead reporter is replaced within it).
+	// 3 × report_interval + redis.timeout, so that a dead reporter is
+	// replaced within it).
 	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
 }
 
@@ -96,8 +97,8 @@ func (c *Config) validateRegions(errs *Errors) {
 		if g.ReportInterval < 50*time.Millisecond {
 			errs.addf("store.global.report_interval", "must be >= 50ms, got %s", g.ReportInterval)
 		}
-		if g.LeaseTTL < 3*g.ReportInterval {
-			errs.addf("store.global.lease_ttl", "must be >= 3 × report_interval (%s), got %s: a dead reporter is replaced within it", 3*g.ReportInterval, g.LeaseTTL)
+		if least := 3*g.ReportInterval + g.Redis.Timeout; g.LeaseTTL < least {
+			errs.addf("store.global.lease_ttl", "must be >= 3 × report_interval + redis.timeout (%s), got %s: a dead reporter is replaced within it", least, g.LeaseTTL)
 		}
 	}
 	for name, pol := range c.Policies {

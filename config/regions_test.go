@@ -34,7 +34,7 @@ func TestLoadRegions(t *testing.T) {
 func TestLoadRegionsInvalid(t *testing.T) {
 	cases := map[string][]string{
 		"no_region.yaml": {
-			`store.global.lease_ttl: must be >= 3 × report_interval (30ms), got 20ms: a dead reporter is replaced within it`,
+			`store.global.lease_ttl: must be >= 3 × report_interval + redis.timeout (10.03s), got 20ms: a dead reporter is replaced within it`,
 			`store.global.redis.addrs[0]: must be host:port, such as 127.0.0.1:6379, got "nowhere"`,
 			`store.global.redis.timeout: must be at most 5s, got 10s`,
 			`store.global.redis.tls.enabled: TLS to the global Redis is not supported yet: remove it`,

@@ -26,9 +26,10 @@ type Options struct {
 	// ReportInterval is how often the region reports (> 0). Instances
 	// flush their counts and read the grants four times per interval.
 	ReportInterval time.Duration
-	// LeaseTTL is how long a grant lasts (>= 3 × ReportInterval: the
-	// reporter's lock lasts two intervals, so a dead reporter is replaced
-	// within one LeaseTTL).
+	// LeaseTTL is how long a grant lasts (>= 3 × ReportInterval +
+	// Timeout: the reporter's lock lasts two intervals and a Timeout, and
+	// the next instance tries within an interval, so a dead reporter is
+	// replaced within one LeaseTTL).
 	LeaseTTL time.Duration
 	// Timeout bounds one report to the owner and each regional call;
 	// 0 means ReportInterval/2.
@@ -50,7 +51,9 @@ type Options struct {
 // store below (the regional stack). An item's limit becomes, per key:
 //
 //   - with a live grant: Rate and Burst of the grant, same Per; a grant of
-//     0 (the others hold the whole capacity) denies;
+//     0 (the others hold the whole capacity) denies; while this instance
+//     has not read the region's grants for half a report interval, the
+//     smaller of the grant and the safe share (see Layer.share);
 //   - with none (the key not granted yet in this region, the owner
 //     unreachable past the last grant's expiry, or its warm-up):
 //     SafeShare of Rate and Burst, rounded down; 0 denies.
@@ -74,7 +77,10 @@ type Layer struct {
 	// reportedAt is when the region's reporter last heard from the owner
 	// (µs, the reporter's clock), as last read; stats the reporter's
 	// last report.
-	reportedAt    int64
+	reportedAt int64
+	// readAt is when this instance sent its last read of the grants that
+	// succeeded (µs, its clock); 0 before the first.
+	readAt        int64
 	stats         reportStats
 	safeDecisions atomic.Uint64
 
@@ -123,18 +129,24 @@ func New(below ratelimit.Store, o Options) *Layer {
 	return l
 }
 
+// loop runs f every period, and never sooner than half a period after
+// the previous run ended: a report that took long is still followed by
+// half an interval in which every instance reads the grants it wrote
+// (see Layer.share).
 func (l *Layer) loop(every time.Duration, f func(context.Context)) {
 	defer l.done.Done()
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
+			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 			f(ctx)
 			cancel()
+			t.Reset(max(every-time.Since(start), every/2))
 		}
 	}
 }
@@ -194,7 +206,7 @@ func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 		c.asked += it.Cost
 		c.limit = it.Limit
 		rate, burst := l.share(it, now)
-		if !l.grants[it.Key].live(now) {
+		if !l.fresh(now) || !l.grants[it.Key].live(now) {
 			l.safeDecisions.Add(1)
 		}
 		if rate <= 0 || burst <= 0 || it.Cost > burst {
@@ -253,13 +265,35 @@ func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 	return d, nil
 }
 
-// share returns the rate and burst that it is decided on at now (l.mu held).
+// share returns the rate and burst that it is decided on at now (l.mu
+// held): its grant while this instance's read of the grants is fresh,
+// the smaller of its grant and its safe share when the read is stale, its
+// safe share without a grant.
+//
+// Fresh is within half a report interval. The owner stops counting a
+// region's previous grant at its next report, which comes at least half
+// an interval after the reporter wrote the new grant (see loop); so an
+// instance whose read is fresh has read the new grant before then, and
+// never enforces a grant the owner no longer counts. An instance that
+// misses its reads (paused, or its Redis slow) falls within the safe
+// shares' term of the bound instead.
 func (l *Layer) share(it *ratelimit.Item, now int64) (rate, burst int64) {
-	if g := l.grants[it.Key]; g.live(now) {
+	s := min(max(it.Region.SafeShare, 0), 1)
+	safeRate, safeBurst := int64(float64(it.Limit.Rate)*s), int64(float64(it.Limit.Burst)*s)
+	g := l.grants[it.Key]
+	switch {
+	case !g.live(now):
+		return safeRate, safeBurst
+	case l.fresh(now):
 		return g.Rate, g.Burst
 	}
-	s := min(max(it.Region.SafeShare, 0), 1)
-	return int64(float64(it.Limit.Rate) * s), int64(float64(it.Limit.Burst) * s)
+	return min(g.Rate, safeRate), min(g.Burst, safeBurst)
+}
+
+// fresh reports whether the last read of the grants is within half a
+// report interval of now (l.mu held).
+func (l *Layer) fresh(now int64) bool {
+	return l.readAt > 0 && now-l.readAt <= l.o.ReportInterval.Microseconds()/2
 }
 
 func isIn(xs []int, x int) bool {
@@ -290,6 +324,7 @@ func (l *Layer) refresh(ctx context.Context) {
 	}
 	get := pipe.HGetAll(ctx, l.keys.grants)
 	reported := pipe.Get(ctx, l.keys.reported)
+	sent := l.o.Now().UnixMicro()
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		l.mu.Lock()
 		for k, c := range counts { // try again next time
@@ -314,6 +349,7 @@ func (l *Layer) refresh(ctx context.Context) {
 	l.mu.Lock()
 	l.grants = grants
 	l.reportedAt = at
+	l.readAt = sent
 	l.mu.Unlock()
 }
 

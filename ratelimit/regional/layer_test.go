@@ -73,7 +73,7 @@ func (r *region) drive(t *testing.T, perSecond int, stop <-chan struct{}, admitt
 
 // TestLayerGrantsFollowDemand: three regions asking 70/20/10 of twice the
 // capacity are granted shares that sum to the capacity (never above, at
-// any sample), the busiest the largest; then the demand moves to 10/20/70
+// any sample), ordered as the demands; then the demand moves to 10/20/70
 // and the grants follow.
 func TestLayerGrantsFollowDemand(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
@@ -105,7 +105,10 @@ func TestLayerGrantsFollowDemand(t *testing.T) {
 			if shares[0] < shares[2] {
 				busiest = 2
 			}
-			settled = sum >= 990 && g[busiest] > g[1] && g[1] > g[2-busiest]
+			// Max-min fair: the busiest gets at least the middle one's
+			// share (equal when both ask more than the level), the least
+			// busy less.
+			settled = sum >= 990 && g[busiest] >= g[1] && g[1] > g[2-busiest]
 			time.Sleep(interval / 4) // sampling, not synchronization
 		}
 		close(stop)
@@ -120,7 +123,7 @@ func TestLayerGrantsFollowDemand(t *testing.T) {
 }
 
 // TestLayerReporterTakeover: one instance of a region is the reporter;
-// when it stops, another takes over within two intervals.
+// when it stops, another takes over within three intervals and a timeout.
 func TestLayerReporterTakeover(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
 	defer client.Close()
@@ -152,7 +155,7 @@ func TestLayerReporterTakeover(t *testing.T) {
 	start := time.Now()
 	// The lock lasts two intervals from its last extension; the next try
 	// comes within one more.
-	waitFor("a new reporter", 4*interval, func() bool { n, _ := leaders(); return n == 1 })
+	waitFor("a new reporter", 4*interval+interval/2, func() bool { n, _ := leaders(); return n == 1 })
 	t.Logf("takeover after %v", time.Since(start))
 }
 

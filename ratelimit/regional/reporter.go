@@ -31,7 +31,9 @@ return 0`)
 
 // report runs once per interval on every instance. The reporter of the
 // region is elected with a lock in the regional Redis that lasts two
-// intervals and that its holder extends each interval: when it dies, the
+// intervals and a Timeout, and that its holder extends each interval
+// (reports come at most an interval and a half plus a Timeout apart, see
+// Layer.loop): when it dies, the
 // lock lapses and the first instance to try after takes it over. The
 // reporter takes the region's counts (atomically: counts added after go
 // to the next report), reports every key asked for, and every key still
@@ -39,7 +41,7 @@ return 0`)
 // the grants back. A key no longer asked for is no longer reported: its
 // grant expires, and it is cold again (decided on its safe share).
 func (l *Layer) report(ctx context.Context) {
-	ok, err := holdLock.Run(ctx, l.o.Regional, []string{l.keys.lock}, l.o.ID, (2 * l.o.ReportInterval).Milliseconds()).Int()
+	ok, err := holdLock.Run(ctx, l.o.Regional, []string{l.keys.lock}, l.o.ID, (2*l.o.ReportInterval + l.o.Timeout).Milliseconds()).Int()
 	if err != nil || ok != 1 {
 		if l.leader.load() {
 			l.o.Logger.Info("regions: no longer the reporter", slog.String("region", l.o.Region))
