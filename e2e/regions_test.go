@@ -21,8 +21,8 @@ import (
 const (
 	regionRate     = 100
 	regionBurst    = 100
-	regionInterval = 200 * time.Millisecond
-	regionTTL      = time.Second
+	regionInterval = 500 * time.Millisecond
+	regionTTL      = 2 * time.Second
 	regionSafe     = 0.2
 )
 
@@ -151,6 +151,31 @@ func checkBound(t *testing.T, as []admission, end time.Duration, safe func(from,
 	return worst
 }
 
+// checkUtilisation checks that at least 90 % of the limit was admitted in
+// [from, to). When the load generator itself fell behind (fewer requests
+// answered than 1.2 × the limit: the machine too busy to send the demand)
+// the shortfall is reported as a missed deadline, apart from a wrong
+// answer.
+func checkUtilisation(t *testing.T, what string, as []admission, from, to time.Duration) {
+	t.Helper()
+	got, answered := admittedIn(as, from, to), 0
+	for _, a := range as {
+		if a.at >= from && a.at < to {
+			answered++
+		}
+	}
+	limit := regionRate * (to - from).Seconds()
+	t.Logf("%s: %d admitted of %d answered in [%v, %v), %.0f%% of the limit", what, got, answered,
+		from.Round(time.Millisecond), to.Round(time.Millisecond), 100*float64(got)/limit)
+	switch {
+	case float64(got) >= 0.9*limit:
+	case float64(answered) < 1.2*limit:
+		t.Errorf("%s: missed deadline, not a wrong answer: the load generator got only %d requests answered (%.0f%% of the limit), too few to judge utilisation", what, answered, 100*float64(answered)/limit)
+	default:
+		t.Errorf("%s: %d admitted, want >= %.0f (90%% of the limit)", what, got, 0.9*limit)
+	}
+}
+
 // steady is demand twice the limit, split 70/20/10.
 func steady() []int {
 	return []int{2 * regionRate * 70 / 100, 2 * regionRate * 20 / 100, 2 * regionRate * 10 / 100}
@@ -178,7 +203,7 @@ func admittedIn(as []admission, from, to time.Duration) int {
 // intervals of each shift the regions use at least 90 % of the limit.
 func TestRegionsShiftingDemand(t *testing.T) {
 	b := startRegionBed(t, []int{2, 1, 1})
-	const phase = 8 * time.Second
+	const phase = 9 * time.Second
 	demand := 2 * regionRate
 	var shifted time.Time
 	var smu sync.Mutex
@@ -216,19 +241,7 @@ func TestRegionsShiftingDemand(t *testing.T) {
 		name     string
 		from, to time.Duration
 	}{{"70/20/10", regionTTL + 3*regionInterval, shift}, {"10/20/70", shift + 3*regionInterval, end}} {
-		got := admittedIn(as, p.from, p.to)
-		offered := 0
-		for _, a := range as {
-			if a.at >= p.from && a.at < p.to {
-				offered++
-			}
-		}
-		want := 0.9 * regionRate * (p.to - p.from).Seconds()
-		t.Logf("%s: %d admitted of %d answered in [%v, %v), %.0f%% of the limit", p.name, got, offered, p.from.Round(time.Millisecond), p.to.Round(time.Millisecond),
-			100*float64(got)/(regionRate*(p.to-p.from).Seconds()))
-		if float64(got) < want {
-			t.Errorf("%s: %d admitted, want >= %.0f (90%% of the limit)", p.name, got, want)
-		}
+		checkUtilisation(t, p.name, as, p.from, p.to)
 	}
 	per := make([]int, 3)
 	for _, a := range as {
@@ -273,13 +286,13 @@ func TestRegionsShiftingDemand(t *testing.T) {
 // granted again within lease_ttl and three report intervals, and the
 // connected bound holds again from then.
 func TestRegionsPartition(t *testing.T) {
-	const partitionFor = 5 * time.Second
+	const partitionFor = 8 * time.Second
 	b := startRegionBed(t, []int{1, 1, 1})
-	cut, healed := 4*time.Second, 4*time.Second+partitionFor
+	cut, healed := 5*time.Second, 5*time.Second+partitionFor
 	after(cut, b.relays[0].blackhole)
 	after(healed, b.relays[0].heal)
 	stop := make(chan struct{})
-	end := healed + 5*time.Second
+	end := healed + 7*time.Second
 	after(end, func() { close(stop) })
 	as := b.drive(t, steady, stop)
 
@@ -310,11 +323,7 @@ func TestRegionsPartition(t *testing.T) {
 		t.Error("eu admitted nothing cut off: its safe share was not applied")
 	}
 	// After the heal: rebalanced, the whole limit in use again.
-	got := admittedIn(as, regranted, end)
-	t.Logf("after the heal: %d admitted in [%v, %v), %.0f%% of the limit", got, regranted, end, 100*float64(got)/(regionRate*(end-regranted).Seconds()))
-	if float64(got) < 0.9*regionRate*(end-regranted).Seconds() {
-		t.Errorf("after the heal: %d admitted, want >= 90%% of the limit", got)
-	}
+	checkUtilisation(t, "after the heal", as, regranted, end)
 }
 
 // TestRegionsReporterKilled (scenario 4): eu runs two gateways; the one
@@ -325,12 +334,12 @@ func TestRegionsReporterKilled(t *testing.T) {
 	b := startRegionBed(t, []int{2, 1, 1}, func(c *gwConfig) { c.Log = &logCfg{Level: "info"} })
 	const line = "regions: reporter of the region"
 	stop := make(chan struct{})
-	end := 12 * time.Second
+	end := 13 * time.Second
 	after(end, func() { close(stop) })
 	var killedAt, takenAt time.Duration
 	var mu sync.Mutex
 	go func() {
-		time.Sleep(4 * time.Second) // the phase before the kill
+		time.Sleep(5 * time.Second) // the phase before the kill
 		var reporter, other *gateway
 		for i, g := range b.gws[0] {
 			if g.logs.count(line) > 0 {
@@ -381,10 +390,10 @@ func TestRegionsReporterKilled(t *testing.T) {
 // grants rebuild from the reports and the whole limit is in use again.
 func TestRegionsGlobalRestartedEmpty(t *testing.T) {
 	b := startRegionBed(t, []int{1, 1, 1})
-	restart := 4 * time.Second
+	restart := 5 * time.Second
 	after(restart, b.global.Restart)
 	stop := make(chan struct{})
-	end := restart + 8*time.Second
+	end := restart + 10*time.Second
 	after(end, func() { close(stop) })
 	as := b.drive(t, steady, stop)
 	// A region whose grant expires while the owner is down or warming up
@@ -397,11 +406,7 @@ func TestRegionsGlobalRestartedEmpty(t *testing.T) {
 		return 0
 	})
 	t.Logf("most admitted in a window: %.2f × the connected bound", worst)
-	got := admittedIn(as, rebuilt, end)
-	t.Logf("after the rebuild: %d admitted in [%v, %v), %.0f%% of the limit", got, rebuilt, end, 100*float64(got)/(regionRate*(end-rebuilt).Seconds()))
-	if float64(got) < 0.9*regionRate*(end-rebuilt).Seconds() {
-		t.Errorf("after the rebuild: %d admitted, want >= 90%% of the limit", got)
-	}
+	checkUtilisation(t, "after the rebuild", as, rebuilt, end)
 }
 
 // TestRegionsGlobalLatencyOffPath (scenario 1): 100 ms added between every
@@ -409,7 +414,7 @@ func TestRegionsGlobalRestartedEmpty(t *testing.T) {
 // request never waits for the global Redis.
 func TestRegionsGlobalLatencyOffPath(t *testing.T) {
 	b := startRegionBed(t, []int{1, 1, 1})
-	phase := 5 * time.Second
+	phase := 6 * time.Second
 	after(phase, func() {
 		for _, r := range b.relays {
 			r.setDelay(100 * time.Millisecond)
