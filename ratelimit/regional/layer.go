@@ -27,7 +27,7 @@ type Options struct {
 	// flush their counts and read the grants four times per interval.
 	ReportInterval time.Duration
 	// LeaseTTL is how long a grant lasts (>= 3 × ReportInterval +
-	// Timeout: the reporter's lock lasts two intervals and a Timeout, and
+	// Timeout: the reporter's lock lasts 1.5 intervals and a Timeout, and
 	// the next instance tries within an interval, so a dead reporter is
 	// replaced within one LeaseTTL).
 	LeaseTTL time.Duration

@@ -153,8 +153,8 @@ func TestLayerReporterTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	// The lock lasts two intervals from its last extension; the next try
-	// comes within one more.
+	// The lock lasts 1.5 intervals and a timeout (half an interval) from
+	// its last extension; the next try comes within one more.
 	waitFor("a new reporter", 4*interval+interval/2, func() bool { n, _ := leaders(); return n == 1 })
 	t.Logf("takeover after %v", time.Since(start))
 }

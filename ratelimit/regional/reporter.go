@@ -30,18 +30,17 @@ end
 return 0`)
 
 // report runs once per interval on every instance. The reporter of the
-// region is elected with a lock in the regional Redis that lasts two
-// intervals and a Timeout, and that its holder extends each interval
-// (reports come at most an interval and a half plus a Timeout apart, see
-// Layer.loop): when it dies, the
-// lock lapses and the first instance to try after takes it over. The
+// region is elected with a lock in the regional Redis that lasts an
+// interval and a half and a Timeout, which its holder extends at each
+// report (reports start at most max(interval, Timeout + half an
+// interval) apart, see Layer.loop): when it dies, the lock lapses and the first instance to try after takes it over. The
 // reporter takes the region's counts (atomically: counts added after go
 // to the next report), reports every key asked for, and every key still
 // granted that was asked for within a LeaseTTL, to the owner, and writes
 // the grants back. A key no longer asked for is no longer reported: its
 // grant expires, and it is cold again (decided on its safe share).
 func (l *Layer) report(ctx context.Context) {
-	ok, err := holdLock.Run(ctx, l.o.Regional, []string{l.keys.lock}, l.o.ID, (2*l.o.ReportInterval + l.o.Timeout).Milliseconds()).Int()
+	ok, err := holdLock.Run(ctx, l.o.Regional, []string{l.keys.lock}, l.o.ID, (3*l.o.ReportInterval/2 + l.o.Timeout).Milliseconds()).Int()
 	if err != nil || ok != 1 {
 		if l.leader.load() {
 			l.o.Logger.Info("regions: no longer the reporter", slog.String("region", l.o.Region))
