@@ -9,8 +9,9 @@ import (
 
 // tcpProxy forwards TCP connections from its own 127.0.0.1 port to a target,
 // and can degrade the network in between: add latency to every chunk sent
-// towards the target, or stop forwarding altogether (a black hole: bytes
-// are held, connections stay open, nothing is answered) until healed.
+// towards the target, stop forwarding altogether (a black hole: bytes
+// are held, connections stay open, nothing is answered) until healed, or
+// drop the connections open through it (a lost link).
 type tcpProxy struct {
 	Addr   string
 	target string
@@ -131,6 +132,19 @@ func (p *tcpProxy) pipe(dst, src net.Conn, towardsTarget bool) {
 			return
 		}
 	}
+}
+
+// drop closes every connection open through the proxy (a lost link: the
+// peers see a reset or EOF and must reconnect); new ones are accepted.
+func (p *tcpProxy) drop() int {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	return len(conns) / 2
 }
 
 // close stops the proxy and drops every connection.

@@ -420,3 +420,10 @@ func (s *Server) Restart() {
 
 // stop kills the process; it is registered with Cleanup.
 func (s *Server) stop() { s.kill() }
+
+// Port is the server's client port; BusPort its Cluster bus port (0 for a
+// standalone server). Both stay the same across Restart.
+func (s *Server) Port() int { return s.port }
+
+// BusPort is the server's Cluster bus port; see Port.
+func (s *Server) BusPort() int { return s.busPort }

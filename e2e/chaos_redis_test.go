@@ -1,0 +1,294 @@
+package e2e
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/internal/redistest"
+)
+
+// chaosRedis is the chaos run's Redis Cluster: three slot ranges, each
+// served by a pair of nodes (a primary and its replica, whose roles the
+// nemesis swaps), each node behind a TCP relay of its own that the node
+// announces as its address (cluster-announce-port). Gateways reach the
+// nodes through the relays only, and replicas their primaries too; the
+// Cluster bus and the harness's own commands go direct.
+type chaosRedis struct {
+	t     testing.TB
+	pairs [][2]*redistest.Server
+	relay map[*redistest.Server]*tcpProxy
+	// locks[i] is held by the nemesis action that changes range i's roles
+	// or pauses one of its nodes; others on the range are skipped.
+	locks []sync.Mutex
+
+	mu     sync.Mutex
+	paused map[*redistest.Server]bool // SIGSTOPped or dead: not to be asked
+}
+
+// startChaosRedis starts the Cluster with a replica per primary, puts a
+// relay in front of each node and waits until every node announces its
+// relay's port.
+func startChaosRedis(t testing.TB, ranges int) *chaosRedis {
+	t.Helper()
+	cl := redistest.StartClusterWithReplicas(t, ranges)
+	c := &chaosRedis{t: t, relay: map[*redistest.Server]*tcpProxy{}, locks: make([]sync.Mutex, ranges), paused: map[*redistest.Server]bool{}}
+	for i, p := range cl.Nodes() {
+		c.pairs = append(c.pairs, [2]*redistest.Server{p, cl.Replica(i)})
+	}
+	for _, s := range c.all() {
+		c.relay[s] = startTCPProxy(t, s.Addr)
+		if err := c.setup(s); err != nil {
+			t.Fatalf("chaos: %v", err)
+		}
+	}
+	if err := c.waitAnnounced(20 * time.Second); err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	return c
+}
+
+// setup sets what every node of the run needs: its relay as its announced
+// address, partial availability with a primary down (as the fault tests
+// do), and diskless syncs without delay.
+func (c *chaosRedis) setup(s *redistest.Server) error {
+	for _, kv := range [][2]string{
+		{"cluster-announce-port", strconv.Itoa(relayPort(c.relay[s]))},
+		{"cluster-require-full-coverage", "no"},
+		{"repl-diskless-sync-delay", "0"},
+	} {
+		if _, err := s.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			return fmt.Errorf("%s: CONFIG SET %s: %w", s.Addr, kv[0], err)
+		}
+	}
+	return nil
+}
+
+func relayPort(p *tcpProxy) int {
+	_, port, _ := strings.Cut(p.Addr, ":")
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
+// all returns every node.
+func (c *chaosRedis) all() []*redistest.Server {
+	var out []*redistest.Server
+	for _, p := range c.pairs {
+		out = append(out, p[0], p[1])
+	}
+	return out
+}
+
+// seeds returns the relays' addresses, for the gateways.
+func (c *chaosRedis) seeds() []string {
+	var out []string
+	for _, s := range c.all() {
+		out = append(out, c.relay[s].Addr)
+	}
+	return out
+}
+
+// waitAnnounced waits until every live node's CLUSTER SLOTS names only
+// relay ports and its cluster_state is ok.
+func (c *chaosRedis) waitAnnounced(timeout time.Duration) error {
+	relays := map[int64]bool{}
+	for _, p := range c.relay {
+		relays[int64(relayPort(p))] = true
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := c.checkAnnounced(relays)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("Cluster not settled after %v: %w", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling external processes
+	}
+}
+
+func (c *chaosRedis) checkAnnounced(relays map[int64]bool) error {
+	for _, s := range c.live() {
+		v, err := s.Do("CLUSTER", "INFO")
+		if err != nil {
+			return err
+		}
+		if info, _ := v.(string); !strings.Contains(info, "cluster_state:ok") {
+			return fmt.Errorf("%s: cluster_state not ok", s.Addr)
+		}
+		v, err = s.Do("CLUSTER", "SLOTS")
+		if err != nil {
+			return err
+		}
+		ranges, _ := v.([]any)
+		if len(ranges) < len(c.pairs) {
+			return fmt.Errorf("%s: %d slot ranges served", s.Addr, len(ranges))
+		}
+		for _, rg := range ranges {
+			f, _ := rg.([]any)
+			for _, n := range f[2:] {
+				node, _ := n.([]any)
+				if len(node) >= 2 {
+					if port, _ := node[1].(int64); !relays[port] {
+						return fmt.Errorf("%s: CLUSTER SLOTS names port %d, not a relay", s.Addr, port)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// live returns the nodes neither paused nor dead.
+func (c *chaosRedis) live() []*redistest.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*redistest.Server
+	for _, s := range c.all() {
+		if !c.paused[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (c *chaosRedis) setPaused(s *redistest.Server, v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused[s] = v
+}
+
+// isPrimary reports whether s says it is a primary that serves slots.
+func isPrimary(s *redistest.Server) (bool, error) {
+	v, err := s.Do("CLUSTER", "NODES")
+	if err != nil {
+		return false, err
+	}
+	text, _ := v.(string)
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && strings.Contains(f[2], "myself") {
+			return strings.Contains(f[2], "master") && len(f) > 8, nil
+		}
+	}
+	return false, fmt.Errorf("%s: no myself line in CLUSTER NODES", s.Addr)
+}
+
+// roles returns range i's primary and replica as the nodes themselves
+// say; an error when neither (or both) serves the slots.
+func (c *chaosRedis) roles(i int) (primary, replica *redistest.Server, err error) {
+	a, b := c.pairs[i][0], c.pairs[i][1]
+	pa, err := isPrimary(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	pb, err := isPrimary(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case pa && !pb:
+		return a, b, nil
+	case pb && !pa:
+		return b, a, nil
+	}
+	return nil, nil, fmt.Errorf("range %d: primaries %v %v", i, pa, pb)
+}
+
+// waitPrimary waits until s serves range i's slots as a primary.
+func (c *chaosRedis) waitPrimary(s *redistest.Server, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := isPrimary(s)
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not primary after %v (%v)", s.Addr, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external process
+	}
+}
+
+// rejoin restarts s (killed) empty and makes it the replica of primary:
+// the others forget its old id, it meets the primary and replicates it.
+func (c *chaosRedis) rejoin(s, primary *redistest.Server) error {
+	oldID, _ := c.idOf(primary, s)
+	s.Restart()
+	c.setPaused(s, false)
+	if err := c.setup(s); err != nil {
+		return err
+	}
+	if oldID != "" {
+		for _, o := range c.live() {
+			if o != s {
+				_, _ = o.Do("CLUSTER", "FORGET", oldID)
+			}
+		}
+	}
+	if _, err := s.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(primary.Port()), strconv.Itoa(primary.BusPort())); err != nil {
+		return fmt.Errorf("MEET: %w", err)
+	}
+	v, err := primary.Do("CLUSTER", "MYID")
+	if err != nil {
+		return err
+	}
+	id, _ := v.(string)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.Do("CLUSTER", "REPLICATE", id)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("REPLICATE: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for gossip
+	}
+}
+
+// idOf returns the node id that from's CLUSTER NODES gives the node on
+// s's relay port.
+func (c *chaosRedis) idOf(from, s *redistest.Server) (string, error) {
+	v, err := from.Do("CLUSTER", "NODES")
+	if err != nil {
+		return "", err
+	}
+	text, _ := v.(string)
+	want := ":" + strconv.Itoa(relayPort(c.relay[s])) + "@"
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.Contains(f[1], want) {
+			return f[0], nil
+		}
+	}
+	return "", fmt.Errorf("no node at %s", want)
+}
+
+// keys returns every key of every primary with its TTL in ms (-1: none).
+func (c *chaosRedis) keys(t testing.TB) map[string]int64 {
+	out := map[string]int64{}
+	for i := range c.pairs {
+		p, _, err := c.roles(i)
+		if err != nil {
+			t.Errorf("chaos: range %d after the run: %v", i, err)
+			continue
+		}
+		v, err := p.Do("KEYS", "*")
+		if err != nil {
+			t.Errorf("chaos: KEYS on %s: %v", p.Addr, err)
+			continue
+		}
+		ks, _ := v.([]any)
+		for _, k := range ks {
+			name, _ := k.(string)
+			ttl, _ := p.Do("PTTL", name)
+			n, _ := ttl.(int64)
+			out[name] = n
+		}
+	}
+	return out
+}
