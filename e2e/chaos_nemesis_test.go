@@ -43,6 +43,7 @@ var chaosKinds = []struct {
 	{"pause-primary", 3}, // SIGSTOP the range's primary, SIGCONT after For (past 2 s the Cluster fails it over)
 	{"pause-replica", 1}, // SIGSTOP its replica
 	{"kill-primary", 2},  // SIGKILL the primary, CLUSTER FAILOVER TAKEOVER, restart it empty as the replica after For
+	{"kill-lagging", 2},  // the replication link held For, the primary SIGKILLed, the link cut, TAKEOVER: the writes of For are lost
 	{"failover", 2},      // CLUSTER FAILOVER (manual, graceful: the replica catches up first)
 	{"failover-force", 2},
 	{"latency", 2},   // Param more latency on the link to the primary, for For
@@ -88,6 +89,8 @@ func chaosSchedule(seed uint64, d time.Duration, ranges, gateways int) []chaosEv
 			e.For = between(300*time.Millisecond, 3*time.Second)
 		case "kill-primary":
 			e.For = between(500*time.Millisecond, 2*time.Second)
+		case "kill-lagging":
+			e.For = between(200*time.Millisecond, 1500*time.Millisecond)
 		case "latency":
 			e.For, e.Param = between(500*time.Millisecond, 3*time.Second), between(20*time.Millisecond, 300*time.Millisecond)
 		case "partition":
@@ -173,7 +176,7 @@ func (n *chaosNemesis) run(start time.Time, events []chaosEvent) {
 // was not done (the fault then counts as skipped).
 func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 	switch e.Kind {
-	case "pause-primary", "pause-replica", "kill-primary", "failover", "failover-force":
+	case "pause-primary", "pause-replica", "kill-primary", "kill-lagging", "failover", "failover-force":
 		lock := &n.redis.locks[e.Range]
 		if !lock.TryLock() {
 			return "", fmt.Errorf("range %d busy", e.Range)
@@ -196,7 +199,7 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 			r.Resume()
 			n.redis.setPaused(r, false)
 			return "replica " + r.Addr + " paused", nil
-		case "kill-primary":
+		case "kill-primary", "kill-lagging":
 			return n.killPrimary(e, p, r, f)
 		default:
 			return n.failover(e, p, r, f)
@@ -312,27 +315,39 @@ func (n *chaosNemesis) pausePrimary(e chaosEvent, p, r *redistest.Server, f *cha
 }
 
 // killPrimary SIGKILLs p, promotes r with CLUSTER FAILOVER TAKEOVER,
-// and after e.For restarts p empty as r's replica.
+// and after e.For (kill-primary; 1 s for kill-lagging) restarts p empty
+// as r's replica. For kill-lagging r is paused e.For before the kill and
+// resumed after it: what p acknowledged meanwhile never reached r.
 func (n *chaosNemesis) killPrimary(e chaosEvent, p, r *redistest.Server, f *chaosFault) (string, error) {
 	f.LosesWrites = true
+	down := e.For
+	note := ""
+	if e.Kind == "kill-lagging" {
+		n.redis.relay[p].holdReplication()
+		time.Sleep(e.For) // the replica's lag
+		down = time.Second
+	}
 	n.redis.setPaused(p, true)
 	p.Kill()
+	if e.Kind == "kill-lagging" {
+		note = fmt.Sprintf("%d replication links cut; ", n.redis.relay[p].cutReplication())
+	}
 	if _, err := r.Do("CLUSTER", "FAILOVER", "TAKEOVER"); err != nil {
-		return "TAKEOVER refused: " + err.Error(), nil
+		return note + "TAKEOVER refused: " + err.Error(), nil
 	}
 	err := n.redis.waitPrimary(r, 10*time.Second)
 	f.End = time.Now().Add(200 * time.Millisecond)
 	if err != nil {
-		return err.Error(), nil
+		return note + err.Error(), nil
 	}
-	time.Sleep(e.For) // the node stays down
+	time.Sleep(down) // the node stays down
 	if err := n.redis.rejoin(p, r); err != nil {
-		return "promoted " + r.Addr + "; rejoin: " + err.Error(), nil
+		return note + "promoted " + r.Addr + "; rejoin: " + err.Error(), nil
 	}
 	if err := n.redis.waitLinked(p, 15*time.Second); err != nil {
-		return "promoted " + r.Addr + "; " + err.Error(), nil
+		return note + "promoted " + r.Addr + "; " + err.Error(), nil
 	}
-	return "promoted " + r.Addr + ", " + p.Addr + " back as its replica", nil
+	return note + "promoted " + r.Addr + ", " + p.Addr + " back as its replica", nil
 }
 
 // failover runs CLUSTER FAILOVER (FORCE for failover-force) on r and

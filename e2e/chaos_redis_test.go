@@ -92,7 +92,9 @@ func (c *chaosRedis) seeds() []string {
 }
 
 // waitAnnounced waits until every live node's CLUSTER SLOTS names only
-// relay ports and its cluster_state is ok.
+// relay ports, its cluster_state is ok, and each replica replicates its
+// primary through the primary's relay with the link up (a replica
+// reconnects to the address its primary announces).
 func (c *chaosRedis) waitAnnounced(timeout time.Duration) error {
 	relays := map[int64]bool{}
 	for _, p := range c.relay {
@@ -119,6 +121,21 @@ func (c *chaosRedis) checkAnnounced(relays map[int64]bool) error {
 		}
 		if info, _ := v.(string); !strings.Contains(info, "cluster_state:ok") {
 			return fmt.Errorf("%s: cluster_state not ok", s.Addr)
+		}
+		v, err = s.Do("INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if info, _ := v.(string); strings.Contains(info, "role:slave") {
+			port := int64(-1)
+			for _, line := range strings.Split(info, "\r\n") {
+				if v, ok := strings.CutPrefix(line, "master_port:"); ok {
+					port, _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+			if !relays[port] || !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("%s: replicates port %d (not a relay, or link down)", s.Addr, port)
+			}
 		}
 		v, err = s.Do("CLUSTER", "SLOTS")
 		if err != nil {

@@ -28,7 +28,7 @@ type chaosResult struct {
 	// rawOver is the most units above a strict bound without allowance,
 	// per fault class (the planted key left out): "none" must be 0; the
 	// classes that lose writes show the failover window's cost.
-	rawOver    map[string]int64
+	rawOver    map[string]map[string]int64 // class → route → units
 	over       int64 // beyond the documented allowance (must be 0)
 	plantOver  int64 // the planted key's over-admission (must be > 0)
 	peakCC     int
@@ -47,7 +47,7 @@ type chaosResult struct {
 
 func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []chaosFault, rep chaosReport, in chaosInput) chaosResult {
 	res := chaosResult{seed: seed, d: d, scheduled: len(events), done: map[string]int{}, status: rep.Status,
-		admitted: map[string]int64{}, rawOver: map[string]int64{}, unanswered: rep.Unanswered, cut: rep.Cut,
+		admitted: map[string]int64{}, rawOver: map[string]map[string]int64{}, unanswered: rep.Unanswered, cut: rep.Cut,
 		late: rep.Late, keysLeft: len(rep.KeysLeft), short: rep.Short, due: rep.Due, calls: len(in.Calls)}
 	for _, f := range faults {
 		if f.Class == "skipped" {
@@ -64,8 +64,11 @@ func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []
 		}
 		res.admitted[k.Route] += k.Admitted
 		res.over = max(res.over, k.Over)
-		if k.Raw > 0 && k.Raw > res.rawOver[k.RawClass] {
-			res.rawOver[k.RawClass] = k.Raw
+		if k.Raw > 0 {
+			if res.rawOver[k.RawClass] == nil {
+				res.rawOver[k.RawClass] = map[string]int64{}
+			}
+			res.rawOver[k.RawClass][k.Route] = max(res.rawOver[k.RawClass][k.Route], k.Raw)
 		}
 		if k.Route == "tb" {
 			got += float64(k.Admitted)
@@ -123,9 +126,13 @@ func (r chaosResult) overMix() string {
 	}
 	var parts []string
 	for _, k := range sortedKeys(r.rawOver) {
-		parts = append(parts, fmt.Sprintf("%s %d", k, r.rawOver[k]))
+		var routes []string
+		for _, rt := range sortedKeys(r.rawOver[k]) {
+			routes = append(routes, fmt.Sprintf("%s %d", rt, r.rawOver[k][rt]))
+		}
+		parts = append(parts, k+": "+strings.Join(routes, " "))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, "; ")
 }
 
 func (r chaosResult) shortMix() string {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,11 @@ type tcpProxy struct {
 	healed  chan struct{} // closed when a black hole ends
 	conns   map[net.Conn]struct{}
 	closing bool
+	// Replication links (a Redis replica's connection to its primary,
+	// told by the REPLCONF it sends) can be held apart from the others.
+	replHeld   bool
+	replHealed chan struct{} // closed when the hold of replication links ends
+	repl       map[net.Conn]bool
 }
 
 // startTCPProxy proxies to target until t ends.
@@ -32,8 +38,10 @@ func startTCPProxy(t testing.TB, target string) *tcpProxy {
 	if err != nil {
 		t.Fatalf("tcp proxy: %v", err)
 	}
-	p := &tcpProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, healed: make(chan struct{})}
+	p := &tcpProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, healed: make(chan struct{}),
+		replHealed: make(chan struct{}), repl: map[net.Conn]bool{}}
 	close(p.healed)
+	close(p.replHealed)
 	go p.accept()
 	t.Cleanup(p.close)
 	return p
@@ -99,28 +107,68 @@ func (p *tcpProxy) serve(client net.Conn) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client, true) }()
-	go func() { defer wg.Done(); p.pipe(client, server, false) }()
+	go func() { defer wg.Done(); p.pipe(server, client, client, true) }()
+	go func() { defer wg.Done(); p.pipe(client, server, client, false) }()
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.conns, client)
 	delete(p.conns, server)
+	delete(p.repl, client)
 	p.mu.Unlock()
 }
 
+// holdReplication stops forwarding on replication links (both ways)
+// until cutReplication: the replica lags, the primary goes on.
+func (p *tcpProxy) holdReplication() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.replHeld {
+		p.replHeld, p.replHealed = true, make(chan struct{})
+	}
+}
+
+// cutReplication closes the replication links without forwarding what
+// was held (as when the primary is gone before it arrives), and ends the
+// hold. It returns how many it closed.
+func (p *tcpProxy) cutReplication() int {
+	p.mu.Lock()
+	var cut []net.Conn
+	for c := range p.repl {
+		cut = append(cut, c)
+	}
+	p.mu.Unlock()
+	for _, c := range cut {
+		_ = c.Close()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.replHeld {
+		p.replHeld = false
+		close(p.replHealed)
+	}
+	return len(cut)
+}
+
 // pipe copies src to dst chunk by chunk, applying the delay (towards the
-// target only) and holding chunks while the proxy is a black hole. It
+// target only) and holding chunks while the proxy is a black hole, or the
+// connection (its client side: client) is a replication link held. It
 // closes both ends when either fails.
-func (p *tcpProxy) pipe(dst, src net.Conn, towardsTarget bool) {
+func (p *tcpProxy) pipe(dst, src, client net.Conn, towardsTarget bool) {
 	defer func() { _ = dst.Close(); _ = src.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			delay, healed := p.delay, p.healed
+			if towardsTarget && !p.repl[client] && strings.Contains(string(buf[:n]), "REPLCONF") {
+				p.repl[client] = true
+			}
+			delay, healed, repl, replHealed := p.delay, p.healed, p.repl[client], p.replHealed
 			p.mu.Unlock()
 			<-healed
+			if repl {
+				<-replHealed // after cutReplication the write below fails: what was held is dropped
+			}
 			if towardsTarget && delay > 0 {
 				time.Sleep(delay) // the latency being simulated
 			}
@@ -156,6 +204,10 @@ func (p *tcpProxy) close() {
 	if p.holed {
 		p.holed = false
 		close(p.healed)
+	}
+	if p.replHeld {
+		p.replHeld = false
+		close(p.replHealed)
 	}
 	p.mu.Unlock()
 	_ = p.ln.Close()
