@@ -165,3 +165,32 @@ func TestChaosScheduleIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestChaosCheckerWindowAndCalendar: a sliding window's rate in any per
+// passes and one more fails; a calendar day's quota likewise, and a day
+// later it is new.
+func TestChaosCheckerWindowAndCalendar(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 23, 59, 0, 0, time.UTC)
+	at := func(ms int) chaosAdmit {
+		x := t0.Add(time.Duration(ms) * time.Millisecond)
+		return chaosAdmit{Tenant: "a", Route: "w", At: x, End: x, Cost: 1}
+	}
+	in := chaosInput{Limits: []chaosLimit{{Route: "w", Kind: "window", Rate: 3, Per: time.Second}}, Jitter: 50 * time.Millisecond}
+	in.Admits = []chaosAdmit{at(0), at(100), at(200), at(1000), at(1100), at(1200)}
+	if f := check(in).failed(); len(f) > 0 {
+		t.Fatalf("3 a second in a window of 3: %v", f)
+	}
+	in.Admits = append(in.Admits, at(800))
+	if r := check(in); len(r.failed()) != 1 || r.Keys[0].Over != 1 {
+		t.Errorf("4 within 900 ms in a window of 3 per second: %v", r.failed())
+	}
+	in = chaosInput{Limits: []chaosLimit{{Route: "w", Kind: "calendar", Rate: 2}}}
+	in.Admits = []chaosAdmit{at(0), at(1000), at(60_000), at(61_000)} // two on each side of midnight
+	if f := check(in).failed(); len(f) > 0 {
+		t.Fatalf("2 a day in a quota of 2: %v", f)
+	}
+	in.Admits = append(in.Admits, at(62_000))
+	if r := check(in); len(r.failed()) != 1 || r.Keys[0].Over != 1 {
+		t.Errorf("3 in a day in a quota of 2: %v", r.failed())
+	}
+}

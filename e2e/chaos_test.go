@@ -23,7 +23,8 @@ import (
 // The chaos suite: a Redis Cluster (3 primaries, a replica each, every
 // node behind a relay), 3 gateway processes, an upstream that records
 // every admission, closed- and open-loop callers over a strict token
-// bucket, a concurrency policy and a settled cost route, and a nemesis
+// bucket, a concurrency policy, a settled cost route, a sliding window, a
+// leased hot key and a calendar day's quota, and a nemesis
 // that carries out a schedule of overlapping faults drawn from a seed.
 // The checker (chaos_check_test.go) then holds the record to the bounds
 // the docs state. docs/operations/chaos.md has the results and the
@@ -82,6 +83,9 @@ const (
 	chaosTBRate, chaosTBBurst     = 10, 10   // tb: token bucket, cost 1
 	chaosCCMax                    = 2        // cc: concurrency
 	chaosCostRate, chaosCostBurst = 300, 300 // cost: token bucket, reserve from X-Max-Tokens, settled
+	chaosSWRate, chaosSWPer       = 20, 2 * time.Second // sw: sliding window, 10 buckets
+	chaosLeaseRate                = 30       // lease: token bucket of burst 30, leased in blocks of up to 5
+	chaosCalRate                  = 150      // cal: a calendar day's quota
 	chaosSlotTTL                  = 5 * time.Second
 	chaosStoreTimeout             = 250 * time.Millisecond
 )
@@ -91,6 +95,9 @@ var chaosLimits = []chaosLimit{
 	{Route: "tb", Kind: "bucket", Burst: chaosTBBurst, Rate: chaosTBRate},
 	{Route: "cc", Kind: "concurrency", Max: chaosCCMax},
 	{Route: "cost", Kind: "bucket", Burst: chaosCostBurst, Rate: chaosCostRate},
+	{Route: "sw", Kind: "window", Rate: chaosSWRate, Per: chaosSWPer},
+	{Route: "lease", Kind: "bucket", Burst: chaosLeaseRate, Rate: chaosLeaseRate},
+	{Route: "cal", Kind: "calendar", Rate: chaosCalRate},
 }
 
 // chaosConfig is the gateways' config: every policy fails closed, so any
@@ -105,6 +112,15 @@ func chaosConfig(upstreamURL string, seeds []string, tenants []string) *gwConfig
 	c.Policies["cc"] = policyCfg{Algorithm: "concurrency", SlotTTL: chaosSlotTTL.String(), OnStoreError: "closed",
 		Limits: map[string]limitCfg{"std": {Max: chaosCCMax}}}
 	c.Policies["cost"] = policyCfg{OnStoreError: "closed", Limits: map[string]limitCfg{"std": bucket(chaosCostRate, "1s", chaosCostBurst)}}
+	c.Policies["sw"] = policyCfg{Algorithm: "sliding_window", OnStoreError: "closed",
+		Limits: map[string]limitCfg{"std": {Rate: chaosSWRate, Per: chaosSWPer.String(), Buckets: 10}}}
+	c.Policies["lease"] = policyCfg{OnStoreError: "closed", Lease: &leaseCfg{MaxBlock: 5, TTL: "1s", Instances: 3},
+		Limits: map[string]limitCfg{"std": bucket(chaosLeaseRate, "1s", chaosLeaseRate)}}
+	c.Policies["cal"] = policyCfg{Algorithm: "fixed_window", OnStoreError: "closed",
+		Limits: map[string]limitCfg{"std": {Rate: chaosCalRate, Calendar: map[string]any{"unit": "day", "time_zone": "UTC"}}}}
+	c.route("sw", "GET", "/sw/{rest...}", 1, "sw")
+	c.route("lease", "GET", "/lease/{rest...}", 1, "lease")
+	c.route("cal", "GET", "/cal/{rest...}", 1, "cal")
 	c.route("tb", "GET", "/tb/{rest...}", 1, "tb")
 	c.route("cc", "GET", "/cc/{rest...}", 1, "cc")
 	c.Routes = append(c.Routes, routeCfg{Name: "cost", Method: "POST", Path: "/cost/{rest...}", Upstream: "up", Policies: []string{"cost"},
@@ -266,6 +282,13 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 			return chaosReq{tenant: tn, route: "cost", path: "/cost/x", header: map[string]string{
 				"X-Max-Tokens": strconv.Itoa(reserve), "X-Chaos-Usage": strconv.Itoa(1 + r.IntN(reserve))}}
 		}, 50*time.Millisecond, id+8)
+		swq := chaosReq{tenant: tn, route: "sw", path: "/sw/x"}
+		closedLoop(func(*rand.Rand) chaosReq { return swq }, 80*time.Millisecond, id+9)
+		lq := chaosReq{tenant: tn, route: "lease", path: "/lease/x"}
+		closedLoop(func(*rand.Rand) chaosReq { return lq }, 50*time.Millisecond, id+10)
+		closedLoop(func(*rand.Rand) chaosReq { return lq }, 50*time.Millisecond, id+11)
+		calq := chaosReq{tenant: tn, route: "cal", path: "/cal/x"}
+		closedLoop(func(*rand.Rand) chaosReq { return calq }, 100*time.Millisecond, id+12)
 	}
 	// The planted over-admission: one request a second to the upstream
 	// itself, as the plant tenant's tb route.
@@ -325,6 +348,11 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		Limits: chaosLimits, RangeOf: rangeOf, Admits: admits, Calls: caller.log(), Faults: nem.faults,
 		Jitter: 250 * time.Millisecond, CancelSlack: 250 * time.Millisecond, Deadline: 3 * time.Second, KeysLeft: left,
 		Allowed: map[string][]int{"stall": {408, 429, 503}},
+	}
+	if os.Getenv("QUOTAGATE_E2E_KNOWN_BUGS") != "1" {
+		// A refusal of a stalled body waits for the body
+		// (TestChaosDeniedStalledBodyIsAnswered).
+		in.KnownBug = []string{"stall"}
 	}
 	rep := check(in)
 	res := chaosSummarize(seed, d, events, nem.faults, rep, in)

@@ -118,6 +118,10 @@ type limitCfg struct {
 	Burst int64  `json:"burst,omitempty"`
 	// Max is a concurrency policy's most requests in flight.
 	Max int64 `json:"max,omitempty"`
+	// Buckets divide a sliding window; Calendar ({unit, time_zone})
+	// takes the place of per on a fixed window.
+	Buckets  int            `json:"buckets,omitempty"`
+	Calendar map[string]any `json:"calendar,omitempty"`
 }
 
 type policyCfg struct {
