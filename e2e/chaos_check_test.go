@@ -387,7 +387,7 @@ func shortfall(as []chaosAdmit, l chaosLimit, faults []chaosFault, rng int, shor
 		from, to := t0.Add(time.Duration(s)*time.Second), t0.Add(time.Duration(s+1)*time.Second)
 		var classes []string
 		for _, f := range faults {
-			if (f.Range == rng || f.Range == -1) && f.Start.Before(to) && f.End.After(from) && !slices.Contains(classes, f.Class) {
+			if f.Class != "skipped" && (f.Range == rng || f.Range == -1) && f.Start.Before(to) && f.End.After(from) && !slices.Contains(classes, f.Class) {
 				classes = append(classes, f.Class)
 			}
 		}

@@ -125,3 +125,24 @@ func (c *conn) read() (any, error) {
 	}
 	return nil, errors.New("unknown reply type " + strconv.QuoteRune(rune(kind)))
 }
+
+// Conn is one connection to a server kept open across commands, for
+// commands that must share a connection (WAIT counts the replicas that
+// acknowledged the connection's own writes) or timings that should not
+// include a connect.
+type Conn struct{ c *conn }
+
+// Dial opens a Conn to s, as s was set up (TLS, AUTH).
+func (s *Server) Dial() (*Conn, error) {
+	c, err := s.dial(time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{c: c}, nil
+}
+
+// Do sends one command and returns its reply as Server.Do does, within 5 s.
+func (c *Conn) Do(args ...string) (any, error) { return c.c.do(5*time.Second, args...) }
+
+// Close closes the connection.
+func (c *Conn) Close() { c.c.close() }
