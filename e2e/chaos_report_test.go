@@ -29,8 +29,8 @@ type chaosResult struct {
 	// per fault class (the planted key left out): "none" must be 0; the
 	// classes that lose writes show the failover window's cost.
 	rawOver    map[string]map[string]int64 // class → route → units
-	over       int64 // beyond the documented allowance (must be 0)
-	plantOver  int64 // the planted key's over-admission (must be > 0)
+	over       int64                       // beyond the documented allowance (must be 0)
+	plantOver  int64                       // the planted key's over-admission (must be > 0)
 	peakCC     int
 	unanswered int
 	cut        int
@@ -44,12 +44,15 @@ type chaosResult struct {
 	utilisation float64
 	short, due  map[string]float64
 	failures    []string
+	keys        []chaosKeyReport
+	rangeOf     map[string]int
 }
 
 func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []chaosFault, rep chaosReport, in chaosInput) chaosResult {
 	res := chaosResult{seed: seed, d: d, scheduled: len(events), done: map[string]int{}, status: rep.Status,
 		admitted: map[string]int64{}, rawOver: map[string]map[string]int64{}, unanswered: rep.Unanswered, cut: rep.Cut, knownBug: rep.KnownBug,
-		late: rep.Late, keysLeft: len(rep.KeysLeft), short: rep.Short, due: rep.Due, calls: len(in.Calls)}
+		late: rep.Late, keysLeft: len(rep.KeysLeft), short: rep.Short, due: rep.Due, calls: len(in.Calls),
+		keys: rep.Keys, rangeOf: in.RangeOf}
 	for _, f := range faults {
 		if f.Class == "skipped" {
 			res.skipped++

@@ -80,12 +80,12 @@ func chaosParams(t *testing.T) ([]uint64, time.Duration) {
 
 // The limits of the run, per tenant.
 const (
-	chaosTBRate, chaosTBBurst     = 10, 10   // tb: token bucket, cost 1
-	chaosCCMax                    = 2        // cc: concurrency
-	chaosCostRate, chaosCostBurst = 300, 300 // cost: token bucket, reserve from X-Max-Tokens, settled
+	chaosTBRate, chaosTBBurst     = 10, 10              // tb: token bucket, cost 1
+	chaosCCMax                    = 2                   // cc: concurrency
+	chaosCostRate, chaosCostBurst = 300, 300            // cost: token bucket, reserve from X-Max-Tokens, settled
 	chaosSWRate, chaosSWPer       = 20, 2 * time.Second // sw: sliding window, 10 buckets
-	chaosLeaseRate                = 30       // lease: token bucket of burst 30, leased in blocks of up to 5
-	chaosCalRate                  = 150      // cal: a calendar day's quota
+	chaosLeaseRate                = 30                  // lease: token bucket of burst 30, leased in blocks of up to 5
+	chaosCalRate                  = 150                 // cal: a calendar day's quota
 	chaosSlotTTL                  = 5 * time.Second
 	chaosStoreTimeout             = 250 * time.Millisecond
 )
@@ -203,6 +203,24 @@ func TestChaosFailoverWindow(t *testing.T) {
 	if res.done["kill-lagging"] != len(events) {
 		t.Errorf("%d of %d lagging kills carried out", res.done["kill-lagging"], len(events))
 	}
+	// One promotion per range: each key's excess is that promotion's.
+	allow := map[string]int64{}
+	for _, l := range chaosLimits {
+		allow[l.Route] = l.Burst + int64(l.Max) // buckets; concurrency
+		if l.Kind == "window" || l.Kind == "calendar" {
+			allow[l.Route] = int64(l.Rate)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| replica behind | route | units over the bound (requests for cc) | allowance |\n|---|---|---|---|\n")
+	for _, e := range events {
+		for _, k := range res.keys {
+			if k.Tenant != plantTenant && res.rangeOf[k.Tenant] == e.Range {
+				fmt.Fprintf(&b, "| %v | %s | %d | %d |\n", e.For, k.Route, k.Raw, allow[k.Route])
+			}
+		}
+	}
+	t.Logf("failover window:\n%s", b.String())
 }
 
 // The shape of a chaos run.
