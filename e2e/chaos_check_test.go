@@ -95,6 +95,9 @@ type chaosInput struct {
 	// Allowed are the statuses a route may answer, where not 200, 429
 	// and 503.
 	Allowed map[string][]int
+	// Saturated names the bucket routes whose callers offer more than the
+	// limit all along: their shortfall is reported (chaosReport.Short).
+	Saturated []string
 	// KnownBug names routes whose unanswered calls come from a known,
 	// reported bug: counted in chaosReport.KnownBug, not as unanswered.
 	KnownBug []string
@@ -137,7 +140,7 @@ type chaosReport struct {
 	FirstWrong    string
 	FirstUnanswer string
 	// Short is, per fault class ("none" for seconds without a fault),
-	// the bucket units a saturated bucket would have admitted in the
+	// over chaosInput.Saturated's keys, the bucket units a saturated bucket would have admitted in the
 	// seconds the class was active but were not, and Due what it would
 	// have admitted then.
 	Short, Due map[string]float64
@@ -210,7 +213,9 @@ func check(in chaosInput) chaosReport {
 			kr = checkCalendar(as, l, losses)
 		default:
 			kr = checkBucket(as, l, losses, in.Jitter)
-			shortfall(as, l, in.Faults, rng, r.Short, r.Due)
+			if slices.Contains(in.Saturated, l.Route) {
+				shortfall(as, l, in.Faults, rng, r.Short, r.Due)
+			}
 		}
 		kr.Tenant, kr.Route, kr.Kind = k[0], k[1], l.Kind
 		if kr.Raw > r.OverByClass[kr.RawClass] {

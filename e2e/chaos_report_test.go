@@ -62,7 +62,7 @@ func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []
 	}
 	var got, ideal float64
 	for _, k := range rep.Keys {
-		if k.Tenant == plantTenant && k.Route == "tb" {
+		if k.Tenant == plantTenant && k.Route == plantRoute {
 			res.plantOver = k.Over
 			continue
 		}
@@ -84,7 +84,7 @@ func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []
 		res.utilisation = got / ideal
 	}
 	for _, f := range rep.failed() {
-		if !strings.HasPrefix(f, plantTenant+" tb ") {
+		if !strings.HasPrefix(f, plantTenant+" "+plantRoute+" ") {
 			res.failures = append(res.failures, f)
 		}
 	}

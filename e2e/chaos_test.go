@@ -98,6 +98,7 @@ var chaosLimits = []chaosLimit{
 	{Route: "sw", Kind: "window", Rate: chaosSWRate, Per: chaosSWPer},
 	{Route: "lease", Kind: "bucket", Burst: chaosLeaseRate, Rate: chaosLeaseRate},
 	{Route: "cal", Kind: "calendar", Rate: chaosCalRate},
+	{Route: plantRoute, Kind: "bucket", Burst: 2, Rate: 2},
 }
 
 // chaosConfig is the gateways' config: every policy fails closed, so any
@@ -118,6 +119,8 @@ func chaosConfig(upstreamURL string, seeds []string, tenants []string) *gwConfig
 		Limits: map[string]limitCfg{"std": bucket(chaosLeaseRate, "1s", chaosLeaseRate)}}
 	c.Policies["cal"] = policyCfg{Algorithm: "fixed_window", OnStoreError: "closed",
 		Limits: map[string]limitCfg{"std": {Rate: chaosCalRate, Calendar: map[string]any{"unit": "day", "time_zone": "UTC"}}}}
+	c.Policies[plantRoute] = policyCfg{OnStoreError: "closed", Limits: map[string]limitCfg{"std": bucket(2, "1s", 2)}}
+	c.route(plantRoute, "GET", "/"+plantRoute+"/{rest...}", 1, plantRoute)
 	c.route("sw", "GET", "/sw/{rest...}", 1, "sw")
 	c.route("lease", "GET", "/lease/{rest...}", 1, "lease")
 	c.route("cal", "GET", "/cal/{rest...}", 1, "cal")
@@ -167,10 +170,17 @@ func rangeTaken(at map[string]int, r int) (string, bool) {
 	return "", false
 }
 
-// plantTenant's tb key also gets one request a second sent straight to
-// the upstream, past the gateways: an over-admission of one a second that
-// every run's checker must find (and find there only).
-const plantTenant = "plant"
+// plantTenant's plantRoute key (a token bucket of burst 2 and 2 a second,
+// which only that tenant calls) also gets one request a second sent
+// straight to the upstream, past the gateways: an over-admission of one a
+// second that every run's checker must find (and find there only). A
+// small bucket keeps it found however many lossy promotions its range
+// sees (each allows one burst more); the unit test plants the same in a
+// bucket of 10.
+const (
+	plantTenant = "plant"
+	plantRoute  = "slow"
+)
 
 // TestChaos runs the schedule of each seed (flags -chaos.seeds,
 // -chaos.duration) and fails a seed whose record breaks the checker's
@@ -308,8 +318,11 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		calq := chaosReq{tenant: tn, route: "cal", path: "/cal/x"}
 		closedLoop(func(*rand.Rand) chaosReq { return calq }, 100*time.Millisecond, id+12)
 	}
-	// The planted over-admission: one request a second to the upstream
-	// itself, as the plant tenant's tb route.
+	// The planted over-admission: the plant tenant saturates its slow
+	// route through the gateways, and one request a second goes to the
+	// upstream itself as that route.
+	plantq := chaosReq{tenant: plantTenant, route: plantRoute, path: "/" + plantRoute + "/x"}
+	closedLoop(func(*rand.Rand) chaosReq { return plantq }, 50*time.Millisecond, 1000)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -320,7 +333,7 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 			case <-stop:
 				return
 			case <-tick.C:
-				req, _ := http.NewRequest(http.MethodGet, up.srv.URL+"/tb/planted", nil)
+				req, _ := http.NewRequest(http.MethodGet, up.srv.URL+"/"+plantRoute+"/planted", nil)
 				req.Header.Set("X-Quotagate-Tenant", plantTenant)
 				if resp, err := caller.client.Do(req); err == nil {
 					resp.Body.Close()
@@ -365,7 +378,8 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 	in := chaosInput{
 		Limits: chaosLimits, RangeOf: rangeOf, Admits: admits, Calls: caller.log(), Faults: nem.faults,
 		Jitter: 250 * time.Millisecond, CancelSlack: 250 * time.Millisecond, Deadline: 3 * time.Second, KeysLeft: left,
-		Allowed: map[string][]int{"stall": {408, 429, 503}},
+		Allowed:   map[string][]int{"stall": {408, 429, 503}},
+		Saturated: []string{"tb"},
 	}
 	if os.Getenv("QUOTAGATE_E2E_KNOWN_BUGS") != "1" {
 		// A refusal of a stalled body waits for the body
@@ -381,14 +395,14 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 	var failures []string
 	plantFound := false
 	for _, f := range rep.failed() {
-		if strings.HasPrefix(f, plantTenant+" tb ") {
+		if strings.HasPrefix(f, plantTenant+" "+plantRoute+" ") {
 			plantFound = true
 			continue
 		}
 		failures = append(failures, f)
 	}
 	if !plantFound {
-		t.Errorf("the checker missed the planted over-admission (one request a second to %s's tb key past the gateways)", plantTenant)
+		t.Errorf("the checker missed the planted over-admission (one request a second to %s's %s key past the gateways)", plantTenant, plantRoute)
 	}
 	for _, f := range failures {
 		t.Errorf("chaos seed %d: %s", seed, f)
