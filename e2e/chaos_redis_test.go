@@ -247,8 +247,16 @@ func (c *chaosRedis) rejoin(s, primary *redistest.Server) error {
 			}
 		}
 	}
-	if _, err := s.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(primary.Port()), strconv.Itoa(primary.BusPort())); err != nil {
-		return fmt.Errorf("MEET: %w", err)
+	// Meet every live node, not the primary alone: a fresh node that
+	// learns the others by gossip only, after many restarts, can keep a
+	// partial view of the slot owners for tens of seconds.
+	for _, o := range c.live() {
+		if o == s {
+			continue
+		}
+		if _, err := s.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(o.Port()), strconv.Itoa(o.BusPort())); err != nil && o == primary {
+			return fmt.Errorf("MEET: %w", err)
+		}
 	}
 	v, err := primary.Do("CLUSTER", "MYID")
 	if err != nil {
