@@ -381,11 +381,6 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		Allowed:   map[string][]int{"stall": {408, 429, 503}},
 		Saturated: []string{"tb"},
 	}
-	if os.Getenv("QUOTAGATE_E2E_KNOWN_BUGS") != "1" {
-		// A refusal of a stalled body waits for the body
-		// (TestChaosDeniedStalledBodyIsAnswered).
-		in.KnownBug = []string{"stall"}
-	}
 	rep := check(in)
 	res := chaosSummarize(seed, d, events, nem.faults, rep, in)
 	t.Log(res.text())

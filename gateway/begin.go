@@ -44,7 +44,8 @@ func (g *Gateway) begin(p *pipeline) func(http.Handler) http.Handler {
 					g.finish(ctx, span, r, st)
 					return
 				}
-				r.Body = newRequestBody(w, r, st, p.body)
+				body := newRequestBody(w, r, st, p.body)
+				st.rec.body, r.Body = body, body
 			}
 
 			next.ServeHTTP(&st.rec, r)

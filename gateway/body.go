@@ -284,5 +284,23 @@ func (b *requestBody) AbortRead() {
 	b.state.CompareAndSwap(bodyIdleState, bodyCut)
 }
 
+// answerStarted is called when the answer to the request starts (its
+// status is written). Nothing reads the body after that but net/http's
+// server itself, which, before it writes the headers of an answer given
+// without reading the whole body, reads up to 256 KiB of what is left to
+// keep the connection; with no deadline on the connection that read waits
+// for as long as the caller stalls, and the answer, a refusal written
+// before the body was read among them, is never sent. So, unless a read of
+// the body is under way (it keeps the deadline it set, at most the body's
+// timeout away), the read deadline is moved to the past: what has already
+// arrived is still drained, and a body that has not is not waited for —
+// the connection is closed after the answer. A later read of the body by
+// the gateway sets a deadline of its own. It does not block.
+func (b *requestBody) answerStarted() {
+	if b.ctl != nil && b.state.Load() == bodyIdleState {
+		_ = b.ctl.SetReadDeadline(longAgo)
+	}
+}
+
 // Close closes the caller's body.
 func (b *requestBody) Close() error { return b.rc.Close() }

@@ -72,19 +72,29 @@ type statusRecorder struct {
 	http.ResponseWriter
 	status  int
 	written int64
+	// body is the request's body when it has one (nil otherwise): once the
+	// answer starts, what is left of it is no longer waited for (see
+	// requestBody.answerStarted).
+	body *requestBody
+}
+
+// started records status as the answer's, the first time an answer starts.
+func (s *statusRecorder) started(status int) {
+	if s.status == 0 {
+		s.status = status
+		if s.body != nil {
+			s.body.answerStarted()
+		}
+	}
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
+	s.started(code)
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
+	s.started(http.StatusOK)
 	n, err := s.ResponseWriter.Write(b)
 	s.written += int64(n)
 	return n, err
@@ -101,16 +111,14 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
 	if err == nil && s.status == 0 {
-		s.status = http.StatusSwitchingProtocols
+		s.status = http.StatusSwitchingProtocols // the tunnel reads the connection itself
 	}
 	return conn, brw, err
 }
 
 // Flush forwards to the underlying writer when it can flush.
 func (s *statusRecorder) Flush() {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
+	s.started(http.StatusOK)
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
