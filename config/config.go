@@ -517,15 +517,30 @@ type Route struct {
 	// (required).
 	Upstream string `mapstructure:"upstream"`
 	// Cost is the units a request takes from stage 1 and from every policy
-	// of the route (default 1). It is written as a number, or as a block
-	// (see CostBlock): then Cost is the block's reserve and Settle the
-	// block.
+	// of the route listed by its name alone (default 1). It is written as a
+	// number, or as a block (see CostBlock): then Cost is the block's
+	// reserve and Settle the block. A block is the route's one measure,
+	// named "cost", that every policy listed by its name alone takes
+	// (Validate writes it into Measures and Policies), so it cannot be
+	// written beside measures.
 	Cost int64 `mapstructure:"cost"`
 	// Settle is the cost block of a route whose cost is reserved before
 	// forwarding and settled from the response; nil for a fixed cost.
 	Settle *CostBlock `mapstructure:"-"`
-	// Policies are applied in addition to stage 1; empty means stage 1 only.
-	Policies []string `mapstructure:"policies"`
+	// Measures are the route's named measures (such as tokens): each is
+	// reserved before forwarding and may be settled from the response, and
+	// is taken by the policies that name it as their cost. At most
+	// MaxMeasures; names are 1 to 32 of [a-z0-9_]. Every measure must be
+	// the cost of a policy of the route.
+	Measures map[string]Measure `mapstructure:"measures"`
+	// Policies are applied in addition to stage 1, all or nothing in one
+	// store decision; empty means stage 1 only. Each is written as the
+	// policy's name (it takes the route's cost) or as {name: P, cost: C},
+	// where C is a whole number of units (>= 1) or the name of one of
+	// Measures (see PolicyRef).
+	Policies []PolicyRef `mapstructure:"policies"`
+	// blockMeasure reports that Validate wrote Settle into Measures.
+	blockMeasure bool
 	// WebSocket lets a GET of this route upgrade to a WebSocket (default
 	// false). No other upgrade is ever forwarded, on any route.
 	WebSocket bool `mapstructure:"websocket"`
@@ -536,6 +551,70 @@ type Route struct {
 	// problem+json). Left out, it is server.client_signals (default
 	// none).
 	ClientSignals ClientSignals `mapstructure:"client_signals"`
+}
+
+// PolicyRef binds a policy to a route with the cost a request takes from
+// it. Written as a bare name, it takes the route's cost.
+type PolicyRef struct {
+	// Name names one of policies (required).
+	Name string `mapstructure:"name"`
+	// Cost is a whole number of units (>= 1), or the name of a measure of
+	// the route, which the policy reserves and is settled by. Left out:
+	// the route's cost (its measure "cost" when that is a block). A
+	// concurrency policy holds one slot whatever its cost and takes no
+	// measure.
+	Cost string `mapstructure:"cost"`
+	// Units is Cost as a number after Validate; 0 when Cost is left out
+	// (the route's cost) or names a measure.
+	Units int64 `mapstructure:"-"`
+	// Measure is the measure the policy takes after Validate; "" for a
+	// fixed cost.
+	Measure string `mapstructure:"-"`
+	// Unsettled is set by Validate on a policy that takes the measure of a
+	// cost block but is not one of its settle_policies: it keeps the
+	// reservation.
+	Unsettled bool `mapstructure:"-"`
+}
+
+// decodeName decodes a policy written by its name alone.
+func (p *PolicyRef) decodeName(name string) { p.Name = name }
+
+// MaxMeasures is the most measures one route has.
+const MaxMeasures = 8
+
+// Measure is a named quantity of a route's requests (tokens, bytes, ...):
+// reserved before forwarding, taken by the policies bound to it, and
+// settled with the usage the response reports. Its keys are a cost
+// block's (see CostBlock) but settle_policies: a policy is settled by the
+// measure it names as its cost.
+type Measure struct {
+	// Reserve is the units taken before forwarding when the request does
+	// not say (>= 1, <= Max); left out, it is Max when ReserveFrom is set
+	// and required otherwise.
+	Reserve int64 `mapstructure:"reserve"`
+	// ReserveFrom is where a request may state its own reservation; nil
+	// means none. With JSON set, a request with a body states it there
+	// only (Header counts for a request without a body). At most one
+	// measure of a route reads the body (json).
+	ReserveFrom *ReserveFrom `mapstructure:"reserve_from"`
+	// Max is the largest reservation; a request asking more is refused
+	// with 400. It is also the reservation of a request whose body does
+	// not state ReserveFrom.JSON readably (content-coded, without the
+	// field, not JSON, longer than MaxBody). Left out it is Reserve, so
+	// one of the two is required. Every policy bound to the measure must
+	// be able to hold it.
+	Max int64 `mapstructure:"max"`
+	// SettleFrom is where the response reports the units used; nil means
+	// the reservation is never settled.
+	SettleFrom *SettleFrom `mapstructure:"settle_from"`
+	// MaxBody is the most bytes of a JSON body, or of one server-sent
+	// event, parsed for a usage (and of a request body for reserve_from
+	// json); past it none is found (default 1 MiB, at most 64 MiB).
+	MaxBody int64 `mapstructure:"max_body"`
+	// OnMissingUsage is what a settled request takes when its usage goes
+	// unreported by the caller's doing (see CostBlock.OnMissingUsage):
+	// "keep" (the default) or "max". Only with SettleFrom.
+	OnMissingUsage MissingUsage `mapstructure:"on_missing_usage"`
 }
 
 // CostBlock is a route cost written as a block: reserved before

@@ -22,8 +22,11 @@ type route struct {
 	anyTier []boundPolicy            // for tiers not in byTier: policies with a "*" limit
 	// websocket lets a request of this route upgrade to a WebSocket.
 	websocket bool
-	// block is the route's cost block; nil for a fixed cost.
-	block *costBlock
+	// measures are the route's measures, ordered by name; localMeasure is
+	// the index of the one stage 1 takes (a cost block's), -1 when stage 1
+	// takes cost.
+	measures     []*measure
+	localMeasure int
 	// upstream is the route's series of the upstream duration.
 	upstream telemetry.RouteSeries
 	// signals is the route's client_signals (see signals.go).
@@ -69,6 +72,25 @@ type boundPolicy struct {
 	shareFleet, shareCost int64
 	// series are the policy's decision counts in the global stage.
 	series policySeries
+	// measure is the index in the route's measures of the measure a
+	// request takes from this policy; -1 for the fixed cost units.
+	// settles reports whether the measure's usage settles it.
+	measure int
+	units   int64
+	settles bool
+}
+
+// cost is what a request that reserved reserved (per measure) takes from
+// bp: one slot of a concurrency policy, its measure's reservation, or its
+// fixed units.
+func (bp *boundPolicy) cost(reserved *[config.MaxMeasures]int64) int64 {
+	switch {
+	case bp.algorithm == ratelimit.Concurrency:
+		return 1
+	case bp.measure >= 0:
+		return reserved[bp.measure]
+	}
+	return bp.units
 }
 
 // compileRoutes binds every route of cfg, which must have passed Validate,
@@ -98,15 +120,16 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 		if !ok {
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
-		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, block: compileCost(rc),
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket,
 			byTier: make(map[string][]boundPolicy, len(tierNames)), signals: rc.ClientSignals}
+		r.measures, r.localMeasure = compileMeasures(rc)
 		var err error
 		for _, tier := range tierNames {
-			if r.byTier[tier], err = bindPolicies(cfg, rc, tier, fleet); err != nil {
+			if r.byTier[tier], err = bindPolicies(cfg, rc, r.measures, tier, fleet); err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
 		}
-		if r.anyTier, err = bindPolicies(cfg, rc, "", fleet); err != nil {
+		if r.anyTier, err = bindPolicies(cfg, rc, r.measures, "", fleet); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		out[i] = r
@@ -114,12 +137,14 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 	return out, nil
 }
 
-// bindPolicies resolves the policies of route rc for tier ("" = a tier that
-// only "*" limits) and orders them shared scopes first, tenant scopes last.
-// A policy without a limit for the tier (nor "*") does not limit it.
-func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64) ([]boundPolicy, error) {
+// bindPolicies resolves the policies of route rc, whose compiled measures
+// are ms, for tier ("" = a tier that only "*" limits) and orders them
+// shared scopes first, tenant scopes last. A policy without a limit for
+// the tier (nor "*") does not limit it.
+func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier string, fleet int64) ([]boundPolicy, error) {
 	var shared, tenant []boundPolicy
-	for _, name := range rc.Policies {
+	for _, ref := range rc.Policies {
+		name := ref.Name
 		pc, ok := cfg.Policies[name]
 		if !ok {
 			return nil, fmt.Errorf("unknown policy %q", name)
@@ -132,7 +157,7 @@ func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64)
 				continue // this tier is not limited by this policy
 			}
 		}
-		bp, err := bindPolicy(cfg, name, pc, lim, rc, fleet)
+		bp, err := bindPolicy(cfg, ref, pc, lim, rc, ms, fleet)
 		if err != nil {
 			return nil, fmt.Errorf("policies.%s.limits.%s: %w", name, limitKey, err)
 		}
@@ -145,10 +170,12 @@ func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64)
 	return append(shared, tenant...), nil
 }
 
-// bindPolicy compiles policy pc with limit lim for route rc, checking that
-// the store would accept its items (and those of its local share) at the
-// route's largest cost (see maxCost).
-func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit.Limit, rc config.Route, fleet int64) (boundPolicy, error) {
+// bindPolicy compiles policy pc, bound to route rc by ref, with limit lim,
+// checking that the store would accept its items (and those of its local
+// share) at the largest cost a request takes from it: its measure's max,
+// or its fixed units.
+func bindPolicy(cfg *config.Config, ref config.PolicyRef, pc config.Policy, lim ratelimit.Limit, rc config.Route, ms []*measure, fleet int64) (boundPolicy, error) {
+	name := ref.Name
 	alg := pc.Algorithm
 	switch {
 	case !alg.Valid():
@@ -158,14 +185,28 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	case !pc.OnStoreError.Valid():
 		return boundPolicy{}, fmt.Errorf("invalid on_store_error %s", pc.OnStoreError)
 	}
-	cost := maxCost(rc)
-	if alg == ratelimit.Concurrency {
-		cost = 1 // a request holds one slot, whatever its cost
-	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: stack.LocalShare(lim, alg, fleet, cost), shareFleet: fleet, shareCost: cost,
+		limit: lim, measure: measureIndex(ms, ref.Measure), settles: !ref.Unsettled,
 	}
+	cost := ref.Units
+	if cost == 0 && ref.Measure == "" {
+		cost = rc.Cost // a policy listed by its name takes the route's cost
+	}
+	bp.units = cost
+	switch {
+	case alg == ratelimit.Concurrency:
+		cost, bp.measure, bp.settles = 1, -1, false // a request holds one slot, whatever its cost
+	case ref.Measure != "" && bp.measure < 0:
+		return boundPolicy{}, fmt.Errorf("cost: unknown measure %q", ref.Measure)
+	case bp.measure >= 0:
+		cost = ms[bp.measure].max
+	case cost < 1:
+		return boundPolicy{}, fmt.Errorf("cost: must be >= 1, got %d", cost)
+	default:
+		bp.settles = false // a fixed cost is never settled
+	}
+	bp.share, bp.shareFleet, bp.shareCost = stack.LocalShare(lim, alg, fleet, cost), fleet, cost
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, Auto: l.Auto, TTL: l.TTL, Instances: l.Instances}
 	}

@@ -43,7 +43,7 @@ func TestCompileRefusesWhatItCannotEnforce(t *testing.T) {
 			setPolicy(c, "tenant", func(p *config.Policy) { p.Limits["free"] = config.Limit{Rate: 1, Per: 0, Burst: 5} })
 		}, "policies.tenant.limits.free: ratelimit: invalid item: token_bucket: per: must be > 0"},
 		{"cost above capacity", func(c *config.Config) { c.Routes[0].Cost = 50 }, "routes[0]: policies.tenant.limits.anonymous:"},
-		{"missing policy", func(c *config.Config) { c.Routes[1].Policies = []string{"nope"} }, `routes[1]: unknown policy "nope"`},
+		{"missing policy", func(c *config.Config) { c.Routes[1].Policies = []config.PolicyRef{{Name: "nope"}} }, `routes[1]: unknown policy "nope"`},
 		{"zero cost", func(c *config.Config) { c.Routes[1].Cost = 0 }, "routes[1].cost: must be >= 1"},
 		{"zero fleet", func(c *config.Config) { c.Store.FleetSize = 0 }, "store.fleet_size: must be >= 1"},
 		{"no key prefix", func(c *config.Config) { c.Store.Redis.KeyPrefix = "" }, "key prefix"},
