@@ -40,6 +40,10 @@ type Config struct {
 	Upstreams map[string]Upstream `mapstructure:"upstreams"`
 	// Routes are matched in order; the first match wins.
 	Routes []Route `mapstructure:"routes"`
+	// Dimensions are values read from each request (a JSON body field
+	// such as model, or a header) that policies may be keyed by
+	// (policies.<name>.by), by name: 1 to 32 of [a-z0-9_].
+	Dimensions map[string]Dimension `mapstructure:"dimensions"`
 	// RLS is the decision service (Envoy RLS v3 and the HTTP check API);
 	// off by default.
 	RLS RLS `mapstructure:"rls"`
@@ -363,6 +367,37 @@ type Limit struct {
 	Calendar ratelimit.Calendar `mapstructure:"calendar"`
 }
 
+// Dimension is a value read from a request that keys the policies that
+// are by it: each of Values gets its own key (and may have its own
+// limits, see Policy.Values), and every other value, or none, shares one
+// more key, the bucket "*". So a caller cannot create keys by sending
+// new values: a policy by a dimension has at most len(Values)+1 keys per
+// subject. Exactly one of JSON and Header is set.
+type Dimension struct {
+	// JSON is a dotted path into the JSON request body, such as model. It
+	// is read from the same bounded prefix of the body as a measure's
+	// reserve_from.json (that measure's max_body, else 1 MiB), within the
+	// gateway's body buffer budget; a body that is not read (not JSON,
+	// content-coded, longer, past the budget), or whose value there is
+	// not a string of Values (absent, null, a number, stated twice, a
+	// key repeated in another case), is the bucket "*".
+	JSON string `mapstructure:"json"`
+	// Header is a request header, read as reserve_from.header is; a
+	// header stated twice is the bucket "*".
+	Header string `mapstructure:"header"`
+	// Values are the values that get their own key: 1 to
+	// MaxDimensionValues of them, each 1 to 64 of [A-Za-z0-9._/@+-],
+	// compared ASCII case-insensitively (Validate lowercases them).
+	Values []string `mapstructure:"values"`
+}
+
+// MaxDimensionValues is the most values of a dimension.
+const MaxDimensionValues = 64
+
+// OtherValue names, in keys, replies and explain, the shared bucket of a
+// dimension's values that are none of its values.
+const OtherValue = "*"
+
 // Policy is a stage 2 limit, enforced fleet-wide.
 type Policy struct {
 	// Name is the policy's key in Config.Policies; it is shown to clients.
@@ -383,6 +418,15 @@ type Policy struct {
 	// Limits holds the limit per tier name; the key "*" applies to every
 	// tier without its own entry. A tier with neither is not limited.
 	Limits map[string]Limit `mapstructure:"limits"`
+	// By names the dimension (at most one) the policy is keyed by in
+	// addition to its scope: each value of the dimension is its own
+	// counter, and every other value one shared counter (see Dimension).
+	By []string `mapstructure:"by"`
+	// Values holds limits of single values of the dimension By names, by
+	// value, then by tier as Limits does: for a request of that value a
+	// tier takes values.<value>.<tier>, else values.<value>."*", else
+	// Limits. Only with By; a value must be one of the dimension's.
+	Values map[string]map[string]Limit `mapstructure:"values"`
 	// Lease, when set, lets each instance reserve blocks of this policy's
 	// units and admit from them locally (token_bucket only, never shadow).
 	// nil means every decision goes to the store.
@@ -415,6 +459,30 @@ func (p Policy) StoreLimit(key string) (l ratelimit.Limit, ok bool) {
 		l.Per = p.SlotTTL
 	}
 	return l, true
+}
+
+// StoreLimitFor returns the store's limit (see StoreLimit) of tier for a
+// request whose dimension value is value (OtherValue or "" for none of
+// the values): the first of values.<value>.<tier>, values.<value>."*",
+// limits.<tier>, limits."*" that is written, and the path of the one
+// found below the policy (such as "values.gpt-4o.free"). ok is false when
+// none is: the tier is not limited.
+func (p Policy) StoreLimitFor(tier, value string) (l ratelimit.Limit, at string, ok bool) {
+	for _, key := range [2]string{tier, "*"} {
+		if lc, found := p.Values[value][key]; found && value != "" && value != OtherValue {
+			l = ratelimit.Limit(lc)
+			if p.Algorithm == ratelimit.Concurrency {
+				l.Per = p.SlotTTL
+			}
+			return l, "values." + value + "." + key, true
+		}
+	}
+	for _, key := range [2]string{tier, "*"} {
+		if l, ok := p.StoreLimit(key); ok {
+			return l, "limits." + key, true
+		}
+	}
+	return ratelimit.Limit{}, "", false
 }
 
 // Queue bounds the requests that wait for a concurrency slot, per instance

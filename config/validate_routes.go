@@ -210,6 +210,20 @@ func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 		}
 	}
 	c.validateMeasures(errs, p, r)
+	var dim, by string
+	for _, ref := range r.Policies {
+		pol, ok := c.Policies[ref.Name]
+		if !ok || len(pol.By) == 0 {
+			continue
+		}
+		if dim == "" {
+			dim, by = pol.By[0], ref.Name
+		} else if pol.By[0] != dim {
+			errs.addf(p+".policies", "policy %s is by dimension %s, policy %s by %s: the policies of a route are keyed by at most one dimension",
+				by, dim, ref.Name, pol.By[0])
+			break
+		}
+	}
 	if m, ok := r.Measures[legacyMeasure]; ok && r.Settle != nil && m.Max > m.Reserve {
 		c.checkLocalCost(errs, p+".cost.max", m.Max) // stage 1 takes the block's reservation
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -11,15 +12,23 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // route is one configured route, compiled.
 type route struct {
-	name    string
-	cost    int64
-	proxy   http.Handler
-	byTier  map[string][]boundPolicy // the route's policies that limit a tier
-	anyTier []boundPolicy            // for tiers not in byTier: policies with a "*" limit
+	name  string
+	cost  int64
+	proxy http.Handler
+	// byTier holds the route's policies that limit a tier, and anyTier,
+	// for the tiers not in byTier, those with a "*" limit: one of each
+	// per value of the route's dimension, the shared bucket last (see
+	// policyFor); one without a dimension.
+	byTier  []map[string][]boundPolicy
+	anyTier [][]boundPolicy
+	// dim is the dimension the route's policies are keyed by; its zero
+	// value (no label) for none.
+	dim routeDimension
 	// websocket lets a request of this route upgrade to a WebSocket.
 	websocket bool
 	// measures are the route's measures, ordered by name; localMeasure is
@@ -33,13 +42,49 @@ type route struct {
 	signals config.ClientSignals
 }
 
-// policyFor returns the stage-2 policies of r that apply to tier, ordered
-// with shared (route, global) scopes first and the tenant's slot last.
-func (r *route) policyFor(tier string) []boundPolicy {
-	if ps, ok := r.byTier[tier]; ok {
+// routeDimension is the dimension of a route's policies.
+type routeDimension struct {
+	name  string
+	label usage.Label
+}
+
+// policyFor returns the stage-2 policies of r that apply to tier for a
+// request whose dimension value is v (an index into the dimension's
+// values, or usage.Other), ordered with shared (route, global) scopes
+// first and the tenant's slot last.
+func (r *route) policyFor(tier string, v int) []boundPolicy {
+	i := v
+	if v < 0 || v >= len(r.dim.label.Values) {
+		i = len(r.dim.label.Values) // the shared bucket; 0 without a dimension
+	}
+	if ps, ok := r.byTier[i][tier]; ok {
 		return ps
 	}
-	return r.anyTier
+	return r.anyTier[i]
+}
+
+// eachBinding calls f with every binding of r's policies: per value of
+// its dimension, per tier, then for the tiers only "*" limits.
+func (r *route) eachBinding(f func(ps []boundPolicy)) {
+	for i := range r.anyTier {
+		for _, tier := range slices.Sorted(maps.Keys(r.byTier[i])) {
+			f(r.byTier[i][tier])
+		}
+		f(r.anyTier[i])
+	}
+}
+
+// dimensionValue is the value, in keys and replies, of index i of the
+// route's dimension values: the value, or config.OtherValue for the
+// shared bucket; "" without a dimension.
+func (r *route) dimensionValue(i int) string {
+	switch {
+	case r.dim.name == "":
+		return ""
+	case i < len(r.dim.label.Values):
+		return r.dim.label.Values[i]
+	}
+	return config.OtherValue
 }
 
 // boundPolicy is a policy with the limit of one tier on one route: every
@@ -78,6 +123,10 @@ type boundPolicy struct {
 	measure int
 	units   int64
 	settles bool
+	// by is the dimension value of the policy's keys, such as
+	// "model=gpt-4o" (model=* for the shared bucket); "" for a policy
+	// not keyed by a dimension.
+	by string
 }
 
 // cost is what a request that reserved reserved (per measure) takes from
@@ -120,17 +169,30 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 		if !ok {
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
-		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket,
-			byTier: make(map[string][]boundPolicy, len(tierNames)), signals: rc.ClientSignals}
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, signals: rc.ClientSignals}
 		r.measures, r.localMeasure = compileMeasures(rc)
-		var err error
-		for _, tier := range tierNames {
-			if r.byTier[tier], err = bindPolicies(cfg, rc, r.measures, tier, fleet); err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
+		for _, ref := range rc.Policies {
+			if by := cfg.Policies[ref.Name].By; len(by) > 0 {
+				d := cfg.Dimensions[by[0]]
+				r.dim = routeDimension{name: by[0], label: usage.Label{JSON: d.JSON, Header: d.Header, Values: d.Values}}
+				break
 			}
 		}
-		if r.anyTier, err = bindPolicies(cfg, rc, r.measures, "", fleet); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		for v := range len(r.dim.label.Values) + 1 {
+			value := r.dimensionValue(v)
+			byTier := make(map[string][]boundPolicy, len(tierNames))
+			for _, tier := range tierNames {
+				ps, err := bindPolicies(cfg, rc, r.measures, tier, value, fleet)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", path, err)
+				}
+				byTier[tier] = ps
+			}
+			anyTier, err := bindPolicies(cfg, rc, r.measures, "", value, fleet)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			r.byTier, r.anyTier = append(r.byTier, byTier), append(r.anyTier, anyTier)
 		}
 		out[i] = r
 	}
@@ -138,10 +200,12 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 }
 
 // bindPolicies resolves the policies of route rc, whose compiled measures
-// are ms, for tier ("" = a tier that only "*" limits) and orders them
-// shared scopes first, tenant scopes last. A policy without a limit for
-// the tier (nor "*") does not limit it.
-func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier string, fleet int64) ([]boundPolicy, error) {
+// are ms, for tier ("" = a tier that only "*" limits) and a request whose
+// dimension value is value ("" without a dimension, config.OtherValue
+// for the shared bucket), and orders them shared scopes first, tenant
+// scopes last. A policy without a limit for the tier (nor "*") does not
+// limit it. A policy by the dimension has the value's limit and keys.
+func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier, value string, fleet int64) ([]boundPolicy, error) {
 	var shared, tenant []boundPolicy
 	for _, ref := range rc.Policies {
 		name := ref.Name
@@ -149,17 +213,21 @@ func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier strin
 		if !ok {
 			return nil, fmt.Errorf("unknown policy %q", name)
 		}
-		limitKey := tier
-		lim, ok := pc.StoreLimit(tier)
+		byValue := ""
+		if len(pc.By) > 0 {
+			byValue = value
+		}
+		lim, at, ok := pc.StoreLimitFor(tier, byValue)
 		if !ok {
-			limitKey = "*"
-			if lim, ok = pc.StoreLimit("*"); !ok {
-				continue // this tier is not limited by this policy
-			}
+			continue // this tier is not limited by this policy
 		}
 		bp, err := bindPolicy(cfg, ref, pc, lim, rc, ms, fleet)
+		if err == nil && byValue != "" {
+			bp.by = pc.By[0] + "=" + byValue
+			bp.pattern, err = bp.pattern.By(bp.by)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("policies.%s.limits.%s: %w", name, limitKey, err)
+			return nil, fmt.Errorf("policies.%s.%s: %w", name, at, err)
 		}
 		if bp.scope.PerSubject() {
 			tenant = append(tenant, bp)

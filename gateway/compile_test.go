@@ -7,6 +7,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // loadBase loads baseConfig as the gateway tests do, for a test that edits
@@ -69,7 +70,7 @@ func TestCompileRefusesWhatItCannotEnforce(t *testing.T) {
 			if err := live.Reload(cfg, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Reload: %v, want an error mentioning %q", err, tc.want)
 			}
-			if got := len(live.live.Load().routes[0].policyFor("free")); got != 2 {
+			if got := len(live.live.Load().routes[0].policyFor("free", usage.Other)); got != 2 {
 				t.Errorf("after the refused reload, transfers.create has %d policies for free, want the live 2", got)
 			}
 		})
@@ -92,7 +93,7 @@ func TestCompileBindsTypedPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gw.Close()
-	ps := gw.live.Load().routes[0].policyFor("enterprise")
+	ps := gw.live.Load().routes[0].policyFor("enterprise", usage.Other)
 	if len(ps) != 2 {
 		t.Fatalf("transfers.create binds %d policies for enterprise, want 2", len(ps))
 	}

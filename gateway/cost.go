@@ -52,6 +52,9 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				return
 			}
 			st.cost = res.units
+			if st.route.dim.name != "" {
+				st.policies = st.route.policyFor(st.caller.Tier, res.value)
+			}
 			next.ServeHTTP(w, r)
 		})
 	}
@@ -68,8 +71,11 @@ type reserved struct {
 	// from), "over_budget" (max: the body buffer budget was spent).
 	why string
 	// measures and whys are the same per measure of the route.
-	measures   [config.MaxMeasures]int64
-	whys       [config.MaxMeasures]string
+	measures [config.MaxMeasures]int64
+	whys     [config.MaxMeasures]string
+	// value is the index of the request's value of the route's dimension,
+	// or usage.Other (see config.Dimension).
+	value      int
 	overBudget bool
 	refusal    *problem
 }
@@ -80,14 +86,30 @@ type reserved struct {
 // that refuses the request refuses it. The gateway and explain both
 // decide here.
 func reservation(r *http.Request, st *requestState, budget *usage.Budget) reserved {
-	var out reserved
+	out := reserved{value: usage.Other}
+	label := st.route.dim.label
+	labeled := false // label read with a measure's reservation
 	for i, m := range st.route.measures {
-		one := measureReservation(r, st, m, budget)
+		var l usage.Label
+		if m.asks && m.reserveFrom.JSON != "" && label.JSON != "" {
+			l, labeled = label, true // the same pass of the same body prefix
+		}
+		one := measureReservation(r, st, m, l, budget)
 		if one.refusal != nil {
 			return one
 		}
 		out.measures[i], out.whys[i] = one.units, one.why
 		out.overBudget = out.overBudget || one.overBudget
+		if l.JSON != "" {
+			out.value = one.value
+		}
+	}
+	if !labeled && (label.JSON != "" || label.Header != "") {
+		one := measureReservation(r, st, &labelOnly, label, budget)
+		if one.refusal != nil {
+			return one
+		}
+		out.value, out.overBudget = one.value, out.overBudget || one.overBudget
 	}
 	st.reserved = out.measures
 	out.units, out.why = st.route.cost, "cost"
@@ -109,11 +131,11 @@ func reservation(r *http.Request, st *requestState, budget *usage.Budget) reserv
 // buffered are added to st.bodyHeld, to be given back to budget (nil:
 // none) when the request ends; at most one measure of a route reads the
 // body (config.Route.Measures).
-func measureReservation(r *http.Request, st *requestState, m *measure, budget *usage.Budget) reserved {
+func measureReservation(r *http.Request, st *requestState, m *measure, label usage.Label, budget *usage.Budget) reserved {
 	if !m.asks {
-		return reserved{units: m.reserve, why: "reserve"}
+		return reserved{units: m.reserve, why: "reserve", value: usage.Other}
 	}
-	units, found, held, err := usage.FromRequestWithin(r, m.reserveFrom, m.maxBody, budget)
+	units, found, value, held, err := usage.FromRequestLabeled(r, m.reserveFrom, label, m.maxBody, budget)
 	st.bodyHeld += held
 	refuse := func(p problem) reserved {
 		p.RequestID = st.requestID
@@ -124,7 +146,7 @@ func measureReservation(r *http.Request, st *requestState, m *measure, budget *u
 		// The gateway holds as many bodies as it may: this one is
 		// forwarded as it streams, and reserves as one that states
 		// nothing (see docs/security.md#hostile-input).
-		return reserved{units: m.max, why: "over_budget", overBudget: true}
+		return reserved{units: m.max, why: "over_budget", overBudget: true, value: usage.Other}
 	case err != nil && st.bodyFault.load() != bodyOK:
 		pr, _ := st.bodyFault.load().problem(st.requestID, 0)
 		return reserved{refusal: &pr}
@@ -138,12 +160,17 @@ func measureReservation(r *http.Request, st *requestState, m *measure, budget *u
 			Message: "the request asks to reserve " + strconv.FormatUint(units, 10) + " units" + measureOf(st, m) + "; route " + st.route.name +
 				" reserves at most " + strconv.FormatInt(m.max, 10)})
 	case found:
-		return reserved{units: max(int64(units), 1), why: "stated"} // a reservation of 0 would ask without taking
+		return reserved{units: max(int64(units), 1), why: "stated", value: value} // a reservation of 0 would ask without taking
 	case m.reserveFrom.JSON != "":
-		return reserved{units: m.max, why: "max"} // the caller cannot shrink what its body asks for by hiding it
+		return reserved{units: m.max, why: "max", value: value} // the caller cannot shrink what its body asks for by hiding it
 	}
-	return reserved{units: m.reserve, why: "reserve"}
+	return reserved{units: m.reserve, why: "reserve", value: value}
 }
+
+// labelOnly reads a route's dimension when no measure reads the body
+// with it: it reserves nothing of its own, and reads the body's first
+// MiB, the default max_body.
+var labelOnly = measure{name: "dimension", asks: true, maxBody: 1 << 20}
 
 // measureOf names measure m in a refusal: " of tokens"; nothing for a
 // route's cost block, the route's one measure.

@@ -14,6 +14,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // Explanation is what the pipeline would apply to one request, without
@@ -146,7 +147,7 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 	rt := p.routes[m.Index]
 	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
 	st := &requestState{route: rt}
-	var res reserved
+	res := reserved{value: usage.Other}
 	if r.ContentLength > p.body.max {
 		ex.Refusal = "413 payload_too_large: the body exceeds server.max_body_bytes"
 	} else {
@@ -186,7 +187,7 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 		l := *t.Local
 		ex.Local = &l
 	}
-	for _, bp := range rt.policyFor(caller.Tier) {
+	for _, bp := range rt.policyFor(caller.Tier, res.value) {
 		key, err := bp.pattern.Key(p.subjectID(caller.Subject))
 		if err != nil {
 			return nil, err

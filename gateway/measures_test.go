@@ -2,12 +2,27 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/quotagate/quotagate/internal/redistest"
 )
+
+// chatRoute starts the configurations' one route, chat, to upstream llm
+// (DEAD is an upstream that never answers), its policies to follow.
+const chatRoute = `
+upstreams:
+  llm:  {url: UPSTREAM}
+  dead: {url: DEAD}
+routes:
+  - name: chat
+    method: POST
+    path: /v1/chat/{mode}
+    upstream: llm
+`
 
 // measuresConfig binds four policies to one route, each with its own
 // cost: rpm a request (its name alone), flat 5 units, tpm the measure
@@ -21,15 +36,7 @@ server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}` + settleHead + `
   tpm:    {limits: {"*": {rate: 1000, per: 100000s, burst: 1000}}}
   flat:   {limits: {"*": {rate: 100, per: 100000s, burst: 100}}}
   prompt: {algorithm: fixed_window, limits: {"*": {rate: 500, per: 100000s}}}
-upstreams:
-  llm:  {url: UPSTREAM}
-  dead: {url: DEAD}
-routes:
-  - name: chat
-    method: POST
-    path: /v1/chat/{mode}
-    upstream: llm
-    policies: [rpm, {name: tpm, cost: tokens}, {name: flat, cost: 5}, {name: prompt, cost: prompt}]
+` + chatRoute + `    policies: [rpm, {name: tpm, cost: tokens}, {name: flat, cost: 5}, {name: prompt, cost: prompt}]
     measures:
       tokens:
         reserve_from: {json: max_tokens}
@@ -44,20 +51,27 @@ routes:
 // from the one response, on the memory store, on Redis and on a Redis
 // Cluster; a request denied by one policy takes nothing from the others.
 func TestPolicyCostsOnEveryStore(t *testing.T) {
-	stores := []struct {
-		name  string
-		start func(t *testing.T) []string
-	}{
-		{"memory", func(*testing.T) []string { return nil }},
-		{"redis", func(t *testing.T) []string { return []string{redistest.StartStandalone(t).Addr} }},
-		{"cluster", func(t *testing.T) []string { return redistest.StartCluster(t, 3).Addrs() }},
-	}
-	for _, store := range stores {
+	for _, store := range everyStore {
 		t.Run(store.name, func(t *testing.T) {
-			sf := newSettleFixtureWith(t, nil, store.start(t), measuresConfig, time.Second)
+			addrs, _ := store.start(t)
+			sf := newSettleFixtureWith(t, nil, addrs, measuresConfig, time.Second)
 			testPolicyCosts(t, sf)
 		})
 	}
+}
+
+// everyStore starts each store a settlement test runs on: the memory
+// store (no addresses), a Redis server (also returned) and a Cluster.
+var everyStore = []struct {
+	name  string
+	start func(t *testing.T) ([]string, *redistest.Server)
+}{
+	{"memory", func(*testing.T) ([]string, *redistest.Server) { return nil, nil }},
+	{"redis", func(t *testing.T) ([]string, *redistest.Server) {
+		srv := redistest.StartStandalone(t)
+		return []string{srv.Addr}, srv
+	}},
+	{"cluster", func(t *testing.T) ([]string, *redistest.Server) { return redistest.StartCluster(t, 3).Addrs(), nil }},
 }
 
 func testPolicyCosts(t *testing.T, sf *settleFixture) {
@@ -132,4 +146,76 @@ func deniedBy(t *testing.T, body string) string {
 	}
 	s, _ := m["policy"].(string)
 	return s
+}
+
+// dimensionsConfig keys tpm by the body's model: gpt-4o and gpt-4o-mini
+// have their own counters (gpt-4o-mini a limit of its own), every other
+// model, or none, one shared counter; rpm is not keyed by it.
+const dimensionsConfig = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}` + settleHead + `
+  rpm: {limits: {"*": {rate: 100, per: 100000s, burst: 100}}}
+  tpm:
+    by: [model]
+    limits: {"*": {rate: 1000, per: 100000s, burst: 1000}}
+    values: {GPT-4o-mini: {"*": {rate: 5000, per: 100000s, burst: 5000}}}
+dimensions:
+  model: {json: model, values: [gpt-4o, GPT-4o-Mini]}
+` + chatRoute + `    policies: [rpm, {name: tpm, cost: tokens}]
+    measures:
+      tokens:
+        reserve_from: {json: max_tokens}
+        max: 500
+        settle_from: {json: usage.total_tokens}
+`
+
+// TestDimensionKeysPerModel: on the memory store, Redis and a Cluster, a
+// policy by the body's model takes each configured model from its own
+// counter with its own limit, and every other model, a body without one
+// and a body the gateway does not read from one shared counter, settled
+// exactly; a caller sending many model names creates no more keys.
+func TestDimensionKeysPerModel(t *testing.T) {
+	for _, store := range everyStore {
+		t.Run(store.name, func(t *testing.T) {
+			addrs, srv := store.start(t)
+			sf := newSettleFixtureWith(t, nil, addrs, dimensionsConfig, time.Second)
+			post := func(body string, used int) {
+				t.Helper()
+				resp, b := sf.post(t, 1, fmt.Sprintf("/v1/chat/json?u=%d", used), body, nil)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: status %d %s", body, resp.StatusCode, b)
+				}
+			}
+			post(`{"model":"gpt-4o","max_tokens":300}`, 120)
+			post(`{"model":"gpt-4o-mini","max_tokens":300}`, 100)
+			post(`{"model":"GPT-4O-MINI","max_tokens":300}`, 100)
+			post(`{"model":"gpt-5","max_tokens":300}`, 50)
+			post(`{"max_tokens":300}`, 40)
+			post(`{"model":"gpt-4o","model":"gpt-4o-mini","max_tokens":300}`, 30) // ambiguous: the shared bucket
+			for i := range 20 {
+				post(fmt.Sprintf(`{"model":"spray-%d","max_tokens":1}`, i), 1)
+			}
+			rep, _ := sf.quota(t, map[string]string{"X-API-Key": "KEY1"})
+			got := map[string]int64{}
+			for _, q := range rep.Policies {
+				got[q.Name+" "+q.By] = q.Remaining
+			}
+			want := map[string]int64{
+				"rpm ":                  100 - 26,
+				"tpm model=gpt-4o":      1000 - 120,
+				"tpm model=gpt-4o-mini": 5000 - 200,
+				"tpm model=*":           1000 - 50 - 40 - 30 - 20,
+			}
+			if !sameUnits(got, want) {
+				t.Errorf("remaining %v, want %v", got, want)
+			}
+			if srv != nil {
+				keys, _ := srv.Do("KEYS", "*:tpm:*")
+				if ks, _ := keys.([]any); len(ks) != 3 {
+					t.Errorf("tpm keys in Redis: %v, want 3 (two models and the shared bucket)", ks)
+				} else if !strings.Contains(fmt.Sprint(ks), "model=*") {
+					t.Errorf("tpm keys %v lack the shared bucket", ks)
+				}
+			}
+		})
+	}
 }
