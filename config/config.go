@@ -40,6 +40,10 @@ type Config struct {
 	Upstreams map[string]Upstream `mapstructure:"upstreams"`
 	// Routes are matched in order; the first match wins.
 	Routes []Route `mapstructure:"routes"`
+	// Prices holds the price of each model (a value of a dimension, or
+	// "*" for every value without its own entry and the shared bucket)
+	// that measures read with price(<dimension>).<field>.
+	Prices map[string]Price `mapstructure:"prices"`
 	// Dimensions are values read from each request (a JSON body field
 	// such as model, or a header) that policies may be keyed by
 	// (policies.<name>.by), by name: 1 to 32 of [a-z0-9_].
@@ -673,8 +677,19 @@ type Measure struct {
 	// be able to hold it.
 	Max int64 `mapstructure:"max"`
 	// SettleFrom is where the response reports the units used; nil means
-	// the reservation is never settled.
+	// the reservation is never settled (unless Settle is set).
 	SettleFrom *SettleFrom `mapstructure:"settle_from"`
+	// Settle is an integer expression over usage fields of the response
+	// that the measure settles to, such as
+	// "usage.prompt_tokens + usage.completion_tokens" (see usage.Expr:
+	// +, *, "/" by a constant rounding up, integer constants, JSON paths
+	// read from a JSON body or from each event of an SSE stream, the last
+	// event holding a field winning, and price(<dimension>).input,
+	// .output or .cached, in nano-USD per token, from prices for the
+	// request's value of the dimension). It saturates at 2^53. A response
+	// lacking one of its fields settles nothing: the reservation stands.
+	// At most MaxSettleFields distinct fields; not with SettleFrom.
+	Settle string `mapstructure:"settle"`
 	// MaxBody is the most bytes of a JSON body, or of one server-sent
 	// event, parsed for a usage (and of a request body for reserve_from
 	// json); past it none is found (default 1 MiB, at most 64 MiB).
@@ -683,6 +698,27 @@ type Measure struct {
 	// unreported by the caller's doing (see CostBlock.OnMissingUsage):
 	// "keep" (the default) or "max". Only with SettleFrom.
 	OnMissingUsage MissingUsage `mapstructure:"on_missing_usage"`
+}
+
+// MaxSettleFields is the most distinct fields a measure's settle reads.
+const MaxSettleFields = 4
+
+// Price is what a model's tokens cost, as a price list writes it: decimal
+// strings of USD per million tokens, such as "2.50", with at most three
+// decimals (one nano-USD per token). Validate parses them into the
+// Nano fields, exactly: no floating point is involved anywhere.
+type Price struct {
+	// Input is the price of a prompt token (required).
+	Input string `mapstructure:"input"`
+	// Output is the price of a completion token (required).
+	Output string `mapstructure:"output"`
+	// Cached is the price of a cached prompt token; left out, Input's.
+	Cached string `mapstructure:"cached"`
+	// InputNano, OutputNano and CachedNano are the prices in nano-USD
+	// per token (1 USD per million tokens = 1000), set by Validate.
+	InputNano  int64 `mapstructure:"-"`
+	OutputNano int64 `mapstructure:"-"`
+	CachedNano int64 `mapstructure:"-"`
 }
 
 // CostBlock is a route cost written as a block: reserved before
@@ -738,6 +774,13 @@ type ReserveFrom struct {
 	JSONCount string `mapstructure:"json_count"`
 	// Header is a request header.
 	Header string `mapstructure:"header"`
+	// PromptBytesPerToken, when > 0, adds to the reservation stated at
+	// JSON an upper bound of the prompt's tokens from the body's size:
+	// ceil(Content-Length / PromptBytesPerToken) (a tokenizer's token is
+	// at least that many bytes of the body; 1 is always safe). The sum is
+	// capped at max; a body of unknown length (chunked) reserves max.
+	// Only with JSON.
+	PromptBytesPerToken int64 `mapstructure:"prompt_bytes_per_token"`
 }
 
 // SettleFrom names where a response reports its usage; the first present

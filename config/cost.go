@@ -155,6 +155,17 @@ func (c *Config) validateMeasure(errs *Errors, p string, m *Measure, bound []Pol
 	} else if m.Max > m.Reserve && m.Reserve >= 1 {
 		errs.add(p+".max", "is above reserve but no reserve_from says where a request asks for more; remove it or add reserve_from")
 	}
+	if f := m.ReserveFrom; f != nil {
+		switch {
+		case f.PromptBytesPerToken < 0:
+			errs.addf(p+".reserve_from.prompt_bytes_per_token", "must be >= 1 (or left out), got %d", f.PromptBytesPerToken)
+		case f.PromptBytesPerToken > 0 && f.JSON == "":
+			errs.add(p+".reserve_from.prompt_bytes_per_token", "needs json: it bounds the prompt of a body that states its completion")
+		}
+	}
+	if m.Settle != "" {
+		c.validateSettleExpr(errs, p+".settle", m)
+	}
 	if f := m.SettleFrom; f != nil {
 		if f.Header == "" && f.JSON == "" && f.SSE == "" {
 			errs.add(p+".settle_from", "must name header, json or sse (or be left out)")
@@ -166,9 +177,59 @@ func (c *Config) validateMeasure(errs *Errors, p string, m *Measure, bound []Pol
 	switch {
 	case m.OnMissingUsage.check() != nil:
 		errs.add(p+".on_missing_usage", m.OnMissingUsage.check().Error())
-	case m.OnMissingUsage == MissingUsageMax && m.SettleFrom == nil:
+	case m.OnMissingUsage == MissingUsageMax && m.SettleFrom == nil && m.Settle == "":
 		errs.add(p+".on_missing_usage", "needs settle_from: without it nothing is settled and the reservation always stands")
 	}
+}
+
+// priceFields are the fields of a price(...) reference.
+var priceFields = []string{"input", "output", "cached"}
+
+// validateSettleExpr checks measure m's settle expression, at path p: its
+// syntax, its fields, and that every price it reads is priced for every
+// value of its dimension.
+func (c *Config) validateSettleExpr(errs *Errors, p string, m *Measure) {
+	if m.SettleFrom != nil {
+		errs.add(p, "settle and settle_from are two ways to say what the response used: write one")
+	}
+	e, err := usage.ParseExpr(m.Settle)
+	if err != nil {
+		errs.add(p, err.Error())
+		return
+	}
+	if len(e.Fields) > MaxSettleFields {
+		errs.addf(p, "reads %d fields, at most %d", len(e.Fields), MaxSettleFields)
+	}
+	for _, ref := range e.Prices {
+		_, ok := c.Dimensions[ref.Dimension]
+		switch {
+		case !ok:
+			errs.addf(p, "price(%s): unknown dimension %q%s", ref.Dimension, ref.Dimension, known(c.Dimensions))
+			continue
+		case !slices.Contains(priceFields, ref.Field):
+			errs.addf(p, "price(%s).%s: a price is input, output or cached", ref.Dimension, ref.Field)
+		}
+		if _, all := c.Prices["*"]; !all {
+			errs.addf(p, "price(%s): prices needs an entry \"*\": it prices the values that are none of dimension %s's, and those without their own",
+				ref.Dimension, ref.Dimension)
+		}
+	}
+}
+
+// SettleDimensions returns the dimensions the settle expressions of r's
+// measures price by, each once.
+func (r *Route) SettleDimensions() []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(r.Measures)) {
+		if e, err := usage.ParseExpr(r.Measures[name].Settle); err == nil {
+			for _, ref := range e.Prices {
+				if !slices.Contains(out, ref.Dimension) {
+					out = append(out, ref.Dimension)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // validateMeasures checks the measures of route r at path p and the costs

@@ -108,3 +108,26 @@ routes:
 		t.Errorf("legacy measures = %+v, want the block as measure cost", m)
 	}
 }
+
+// TestPrices: prices as a price list writes them become nano-USD per
+// token exactly (cached defaults to input).
+func TestPrices(t *testing.T) {
+	for in, want := range map[string]int64{"2.50": 2500, "0.15": 150, "0.075": 75, "10": 10000, "0": 0, "1000000": 1_000_000_000} {
+		if got, err := parsePrice(in); err != nil || got != want {
+			t.Errorf("parsePrice(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	c := mustParse(t, `
+identity: {anonymous: {tier: free}}
+tiers: {free: {}}
+prices: {gpt-4o: {input: "2.50", output: "10.00"}, "*": {input: "0.15", output: "0.60", cached: "0.075"}}
+upstreams: {llm: {url: "http://127.0.0.1:9001"}}
+routes: [{name: r, method: GET, path: /, upstream: llm}]
+`, noEnv)
+	if p := c.Prices["gpt-4o"]; p.InputNano != 2500 || p.OutputNano != 10000 || p.CachedNano != 2500 {
+		t.Errorf("gpt-4o = %+v", p)
+	}
+	if p := c.Prices["*"]; p.InputNano != 150 || p.OutputNano != 600 || p.CachedNano != 75 {
+		t.Errorf("* = %+v", p)
+	}
+}

@@ -29,6 +29,7 @@ func (c *Config) Validate() error {
 	c.validateLog(&errs)
 	c.validateTiers(&errs)
 	c.validateDimensions(&errs)
+	c.validatePrices(&errs)
 	c.validatePolicies(&errs)
 	c.validateUpstreams(&errs)
 	c.validateRoutes(&errs)

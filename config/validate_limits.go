@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,6 +130,56 @@ var (
 	dimensionNameRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 	dimValueRE      = regexp.MustCompile(`^[A-Za-z0-9._/@+-]{1,64}$`)
 )
+
+// maxPriceUSD bounds a price, in USD per million tokens.
+const maxPriceUSD = 1_000_000
+
+// parsePrice parses a price as a price list writes it, USD per million
+// tokens ("2.50", "0.075"), into nano-USD per token, exactly.
+func parsePrice(s string) (int64, error) {
+	whole, frac, dotted := strings.Cut(s, ".")
+	if whole == "" || dotted && frac == "" || strings.Trim(whole+frac, "0123456789") != "" {
+		return 0, fmt.Errorf("must be a decimal number of USD per million tokens, such as \"2.50\", got %q", s)
+	}
+	if len(frac) > 3 {
+		return 0, fmt.Errorf("%q has more than 3 decimals: prices are held in nano-USD per token (0.001 USD per million tokens)", s)
+	}
+	if len(whole) > 7 {
+		return 0, fmt.Errorf("%q is above %d USD per million tokens", s, maxPriceUSD)
+	}
+	w, _ := strconv.ParseInt(whole, 10, 64)
+	f, _ := strconv.ParseInt((frac + "000")[:3], 10, 64)
+	if w > maxPriceUSD || w == maxPriceUSD && f > 0 {
+		return 0, fmt.Errorf("%q is above %d USD per million tokens", s, maxPriceUSD)
+	}
+	return w*1000 + f, nil
+}
+
+// validatePrices parses every price; Cached defaults to Input.
+func (c *Config) validatePrices(errs *Errors) {
+	for model, pr := range c.Prices {
+		p := join("prices", model)
+		parse := func(key, v string, out *int64) {
+			if v == "" {
+				errs.add(p+"."+key, "is required")
+				return
+			}
+			n, err := parsePrice(v)
+			if err != nil {
+				errs.add(p+"."+key, err.Error())
+			}
+			*out = n
+		}
+		parse("input", pr.Input, &pr.InputNano)
+		parse("output", pr.Output, &pr.OutputNano)
+		if pr.Cached == "" {
+			pr.CachedNano = pr.InputNano
+		} else {
+			parse("cached", pr.Cached, &pr.CachedNano)
+		}
+		c.Prices[model] = pr
+	}
+}
 
 // validateDimensions checks every dimension's name, source and values,
 // and lowercases the values.

@@ -217,11 +217,18 @@ func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 			continue
 		}
 		if dim == "" {
-			dim, by = pol.By[0], ref.Name
+			dim, by = pol.By[0], "policy "+ref.Name
 		} else if pol.By[0] != dim {
-			errs.addf(p+".policies", "policy %s is by dimension %s, policy %s by %s: the policies of a route are keyed by at most one dimension",
+			errs.addf(p+".policies", "%s is by dimension %s, policy %s by %s: the policies of a route are keyed by at most one dimension",
 				by, dim, ref.Name, pol.By[0])
 			break
+		}
+	}
+	for _, d := range r.SettleDimensions() {
+		if dim == "" {
+			dim, by = d, "price("+d+")"
+		} else if d != dim {
+			errs.addf(p+".measures", "%s is by dimension %s, price(%s) by %s: a route reads at most one dimension", by, dim, d, d)
 		}
 	}
 	if m, ok := r.Measures[legacyMeasure]; ok && r.Settle != nil && m.Max > m.Reserve {

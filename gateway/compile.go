@@ -170,13 +170,19 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
 		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, signals: rc.ClientSignals}
-		r.measures, r.localMeasure = compileMeasures(rc)
+		dims := rc.SettleDimensions()
 		for _, ref := range rc.Policies {
 			if by := cfg.Policies[ref.Name].By; len(by) > 0 {
-				d := cfg.Dimensions[by[0]]
-				r.dim = routeDimension{name: by[0], label: usage.Label{JSON: d.JSON, Header: d.Header, Values: d.Values}}
-				break
+				dims = append([]string{by[0]}, dims...)
 			}
+		}
+		if len(dims) > 0 {
+			d := cfg.Dimensions[dims[0]]
+			r.dim = routeDimension{name: dims[0], label: usage.Label{JSON: d.JSON, Header: d.Header, Values: d.Values}}
+		}
+		var err error
+		if r.measures, r.localMeasure, err = compileMeasures(cfg, rc, r.dim.label.Values); err != nil {
+			return nil, fmt.Errorf("%s.%w", path, err)
 		}
 		for v := range len(r.dim.label.Values) + 1 {
 			value := r.dimensionValue(v)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/quotagate/quotagate/config"
@@ -32,7 +31,7 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 					}
 				}
 			}
-			if r.Method == http.MethodHead && slices.ContainsFunc(ms, func(m *measure) bool { return m.settles && m.settleFrom.Header == "" }) {
+			if r.Method == http.MethodHead && bodyUsage(ms) {
 				// A HEAD runs the upstream's GET but returns no body, so a
 				// usage read from the body never arrives: the caller would
 				// pay the reservation for the GET's work. Refused, not
@@ -51,7 +50,7 @@ func (g *Gateway) costStage() func(http.Handler) http.Handler {
 				writeRouteProblem(w, st, *res.refusal)
 				return
 			}
-			st.cost = res.units
+			st.cost, st.value = res.units, res.value
 			if st.route.dim.name != "" {
 				st.policies = st.route.policyFor(st.caller.Tier, res.value)
 			}
@@ -159,8 +158,14 @@ func measureReservation(r *http.Request, st *requestState, m *measure, label usa
 		return refuse(problem{Status: http.StatusBadRequest, Error: codeBadRequest,
 			Message: "the request asks to reserve " + strconv.FormatUint(units, 10) + " units" + measureOf(st, m) + "; route " + st.route.name +
 				" reserves at most " + strconv.FormatInt(m.max, 10)})
+	case found && m.perToken > 0 && r.ContentLength < 0:
+		return reserved{units: m.max, why: "max", value: value} // a prompt of unknown size
 	case found:
-		return reserved{units: max(int64(units), 1), why: "stated", value: value} // a reservation of 0 would ask without taking
+		n := max(int64(units), 1) // a reservation of 0 would ask without taking
+		if m.perToken > 0 {       // the prompt's bound: ceil(body bytes / bytes per token), within max
+			n = min(n+(r.ContentLength+m.perToken-1)/m.perToken, m.max)
+		}
+		return reserved{units: n, why: "stated", value: value}
 	case m.reserveFrom.JSON != "":
 		return reserved{units: m.max, why: "max", value: value} // the caller cannot shrink what its body asks for by hiding it
 	}

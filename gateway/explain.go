@@ -144,7 +144,7 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 	if err != nil {
 		return nil, err
 	}
-	rt := p.routes[m.Index]
+	rt, routeIndex := p.routes[m.Index], m.Index
 	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
 	st := &requestState{route: rt}
 	res := reserved{value: usage.Other}
@@ -164,7 +164,12 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 		me := MeasureExplained{Name: m.name, Reserve: st.reserved[i], ReserveWhy: res.whys[i], Max: m.max,
 			ReserveFrom: sources("json", strings.Join(append([]string{m.reserveFrom.JSON}, m.reserveFrom.JSONAliases...), " or "), "header", m.reserveFrom.Header)}
 		if m.settles {
-			me.SettleFrom = sources("header", m.settleFrom.Header, "json", m.settleFrom.JSON, "sse", m.settleFrom.SSE)
+			if m.expr != nil {
+				me.SettleFrom = "settle " + cfg.Routes[routeIndex].Measures[m.name].Settle
+			} else {
+				f := m.fields[0]
+				me.SettleFrom = sources("header", f.Header, "json", f.JSON, "sse", f.SSE)
+			}
 		}
 		ex.Measures = append(ex.Measures, me)
 	}

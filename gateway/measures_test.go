@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
@@ -215,6 +216,108 @@ func TestDimensionKeysPerModel(t *testing.T) {
 				} else if !strings.Contains(fmt.Sprint(ks), "model=*") {
 					t.Errorf("tpm keys %v lack the shared bucket", ks)
 				}
+			}
+		})
+	}
+}
+
+// llmConfig is the LLM policy of the guide: rpm a request, tpm the
+// tokens (prompt bound from the body at 4 bytes a token, plus max_tokens
+// × n; settled as prompt + completion) per model, spend the usd of each
+// request in micro-USD, priced per model, over a calendar month.
+const llmConfig = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}` + settleHead + `
+  rpm:   {limits: {"*": {rate: 100, per: 100000s, burst: 100}}}
+  tpm:   {by: [model], limits: {"*": {rate: 100000, per: 10000s, burst: 100000}}}
+  spend: {algorithm: fixed_window, limits: {"*": {rate: 50000, calendar: {unit: month}}}}
+dimensions:
+  model: {json: model, values: [gpt-4o, gpt-4o-mini]}
+prices:
+  gpt-4o: {input: "2.50", output: "10.00"}
+  "*":    {input: "0.15", output: "0.60"}
+` + chatRoute + `
+    policies: [rpm, {name: tpm, cost: tokens}, {name: spend, cost: usd}]
+    measures:
+      tokens:
+        reserve_from: {json: max_tokens, json_count: n, prompt_bytes_per_token: 4}
+        max: 32000
+        settle: usage.prompt_tokens + usage.completion_tokens
+      usd:
+        reserve: 1000
+        settle: (usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000
+`
+
+// TestLLMPolicy: one route limits requests, tokens per model and money
+// together: tokens reserve max_tokens × n plus the prompt's bound from
+// the body's size and settle to prompt + completion (from JSON and from
+// an SSE stream), usd settles to the price of the model's tokens in
+// micro-USD, rounded up, and the monthly budget runs out (the request
+// that crosses it is charged in full, the next is denied by spend) and
+// comes back in the next calendar month; on every store.
+func TestLLMPolicy(t *testing.T) {
+	for _, store := range everyStore {
+		t.Run(store.name, func(t *testing.T) {
+			addrs, _ := store.start(t)
+			sf := newSettleFixtureWith(t, nil, addrs, llmConfig, time.Second)
+			cfg, err := config.Load(sf.path, testGetenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := `{"model":"gpt-4o","max_tokens":500,"n":2,"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
+			h := http.Header{"Content-Type": {"application/json"}}
+			ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat/llm", Credential: "KEY1", Header: h, Body: []byte(body)}, testGetenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(1000 + (len(body)+3)/4); ex.Measures[0].Name != "tokens" || ex.Measures[0].Reserve != want {
+				t.Errorf("explain: %+v, want tokens reserving %d (1000 asked + the prompt's bound)", ex.Measures, want)
+			}
+			post := func(mode, model string, p, c int) int {
+				t.Helper()
+				resp, b := sf.post(t, 1, fmt.Sprintf("/v1/chat/%s?p=%d&c=%d", mode, p, c), `{"model":"`+model+`","max_tokens":500}`, nil)
+				if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("status %d %s", resp.StatusCode, b)
+				}
+				if resp.StatusCode == http.StatusTooManyRequests && deniedBy(t, b) != "spend" {
+					t.Fatalf("denied by %s, want spend", deniedBy(t, b))
+				}
+				return resp.StatusCode
+			}
+			remaining := func() map[string]int64 {
+				rep, _ := sf.quota(t, map[string]string{"X-API-Key": "KEY1"})
+				got := map[string]int64{}
+				for _, q := range rep.Policies {
+					got[q.Name+" "+q.By] = q.Remaining
+				}
+				return got
+			}
+			post("llm", "gpt-4o", 1000, 500)          // 1000 × 2500 + 500 × 10000 nano-USD: 7500 µUSD
+			post("llm-sse", "gpt-4o-mini", 1000, 999) // 1000 × 150 + 999 × 600 = 749400 nano: 750 µUSD
+			post("llm", "gpt-5", 3, 0)                // 3 × 150 = 450 nano: rounded up to 1 µUSD
+			want := map[string]int64{"rpm ": 97, "spend ": 50000 - 7500 - 750 - 1,
+				"tpm model=gpt-4o": 100000 - 1500, "tpm model=gpt-4o-mini": 100000 - 1999, "tpm model=*": 100000 - 3}
+			if got := remaining(); !sameUnits(got, want) {
+				t.Errorf("remaining %v, want %v", got, want)
+			}
+			// 25000 µUSD a request: the second crosses the budget and is
+			// charged in full; the third is denied by spend.
+			for range 2 {
+				if post("llm", "gpt-4o", 2000, 2000) != http.StatusOK {
+					t.Fatal("a request within the budget was denied")
+				}
+			}
+			if got := remaining()["spend "]; got != 0 {
+				t.Errorf("spend remaining %d after crossing the budget, want 0", got)
+			}
+			if post("llm", "gpt-4o", 1, 1) != http.StatusTooManyRequests {
+				t.Error("a request past the monthly budget was admitted")
+			}
+			sf.clock.Add(32 * 24 * time.Hour) // into the next calendar month
+			if post("llm", "gpt-4o", 1, 1) != http.StatusOK {
+				t.Error("the budget did not come back in the next month")
+			}
+			if got := remaining()["spend "]; got != 50000-13 {
+				t.Errorf("spend remaining %d in the new month, want %d (12.5 µUSD, rounded up)", got, 50000-13)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -30,11 +31,20 @@ type measure struct {
 	// whether there is such a source.
 	reserveFrom usage.RequestSource
 	asks        bool
-	// settleFrom is where a response reports its usage; settles reports
-	// whether there is such a source (otherwise nothing is settled).
-	settleFrom usage.Source
-	settles    bool
-	maxBody    int64
+	// fields are where a response reports the usage fields the measure
+	// settles to: the one of settle_from, or one per field of its settle
+	// expression (read from a JSON body or an SSE stream); settles
+	// reports whether there are any (otherwise nothing is settled).
+	fields  []usage.Source
+	settles bool
+	// expr, when not nil, computes the used units from the fields'
+	// values; nil means the one field's value. prices holds, per index of
+	// the route's dimension values (the shared bucket last), the values
+	// of expr.Prices.
+	expr     *usage.Expr
+	prices   [][]uint64
+	perToken int64 // reserve_from.prompt_bytes_per_token; 0 for none
+	maxBody  int64
 	// missingMax: a request whose usage goes unreported (see
 	// unreported) takes max (on_missing_usage: max), not its reservation.
 	missingMax bool
@@ -42,23 +52,73 @@ type measure struct {
 
 // compileMeasures returns the compiled measures of rc, ordered by name,
 // and the index of the one stage 1 takes (a cost block's), -1 for none.
-func compileMeasures(rc config.Route) (ms []*measure, local int) {
+// values are the values of the route's dimension (see priceValues).
+func compileMeasures(cfg *config.Config, rc config.Route, values []string) (ms []*measure, local int, err error) {
 	local = -1
 	for _, name := range slices.Sorted(maps.Keys(rc.Measures)) {
 		m := rc.Measures[name]
 		cm := &measure{name: name, reserve: m.Reserve, max: m.Max, maxBody: m.MaxBody, missingMax: m.OnMissingUsage == config.MissingUsageMax}
 		if f := m.ReserveFrom; f != nil {
 			cm.reserveFrom, cm.asks = usage.RequestSource{JSON: f.JSON, JSONAliases: f.JSONAliases, JSONCount: f.JSONCount, Header: f.Header}, true
+			cm.perToken = f.PromptBytesPerToken
 		}
 		if f := m.SettleFrom; f != nil {
-			cm.settleFrom, cm.settles = usage.Source{Header: f.Header, JSON: f.JSON, SSE: f.SSE}, true
+			cm.fields, cm.settles = []usage.Source{{Header: f.Header, JSON: f.JSON, SSE: f.SSE}}, true
+		}
+		if m.Settle != "" {
+			if cm.expr, err = usage.ParseExpr(m.Settle); err != nil {
+				return nil, 0, fmt.Errorf("measures.%s.settle: %w", name, err)
+			}
+			for _, f := range cm.expr.Fields {
+				cm.fields = append(cm.fields, usage.Source{JSON: f, SSE: f})
+			}
+			cm.settles = len(cm.fields) > 0
+			if cm.prices, err = priceValues(cfg, cm.expr, values); err != nil {
+				return nil, 0, fmt.Errorf("measures.%s.settle: %w", name, err)
+			}
 		}
 		if rc.Settle != nil && name == "cost" {
 			local = len(ms)
 		}
 		ms = append(ms, cm)
 	}
-	return ms, local
+	return ms, local, nil
+}
+
+// priced reports whether m counts money: its settle reads a price.
+func (m *measure) priced() bool { return m.expr != nil && len(m.expr.Prices) > 0 }
+
+// priceValues returns, for each of values and then the shared bucket,
+// the values of e's price references: nano-USD per token from cfg's
+// prices for that value, or for "*".
+func priceValues(cfg *config.Config, e *usage.Expr, values []string) ([][]uint64, error) {
+	out := make([][]uint64, len(values)+1)
+	for i := range out {
+		pr, ok := config.Price{}, false
+		if i < len(values) {
+			pr, ok = cfg.Prices[values[i]]
+		}
+		if !ok {
+			if pr, ok = cfg.Prices[config.OtherValue]; !ok && len(e.Prices) > 0 {
+				return nil, fmt.Errorf("no price for %q nor \"*\"", append(values, config.OtherValue)[i])
+			}
+		}
+		for _, ref := range e.Prices {
+			var n int64
+			switch ref.Field {
+			case "input":
+				n = pr.InputNano
+			case "output":
+				n = pr.OutputNano
+			case "cached":
+				n = pr.CachedNano
+			default:
+				return nil, fmt.Errorf("price(%s).%s: unknown price field", ref.Dimension, ref.Field)
+			}
+			out[i] = append(out[i], uint64(n))
+		}
+	}
+	return out, nil
 }
 
 // measureIndex returns the index of the measure named name in ms; -1 for
@@ -70,7 +130,17 @@ func measureIndex(ms []*measure, name string) int {
 // readsBody reports whether a measure of ms reads the response body for
 // its usage.
 func readsBody(ms []*measure) bool {
-	return slices.ContainsFunc(ms, func(m *measure) bool { return m.settles && (m.settleFrom.JSON != "" || m.settleFrom.SSE != "") })
+	return slices.ContainsFunc(ms, func(m *measure) bool {
+		return slices.ContainsFunc(m.fields, func(f usage.Source) bool { return f.JSON != "" || f.SSE != "" })
+	})
+}
+
+// bodyUsage reports whether a field of a measure of ms is read only from
+// the response body (no header can report it).
+func bodyUsage(ms []*measure) bool {
+	return slices.ContainsFunc(ms, func(m *measure) bool {
+		return slices.ContainsFunc(m.fields, func(f usage.Source) bool { return f.Header == "" })
+	})
 }
 
 // outboundHeaders is upstreamObserver.Outbound: the gateway's own
@@ -123,10 +193,14 @@ type pendingSettle struct {
 	// measures; reserved the reservation of each measure.
 	measure  []int
 	reserved [config.MaxMeasures]int64
-	// results are the usages read per measure, and waiting the watched
-	// measures whose usage has not been read yet (see observeResponse).
-	results [config.MaxMeasures]usage.Result
+	// results are the usages read per field of each measure (at
+	// config.MaxSettleFields × its index), and waiting the watched fields
+	// whose usage has not been read yet (see observeResponse).
+	results [config.MaxMeasures * config.MaxSettleFields]usage.Result
 	waiting atomic.Int32
+	// value is the request's index of the route's dimension values (see
+	// measure.prices).
+	value   int
 	claimed atomic.Bool
 	// span is the request's span, which records the settlement (it ends
 	// after the response, when the settlement's outcome is known).
@@ -164,7 +238,7 @@ func (g *Gateway) reserveForSettle(ctx context.Context, p *pipeline, st *request
 			continue
 		}
 		if ps2 == nil {
-			ps2 = &pendingSettle{store: p.store, reserved: st.reserved, span: trace.SpanFromContext(ctx)}
+			ps2 = &pendingSettle{store: p.store, reserved: st.reserved, value: st.value, span: trace.SpanFromContext(ctx)}
 		}
 		ps2.items = append(ps2.items, items[i])
 		ps2.at = append(ps2.at, d.Results[i].DecidedAt)
@@ -192,9 +266,9 @@ func (g *Gateway) observeResponse(resp *http.Response) {
 	ps, ms, ctx := st.settle, st.route.measures, resp.Request.Context()
 	success := resp.StatusCode >= 200 && resp.StatusCode < 300
 	var n int32
-	for i := range ms {
+	for i, m := range ms {
 		if ps.settles(i) {
-			n++
+			n += int32(len(m.fields))
 		}
 	}
 	ps.waiting.Store(n)
@@ -202,33 +276,54 @@ func (g *Gateway) observeResponse(resp *http.Response) {
 		if !ps.settles(i) {
 			continue
 		}
-		// Each measure's watcher wraps the body the one before installed:
-		// every Read and Close passes through all of them on the reading
-		// goroutine, and the last to see the end settles.
-		usage.Watch(resp, m.settleFrom, m.maxBody, func(res usage.Result) {
-			ps.results[i] = res
-			if ps.waiting.Add(-1) != 0 || !ps.claim() {
-				return
-			}
-			var to [config.MaxMeasures]settleTo
-			for j, mj := range ms {
-				if ps.settles(j) {
-					to[j] = responseSettles(ctx, mj, ps.reserved[j], ps.results[j], success)
+		for f, src := range m.fields {
+			// Each field's watcher wraps the body the one before installed:
+			// every Read and Close passes through all of them on the
+			// reading goroutine, and the last to see the end settles.
+			usage.Watch(resp, src, m.maxBody, func(res usage.Result) {
+				ps.results[i*config.MaxSettleFields+f] = res
+				if ps.waiting.Add(-1) != 0 || !ps.claim() {
+					return
 				}
-			}
-			g.settle(ctx, ps, &to)
-		})
+				var to [config.MaxMeasures]settleTo
+				for j, mj := range ms {
+					if ps.settles(j) {
+						at := j * config.MaxSettleFields
+						to[j] = responseSettles(ctx, mj, ps.reserved[j], ps.results[at:at+len(mj.fields)], ps.value, success)
+					}
+				}
+				g.settle(ctx, ps, &to)
+			})
+		}
 	}
 }
 
 // responseSettles is what measure m, which reserved reserved, settles to
-// with the usage res read from a response of a success status or not.
-func responseSettles(ctx context.Context, m *measure, reserved int64, res usage.Result, success bool) settleTo {
-	used := int64(min(res.Units, usage.MaxUnits))
-	if m.missingMax && unreported(ctx, res, success) {
-		return settleTo{used: max(used, m.max)}
+// with the usages res read (one per field) from a response of a success
+// status or not, for a request whose dimension value index is value:
+// max when on_missing_usage: max and one is unreported; the reservation
+// (missing) when one is absent, or broken off and the usage less than
+// reserved; else the usage its expression computes.
+func responseSettles(ctx context.Context, m *measure, reserved int64, res []usage.Result, value int, success bool) settleTo {
+	var vals [config.MaxSettleFields]uint64
+	missing, broken, gone := false, false, false
+	for i, r := range res {
+		vals[i] = min(r.Units, usage.MaxUnits)
+		missing = missing || !r.Found
+		broken = broken || brokenOff(r)
+		gone = gone || unreported(ctx, r, success)
 	}
-	if !res.Found || brokenOff(res) && used < reserved {
+	used := int64(vals[0])
+	if m.expr != nil {
+		if value < 0 || value >= len(m.prices) {
+			value = len(m.prices) - 1 // the shared bucket
+		}
+		used = int64(m.expr.Eval(vals[:len(res)], m.prices[value]))
+	}
+	switch {
+	case m.missingMax && gone:
+		return settleTo{used: max(used, m.max)}
+	case missing || broken && used < reserved:
 		return settleTo{missing: true}
 	}
 	return settleTo{used: used}

@@ -210,6 +210,15 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		mode = strings.TrimPrefix(mode, prefix)
 	}
 	switch mode {
+	case "llm": // an OpenAI-style usage of ?p= prompt and ?c= completion tokens
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":%s,"completion_tokens":%s}}`,
+			r.URL.Query().Get("p"), r.URL.Query().Get("c"))
+	case "llm-sse": // the same, streamed, the usage in the last chunk (include_usage)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n")
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%s,\"completion_tokens\":%s}}\n\ndata: [DONE]\n\n",
+			r.URL.Query().Get("p"), r.URL.Query().Get("c"))
 	case "cross":
 		sf.crossWindow(w, r, u)
 	case "header-pause": // Redis freezes before the settlement

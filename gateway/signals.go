@@ -54,7 +54,8 @@ const (
 // reported; a policy whose cost is a measure of the route that settles it
 // (stage 1 when it takes the route's cost block) counts tokens; one whose
 // cost is a number, or that keeps a cost block's reservation (not among
-// its settle_policies), counts requests.
+// its settle_policies), counts requests. A measure priced by price(...)
+// counts money and is not reported.
 //
 // It is the one place that tells request policies from token policies.
 func policySignalClass(r *route, bp *boundPolicy) signalClass {
@@ -66,6 +67,8 @@ func policySignalClass(r *route, bp *boundPolicy) signalClass {
 		return signalRequests
 	case bp.algorithm == ratelimit.Concurrency:
 		return signalNone
+	case bp.measure >= 0 && r.measures[bp.measure].priced():
+		return signalNone // money, neither requests nor tokens
 	case bp.measure >= 0 && bp.settles:
 		return signalTokens
 	}

@@ -31,6 +31,9 @@ type requestState struct {
 	// reserved holds the reservation of each measure of the route, by
 	// its index in route.measures (see costStage).
 	reserved [config.MaxMeasures]int64
+	// value is the index of the request's value of its route's dimension,
+	// or usage.Other (see costStage).
+	value int
 	// settle is the request's reservation waiting to be settled from the
 	// response; nil when nothing is to be settled.
 	settle *pendingSettle
