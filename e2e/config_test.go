@@ -23,6 +23,10 @@ type gwConfig struct {
 	Policies  map[string]policyCfg   `json:"policies,omitempty"`
 	Upstreams map[string]upstreamCfg `json:"upstreams"`
 	Routes    []routeCfg             `json:"routes"`
+	// Dimensions and Prices are the top-level dimensions and prices
+	// (each entry a map[string]any as written).
+	Dimensions map[string]any `json:"dimensions,omitempty"`
+	Prices     map[string]any `json:"prices,omitempty"`
 }
 
 type serverCfg struct {
@@ -133,6 +137,10 @@ type policyCfg struct {
 	SlotTTL      string              `json:"slot_ttl,omitempty"`
 	Queue        *queueCfg           `json:"queue,omitempty"`
 	Regions      *regionsCfg         `json:"regions,omitempty"`
+	// By names the dimension the policy is keyed by; Values its limits
+	// per value, then per tier.
+	By     []string                       `json:"by,omitempty"`
+	Values map[string]map[string]limitCfg `json:"values,omitempty"`
 }
 
 type queueCfg struct {

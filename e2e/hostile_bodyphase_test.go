@@ -199,6 +199,25 @@ func startWorkUpstream(t *testing.T) *workUpstream {
 // quotaRemaining reads policy's remaining from GET /_quota as key.
 func quotaRemaining(t *testing.T, gw *gateway, key, policy string) int64 {
 	t.Helper()
+	q := readQuota(t, gw, key)
+	for _, p := range q {
+		if p.Name == policy {
+			return p.Remaining
+		}
+	}
+	t.Fatalf("/_quota has no policy %q: %+v", policy, q)
+	return 0
+}
+
+// quotaEntry is one policy of a GET /_quota reply.
+type quotaEntry struct {
+	Name, By  string
+	Remaining int64
+}
+
+// readQuota returns the policies of GET /_quota as key.
+func readQuota(t *testing.T, gw *gateway, key string) []quotaEntry {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, gw.URL+"/_quota", nil)
 	req.Header.Set("X-API-Key", key)
 	resp, err := http.DefaultClient.Do(req)
@@ -206,22 +225,11 @@ func quotaRemaining(t *testing.T, gw *gateway, key, policy string) int64 {
 		t.Fatalf("/_quota: %v", err)
 	}
 	defer resp.Body.Close()
-	var q struct {
-		Policies []struct {
-			Name      string
-			Remaining int64
-		}
-	}
+	var q struct{ Policies []quotaEntry }
 	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/_quota: %d %v", resp.StatusCode, err)
 	}
-	for _, p := range q.Policies {
-		if p.Name == policy {
-			return p.Remaining
-		}
-	}
-	t.Fatalf("/_quota has no policy %q: %+v", policy, q)
-	return 0
+	return q.Policies
 }
 
 // TestBodyBrokenKeepsReservation: a chunked body whose first chunk holds a

@@ -91,8 +91,13 @@ func TestFleetRequestsAndTokensOnOneRoute(t *testing.T) {
 // chat posts a chat request of key asking maxTokens, whose upstream
 // reports used, and returns the status and, for a 429, the policy named.
 func chat(t *testing.T, gw *gateway, key string, maxTokens, used int) (int, string) {
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/v1/chat?u=%d", gw.URL, used),
-		strings.NewReader(fmt.Sprintf(`{"model":"m","max_tokens":%d}`, maxTokens)))
+	return postChat(t, gw, key, fmt.Sprintf("u=%d", used), fmt.Sprintf(`{"model":"m","max_tokens":%d}`, maxTokens))
+}
+
+// postChat posts body (JSON) to /v1/chat?query as key and returns the status
+// and, for a 429, the policy named.
+func postChat(t *testing.T, gw *gateway, key, query, body string) (int, string) {
+	req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat?"+query, strings.NewReader(body))
 	req.Header.Set("X-API-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -105,4 +110,98 @@ func chat(t *testing.T, gw *gateway, key string, maxTokens, used int) (int, stri
 	b, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(b, &p)
 	return resp.StatusCode, p.Policy
+}
+
+// TestFleetPerModelLimitsAndBudget: two gateways on one Redis key tpm by
+// the body's model (gpt-4o 1000 tokens, gpt-4o-mini 5000, any other
+// model 100000) and charge a monthly budget of 100000 µUSD at each
+// model's price. 30 concurrent gpt-4o requests of 100 tokens admit
+// exactly 10, 30 of gpt-4o-mini all 30, each model's counter and the
+// budget exact; then requests of 50000 µUSD each spend the budget: the
+// second empties it, the third is denied by spend.
+func TestFleetPerModelLimitsAndBudget(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		q := r.URL.Query()
+		fmt.Fprintf(w, `{"choices":[],"usage":{"prompt_tokens":%s,"completion_tokens":%s}}`, q.Get("p"), q.Get("c"))
+	}))
+	t.Cleanup(up.Close)
+	cfg := limiterConfig(up.URL, []string{rs.Addr}, "models", "budget")
+	cfg.Dimensions = map[string]any{"model": map[string]any{"json": "model", "values": []string{"gpt-4o", "gpt-4o-mini"}}}
+	cfg.Prices = map[string]any{"gpt-4o": map[string]any{"input": "2.50", "output": "10.00"},
+		"gpt-4o-mini": map[string]any{"input": "0.15", "output": "0.60"}, "*": map[string]any{"input": "2.50", "output": "10.00"}}
+	cfg.Policies["tpm"] = policyCfg{OnStoreError: "closed", By: []string{"model"}, Limits: map[string]limitCfg{"std": bucket(1, "1h", 100000)},
+		Values: map[string]map[string]limitCfg{"gpt-4o": {"std": bucket(1, "1h", 1000)}, "gpt-4o-mini": {"std": bucket(1, "1h", 5000)}}}
+	cfg.Policies["spend"] = policyCfg{OnStoreError: "closed", Algorithm: "fixed_window",
+		Limits: map[string]limitCfg{"std": {Rate: 100000, Calendar: map[string]any{"unit": "month"}}}}
+	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up",
+		Policies: []any{map[string]any{"name": "tpm", "cost": "tokens"}, map[string]any{"name": "spend", "cost": "usd"}},
+		Measures: map[string]any{
+			"tokens": map[string]any{"reserve_from": map[string]any{"json": "max_tokens"}, "max": 500,
+				"settle": "usage.prompt_tokens + usage.completion_tokens"},
+			"usd": map[string]any{"reserve": 1000,
+				"settle": "(usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000"}}})
+	gws := startGateways(t, 2, cfg)
+
+	send := func(gw *gateway, key, model string, maxTokens, p, c int) (int, string) {
+		return postChat(t, gw, key, fmt.Sprintf("p=%d&c=%d", p, c), fmt.Sprintf(`{"model":%q,"max_tokens":%d}`, model, maxTokens))
+	}
+	burst := func(model string) (admitted int, denied map[string]int) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		denied = map[string]int{}
+		for i := range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				status, policy := send(gws[i%2], "key-models", model, 100, 50, 50)
+				mu.Lock()
+				defer mu.Unlock()
+				if status == http.StatusOK {
+					admitted++
+				} else {
+					denied[fmt.Sprint(status, " ", policy)]++
+				}
+			}()
+		}
+		wg.Wait()
+		return admitted, denied
+	}
+	if admitted, denied := burst("gpt-4o"); admitted != 10 || denied["429 tpm"] != 20 {
+		t.Errorf("gpt-4o: %d admitted, denied %v; want 10, and 20 by tpm", admitted, denied)
+	}
+	if admitted, denied := burst("GPT-4o-mini"); admitted != 30 {
+		t.Errorf("gpt-4o-mini: %d admitted, denied %v; want all 30 (its own limit)", admitted, denied)
+	}
+	// 10 × (50 × 2500 + 50 × 10000) nano-USD = 6250 µUSD, and 30 × ceil(37.5) = 1140.
+	waitRemaining(t, gws[1], "key-models", "spend", 100000-6250-1140, "the budget after both models")
+	if got := quotaBy(t, gws[0], "key-models", "tpm"); got["model=gpt-4o"] != 0 || got["model=gpt-4o-mini"] != 5000-3000 || got["model=*"] != 100000 {
+		t.Errorf("tpm per model %v, want gpt-4o 0, gpt-4o-mini 2000, the others untouched", got)
+	}
+
+	// 4000 × 2500 + 4000 × 10000 nano-USD = 50000 µUSD a request.
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		status, policy := send(gws[i%2], "key-budget", "gpt-5", 100, 4000, 4000)
+		if status != want || status == http.StatusTooManyRequests && policy != "spend" {
+			t.Fatalf("budget request %d: %d %s, want %d", i, status, policy, want)
+		}
+		if i == 1 {
+			waitRemaining(t, gws[0], "key-budget", "spend", 0, "the budget spent")
+		}
+	}
+}
+
+// quotaBy reads policy's remaining per dimension value from GET /_quota
+// as key.
+func quotaBy(t *testing.T, gw *gateway, key, policy string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, p := range readQuota(t, gw, key) {
+		if p.Name == policy {
+			out[p.By] = p.Remaining
+		}
+	}
+	return out
 }
