@@ -150,7 +150,7 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 // (its REDIS, UPSTREAM, DEAD, KEYS and TIMEOUT replaced) on the Redis
 // servers at addrs (srv, when not nil, is the one a header-pause mode
 // pauses), or on the memory store when addrs is empty.
-func newSettleFixtureWith(t *testing.T, srv *redistest.Server, addrs []string, text string, timeout time.Duration) *settleFixture {
+func newSettleFixtureWith(t testing.TB, srv *redistest.Server, addrs []string, text string, timeout time.Duration) *settleFixture {
 	t.Helper()
 	sf := &settleFixture{srv: srv, release: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
