@@ -38,6 +38,9 @@ type Explanation struct {
 	Refusal string `json:"refusal,omitempty"`
 	// Settle is the route's cost block: Cost is then its reserve.
 	Settle *SettleExplained `json:"settle,omitempty"`
+	// Dimension is the request's value of the route's dimension, such as
+	// "model=gpt-4o" ("model=*": none of its values); empty without one.
+	Dimension string `json:"dimension,omitempty"`
 	// Measures are the route's measures (a cost block is the measure
 	// "cost"), ordered by name, with what this request reserves of each.
 	Measures []MeasureExplained `json:"measures,omitempty"`
@@ -183,6 +186,13 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 				}
 			}
 		}
+	}
+	if rt.dim.name != "" {
+		i := res.value
+		if i < 0 {
+			i = len(rt.dim.label.Values)
+		}
+		ex.Dimension = rt.dim.name + "=" + rt.dimensionValue(i)
 	}
 	ex.Caller = caller.Tenant
 	if caller.Kind == identity.KindAnonymous {

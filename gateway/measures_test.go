@@ -269,6 +269,9 @@ func TestLLMPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if ex.Dimension != "model=gpt-4o" {
+				t.Errorf("explain: dimension %q, want model=gpt-4o", ex.Dimension)
+			}
 			if want := int64(1000 + (len(body)+3)/4); ex.Measures[0].Name != "tokens" || ex.Measures[0].Reserve != want {
 				t.Errorf("explain: %+v, want tokens reserving %d (1000 asked + the prompt's bound)", ex.Measures, want)
 			}

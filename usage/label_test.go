@@ -29,6 +29,7 @@ func TestFromRequestLabeled(t *testing.T) {
 		{"a prefix of a value", "application/json", `{"model":"gpt-4","max_tokens":7}`, src, Other, 7},
 		{"not a string", "application/json", `{"model":4,"max_tokens":7}`, src, Other, 7},
 		{"null", "application/json", `{"model":null,"max_tokens":7}`, src, Other, 7},
+		{"strings after it", "application/json", `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}],"max_tokens":7}`, src, 0, 7},
 		{"nested elsewhere", "application/json", `{"x":{"model":"gpt-4o"},"max_tokens":7}`, src, Other, 7},
 		{"too long", "application/json", `{"model":"` + long + `","max_tokens":7}`, src, Other, 7},
 		{"repeated", "application/json", `{"model":"gpt-4o","model":"gpt-4o-mini","max_tokens":7}`, src, Other, 7},

@@ -345,7 +345,10 @@ func (s *scanner) beginValue(c byte) {
 		if s.target && !s.strings {
 			s.res = resInvalid
 		}
-		s.inKey, s.strN = false, 0
+		if s.target { // a later string elsewhere keeps the one at the path
+			s.strN = 0
+		}
+		s.inKey = false
 		s.state = sString
 	case c == '-' || (c >= '0' && c <= '9'):
 		s.state = sNumber

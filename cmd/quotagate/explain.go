@@ -86,6 +86,9 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "settle:  %s from the response (%s)\n", strings.Join(st.Policies, ", "), st.SettleFrom)
 		}
 	}
+	if ex.Dimension != "" {
+		fmt.Fprintf(stdout, "by:      %s\n", ex.Dimension)
+	}
 	if ex.Settle == nil {
 		for _, m := range ex.Measures {
 			printMeasure(stdout, m, ex.Refusal == "")
