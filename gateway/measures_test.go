@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/internal/redistest"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // chatRoute starts the configurations' one route, chat, to upstream llm
@@ -323,5 +324,29 @@ func TestLLMPolicy(t *testing.T) {
 				t.Errorf("spend remaining %d in the new month, want %d (12.5 µUSD, rounded up)", got, 50000-13)
 			}
 		})
+	}
+}
+
+// TestSignalClassOfPolicyCosts: for OpenAI's x-ratelimit-* headers, a
+// policy whose cost is a number counts requests, one whose cost is a
+// settled measure tokens, a priced measure (money) and a concurrency
+// policy are not reported, and stage 1 takes the route's cost: requests.
+func TestSignalClassOfPolicyCosts(t *testing.T) {
+	text := strings.NewReplacer("{name: spend, cost: usd}]", "{name: spend, cost: usd}, slots]",
+		"\ndimensions:", "\n  slots: {algorithm: concurrency, limits: {\"*\": {max: 5}}}\ndimensions:").Replace(llmConfig)
+	sf := newSettleFixtureWith(t, nil, nil, text, time.Second)
+	rt := sf.gw.live.Load().routes[0]
+	want := map[string]signalClass{"rpm": signalRequests, "tpm": signalTokens, "spend": signalNone, "slots": signalNone}
+	ps := rt.policyFor("t", usage.Other)
+	if len(ps) != len(want) {
+		t.Fatalf("%d policies bound, want %d", len(ps), len(want))
+	}
+	for i := range ps {
+		if got := policySignalClass(rt, &ps[i]); got != want[ps[i].name] {
+			t.Errorf("%s: class %d, want %d", ps[i].name, got, want[ps[i].name])
+		}
+	}
+	if got := policySignalClass(rt, nil); got != signalRequests {
+		t.Errorf("stage 1: class %d, want requests", got)
 	}
 }
