@@ -40,6 +40,14 @@ type Config struct {
 	Upstreams map[string]Upstream `mapstructure:"upstreams"`
 	// Routes are matched in order; the first match wins.
 	Routes []Route `mapstructure:"routes"`
+	// Prices holds the price of each model (a value of a dimension, or
+	// "*" for every value without its own entry and the shared bucket)
+	// that measures read with price(<dimension>).<field>.
+	Prices map[string]Price `mapstructure:"prices"`
+	// Dimensions are values read from each request (a JSON body field
+	// such as model, or a header) that policies may be keyed by
+	// (policies.<name>.by), by name: 1 to 32 of [a-z0-9_].
+	Dimensions map[string]Dimension `mapstructure:"dimensions"`
 	// RLS is the decision service (Envoy RLS v3 and the HTTP check API);
 	// off by default.
 	RLS RLS `mapstructure:"rls"`
@@ -363,6 +371,37 @@ type Limit struct {
 	Calendar ratelimit.Calendar `mapstructure:"calendar"`
 }
 
+// Dimension is a value read from a request that keys the policies that
+// are by it: each of Values gets its own key (and may have its own
+// limits, see Policy.Values), and every other value, or none, shares one
+// more key, the bucket "*". So a caller cannot create keys by sending
+// new values: a policy by a dimension has at most len(Values)+1 keys per
+// subject. Exactly one of JSON and Header is set.
+type Dimension struct {
+	// JSON is a dotted path into the JSON request body, such as model. It
+	// is read from the same bounded prefix of the body as a measure's
+	// reserve_from.json (that measure's max_body, else 1 MiB), within the
+	// gateway's body buffer budget; a body that is not read (not JSON,
+	// content-coded, longer, past the budget), or whose value there is
+	// not a string of Values (absent, null, a number, stated twice, a
+	// key repeated in another case), is the bucket "*".
+	JSON string `mapstructure:"json"`
+	// Header is a request header, read as reserve_from.header is; a
+	// header stated twice is the bucket "*".
+	Header string `mapstructure:"header"`
+	// Values are the values that get their own key: 1 to
+	// MaxDimensionValues of them, each 1 to 64 of [A-Za-z0-9._/@+-],
+	// compared ASCII case-insensitively (Validate lowercases them).
+	Values []string `mapstructure:"values"`
+}
+
+// MaxDimensionValues is the most values of a dimension.
+const MaxDimensionValues = 64
+
+// OtherValue names, in keys, replies and explain, the shared bucket of a
+// dimension's values that are none of its values.
+const OtherValue = "*"
+
 // Policy is a stage 2 limit, enforced fleet-wide.
 type Policy struct {
 	// Name is the policy's key in Config.Policies; it is shown to clients.
@@ -383,6 +422,15 @@ type Policy struct {
 	// Limits holds the limit per tier name; the key "*" applies to every
 	// tier without its own entry. A tier with neither is not limited.
 	Limits map[string]Limit `mapstructure:"limits"`
+	// By names the dimension (at most one) the policy is keyed by in
+	// addition to its scope: each value of the dimension is its own
+	// counter, and every other value one shared counter (see Dimension).
+	By []string `mapstructure:"by"`
+	// Values holds limits of single values of the dimension By names, by
+	// value, then by tier as Limits does: for a request of that value a
+	// tier takes values.<value>.<tier>, else values.<value>."*", else
+	// Limits. Only with By; a value must be one of the dimension's.
+	Values map[string]map[string]Limit `mapstructure:"values"`
 	// Lease, when set, lets each instance reserve blocks of this policy's
 	// units and admit from them locally (token_bucket only, never shadow).
 	// nil means every decision goes to the store.
@@ -415,6 +463,30 @@ func (p Policy) StoreLimit(key string) (l ratelimit.Limit, ok bool) {
 		l.Per = p.SlotTTL
 	}
 	return l, true
+}
+
+// StoreLimitFor returns the store's limit (see StoreLimit) of tier for a
+// request whose dimension value is value (OtherValue or "" for none of
+// the values): the first of values.<value>.<tier>, values.<value>."*",
+// limits.<tier>, limits."*" that is written, and the path of the one
+// found below the policy (such as "values.gpt-4o.free"). ok is false when
+// none is: the tier is not limited.
+func (p Policy) StoreLimitFor(tier, value string) (l ratelimit.Limit, at string, ok bool) {
+	for _, key := range [2]string{tier, "*"} {
+		if lc, found := p.Values[value][key]; found && value != "" && value != OtherValue {
+			l = ratelimit.Limit(lc)
+			if p.Algorithm == ratelimit.Concurrency {
+				l.Per = p.SlotTTL
+			}
+			return l, "values." + value + "." + key, true
+		}
+	}
+	for _, key := range [2]string{tier, "*"} {
+		if l, ok := p.StoreLimit(key); ok {
+			return l, "limits." + key, true
+		}
+	}
+	return ratelimit.Limit{}, "", false
 }
 
 // Queue bounds the requests that wait for a concurrency slot, per instance
@@ -517,15 +589,30 @@ type Route struct {
 	// (required).
 	Upstream string `mapstructure:"upstream"`
 	// Cost is the units a request takes from stage 1 and from every policy
-	// of the route (default 1). It is written as a number, or as a block
-	// (see CostBlock): then Cost is the block's reserve and Settle the
-	// block.
+	// of the route listed by its name alone (default 1). It is written as a
+	// number, or as a block (see CostBlock): then Cost is the block's
+	// reserve and Settle the block. A block is the route's one measure,
+	// named "cost", that every policy listed by its name alone takes
+	// (Validate writes it into Measures and Policies), so it cannot be
+	// written beside measures.
 	Cost int64 `mapstructure:"cost"`
 	// Settle is the cost block of a route whose cost is reserved before
 	// forwarding and settled from the response; nil for a fixed cost.
 	Settle *CostBlock `mapstructure:"-"`
-	// Policies are applied in addition to stage 1; empty means stage 1 only.
-	Policies []string `mapstructure:"policies"`
+	// Measures are the route's named measures (such as tokens): each is
+	// reserved before forwarding and may be settled from the response, and
+	// is taken by the policies that name it as their cost. At most
+	// MaxMeasures; names are 1 to 32 of [a-z0-9_]. Every measure must be
+	// the cost of a policy of the route.
+	Measures map[string]Measure `mapstructure:"measures"`
+	// Policies are applied in addition to stage 1, all or nothing in one
+	// store decision; empty means stage 1 only. Each is written as the
+	// policy's name (it takes the route's cost) or as {name: P, cost: C},
+	// where C is a whole number of units (>= 1) or the name of one of
+	// Measures (see PolicyRef).
+	Policies []PolicyRef `mapstructure:"policies"`
+	// blockMeasure reports that Validate wrote Settle into Measures.
+	blockMeasure bool
 	// WebSocket lets a GET of this route upgrade to a WebSocket (default
 	// false). No other upgrade is ever forwarded, on any route.
 	WebSocket bool `mapstructure:"websocket"`
@@ -536,6 +623,102 @@ type Route struct {
 	// problem+json). Left out, it is server.client_signals (default
 	// none).
 	ClientSignals ClientSignals `mapstructure:"client_signals"`
+}
+
+// PolicyRef binds a policy to a route with the cost a request takes from
+// it. Written as a bare name, it takes the route's cost.
+type PolicyRef struct {
+	// Name names one of policies (required).
+	Name string `mapstructure:"name"`
+	// Cost is a whole number of units (>= 1), or the name of a measure of
+	// the route, which the policy reserves and is settled by. Left out:
+	// the route's cost (its measure "cost" when that is a block). A
+	// concurrency policy holds one slot whatever its cost and takes no
+	// measure.
+	Cost string `mapstructure:"cost"`
+	// Units is Cost as a number after Validate; 0 when Cost is left out
+	// (the route's cost) or names a measure.
+	Units int64 `mapstructure:"-"`
+	// Measure is the measure the policy takes after Validate; "" for a
+	// fixed cost.
+	Measure string `mapstructure:"-"`
+	// Unsettled is set by Validate on a policy that takes the measure of a
+	// cost block but is not one of its settle_policies: it keeps the
+	// reservation.
+	Unsettled bool `mapstructure:"-"`
+}
+
+// decodeName decodes a policy written by its name alone.
+func (p *PolicyRef) decodeName(name string) { p.Name = name }
+
+// MaxMeasures is the most measures one route has.
+const MaxMeasures = 8
+
+// Measure is a named quantity of a route's requests (tokens, bytes, ...):
+// reserved before forwarding, taken by the policies bound to it, and
+// settled with the usage the response reports. Its keys are a cost
+// block's (see CostBlock) but settle_policies: a policy is settled by the
+// measure it names as its cost.
+type Measure struct {
+	// Reserve is the units taken before forwarding when the request does
+	// not say (>= 1, <= Max); left out, it is Max when ReserveFrom is set
+	// and required otherwise.
+	Reserve int64 `mapstructure:"reserve"`
+	// ReserveFrom is where a request may state its own reservation; nil
+	// means none. With JSON set, a request with a body states it there
+	// only (Header counts for a request without a body). At most one
+	// measure of a route reads the body (json).
+	ReserveFrom *ReserveFrom `mapstructure:"reserve_from"`
+	// Max is the largest reservation; a request asking more is refused
+	// with 400. It is also the reservation of a request whose body does
+	// not state ReserveFrom.JSON readably (content-coded, without the
+	// field, not JSON, longer than MaxBody). Left out it is Reserve, so
+	// one of the two is required. Every policy bound to the measure must
+	// be able to hold it.
+	Max int64 `mapstructure:"max"`
+	// SettleFrom is where the response reports the units used; nil means
+	// the reservation is never settled (unless Settle is set).
+	SettleFrom *SettleFrom `mapstructure:"settle_from"`
+	// Settle is an integer expression over usage fields of the response
+	// that the measure settles to, such as
+	// "usage.prompt_tokens + usage.completion_tokens" (see usage.Expr:
+	// +, *, "/" by a constant rounding up, integer constants, JSON paths
+	// read from a JSON body or from each event of an SSE stream, the last
+	// event holding a field winning, and price(<dimension>).input,
+	// .output or .cached, in nano-USD per token, from prices for the
+	// request's value of the dimension). It saturates at 2^53. A response
+	// lacking one of its fields settles nothing: the reservation stands.
+	// At most MaxSettleFields distinct fields; not with SettleFrom.
+	Settle string `mapstructure:"settle"`
+	// MaxBody is the most bytes of a JSON body, or of one server-sent
+	// event, parsed for a usage (and of a request body for reserve_from
+	// json); past it none is found (default 1 MiB, at most 64 MiB).
+	MaxBody int64 `mapstructure:"max_body"`
+	// OnMissingUsage is what a settled request takes when its usage goes
+	// unreported by the caller's doing (see CostBlock.OnMissingUsage):
+	// "keep" (the default) or "max". Only with SettleFrom.
+	OnMissingUsage MissingUsage `mapstructure:"on_missing_usage"`
+}
+
+// MaxSettleFields is the most distinct fields a measure's settle reads.
+const MaxSettleFields = 4
+
+// Price is what a model's tokens cost, as a price list writes it: decimal
+// strings of USD per million tokens, such as "2.50", with at most three
+// decimals (one nano-USD per token). Validate parses them into the
+// Nano fields, exactly: no floating point is involved anywhere.
+type Price struct {
+	// Input is the price of a prompt token (required).
+	Input string `mapstructure:"input"`
+	// Output is the price of a completion token (required).
+	Output string `mapstructure:"output"`
+	// Cached is the price of a cached prompt token; left out, Input's.
+	Cached string `mapstructure:"cached"`
+	// InputNano, OutputNano and CachedNano are the prices in nano-USD
+	// per token (1 USD per million tokens = 1000), set by Validate.
+	InputNano  int64 `mapstructure:"-"`
+	OutputNano int64 `mapstructure:"-"`
+	CachedNano int64 `mapstructure:"-"`
 }
 
 // CostBlock is a route cost written as a block: reserved before
@@ -591,6 +774,13 @@ type ReserveFrom struct {
 	JSONCount string `mapstructure:"json_count"`
 	// Header is a request header.
 	Header string `mapstructure:"header"`
+	// PromptBytesPerToken, when > 0, adds to the reservation stated at
+	// JSON an upper bound of the prompt's tokens from the body's size:
+	// ceil(Content-Length / PromptBytesPerToken) (a tokenizer's token is
+	// at least that many bytes of the body; 1 is always safe). The sum is
+	// capped at max; a body of unknown length (chunked) reserves max.
+	// Only with JSON.
+	PromptBytesPerToken int64 `mapstructure:"prompt_bytes_per_token"`
 }
 
 // SettleFrom names where a response reports its usage; the first present

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"maps"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/quotagate/quotagate/ratelimit"
@@ -12,6 +15,11 @@ import (
 func (b *CostBlock) setDefaults() {
 	setZero(&b.MaxBody, 1<<20)
 	setZero(&b.OnMissingUsage, MissingUsageKeep)
+}
+
+func (m *Measure) setDefaults() {
+	setZero(&m.MaxBody, 1<<20)
+	setZero(&m.OnMissingUsage, MissingUsageKeep)
 }
 
 // decodeKey decodes a route's cost written as a block (a number is decoded
@@ -32,40 +40,100 @@ func (r *Route) decodeKey(d *decoder, path, key string, in any) bool {
 	return true
 }
 
-// validateCostBlock checks a route's cost block (p is the route's path):
-// its bounds, that every limit of the route can hold its max, its sources,
-// and that settle_policies are policies of the route that hold units. It
-// lowercases settle_policies.
+// legacyMeasure is the name of the measure a route's cost block is.
+const legacyMeasure = "cost"
+
+// measureNameRE is the form of a measure's name.
+var measureNameRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// measure returns the measure a cost block is: the block less its
+// settle_policies, which say which policies it settles.
+func (b *CostBlock) measure() Measure {
+	return Measure{Reserve: b.Reserve, ReserveFrom: b.ReserveFrom, Max: b.Max, SettleFrom: b.SettleFrom,
+		MaxBody: b.MaxBody, OnMissingUsage: b.OnMissingUsage}
+}
+
+// validateCostBlock checks what a route's cost block has of its own (p is
+// the route's path): that measures are not written beside it, and its
+// settle_policies, which it lowercases. Its measure is checked by
+// validateMeasure.
 func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 	b := r.Settle
 	if b == nil {
 		return
 	}
 	p += ".cost"
-	if b.Reserve < 1 {
+	if len(r.Measures) > 0 && !r.blockMeasure { // not put there by an earlier Validate
+		errs.add(p, "a cost block cannot be written beside measures: write it as measures."+legacyMeasure+
+			" and bind each policy to it with {name: P, cost: "+legacyMeasure+"}")
+		return
+	}
+	r.Measures, r.blockMeasure = map[string]Measure{legacyMeasure: b.measure()}, true // checked by validateMeasures
+	if b.SettleFrom == nil && len(b.SettlePolicies) > 0 {
+		errs.add(p+".settle_policies", "needs settle_from: nothing says what to settle")
+	}
+	names := r.PolicyNames()
+	seen := map[string]bool{}
+	for j, name := range b.SettlePolicies {
+		pp := index(p+".settle_policies", j)
+		name = strings.ToLower(name)
+		b.SettlePolicies[j] = name
+		pol, known := c.Policies[name]
+		switch {
+		case !slices.Contains(names, name):
+			errs.addf(pp, "%q is not a policy of this route (%s)", name, strings.Join(names, ", "))
+		case seen[name]:
+			errs.addf(pp, "policy %q is listed twice", name)
+		case known && pol.Algorithm == ratelimit.Concurrency:
+			errs.addf(pp, "policy %q limits concurrency: a slot is released, not settled", name)
+		}
+		seen[name] = true
+	}
+}
+
+// validateMeasure checks measure m of a route at path p (routes[i].cost
+// for a cost block, which must state its reserve; routes[i].measures.<name>
+// otherwise, where reserve defaults to max when reserve_from is set): its
+// bounds, that every policy in bound can hold its max, and its sources. It
+// fills Max (and Reserve) when left out.
+func (c *Config) validateMeasure(errs *Errors, p string, m *Measure, bound []Policy, block bool) {
+	asksJSON := m.ReserveFrom != nil && m.ReserveFrom.JSON != ""
+	if !block {
+		if m.Max == 0 && !asksJSON {
+			m.Max = m.Reserve
+		}
+		if m.Reserve == 0 && m.ReserveFrom != nil {
+			m.Reserve = m.Max
+		}
+	}
+	if m.Reserve < 1 && (block || m.ReserveFrom == nil) {
 		errs.add(p+".reserve", "is required, >= 1 (the units taken when the request does not say)")
 	}
 	switch {
-	case b.Max == 0 && b.ReserveFrom != nil && b.ReserveFrom.JSON != "":
-		errs.add(p+".max", "is required with reserve_from.json: a request whose body does not state "+b.ReserveFrom.JSON+
+	case m.Max == 0 && asksJSON:
+		errs.add(p+".max", "is required with reserve_from.json: a request whose body does not state "+m.ReserveFrom.JSON+
 			" readably (compressed, without it, longer than max_body) reserves max")
-	case b.Max < 1:
-		errs.add(p+".max", "must be >= 1")
-	case b.Reserve >= 1 && b.Max < b.Reserve:
-		errs.addf(p+".max", "must be >= reserve (%d), got %d", b.Reserve, b.Max)
-	case b.Max > b.Reserve:
-		// A request may reserve up to max: every limit must hold it.
-		for _, name := range r.Policies {
-			if pol, ok := c.Policies[strings.ToLower(name)]; ok {
-				c.checkCost(errs, p+".max", b.Max, pol)
-			}
+	case m.Max < 1:
+		if m.Reserve >= 1 || block {
+			errs.add(p+".max", "must be >= 1")
 		}
-		c.checkLocalCost(errs, p+".max", b.Max)
+	case m.Reserve >= 1 && m.Max < m.Reserve:
+		errs.addf(p+".max", "must be >= reserve (%d), got %d", m.Reserve, m.Max)
+	case m.Max > m.Reserve || !block && m.ReserveFrom != nil:
+		// A request may reserve up to max: every limit bound to it must
+		// hold it.
+		for _, pol := range bound {
+			c.checkCost(errs, p+".max", m.Max, pol)
+		}
+	case m.Reserve >= 1:
+		for _, pol := range bound {
+			c.checkCost(errs, p, m.Reserve, pol)
+		}
 	}
-	if b.MaxBody < 1 || b.MaxBody > MaxCostBody {
-		errs.addf(p+".max_body", "must be in [1, %d] bytes, got %d", MaxCostBody, b.MaxBody)
+	if m.MaxBody < 1 || m.MaxBody > MaxCostBody {
+		errs.addf(p+".max_body", "must be in [1, %d] bytes, got %d", MaxCostBody, m.MaxBody)
 	}
-	if f := b.ReserveFrom; f != nil {
+	if f := m.ReserveFrom; f != nil {
 		if f.JSON == "" && f.Header == "" {
 			errs.add(p+".reserve_from", "must name json or header (or be left out)")
 		}
@@ -84,41 +152,177 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 			sourceErr(errs, index(p+".reserve_from.json_aliases", j), usage.RequestSource{JSON: a}.Validate(), "json")
 		}
 		sourceErr(errs, p+".reserve_from.header", usage.RequestSource{Header: f.Header}.Validate(), "header")
-	} else if b.Max > b.Reserve {
+	} else if m.Max > m.Reserve && m.Reserve >= 1 {
 		errs.add(p+".max", "is above reserve but no reserve_from says where a request asks for more; remove it or add reserve_from")
 	}
-	if f := b.SettleFrom; f != nil {
+	if f := m.ReserveFrom; f != nil {
+		switch {
+		case f.PromptBytesPerToken < 0:
+			errs.addf(p+".reserve_from.prompt_bytes_per_token", "must be >= 1 (or left out), got %d", f.PromptBytesPerToken)
+		case f.PromptBytesPerToken > 0 && f.JSON == "":
+			errs.add(p+".reserve_from.prompt_bytes_per_token", "needs json: it bounds the prompt of a body that states its completion")
+		}
+	}
+	if m.Settle != "" {
+		c.validateSettleExpr(errs, p+".settle", m)
+	}
+	if f := m.SettleFrom; f != nil {
 		if f.Header == "" && f.JSON == "" && f.SSE == "" {
 			errs.add(p+".settle_from", "must name header, json or sse (or be left out)")
 		}
 		sourceErr(errs, p+".settle_from.header", usage.Source{Header: f.Header}.Validate(), "header")
 		sourceErr(errs, p+".settle_from.json", usage.Source{JSON: f.JSON}.Validate(), "json")
 		sourceErr(errs, p+".settle_from.sse", usage.Source{SSE: f.SSE}.Validate(), "sse")
-	} else if len(b.SettlePolicies) > 0 {
-		errs.add(p+".settle_policies", "needs settle_from: nothing says what to settle")
 	}
 	switch {
-	case b.OnMissingUsage.check() != nil:
-		errs.add(p+".on_missing_usage", b.OnMissingUsage.check().Error())
-	case b.OnMissingUsage == MissingUsageMax && b.SettleFrom == nil:
+	case m.OnMissingUsage.check() != nil:
+		errs.add(p+".on_missing_usage", m.OnMissingUsage.check().Error())
+	case m.OnMissingUsage == MissingUsageMax && m.SettleFrom == nil && m.Settle == "":
 		errs.add(p+".on_missing_usage", "needs settle_from: without it nothing is settled and the reservation always stands")
 	}
-	seen := map[string]bool{}
-	for j, name := range b.SettlePolicies {
-		pp := index(p+".settle_policies", j)
-		name = strings.ToLower(name)
-		b.SettlePolicies[j] = name
-		pol, known := c.Policies[name]
-		switch {
-		case !slices.Contains(r.Policies, name):
-			errs.addf(pp, "%q is not a policy of this route (%s)", name, strings.Join(r.Policies, ", "))
-		case seen[name]:
-			errs.addf(pp, "policy %q is listed twice", name)
-		case known && pol.Algorithm == ratelimit.Concurrency:
-			errs.addf(pp, "policy %q limits concurrency: a slot is released, not settled", name)
-		}
-		seen[name] = true
+}
+
+// priceFields are the fields of a price(...) reference.
+var priceFields = []string{"input", "output", "cached"}
+
+// validateSettleExpr checks measure m's settle expression, at path p: its
+// syntax, its fields, and that every price it reads is priced for every
+// value of its dimension.
+func (c *Config) validateSettleExpr(errs *Errors, p string, m *Measure) {
+	if m.SettleFrom != nil {
+		errs.add(p, "settle and settle_from are two ways to say what the response used: write one")
 	}
+	e, err := usage.ParseExpr(m.Settle)
+	if err != nil {
+		errs.add(p, err.Error())
+		return
+	}
+	if len(e.Fields) > MaxSettleFields {
+		errs.addf(p, "reads %d fields, at most %d", len(e.Fields), MaxSettleFields)
+	}
+	for _, ref := range e.Prices {
+		_, ok := c.Dimensions[ref.Dimension]
+		switch {
+		case !ok:
+			errs.addf(p, "price(%s): unknown dimension %q%s", ref.Dimension, ref.Dimension, known(c.Dimensions))
+			continue
+		case !slices.Contains(priceFields, ref.Field):
+			errs.addf(p, "price(%s).%s: a price is input, output or cached", ref.Dimension, ref.Field)
+		}
+		if _, all := c.Prices["*"]; !all {
+			errs.addf(p, "price(%s): prices needs an entry \"*\": it prices the values that are none of dimension %s's, and those without their own",
+				ref.Dimension, ref.Dimension)
+		}
+	}
+}
+
+// SettleDimensions returns the dimensions the settle expressions of r's
+// measures price by, each once.
+func (r *Route) SettleDimensions() []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(r.Measures)) {
+		if e, err := usage.ParseExpr(r.Measures[name].Settle); err == nil {
+			for _, ref := range e.Prices {
+				if !slices.Contains(out, ref.Dimension) {
+					out = append(out, ref.Dimension)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// validateMeasures checks the measures of route r at path p and the costs
+// its policies take (resolved by resolvePolicyCosts): a cost block becomes
+// the measure "cost"; a measure that no policy takes, more than
+// MaxMeasures, or more than one measure reading the body is an error.
+func (c *Config) validateMeasures(errs *Errors, p string, r *Route) {
+	if b := r.Settle; b != nil {
+		if m, ok := r.Measures[legacyMeasure]; ok && len(r.Measures) == 1 {
+			c.validateMeasure(errs, p+".cost", &m, c.boundTo(r, legacyMeasure), true)
+			r.Measures[legacyMeasure] = m
+		}
+		return
+	}
+	if len(r.Measures) > MaxMeasures {
+		errs.addf(p+".measures", "has %d measures, at most %d", len(r.Measures), MaxMeasures)
+	}
+	reader := ""
+	for _, name := range slices.Sorted(maps.Keys(r.Measures)) {
+		m, mp := r.Measures[name], p+".measures."+name
+		if !measureNameRE.MatchString(name) {
+			errs.add(mp, "a measure's name must be 1 to 32 of [a-z0-9_]")
+		}
+		bound := c.boundTo(r, name)
+		if len(bound) == 0 && !slices.ContainsFunc(r.Policies, func(ref PolicyRef) bool { return ref.Measure == name }) {
+			errs.addf(mp, "is the cost of no policy of the route: bind one with {name: P, cost: %s}, or remove it", name)
+		}
+		c.validateMeasure(errs, mp, &m, bound, false)
+		if m.ReserveFrom != nil && m.ReserveFrom.JSON != "" {
+			if reader != "" {
+				errs.addf(mp+".reserve_from.json", "only one measure of a route reads the request body, and measure %s does", reader)
+			} else {
+				reader = name
+			}
+		}
+		r.Measures[name] = m
+	}
+}
+
+// boundTo returns the known policies of r whose cost is measure name.
+func (c *Config) boundTo(r *Route, name string) []Policy {
+	var out []Policy
+	for _, ref := range r.Policies {
+		if pol, ok := c.Policies[ref.Name]; ok && ref.Measure == name {
+			out = append(out, pol)
+		}
+	}
+	return out
+}
+
+// resolvePolicyCost resolves the cost of policy ref pol of route r (pp is
+// the ref's path): its route's cost or cost block when left out, else a
+// whole number or a measure of the route.
+func (c *Config) resolvePolicyCost(errs *Errors, pp string, r *Route, ref *PolicyRef, pol Policy, isKnown bool) {
+	conc := isKnown && pol.Algorithm == ratelimit.Concurrency
+	cost := strings.TrimSpace(ref.Cost)
+	if cost == "" {
+		if b := r.Settle; b != nil && !conc {
+			ref.Measure = legacyMeasure
+			ref.Unsettled = len(b.SettlePolicies) > 0 && !slices.ContainsFunc(b.SettlePolicies, func(s string) bool {
+				return strings.EqualFold(s, ref.Name)
+			})
+			return
+		}
+		return
+	}
+	if n, err := strconv.ParseInt(cost, 10, 64); err == nil {
+		if n < 1 {
+			errs.addf(pp+".cost", "must be >= 1, got %d", n)
+			return
+		}
+		ref.Units = n
+		return
+	}
+	name := strings.ToLower(cost)
+	if _, ok := r.Measures[name]; !ok {
+		errs.addf(pp+".cost", "%q is neither a whole number of units nor a measure of this route%s", cost, known(r.Measures))
+		return
+	}
+	if conc {
+		errs.addf(pp+".cost", "policy %q limits concurrency: a request holds one slot, whatever its cost; list it by its name", ref.Name)
+		return
+	}
+	ref.Measure = name
+}
+
+// PolicyNames returns the names of r's policies, in order.
+func (r *Route) PolicyNames() []string {
+	out := make([]string, len(r.Policies))
+	for i, ref := range r.Policies {
+		out[i] = ref.Name
+	}
+	return out
 }
 
 // sourceErr adds err, a usage source's validation error that starts with

@@ -100,6 +100,12 @@ func applyDefaults(v reflect.Value) {
 
 func (d *decoder) structure(path string, in any, out reflect.Value) {
 	m, ok := in.(map[string]any)
+	if name, isName := in.(string); isName && out.CanAddr() {
+		if nd, ok := out.Addr().Interface().(nameDecoder); ok {
+			nd.decodeName(name)
+			return
+		}
+	}
 	if !ok {
 		d.fail(path, "must be a mapping, got "+describe(in))
 		return
@@ -128,6 +134,12 @@ func (d *decoder) structure(path string, in any, out reflect.Value) {
 // did; otherwise the key is decoded into its field as usual.
 type keyDecoder interface {
 	decodeKey(d *decoder, path, key string, in any) bool
+}
+
+// nameDecoder is a config type that may be written as a name alone, in
+// place of its mapping (a route's policy: `rpm` for `{name: rpm}`).
+type nameDecoder interface {
+	decodeName(name string)
 }
 
 // fieldsOf maps the tag names of t's decodable fields to field indexes.

@@ -65,7 +65,7 @@ func TestShippedConfig(t *testing.T) {
 	if want := []string{"transfers.create", "transfers.get", "other.get"}; !slices.Equal(names, want) {
 		t.Errorf("routes = %v, want %v", names, want)
 	}
-	if r := c.Routes[0]; r.Cost != 5 || !slices.Equal(r.Policies, []string{"tenant", "transfers", "inflight"}) || r.Path != "/v1/transfers/{id}" {
+	if r := c.Routes[0]; r.Cost != 5 || !slices.Equal(r.PolicyNames(), []string{"tenant", "transfers", "inflight"}) || r.Path != "/v1/transfers/{id}" {
 		t.Errorf("transfers.create = %+v", r)
 	}
 	want := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
@@ -325,7 +325,7 @@ routes:
 	if !ok || p.Name != "per.tenant" || p.Limits["gold.v2"].Burst != 5 {
 		t.Errorf("policies = %+v", c.Policies)
 	}
-	if r := c.Routes[0]; r.Upstream != "api.internal-1" || !slices.Equal(r.Policies, []string{"per.tenant"}) {
+	if r := c.Routes[0]; r.Upstream != "api.internal-1" || !slices.Equal(r.PolicyNames(), []string{"per.tenant"}) {
 		t.Errorf("route = %+v", r)
 	}
 }

@@ -86,7 +86,8 @@ func (c *Config) Redacted() map[string]any {
 			"path":           r.Path,
 			"upstream":       r.Upstream,
 			"cost":           showCost(r),
-			"policies":       copyList(r.Policies),
+			"policies":       showPolicies(r),
+			"measures":       showMeasures(r),
 			"client_signals": r.ClientSignals,
 		}
 	}
@@ -228,8 +229,17 @@ func showCost(r Route) any {
 	if b == nil {
 		return r.Cost
 	}
-	m := map[string]any{"reserve": b.Reserve, "max": b.Max, "max_body": b.MaxBody}
-	if f := b.ReserveFrom; f != nil {
+	m := showMeasure(b.measure())
+	if len(b.SettlePolicies) > 0 {
+		m["settle_policies"] = copyList(b.SettlePolicies)
+	}
+	return m
+}
+
+// showMeasure is a measure (or the measure of a cost block) as written.
+func showMeasure(ms Measure) map[string]any {
+	m := map[string]any{"reserve": ms.Reserve, "max": ms.Max, "max_body": ms.MaxBody}
+	if f := ms.ReserveFrom; f != nil {
 		rf := map[string]any{"json": f.JSON, "header": f.Header}
 		if len(f.JSONAliases) > 0 {
 			rf["json_aliases"] = copyList(f.JSONAliases)
@@ -239,16 +249,39 @@ func showCost(r Route) any {
 		}
 		m["reserve_from"] = rf
 	}
-	if f := b.SettleFrom; f != nil {
+	if f := ms.SettleFrom; f != nil {
 		m["settle_from"] = map[string]any{"header": f.Header, "json": f.JSON, "sse": f.SSE}
 	}
-	if len(b.SettlePolicies) > 0 {
-		m["settle_policies"] = copyList(b.SettlePolicies)
-	}
-	if b.OnMissingUsage != MissingUsageKeep {
-		m["on_missing_usage"] = b.OnMissingUsage
+	if ms.OnMissingUsage != MissingUsageKeep {
+		m["on_missing_usage"] = ms.OnMissingUsage
 	}
 	return m
+}
+
+// showMeasures is a route's measures as written; nil for none, and for a
+// cost block (shown as its cost).
+func showMeasures(r Route) any {
+	if r.Settle != nil || len(r.Measures) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(r.Measures))
+	for name, m := range r.Measures {
+		out[name] = showMeasure(m)
+	}
+	return out
+}
+
+// showPolicies is a route's policies as written: a name, or {name, cost}
+// for one with a cost of its own.
+func showPolicies(r Route) []any {
+	out := make([]any, len(r.Policies))
+	for i, ref := range r.Policies {
+		out[i] = ref.Name
+		if ref.Cost != "" {
+			out[i] = map[string]any{"name": ref.Name, "cost": ref.Cost}
+		}
+	}
+	return out
 }
 
 // derefOrNil is *p, or nil when p is nil.

@@ -28,6 +28,8 @@ func (c *Config) Validate() error {
 	c.validateIdentity(&errs)
 	c.validateLog(&errs)
 	c.validateTiers(&errs)
+	c.validateDimensions(&errs)
+	c.validatePrices(&errs)
 	c.validatePolicies(&errs)
 	c.validateUpstreams(&errs)
 	c.validateRoutes(&errs)

@@ -3,10 +3,15 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // reservedPolicy names stage 1 in 429 bodies, so no policy may take it.
@@ -50,26 +55,161 @@ func (c *Config) validatePolicies(errs *Errors) {
 		}
 		c.validateLease(errs, p+".lease", pol, alg)
 		c.validateSlots(errs, p, &pol)
+		c.validateBy(errs, p, &pol)
 		c.Policies[name] = pol
-		for tier, l := range pol.Limits {
-			lp := join(p+".limits", tier)
-			if _, ok := c.Tiers[tier]; !ok && tier != "*" {
-				errs.addf(lp, `unknown tier %q%s; "*" means every tier`, tier, known(c.Tiers))
+		c.checkTierLimits(errs, p+".limits", pol, pol.Limits)
+		for _, v := range slices.Sorted(maps.Keys(pol.Values)) {
+			c.checkTierLimits(errs, join(p+".values", v), pol, pol.Values[v])
+		}
+	}
+}
+
+// checkTierLimits checks limits, a policy's limits by tier at path p.
+func (c *Config) checkTierLimits(errs *Errors, p string, pol Policy, limits map[string]Limit) {
+	alg := pol.Algorithm
+	for tier, l := range limits {
+		lp := join(p, tier)
+		if _, ok := c.Tiers[tier]; !ok && tier != "*" {
+			errs.addf(lp, `unknown tier %q%s; "*" means every tier`, tier, known(c.Tiers))
+		}
+		if alg == ratelimit.Concurrency {
+			if l.Per != 0 {
+				errs.add(lp+".per", "does not apply to concurrency (slot_ttl is how long a slot lives); remove it")
 			}
-			if alg == ratelimit.Concurrency {
-				if l.Per != 0 {
-					errs.add(lp+".per", "does not apply to concurrency (slot_ttl is how long a slot lives); remove it")
-				}
-				// The store keeps a slot for Per without a renewal (see
-				// Policy.StoreLimit).
-				l.Per = pol.SlotTTL
-				if l.Per <= 0 {
-					l.Per = minSlotTTL // slot_ttl is reported; check the rest
-				}
+			// The store keeps a slot for Per without a renewal (see
+			// Policy.StoreLimit).
+			l.Per = pol.SlotTTL
+			if l.Per <= 0 {
+				l.Per = minSlotTTL // slot_ttl is reported; check the rest
 			}
-			if alg.Valid() {
-				checkLimit(errs, lp, l, alg)
+		}
+		if alg.Valid() {
+			checkLimit(errs, lp, l, alg)
+		}
+	}
+}
+
+// validateBy checks policy pol's by (p is its path) against the
+// dimensions, and its values; it lowercases the values' keys as
+// dimension values are.
+func (c *Config) validateBy(errs *Errors, p string, pol *Policy) {
+	if len(pol.By) > 1 {
+		errs.addf(p+".by", "names %d dimensions; a policy is keyed by at most one", len(pol.By))
+	}
+	var dim Dimension
+	for j, name := range pol.By {
+		name = strings.ToLower(name)
+		pol.By[j] = name
+		d, ok := c.Dimensions[name]
+		if !ok {
+			errs.addf(index(p+".by", j), "unknown dimension %q%s", name, known(c.Dimensions))
+		}
+		if j == 0 {
+			dim = d
+		}
+	}
+	if len(pol.Values) > 0 && len(pol.By) == 0 {
+		errs.add(p+".values", "needs by: values are limits of single values of the dimension the policy is keyed by")
+		return
+	}
+	lowered := make(map[string]map[string]Limit, len(pol.Values))
+	for v, limits := range pol.Values {
+		if len(dim.Values) > 0 && !slices.Contains(dim.Values, strings.ToLower(v)) {
+			errs.addf(join(p+".values", v), "is not a value of dimension %s (%s)", pol.By[0], strings.Join(dim.Values, ", "))
+		}
+		lowered[strings.ToLower(v)] = limits
+	}
+	if pol.Values != nil {
+		pol.Values = lowered
+	}
+}
+
+// dimensionNameRE is the form of a dimension's name, and dimValueRE of
+// its values.
+var (
+	dimensionNameRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+	dimValueRE      = regexp.MustCompile(`^[A-Za-z0-9._/@+-]{1,64}$`)
+)
+
+// maxPriceUSD bounds a price, in USD per million tokens.
+const maxPriceUSD = 1_000_000
+
+// parsePrice parses a price as a price list writes it, USD per million
+// tokens ("2.50", "0.075"), into nano-USD per token, exactly.
+func parsePrice(s string) (int64, error) {
+	whole, frac, dotted := strings.Cut(s, ".")
+	if whole == "" || dotted && frac == "" || strings.Trim(whole+frac, "0123456789") != "" {
+		return 0, fmt.Errorf("must be a decimal number of USD per million tokens, such as \"2.50\", got %q", s)
+	}
+	if len(frac) > 3 {
+		return 0, fmt.Errorf("%q has more than 3 decimals: prices are held in nano-USD per token (0.001 USD per million tokens)", s)
+	}
+	if len(whole) > 7 {
+		return 0, fmt.Errorf("%q is above %d USD per million tokens", s, maxPriceUSD)
+	}
+	w, _ := strconv.ParseInt(whole, 10, 64)
+	f, _ := strconv.ParseInt((frac + "000")[:3], 10, 64)
+	if w > maxPriceUSD || w == maxPriceUSD && f > 0 {
+		return 0, fmt.Errorf("%q is above %d USD per million tokens", s, maxPriceUSD)
+	}
+	return w*1000 + f, nil
+}
+
+// validatePrices parses every price; Cached defaults to Input.
+func (c *Config) validatePrices(errs *Errors) {
+	for model, pr := range c.Prices {
+		p := join("prices", model)
+		parse := func(key, v string, out *int64) {
+			if v == "" {
+				errs.add(p+"."+key, "is required")
+				return
 			}
+			n, err := parsePrice(v)
+			if err != nil {
+				errs.add(p+"."+key, err.Error())
+			}
+			*out = n
+		}
+		parse("input", pr.Input, &pr.InputNano)
+		parse("output", pr.Output, &pr.OutputNano)
+		if pr.Cached == "" {
+			pr.CachedNano = pr.InputNano
+		} else {
+			parse("cached", pr.Cached, &pr.CachedNano)
+		}
+		c.Prices[model] = pr
+	}
+}
+
+// validateDimensions checks every dimension's name, source and values,
+// and lowercases the values.
+func (c *Config) validateDimensions(errs *Errors) {
+	for name, d := range c.Dimensions {
+		p := join("dimensions", name)
+		if !dimensionNameRE.MatchString(name) {
+			errs.add(p, "a dimension's name must be 1 to 32 of [a-z0-9_]")
+		}
+		switch {
+		case (d.JSON == "") == (d.Header == ""):
+			errs.add(p, "must name exactly one of json and header")
+		default:
+			sourceErr(errs, p+".json", usage.RequestSource{JSON: d.JSON}.Validate(), "json")
+			sourceErr(errs, p+".header", usage.RequestSource{Header: d.Header}.Validate(), "header")
+		}
+		if len(d.Values) == 0 || len(d.Values) > MaxDimensionValues {
+			errs.addf(p+".values", "must list 1 to %d values, got %d", MaxDimensionValues, len(d.Values))
+		}
+		seen := map[string]bool{}
+		for j, v := range d.Values {
+			v = strings.ToLower(v)
+			d.Values[j] = v
+			switch {
+			case !dimValueRE.MatchString(v):
+				errs.addf(index(p+".values", j), "%q: a value is 1 to 64 of [A-Za-z0-9._/@+-]", v)
+			case seen[v]:
+				errs.addf(index(p+".values", j), "%q is listed twice (values are compared case-insensitively)", v)
+			}
+			seen[v] = true
 		}
 	}
 }
@@ -187,6 +327,14 @@ func (c *Config) checkCost(errs *Errors, path string, cost int64, pol Policy) {
 				who = `"*"`
 			}
 			errs.addf(path, "%d exceeds the capacity %d of policy %q for %s: such a request could never be admitted", cost, capa, pol.Name, who)
+		}
+	}
+	for _, v := range slices.Sorted(maps.Keys(pol.Values)) {
+		for _, tier := range slices.Sorted(maps.Keys(pol.Values[v])) {
+			capa := ratelimit.Capacity(alg, ratelimit.Limit(pol.Values[v][tier]))
+			if capa > 0 && cost > capa {
+				errs.addf(path, "%d exceeds the capacity %d of policy %q for value %s of tier %q: such a request could never be admitted", cost, capa, pol.Name, v, tier)
+			}
 		}
 	}
 }

@@ -175,31 +175,65 @@ func (c *Config) validateClientSignals(errs *Errors, p string, r *Route) {
 	}
 }
 
-// validateRoutePolicies checks a route's policy references and its cost
-// against every limit that could apply to it.
+// validateRoutePolicies checks a route's policy references, the cost each
+// takes and the route's measures against every limit that could apply.
 func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 	if r.Cost < 1 && r.Settle == nil { // a block reports its reserve
 		errs.add(p+".cost", "must be >= 1")
 	}
+	c.validateCostBlock(errs, p, r)
 	seen := make(map[string]bool, len(r.Policies))
 	for j := range r.Policies {
 		pp := index(p+".policies", j)
-		name := strings.ToLower(r.Policies[j])
-		r.Policies[j] = name
+		ref := &r.Policies[j]
+		name := strings.ToLower(ref.Name)
+		ref.Name = name
 		pol, ok := c.Policies[name]
 		switch {
+		case name == "":
+			errs.add(pp+".name", "is required")
 		case name == reservedPolicy:
 			errs.add(pp, `"local" is stage 1, which applies to every route through tiers; remove it`)
 		case !ok:
 			errs.addf(pp, "unknown policy %q%s", name, known(c.Policies))
 		case seen[name]:
 			errs.addf(pp, "policy %q is listed twice", name)
-		case r.Cost >= 1:
-			c.checkCost(errs, p+".cost", r.Cost, pol)
 		}
 		seen[name] = true
+		c.resolvePolicyCost(errs, pp, r, ref, pol, ok)
+		switch {
+		case !ok || ref.Measure != "":
+		case ref.Units >= 1:
+			c.checkCost(errs, pp+".cost", ref.Units, pol)
+		case r.Cost >= 1 && ref.Cost == "":
+			c.checkCost(errs, p+".cost", r.Cost, pol)
+		}
 	}
-	c.validateCostBlock(errs, p, r)
+	c.validateMeasures(errs, p, r)
+	var dim, by string
+	for _, ref := range r.Policies {
+		pol, ok := c.Policies[ref.Name]
+		if !ok || len(pol.By) == 0 {
+			continue
+		}
+		if dim == "" {
+			dim, by = pol.By[0], "policy "+ref.Name
+		} else if pol.By[0] != dim {
+			errs.addf(p+".policies", "%s is by dimension %s, policy %s by %s: the policies of a route are keyed by at most one dimension",
+				by, dim, ref.Name, pol.By[0])
+			break
+		}
+	}
+	for _, d := range r.SettleDimensions() {
+		if dim == "" {
+			dim, by = d, "price("+d+")"
+		} else if d != dim {
+			errs.addf(p+".measures", "%s is by dimension %s, price(%s) by %s: a route reads at most one dimension", by, dim, d, d)
+		}
+	}
+	if m, ok := r.Measures[legacyMeasure]; ok && r.Settle != nil && m.Max > m.Reserve {
+		c.checkLocalCost(errs, p+".cost.max", m.Max) // stage 1 takes the block's reservation
+	}
 	if r.Cost < 1 {
 		return
 	}

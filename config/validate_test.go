@@ -176,14 +176,14 @@ func TestValidateBuiltConfig(t *testing.T) {
 	c.Policies = map[string]Policy{"p": {Scope: routes.ScopeGlobal, Algorithm: ratelimit.TokenBucket, OnStoreError: ratelimit.OnErrorLocal,
 		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 3}}}}
 	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
-	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "UP", Cost: 3, Policies: []string{"P"}}}
+	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "UP", Cost: 3, Policies: []PolicyRef{{Name: "P"}}}}
 	c.Server.TrustedProxies = []string{"10.0.0.1"}
 	for range 2 {
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c.Identity.Anonymous.Tier != "free" || c.Routes[0].Upstream != "up" || c.Routes[0].Policies[0] != "p" {
+	if c.Identity.Anonymous.Tier != "free" || c.Routes[0].Upstream != "up" || c.Routes[0].Policies[0].Name != "p" {
 		t.Errorf("references not lowercased: %+v %+v", c.Identity.Anonymous, c.Routes[0])
 	}
 	if c.Policies["p"].Name != "p" || c.Upstreams["up"].Name != "up" {
@@ -210,7 +210,7 @@ func TestCostAgainstEffectiveLimits(t *testing.T) {
 	c.Policies = map[string]Policy{"p": {Scope: routes.ScopeTenant, Algorithm: ratelimit.TokenBucket, OnStoreError: ratelimit.OnErrorOpen,
 		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 1}, "free": {Rate: 1, Per: time.Second, Burst: 10}}}}
 	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
-	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "up", Cost: 10, Policies: []string{"p"}}}
+	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "up", Cost: 10, Policies: []PolicyRef{{Name: "p"}}}}
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate = %v, want nil: every tier has its own limit", err)
 	}
@@ -282,8 +282,8 @@ routes: [{name: r, method: GET, path: /, upstream: app, policies: [w, c]}]
 		}
 	}
 	// The tree shares no list with the config.
-	c.Redacted()["routes"].([]any)[0].(map[string]any)["policies"].([]string)[0] = "changed"
-	if c.Routes[0].Policies[0] != "w" {
+	c.Redacted()["routes"].([]any)[0].(map[string]any)["policies"].([]any)[0] = "changed"
+	if c.Routes[0].Policies[0].Name != "w" {
 		t.Error("Redacted shares a list with the config")
 	}
 }

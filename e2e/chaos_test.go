@@ -126,7 +126,7 @@ func chaosConfig(upstreamURL string, seeds []string, tenants []string) *gwConfig
 	c.route("cal", "GET", "/cal/{rest...}", 1, "cal")
 	c.route("tb", "GET", "/tb/{rest...}", 1, "tb")
 	c.route("cc", "GET", "/cc/{rest...}", 1, "cc")
-	c.Routes = append(c.Routes, routeCfg{Name: "cost", Method: "POST", Path: "/cost/{rest...}", Upstream: "up", Policies: []string{"cost"},
+	c.Routes = append(c.Routes, routeCfg{Name: "cost", Method: "POST", Path: "/cost/{rest...}", Upstream: "up", Policies: []any{"cost"},
 		Cost: map[string]any{"reserve": 50, "max": 100, "reserve_from": map[string]any{"header": "X-Max-Tokens"},
 			"settle_from": map[string]any{"header": "X-Usage-Total-Tokens"}}})
 	return c

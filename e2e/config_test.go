@@ -23,6 +23,10 @@ type gwConfig struct {
 	Policies  map[string]policyCfg   `json:"policies,omitempty"`
 	Upstreams map[string]upstreamCfg `json:"upstreams"`
 	Routes    []routeCfg             `json:"routes"`
+	// Dimensions and Prices are the top-level dimensions and prices
+	// (each entry a map[string]any as written).
+	Dimensions map[string]any `json:"dimensions,omitempty"`
+	Prices     map[string]any `json:"prices,omitempty"`
 }
 
 type serverCfg struct {
@@ -133,6 +137,10 @@ type policyCfg struct {
 	SlotTTL      string              `json:"slot_ttl,omitempty"`
 	Queue        *queueCfg           `json:"queue,omitempty"`
 	Regions      *regionsCfg         `json:"regions,omitempty"`
+	// By names the dimension the policy is keyed by; Values its limits
+	// per value, then per tier.
+	By     []string                       `json:"by,omitempty"`
+	Values map[string]map[string]limitCfg `json:"values,omitempty"`
 }
 
 type queueCfg struct {
@@ -160,8 +168,12 @@ type routeCfg struct {
 	Upstream string `json:"upstream"`
 	// Cost is a number (the units each request takes) or a cost block
 	// (map[string]any with reserve, reserve_from, max, settle_from, ...).
-	Cost     any      `json:"cost,omitempty"`
-	Policies []string `json:"policies,omitempty"`
+	Cost any `json:"cost,omitempty"`
+	// Policies are names, or {name, cost} mappings (map[string]any).
+	Policies []any `json:"policies,omitempty"`
+	// Measures are the route's measures by name (each a map[string]any
+	// with the keys of a cost block).
+	Measures map[string]any `json:"measures,omitempty"`
 	// WebSocket lets the route's GETs upgrade to a WebSocket.
 	WebSocket bool `json:"websocket,omitempty"`
 	// ClientSignals is "openai" for the signals OpenAI's SDKs read.
@@ -199,7 +211,10 @@ func (c *gwConfig) addKey(key, tenant, tier string) {
 
 // route appends a route to upstream "up".
 func (c *gwConfig) route(name, method, path string, cost int64, policies ...string) {
-	r := routeCfg{Name: name, Method: method, Path: path, Upstream: "up", Policies: policies}
+	r := routeCfg{Name: name, Method: method, Path: path, Upstream: "up"}
+	for _, p := range policies {
+		r.Policies = append(r.Policies, p)
+	}
 	if cost != 0 {
 		r.Cost = cost
 	}

@@ -199,6 +199,25 @@ func startWorkUpstream(t *testing.T) *workUpstream {
 // quotaRemaining reads policy's remaining from GET /_quota as key.
 func quotaRemaining(t *testing.T, gw *gateway, key, policy string) int64 {
 	t.Helper()
+	q := readQuota(t, gw, key)
+	for _, p := range q {
+		if p.Name == policy {
+			return p.Remaining
+		}
+	}
+	t.Fatalf("/_quota has no policy %q: %+v", policy, q)
+	return 0
+}
+
+// quotaEntry is one policy of a GET /_quota reply.
+type quotaEntry struct {
+	Name, By  string
+	Remaining int64
+}
+
+// readQuota returns the policies of GET /_quota as key.
+func readQuota(t *testing.T, gw *gateway, key string) []quotaEntry {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, gw.URL+"/_quota", nil)
 	req.Header.Set("X-API-Key", key)
 	resp, err := http.DefaultClient.Do(req)
@@ -206,22 +225,11 @@ func quotaRemaining(t *testing.T, gw *gateway, key, policy string) int64 {
 		t.Fatalf("/_quota: %v", err)
 	}
 	defer resp.Body.Close()
-	var q struct {
-		Policies []struct {
-			Name      string
-			Remaining int64
-		}
-	}
+	var q struct{ Policies []quotaEntry }
 	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/_quota: %d %v", resp.StatusCode, err)
 	}
-	for _, p := range q.Policies {
-		if p.Name == policy {
-			return p.Remaining
-		}
-	}
-	t.Fatalf("/_quota has no policy %q: %+v", policy, q)
-	return 0
+	return q.Policies
 }
 
 // TestBodyBrokenKeepsReservation: a chunked body whose first chunk holds a
@@ -239,9 +247,9 @@ func TestBodyBrokenKeepsReservation(t *testing.T) {
 	cfg.Upstreams["up"] = upstreamCfg{URL: up.srv.URL, Timeout: "2s"}
 	cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1h", burst)}}
 	cfg.Routes = append(cfg.Routes,
-		routeCfg{Name: "fixed", Method: "POST", Path: "/v1/fixed", Upstream: "up", Policies: []string{"tokens"},
+		routeCfg{Name: "fixed", Method: "POST", Path: "/v1/fixed", Upstream: "up", Policies: []any{"tokens"},
 			Cost: map[string]any{"reserve": 5000, "max": 5000, "settle_from": map[string]any{"json": "usage.total_tokens"}}},
-		routeCfg{Name: "stated", Method: "POST", Path: "/v1/stated", Upstream: "up", Policies: []string{"tokens"},
+		routeCfg{Name: "stated", Method: "POST", Path: "/v1/stated", Upstream: "up", Policies: []any{"tokens"},
 			Cost: map[string]any{"reserve": 1000, "max": 32000, "reserve_from": map[string]any{"json": "max_tokens"},
 				"settle_from": map[string]any{"json": "usage.total_tokens"}, "max_body": 65536, "on_missing_usage": "max"}})
 	gw := startGateway(t, "gw", cfg)
@@ -312,7 +320,7 @@ func TestBodyFormIsNotReadAsJSON(t *testing.T) {
 	const burst = 1000000
 	cfg := limiterConfig(up.URL(), nil, "acme")
 	cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1h", burst)}}
-	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []string{"tokens"},
+	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []any{"tokens"},
 		Cost: map[string]any{"reserve": 10, "max": 32000, "reserve_from": map[string]any{"json": "max_tokens"}}})
 	gw := startGateway(t, "gw", cfg)
 	body := `{"pad":"&max_tokens=30000&","max_tokens":1}`
@@ -360,7 +368,7 @@ func TestBodyBufferBudget(t *testing.T) {
 	cfg.Server.BodyReadTimeout = "3s"
 	cfg.Server.BodyBufferBytes = 1 << 20
 	cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1m", 100_000_000)}}
-	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []string{"tokens"},
+	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []any{"tokens"},
 		Cost: map[string]any{"reserve": 10, "max": 32000, "reserve_from": map[string]any{"json": "max_tokens"}, "max_body": 2 << 20}})
 	gw := startGateway(t, "gw", cfg)
 	base := gw.liveHeapKB()
@@ -404,7 +412,7 @@ func TestHeadOnBodySettledRoute(t *testing.T) {
 	up := startWorkUpstream(t)
 	cfg := limiterConfig(up.srv.URL, nil, "acme")
 	cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1h", 100000)}}
-	cfg.Routes = append(cfg.Routes, routeCfg{Name: "report", Method: "GET", Path: "/v1/report", Upstream: "up", Policies: []string{"tokens"},
+	cfg.Routes = append(cfg.Routes, routeCfg{Name: "report", Method: "GET", Path: "/v1/report", Upstream: "up", Policies: []any{"tokens"},
 		Cost: map[string]any{"reserve": 1, "settle_from": map[string]any{"json": "usage.total_tokens"}}})
 	gw := startGateway(t, "gw", cfg)
 	conn := stalledRequest(t, gw.Addr, "HEAD /v1/report HTTP/1.1\r\nHost: gw\r\nX-API-Key: key-acme\r\n\r\n", "")
@@ -445,7 +453,7 @@ func TestSlowBodyMemory(t *testing.T) {
 		cfg.Server.BodyBufferBytes = budget
 		cfg.Upstreams["up"] = upstreamCfg{URL: up.URL(), Timeout: "120s"}
 		cfg.Policies["tokens"] = policyCfg{Limits: map[string]limitCfg{"std": bucket(1, "1m", 100_000_000)}}
-		cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []string{"tokens"},
+		cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up", Policies: []any{"tokens"},
 			Cost: map[string]any{"reserve": 10, "max": 32000, "reserve_from": map[string]any{"json": "max_tokens"}}})
 		gw := startGateway(t, fmt.Sprintf("gw-budget-%d", budget), cfg)
 		rss := func() string {

@@ -182,8 +182,8 @@ func sdkConfig(upstreamURL string, redisAddrs ...string) *gwConfig {
 	cost := map[string]any{"reserve": 100, "max": 1000, "reserve_from": map[string]any{"json": "max_tokens"},
 		"settle_from": map[string]any{"json": "usage.total_tokens", "sse": "usage.total_tokens"}}
 	cfg.Routes = append(cfg.Routes,
-		routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat/completions", Upstream: "up", Cost: cost, Policies: []string{"tpm"}, ClientSignals: "openai"},
-		routeCfg{Name: "daily", Method: "POST", Path: "/daily/v1/chat/completions", Upstream: "up", Cost: cost, Policies: []string{"tpd"}, ClientSignals: "openai"})
+		routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat/completions", Upstream: "up", Cost: cost, Policies: []any{"tpm"}, ClientSignals: "openai"},
+		routeCfg{Name: "daily", Method: "POST", Path: "/daily/v1/chat/completions", Upstream: "up", Cost: cost, Policies: []any{"tpd"}, ClientSignals: "openai"})
 	return cfg
 }
 

@@ -22,7 +22,7 @@ func TestRetryTimeForLargerCost(t *testing.T) {
 	cfg := limiterConfig(up.URL, []string{rs.Addr}, "big")
 	cfg.Policies["tpm"] = policyCfg{OnStoreError: "closed", Limits: map[string]limitCfg{"std": bucket(1000, "1s", 3000)}}
 	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat/completions", Upstream: "up",
-		Policies: []string{"tpm"}, ClientSignals: "openai",
+		Policies: []any{"tpm"}, ClientSignals: "openai",
 		Cost: map[string]any{"reserve": 100, "max": 3000, "reserve_from": map[string]any{"json": "max_tokens"},
 			"settle_from": map[string]any{"json": "usage.total_tokens"}}})
 	gw := startGateway(t, "gw", cfg)

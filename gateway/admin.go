@@ -156,10 +156,7 @@ func (p *pipeline) storeErrorModes() map[string][]string {
 		}
 	}
 	for _, rt := range p.routes {
-		add(rt.anyTier)
-		for _, bps := range rt.byTier {
-			add(bps)
-		}
+		rt.eachBinding(add)
 	}
 	for _, names := range modes {
 		slices.Sort(names)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -11,32 +12,79 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // route is one configured route, compiled.
 type route struct {
-	name    string
-	cost    int64
-	proxy   http.Handler
-	byTier  map[string][]boundPolicy // the route's policies that limit a tier
-	anyTier []boundPolicy            // for tiers not in byTier: policies with a "*" limit
+	name  string
+	cost  int64
+	proxy http.Handler
+	// byTier holds the route's policies that limit a tier, and anyTier,
+	// for the tiers not in byTier, those with a "*" limit: one of each
+	// per value of the route's dimension, the shared bucket last (see
+	// policyFor); one without a dimension.
+	byTier  []map[string][]boundPolicy
+	anyTier [][]boundPolicy
+	// dim is the dimension the route's policies are keyed by; its zero
+	// value (no label) for none.
+	dim routeDimension
 	// websocket lets a request of this route upgrade to a WebSocket.
 	websocket bool
-	// block is the route's cost block; nil for a fixed cost.
-	block *costBlock
+	// measures are the route's measures, ordered by name; localMeasure is
+	// the index of the one stage 1 takes (a cost block's), -1 when stage 1
+	// takes cost.
+	measures     []*measure
+	localMeasure int
 	// upstream is the route's series of the upstream duration.
 	upstream telemetry.RouteSeries
 	// signals is the route's client_signals (see signals.go).
 	signals config.ClientSignals
 }
 
-// policyFor returns the stage-2 policies of r that apply to tier, ordered
-// with shared (route, global) scopes first and the tenant's slot last.
-func (r *route) policyFor(tier string) []boundPolicy {
-	if ps, ok := r.byTier[tier]; ok {
+// routeDimension is the dimension of a route's policies.
+type routeDimension struct {
+	name  string
+	label usage.Label
+}
+
+// policyFor returns the stage-2 policies of r that apply to tier for a
+// request whose dimension value is v (an index into the dimension's
+// values, or usage.Other), ordered with shared (route, global) scopes
+// first and the tenant's slot last.
+func (r *route) policyFor(tier string, v int) []boundPolicy {
+	i := v
+	if v < 0 || v >= len(r.dim.label.Values) {
+		i = len(r.dim.label.Values) // the shared bucket; 0 without a dimension
+	}
+	if ps, ok := r.byTier[i][tier]; ok {
 		return ps
 	}
-	return r.anyTier
+	return r.anyTier[i]
+}
+
+// eachBinding calls f with every binding of r's policies: per value of
+// its dimension, per tier, then for the tiers only "*" limits.
+func (r *route) eachBinding(f func(ps []boundPolicy)) {
+	for i := range r.anyTier {
+		for _, tier := range slices.Sorted(maps.Keys(r.byTier[i])) {
+			f(r.byTier[i][tier])
+		}
+		f(r.anyTier[i])
+	}
+}
+
+// dimensionValue is the value, in keys and replies, of index i of the
+// route's dimension values: the value, or config.OtherValue for the
+// shared bucket; "" without a dimension.
+func (r *route) dimensionValue(i int) string {
+	switch {
+	case r.dim.name == "":
+		return ""
+	case i < len(r.dim.label.Values):
+		return r.dim.label.Values[i]
+	}
+	return config.OtherValue
 }
 
 // boundPolicy is a policy with the limit of one tier on one route: every
@@ -69,6 +117,29 @@ type boundPolicy struct {
 	shareFleet, shareCost int64
 	// series are the policy's decision counts in the global stage.
 	series policySeries
+	// measure is the index in the route's measures of the measure a
+	// request takes from this policy; -1 for the fixed cost units.
+	// settles reports whether the measure's usage settles it.
+	measure int
+	units   int64
+	settles bool
+	// by is the dimension value of the policy's keys, such as
+	// "model=gpt-4o" (model=* for the shared bucket); "" for a policy
+	// not keyed by a dimension.
+	by string
+}
+
+// cost is what a request that reserved reserved (per measure) takes from
+// bp: one slot of a concurrency policy, its measure's reservation, or its
+// fixed units.
+func (bp *boundPolicy) cost(reserved *[config.MaxMeasures]int64) int64 {
+	switch {
+	case bp.algorithm == ratelimit.Concurrency:
+		return 1
+	case bp.measure >= 0:
+		return reserved[bp.measure]
+	}
+	return bp.units
 }
 
 // compileRoutes binds every route of cfg, which must have passed Validate,
@@ -98,43 +169,71 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 		if !ok {
 			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
 		}
-		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, block: compileCost(rc),
-			byTier: make(map[string][]boundPolicy, len(tierNames)), signals: rc.ClientSignals}
-		var err error
-		for _, tier := range tierNames {
-			if r.byTier[tier], err = bindPolicies(cfg, rc, tier, fleet); err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, signals: rc.ClientSignals}
+		dims := rc.SettleDimensions()
+		for _, ref := range rc.Policies {
+			if by := cfg.Policies[ref.Name].By; len(by) > 0 {
+				dims = append([]string{by[0]}, dims...)
 			}
 		}
-		if r.anyTier, err = bindPolicies(cfg, rc, "", fleet); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		if len(dims) > 0 {
+			d := cfg.Dimensions[dims[0]]
+			r.dim = routeDimension{name: dims[0], label: usage.Label{JSON: d.JSON, Header: d.Header, Values: d.Values}}
+		}
+		var err error
+		if r.measures, r.localMeasure, err = compileMeasures(cfg, rc, r.dim.label.Values); err != nil {
+			return nil, fmt.Errorf("%s.%w", path, err)
+		}
+		for v := range len(r.dim.label.Values) + 1 {
+			value := r.dimensionValue(v)
+			byTier := make(map[string][]boundPolicy, len(tierNames))
+			for _, tier := range tierNames {
+				ps, err := bindPolicies(cfg, rc, r.measures, tier, value, fleet)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", path, err)
+				}
+				byTier[tier] = ps
+			}
+			anyTier, err := bindPolicies(cfg, rc, r.measures, "", value, fleet)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			r.byTier, r.anyTier = append(r.byTier, byTier), append(r.anyTier, anyTier)
 		}
 		out[i] = r
 	}
 	return out, nil
 }
 
-// bindPolicies resolves the policies of route rc for tier ("" = a tier that
-// only "*" limits) and orders them shared scopes first, tenant scopes last.
-// A policy without a limit for the tier (nor "*") does not limit it.
-func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64) ([]boundPolicy, error) {
+// bindPolicies resolves the policies of route rc, whose compiled measures
+// are ms, for tier ("" = a tier that only "*" limits) and a request whose
+// dimension value is value ("" without a dimension, config.OtherValue
+// for the shared bucket), and orders them shared scopes first, tenant
+// scopes last. A policy without a limit for the tier (nor "*") does not
+// limit it. A policy by the dimension has the value's limit and keys.
+func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier, value string, fleet int64) ([]boundPolicy, error) {
 	var shared, tenant []boundPolicy
-	for _, name := range rc.Policies {
+	for _, ref := range rc.Policies {
+		name := ref.Name
 		pc, ok := cfg.Policies[name]
 		if !ok {
 			return nil, fmt.Errorf("unknown policy %q", name)
 		}
-		limitKey := tier
-		lim, ok := pc.StoreLimit(tier)
-		if !ok {
-			limitKey = "*"
-			if lim, ok = pc.StoreLimit("*"); !ok {
-				continue // this tier is not limited by this policy
-			}
+		byValue := ""
+		if len(pc.By) > 0 {
+			byValue = value
 		}
-		bp, err := bindPolicy(cfg, name, pc, lim, rc, fleet)
+		lim, at, ok := pc.StoreLimitFor(tier, byValue)
+		if !ok {
+			continue // this tier is not limited by this policy
+		}
+		bp, err := bindPolicy(cfg, ref, pc, lim, rc, ms, fleet)
+		if err == nil && byValue != "" {
+			bp.by = pc.By[0] + "=" + byValue
+			bp.pattern, err = bp.pattern.By(bp.by)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("policies.%s.limits.%s: %w", name, limitKey, err)
+			return nil, fmt.Errorf("policies.%s.%s: %w", name, at, err)
 		}
 		if bp.scope.PerSubject() {
 			tenant = append(tenant, bp)
@@ -145,10 +244,12 @@ func bindPolicies(cfg *config.Config, rc config.Route, tier string, fleet int64)
 	return append(shared, tenant...), nil
 }
 
-// bindPolicy compiles policy pc with limit lim for route rc, checking that
-// the store would accept its items (and those of its local share) at the
-// route's largest cost (see maxCost).
-func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit.Limit, rc config.Route, fleet int64) (boundPolicy, error) {
+// bindPolicy compiles policy pc, bound to route rc by ref, with limit lim,
+// checking that the store would accept its items (and those of its local
+// share) at the largest cost a request takes from it: its measure's max,
+// or its fixed units.
+func bindPolicy(cfg *config.Config, ref config.PolicyRef, pc config.Policy, lim ratelimit.Limit, rc config.Route, ms []*measure, fleet int64) (boundPolicy, error) {
+	name := ref.Name
 	alg := pc.Algorithm
 	switch {
 	case !alg.Valid():
@@ -158,14 +259,28 @@ func bindPolicy(cfg *config.Config, name string, pc config.Policy, lim ratelimit
 	case !pc.OnStoreError.Valid():
 		return boundPolicy{}, fmt.Errorf("invalid on_store_error %s", pc.OnStoreError)
 	}
-	cost := maxCost(rc)
-	if alg == ratelimit.Concurrency {
-		cost = 1 // a request holds one slot, whatever its cost
-	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
-		limit: lim, share: stack.LocalShare(lim, alg, fleet, cost), shareFleet: fleet, shareCost: cost,
+		limit: lim, measure: measureIndex(ms, ref.Measure), settles: !ref.Unsettled,
 	}
+	cost := ref.Units
+	if cost == 0 && ref.Measure == "" {
+		cost = rc.Cost // a policy listed by its name takes the route's cost
+	}
+	bp.units = cost
+	switch {
+	case alg == ratelimit.Concurrency:
+		cost, bp.measure, bp.settles = 1, -1, false // a request holds one slot, whatever its cost
+	case ref.Measure != "" && bp.measure < 0:
+		return boundPolicy{}, fmt.Errorf("cost: unknown measure %q", ref.Measure)
+	case bp.measure >= 0:
+		cost = ms[bp.measure].max
+	case cost < 1:
+		return boundPolicy{}, fmt.Errorf("cost: must be >= 1, got %d", cost)
+	default:
+		bp.settles = false // a fixed cost is never settled
+	}
+	bp.share, bp.shareFleet, bp.shareCost = stack.LocalShare(lim, alg, fleet, cost), fleet, cost
 	if l := pc.Lease; l != nil {
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, Auto: l.Auto, TTL: l.TTL, Instances: l.Instances}
 	}

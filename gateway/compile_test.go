@@ -7,6 +7,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // loadBase loads baseConfig as the gateway tests do, for a test that edits
@@ -43,7 +44,7 @@ func TestCompileRefusesWhatItCannotEnforce(t *testing.T) {
 			setPolicy(c, "tenant", func(p *config.Policy) { p.Limits["free"] = config.Limit{Rate: 1, Per: 0, Burst: 5} })
 		}, "policies.tenant.limits.free: ratelimit: invalid item: token_bucket: per: must be > 0"},
 		{"cost above capacity", func(c *config.Config) { c.Routes[0].Cost = 50 }, "routes[0]: policies.tenant.limits.anonymous:"},
-		{"missing policy", func(c *config.Config) { c.Routes[1].Policies = []string{"nope"} }, `routes[1]: unknown policy "nope"`},
+		{"missing policy", func(c *config.Config) { c.Routes[1].Policies = []config.PolicyRef{{Name: "nope"}} }, `routes[1]: unknown policy "nope"`},
 		{"zero cost", func(c *config.Config) { c.Routes[1].Cost = 0 }, "routes[1].cost: must be >= 1"},
 		{"zero fleet", func(c *config.Config) { c.Store.FleetSize = 0 }, "store.fleet_size: must be >= 1"},
 		{"no key prefix", func(c *config.Config) { c.Store.Redis.KeyPrefix = "" }, "key prefix"},
@@ -69,7 +70,7 @@ func TestCompileRefusesWhatItCannotEnforce(t *testing.T) {
 			if err := live.Reload(cfg, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Reload: %v, want an error mentioning %q", err, tc.want)
 			}
-			if got := len(live.live.Load().routes[0].policyFor("free")); got != 2 {
+			if got := len(live.live.Load().routes[0].policyFor("free", usage.Other)); got != 2 {
 				t.Errorf("after the refused reload, transfers.create has %d policies for free, want the live 2", got)
 			}
 		})
@@ -92,7 +93,7 @@ func TestCompileBindsTypedPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gw.Close()
-	ps := gw.live.Load().routes[0].policyFor("enterprise")
+	ps := gw.live.Load().routes[0].policyFor("enterprise", usage.Other)
 	if len(ps) != 2 {
 		t.Fatalf("transfers.create binds %d policies for enterprise, want 2", len(ps))
 	}

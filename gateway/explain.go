@@ -14,6 +14,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // Explanation is what the pipeline would apply to one request, without
@@ -36,9 +37,15 @@ type Explanation struct {
 	// any limit (a 400 for a reservation above max, ...).
 	Refusal string `json:"refusal,omitempty"`
 	// Settle is the route's cost block: Cost is then its reserve.
-	Settle   *SettleExplained  `json:"settle,omitempty"`
-	Local    *config.Limit     `json:"local,omitempty"`
-	Policies []PolicyExplained `json:"policies"`
+	Settle *SettleExplained `json:"settle,omitempty"`
+	// Dimension is the request's value of the route's dimension, such as
+	// "model=gpt-4o" ("model=*": none of its values); empty without one.
+	Dimension string `json:"dimension,omitempty"`
+	// Measures are the route's measures (a cost block is the measure
+	// "cost"), ordered by name, with what this request reserves of each.
+	Measures []MeasureExplained `json:"measures,omitempty"`
+	Local    *config.Limit      `json:"local,omitempty"`
+	Policies []PolicyExplained  `json:"policies"`
 }
 
 // SettleExplained is how a route's cost is reserved and settled.
@@ -51,9 +58,27 @@ type SettleExplained struct {
 	Policies []string `json:"policies,omitempty"`
 }
 
+// MeasureExplained is one measure of a route and what the request
+// reserves of it.
+type MeasureExplained struct {
+	Name string `json:"name"`
+	// Reserve and ReserveWhy are as Explanation's, for this measure.
+	Reserve     int64  `json:"reserve"`
+	ReserveWhy  string `json:"reserve_why"`
+	Max         int64  `json:"max"`
+	ReserveFrom string `json:"reserve_from,omitempty"`
+	SettleFrom  string `json:"settle_from,omitempty"` // "" when nothing is settled
+}
+
 // PolicyExplained is one stage-2 policy as it applies to the request.
 type PolicyExplained struct {
-	Name         string        `json:"name"`
+	Name string `json:"name"`
+	// Cost is the units the request takes from the policy (1 for a
+	// concurrency policy: a slot); Measure the measure it is, "" for a
+	// fixed cost; Settled whether the measure's usage settles it.
+	Cost         int64         `json:"cost"`
+	Measure      string        `json:"measure,omitempty"`
+	Settled      bool          `json:"settled,omitempty"`
 	Scope        string        `json:"scope"`
 	Algorithm    string        `json:"algorithm"`
 	OnStoreError string        `json:"on_store_error"`
@@ -122,31 +147,52 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 	if err != nil {
 		return nil, err
 	}
-	rt := p.routes[m.Index]
+	rt, routeIndex := p.routes[m.Index], m.Index
 	ex := &Explanation{Route: rt.name, Template: m.Template, Kind: caller.Kind.String(), Tier: caller.Tier, Cost: rt.cost}
 	st := &requestState{route: rt}
+	res := reserved{value: usage.Other}
 	if r.ContentLength > p.body.max {
 		ex.Refusal = "413 payload_too_large: the body exceeds server.max_body_bytes"
 	} else {
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = newRequestBody(nil, r, st, p.body)
 		}
-		res := reservation(r, st, nil)
+		res = reservation(r, st, nil)
 		ex.Reserve, ex.ReserveWhy = res.units, res.why
 		if res.refusal != nil {
 			ex.Refusal = strconv.Itoa(res.refusal.Status) + " " + res.refusal.Error + ": " + res.refusal.Message
 		}
 	}
-	if cb := rt.block; cb != nil {
-		ex.Settle = &SettleExplained{Max: cb.max, ReserveFrom: sources("json", strings.Join(append([]string{cb.reserveFrom.JSON}, cb.reserveFrom.JSONAliases...), " or "), "header", cb.reserveFrom.Header)}
-		if cb.settles {
-			ex.Settle.SettleFrom = sources("header", cb.settleFrom.Header, "json", cb.settleFrom.JSON, "sse", cb.settleFrom.SSE)
-			for _, name := range cb.policies { // a concurrency policy holds a slot, never units
-				if cfg.Policies[name].Algorithm != ratelimit.Concurrency {
-					ex.Settle.Policies = append(ex.Settle.Policies, name)
+	for i, m := range rt.measures {
+		me := MeasureExplained{Name: m.name, Reserve: st.reserved[i], ReserveWhy: res.whys[i], Max: m.max,
+			ReserveFrom: sources("json", strings.Join(append([]string{m.reserveFrom.JSON}, m.reserveFrom.JSONAliases...), " or "), "header", m.reserveFrom.Header)}
+		if m.settles {
+			if m.expr != nil {
+				me.SettleFrom = "settle " + cfg.Routes[routeIndex].Measures[m.name].Settle
+			} else {
+				f := m.fields[0]
+				me.SettleFrom = sources("header", f.Header, "json", f.JSON, "sse", f.SSE)
+			}
+		}
+		ex.Measures = append(ex.Measures, me)
+	}
+	if l := rt.localMeasure; l >= 0 { // a cost block
+		me := ex.Measures[l]
+		ex.Settle = &SettleExplained{Max: me.Max, ReserveFrom: me.ReserveFrom, SettleFrom: me.SettleFrom}
+		if me.SettleFrom != "" {
+			for _, ref := range cfg.Routes[m.Index].Policies { // a concurrency policy holds a slot, never units
+				if ref.Measure == me.Name && !ref.Unsettled && cfg.Policies[ref.Name].Algorithm != ratelimit.Concurrency {
+					ex.Settle.Policies = append(ex.Settle.Policies, ref.Name)
 				}
 			}
 		}
+	}
+	if rt.dim.name != "" {
+		i := res.value
+		if i < 0 {
+			i = len(rt.dim.label.Values)
+		}
+		ex.Dimension = rt.dim.name + "=" + rt.dimensionValue(i)
 	}
 	ex.Caller = caller.Tenant
 	if caller.Kind == identity.KindAnonymous {
@@ -156,15 +202,19 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 		l := *t.Local
 		ex.Local = &l
 	}
-	for _, bp := range rt.policyFor(caller.Tier) {
+	for _, bp := range rt.policyFor(caller.Tier, res.value) {
 		key, err := bp.pattern.Key(p.subjectID(caller.Subject))
 		if err != nil {
 			return nil, err
 		}
-		ex.Policies = append(ex.Policies, PolicyExplained{
-			Name: bp.name, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
+		pe := PolicyExplained{
+			Name: bp.name, Cost: bp.cost(&st.reserved), Settled: bp.measure >= 0 && bp.settles && rt.measures[bp.measure].settles, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
 			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Max: bp.limit.Max, Calendar: bp.limit.Calendar.String(), Key: key,
-		})
+		}
+		if bp.measure >= 0 {
+			pe.Measure = rt.measures[bp.measure].name
+		}
+		ex.Policies = append(ex.Policies, pe)
 	}
 	return ex, nil
 }

@@ -94,16 +94,20 @@ routes:
 	}
 }
 
+// explainHead starts the configurations of the explain tests: anonymous
+// callers of one tier, policies to follow.
+const explainHead = `
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
+identity: {anonymous: {tier: anon}}
+tiers: {anon: {}}
+policies:`
+
 // TestExplainReservesAsTheGateway: for each request (method, headers,
 // body), Explain's Reserve is what the gateway takes for the same request,
 // read from the RateLimit remaining of the policy that takes it; a request
 // the gateway refuses is a refusal in Explain too.
 func TestExplainReservesAsTheGateway(t *testing.T) {
-	const base = `
-server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}
-identity: {anonymous: {tier: anon}}
-tiers: {anon: {}}
-policies:
+	const base = explainHead + `
   tokens: {limits: {"*": {rate: 1, per: 1h, burst: 1000000}}}
 upstreams: {llm: {url: UPSTREAM, timeout: 5s}}
 routes:
@@ -204,5 +208,62 @@ routes:
 	}
 	if ex.Reserve != 4000 || ex.ReserveWhy != "max" {
 		t.Errorf("a body-less POST reserves %d (%s), want max 4000", ex.Reserve, ex.ReserveWhy)
+	}
+}
+
+// TestExplainPolicyCostsAsTheGateway: Explain's cost per policy is what
+// the gateway takes from each policy of a route whose policies take a
+// request, a fixed number and a measure, read from the quota endpoint;
+// and it lists the measure with the reservation of the request.
+func TestExplainPolicyCostsAsTheGateway(t *testing.T) {
+	const base = explainHead + `
+  rpm:  {limits: {"*": {rate: 1, per: 1h, burst: 1000}}}
+  tpm:  {limits: {"*": {rate: 1, per: 1h, burst: 1000000}}}
+  flat: {limits: {"*": {rate: 1, per: 1h, burst: 1000}}}
+upstreams: {llm: {url: UPSTREAM, timeout: 5s}}
+routes:
+  - {name: chat, method: POST, path: /v1/chat, upstream: llm,
+     policies: [rpm, {name: tpm, cost: tokens}, {name: flat, cost: 5}],
+     measures: {tokens: {reserve: 100, reserve_from: {json: max_tokens, json_count: n}, max: 32000, settle_from: {header: X-Never}}}}
+`
+	f := newFixture(t, base)
+	cfg, err := config.Load(f.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := map[string]string{"Content-Type": "application/json"}
+	left := map[string]int64{"rpm": 1000, "tpm": 1000000, "flat": 1000}
+	for _, body := range []string{`{"max_tokens":700}`, `{"max_tokens":700,"n":3}`, `{"messages":[]}`, ""} {
+		var rd io.Reader
+		var b []byte
+		if body != "" {
+			rd, b = strings.NewReader(body), []byte(body)
+		}
+		h := http.Header{}
+		h.Set("Content-Type", "application/json")
+		ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat", Header: h, Body: b}, testGetenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := f.do("POST", "/v1/chat", hdr, rd); w.Code != http.StatusOK {
+			t.Fatalf("%q: status %d %s", body, w.Code, w.Body.String())
+		}
+		_, byName := f.quota(t, nil)
+		if len(ex.Policies) != 3 || len(ex.Measures) != 1 || ex.Measures[0].Name != "tokens" {
+			t.Fatalf("%q: explained %+v", body, ex)
+		}
+		for _, p := range ex.Policies {
+			now := byName[p.Name+"/"].Remaining
+			if took := left[p.Name] - now; took != p.Cost {
+				t.Errorf("%q: the gateway took %d from %s, explain says %d", body, took, p.Name, p.Cost)
+			}
+			left[p.Name] = now
+			if want := p.Name == "tpm"; (p.Measure == "tokens") != want || p.Settled != want {
+				t.Errorf("%q: policy %s explained as measure %q settled %t", body, p.Name, p.Measure, p.Settled)
+			}
+		}
+		if tpm := ex.Policies[1]; ex.Measures[0].Reserve != tpm.Cost {
+			t.Errorf("%q: measure tokens reserves %d, policy tpm costs %d", body, ex.Measures[0].Reserve, tpm.Cost)
+		}
 	}
 }

@@ -53,13 +53,13 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 						Message: "caller has no identity", RequestID: st.requestID})
 					return
 				}
-				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: st.cost, Shadow: bp.shadow,
+				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: bp.cost(&st.reserved), Shadow: bp.shadow,
 					OnError: bp.onError, Lease: bp.lease, Region: bp.region}
 				if bp.algorithm == ratelimit.Concurrency { // one slot, whatever the cost
 					if holder == "" {
 						holder = g.slots.holder()
 					}
-					items[i].Cost, items[i].Holder = 1, holder
+					items[i].Holder = holder
 				}
 			}
 

@@ -101,7 +101,7 @@ type upstreamRecorder struct {
 	srv     *httptest.Server
 }
 
-func newUpstream(t *testing.T) *upstreamRecorder {
+func newUpstream(t testing.TB) *upstreamRecorder {
 	u := &upstreamRecorder{arrived: make(chan struct{}, 16), release: make(chan struct{})}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -133,14 +133,14 @@ func (u *upstreamRecorder) Last() (*http.Request, []byte) {
 }
 
 // deadURL returns the URL of a port that refuses connections.
-func deadURL(t *testing.T) string {
+func deadURL(t testing.TB) string {
 	s := httptest.NewServer(http.NotFoundHandler())
 	u := s.URL
 	s.Close()
 	return u
 }
 
-func writeConfig(t *testing.T, text string) string {
+func writeConfig(t testing.TB, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // matchRoute is the route stage: it finds the configured route of the
@@ -30,7 +31,7 @@ func (g *Gateway) matchRoute(p *pipeline) func(http.Handler) http.Handler {
 				return
 			}
 			st.route = p.routes[m.Index]
-			st.policies = st.route.policyFor(st.caller.Tier)
+			st.policies = st.route.policyFor(st.caller.Tier, usage.Other) // the cost stage reads the dimension, if any
 			next.ServeHTTP(w, r)
 		})
 	}

@@ -32,8 +32,11 @@ type quotaReply struct {
 
 // quotaPolicy is one store key that limits the caller.
 type quotaPolicy struct {
-	Name      string `json:"name"`
-	Route     string `json:"route,omitempty"` // for the scopes tenant_route and route
+	Name  string `json:"name"`
+	Route string `json:"route,omitempty"` // for the scopes tenant_route and route
+	// By is the dimension value of a policy keyed by a dimension, such
+	// as "model=gpt-4o" ("model=*": every other value); empty otherwise.
+	By        string `json:"by,omitempty"`
 	Algorithm string `json:"algorithm"`
 	Limit     int64  `json:"limit"`
 	Remaining int64  `json:"remaining"`
@@ -224,21 +227,23 @@ func (p *pipeline) quotaItems(subject, tier string, maxItems int) (items []ratel
 	var shared, perRoute []entry
 	seen := make(map[string]bool)
 	for _, rt := range p.routes {
-		ps := rt.policyFor(tier)
-		for i := range ps {
-			bp := &ps[i]
-			key, err := bp.pattern.Key(id)
-			if err != nil || seen[key] {
-				continue
-			}
-			seen[key] = true
-			e := entry{item: ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Shadow: true, OnError: bp.onError},
-				q: quotaPolicy{Name: bp.name, Algorithm: bp.algorithm.String(), WindowS: bp.window}, bp: bp}
-			if bp.scope == routes.ScopeTenantRoute || bp.scope == routes.ScopeRoute {
-				e.q.Route = rt.name
-				perRoute = append(perRoute, e)
-			} else {
-				shared = append(shared, e)
+		for v := range rt.anyTier { // every value of its dimension, then the shared bucket
+			ps := rt.policyFor(tier, v)
+			for i := range ps {
+				bp := &ps[i]
+				key, err := bp.pattern.Key(id)
+				if err != nil || seen[key] {
+					continue
+				}
+				seen[key] = true
+				e := entry{item: ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Shadow: true, OnError: bp.onError},
+					q: quotaPolicy{Name: bp.name, By: bp.by, Algorithm: bp.algorithm.String(), WindowS: bp.window}, bp: bp}
+				if bp.scope == routes.ScopeTenantRoute || bp.scope == routes.ScopeRoute {
+					e.q.Route = rt.name
+					perRoute = append(perRoute, e)
+				} else {
+					shared = append(shared, e)
+				}
 			}
 		}
 	}

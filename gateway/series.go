@@ -42,9 +42,6 @@ func attachSeries(rs []*route, m *telemetry.Metrics) {
 	}
 	for _, r := range rs {
 		r.upstream = m.RouteSeries(r.name)
-		for _, ps := range r.byTier {
-			bind(ps)
-		}
-		bind(r.anyTier)
+		r.eachBinding(bind)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -20,52 +22,125 @@ import (
 	"github.com/quotagate/quotagate/usage"
 )
 
-// costBlock is a route's cost block (config.CostBlock), compiled.
-type costBlock struct {
+// measure is a measure of a route (config.Measure; a cost block is the
+// measure "cost"), compiled.
+type measure struct {
+	name         string
 	reserve, max int64
 	// reserveFrom is where a request states its reservation; asks reports
 	// whether there is such a source.
 	reserveFrom usage.RequestSource
 	asks        bool
-	// settleFrom is where a response reports its usage; settles reports
-	// whether there is such a source (otherwise nothing is settled).
-	settleFrom usage.Source
-	settles    bool
-	// policies are the names of the settled policies.
-	policies []string
+	// fields are where a response reports the usage fields the measure
+	// settles to: the one of settle_from, or one per field of its settle
+	// expression (read from a JSON body or an SSE stream); settles
+	// reports whether there are any (otherwise nothing is settled).
+	fields  []usage.Source
+	settles bool
+	// expr, when not nil, computes the used units from the fields'
+	// values; nil means the one field's value. prices holds, per index of
+	// the route's dimension values (the shared bucket last), the values
+	// of expr.Prices.
+	expr     *usage.Expr
+	prices   [][]uint64
+	perToken int64 // reserve_from.prompt_bytes_per_token; 0 for none
 	maxBody  int64
 	// missingMax: a request whose usage goes unreported (see
 	// unreported) takes max (on_missing_usage: max), not its reservation.
 	missingMax bool
 }
 
-// compileCost returns the compiled cost block of rc, nil for a fixed cost.
-func compileCost(rc config.Route) *costBlock {
-	b := rc.Settle
-	if b == nil {
-		return nil
+// compileMeasures returns the compiled measures of rc, ordered by name,
+// and the index of the one stage 1 takes (a cost block's), -1 for none.
+// values are the values of the route's dimension (see priceValues).
+func compileMeasures(cfg *config.Config, rc config.Route, values []string) (ms []*measure, local int, err error) {
+	local = -1
+	for _, name := range slices.Sorted(maps.Keys(rc.Measures)) {
+		m := rc.Measures[name]
+		cm := &measure{name: name, reserve: m.Reserve, max: m.Max, maxBody: m.MaxBody, missingMax: m.OnMissingUsage == config.MissingUsageMax}
+		if f := m.ReserveFrom; f != nil {
+			cm.reserveFrom, cm.asks = usage.RequestSource{JSON: f.JSON, JSONAliases: f.JSONAliases, JSONCount: f.JSONCount, Header: f.Header}, true
+			cm.perToken = f.PromptBytesPerToken
+		}
+		if f := m.SettleFrom; f != nil {
+			cm.fields, cm.settles = []usage.Source{{Header: f.Header, JSON: f.JSON, SSE: f.SSE}}, true
+		}
+		if m.Settle != "" {
+			if cm.expr, err = usage.ParseExpr(m.Settle); err != nil {
+				return nil, 0, fmt.Errorf("measures.%s.settle: %w", name, err)
+			}
+			for _, f := range cm.expr.Fields {
+				cm.fields = append(cm.fields, usage.Source{JSON: f, SSE: f})
+			}
+			cm.settles = len(cm.fields) > 0
+			if cm.prices, err = priceValues(cfg, cm.expr, values); err != nil {
+				return nil, 0, fmt.Errorf("measures.%s.settle: %w", name, err)
+			}
+		}
+		if rc.Settle != nil && name == "cost" {
+			local = len(ms)
+		}
+		ms = append(ms, cm)
 	}
-	cb := &costBlock{reserve: b.Reserve, max: b.Max, maxBody: b.MaxBody, missingMax: b.OnMissingUsage == config.MissingUsageMax}
-	if f := b.ReserveFrom; f != nil {
-		cb.reserveFrom, cb.asks = usage.RequestSource{JSON: f.JSON, JSONAliases: f.JSONAliases, JSONCount: f.JSONCount, Header: f.Header}, true
-	}
-	if f := b.SettleFrom; f != nil {
-		cb.settleFrom, cb.settles = usage.Source{Header: f.Header, JSON: f.JSON, SSE: f.SSE}, true
-	}
-	cb.policies = b.SettlePolicies
-	if len(cb.policies) == 0 {
-		cb.policies = rc.Policies
-	}
-	return cb
+	return ms, local, nil
 }
 
-// maxCost is the most units a request of rc may take: its cost block's
-// max, or its fixed cost.
-func maxCost(rc config.Route) int64 {
-	if rc.Settle != nil {
-		return max(rc.Settle.Max, rc.Cost)
+// priced reports whether m counts money: its settle reads a price.
+func (m *measure) priced() bool { return m.expr != nil && len(m.expr.Prices) > 0 }
+
+// priceValues returns, for each of values and then the shared bucket,
+// the values of e's price references: nano-USD per token from cfg's
+// prices for that value, or for "*".
+func priceValues(cfg *config.Config, e *usage.Expr, values []string) ([][]uint64, error) {
+	out := make([][]uint64, len(values)+1)
+	for i := range out {
+		pr, ok := config.Price{}, false
+		if i < len(values) {
+			pr, ok = cfg.Prices[values[i]]
+		}
+		if !ok {
+			if pr, ok = cfg.Prices[config.OtherValue]; !ok && len(e.Prices) > 0 {
+				return nil, fmt.Errorf("no price for %q nor \"*\"", append(values, config.OtherValue)[i])
+			}
+		}
+		for _, ref := range e.Prices {
+			var n int64
+			switch ref.Field {
+			case "input":
+				n = pr.InputNano
+			case "output":
+				n = pr.OutputNano
+			case "cached":
+				n = pr.CachedNano
+			default:
+				return nil, fmt.Errorf("price(%s).%s: unknown price field", ref.Dimension, ref.Field)
+			}
+			out[i] = append(out[i], uint64(n))
+		}
 	}
-	return rc.Cost
+	return out, nil
+}
+
+// measureIndex returns the index of the measure named name in ms; -1 for
+// "" (a fixed cost).
+func measureIndex(ms []*measure, name string) int {
+	return slices.IndexFunc(ms, func(m *measure) bool { return m.name == name })
+}
+
+// readsBody reports whether a measure of ms reads the response body for
+// its usage.
+func readsBody(ms []*measure) bool {
+	return slices.ContainsFunc(ms, func(m *measure) bool {
+		return slices.ContainsFunc(m.fields, func(f usage.Source) bool { return f.JSON != "" || f.SSE != "" })
+	})
+}
+
+// bodyUsage reports whether a field of a measure of ms is read only from
+// the response body (no header can report it).
+func bodyUsage(ms []*measure) bool {
+	return slices.ContainsFunc(ms, func(m *measure) bool {
+		return slices.ContainsFunc(m.fields, func(f usage.Source) bool { return f.Header == "" })
+	})
 }
 
 // outboundHeaders is upstreamObserver.Outbound: the gateway's own
@@ -87,29 +162,46 @@ func dropReserveTrailers(out *http.Request) {
 		return
 	}
 	st := stateFrom(out.Context())
-	if st == nil || st.route == nil || st.route.block == nil || st.route.block.reserveFrom.Header == "" {
+	if st == nil || st.route == nil {
 		return
 	}
-	for name := range out.Trailer {
-		if headername.Same(name, st.route.block.reserveFrom.Header) {
-			delete(out.Trailer, name)
+	for _, m := range st.route.measures {
+		if m.reserveFrom.Header == "" {
+			continue
+		}
+		for name := range out.Trailer {
+			if headername.Same(name, m.reserveFrom.Header) {
+				delete(out.Trailer, name)
+			}
 		}
 	}
 }
 
 // pendingSettle is a reservation waiting for its response: the items of
-// the settled policies as they were reserved. Exactly one of the usage
-// read from the response, an upstream failure, or the end of the request
-// settles it (claim).
+// the settled policies as they were reserved, each taking one measure of
+// the route. Exactly one of the usages read from the response, an
+// upstream failure, or the end of the request settles it (claim), every
+// measure in one store call.
 type pendingSettle struct {
 	store *stack.Stack
 	items []ratelimit.Item
 	// at holds, per item, when the store decided its reservation (µs on
 	// the store's clock), so that a refund goes back to what it charged.
-	at       []int64
-	names    []string
-	reserved int64
-	claimed  atomic.Bool
+	at    []int64
+	names []string
+	// measure holds, per item, the index of its measure in the route's
+	// measures; reserved the reservation of each measure.
+	measure  []int
+	reserved [config.MaxMeasures]int64
+	// results are the usages read per field of each measure (at
+	// config.MaxSettleFields × its index), and waiting the watched fields
+	// whose usage has not been read yet (see observeResponse).
+	results [config.MaxMeasures * config.MaxSettleFields]usage.Result
+	waiting atomic.Int32
+	// value is the request's index of the route's dimension values (see
+	// measure.prices).
+	value   int
+	claimed atomic.Bool
 	// span is the request's span, which records the settlement (it ends
 	// after the response, when the settlement's outcome is known).
 	span trace.Span
@@ -118,28 +210,42 @@ type pendingSettle struct {
 // claim reports whether the caller is the one to settle p.
 func (p *pendingSettle) claim() bool { return p.claimed.CompareAndSwap(false, true) }
 
+// settles reports whether measure m of the route has a settled item.
+func (p *pendingSettle) settles(m int) bool { return slices.Contains(p.measure, m) }
+
+// settleTo is what one measure settles to: used units, or, when missing,
+// its reservation stands for want of a usage.
+type settleTo struct {
+	used    int64
+	missing bool
+}
+
 // reserveForSettle remembers, after an admitted decision d of the items of
-// ps, what the route's cost block settles: the items of its settled
-// policies that took the reservation (non-shadow, or shadow and allowed).
-// Nothing is settled when the store did not decide (d.Failure): the
-// reservation was then not taken from it. It reports whether a settlement
-// is pending.
+// ps, what the route's measures settle: the items of the policies settled
+// by a measure that took its reservation (non-shadow, or shadow and
+// allowed). Nothing is settled when the store did not decide (d.Failure):
+// the reservation was then not taken from it. It reports whether a
+// settlement is pending.
 func (g *Gateway) reserveForSettle(ctx context.Context, p *pipeline, st *requestState, ps []boundPolicy, items []ratelimit.Item, d ratelimit.Decision) bool {
-	cb := st.route.block
-	if cb == nil || !cb.settles || d.Failure != nil || !d.Allowed {
+	if d.Failure != nil || !d.Allowed {
 		return false
 	}
-	ps2 := &pendingSettle{store: p.store, reserved: st.cost, span: trace.SpanFromContext(ctx)}
+	ms := st.route.measures
+	var ps2 *pendingSettle
 	for i := range ps {
-		if !slices.Contains(cb.policies, ps[i].name) || ps[i].algorithm == ratelimit.Concurrency ||
-			(ps[i].shadow && !d.Results[i].Allowed) {
+		bp := &ps[i]
+		if bp.measure < 0 || !bp.settles || !ms[bp.measure].settles || (bp.shadow && !d.Results[i].Allowed) {
 			continue
+		}
+		if ps2 == nil {
+			ps2 = &pendingSettle{store: p.store, reserved: st.reserved, value: st.value, span: trace.SpanFromContext(ctx)}
 		}
 		ps2.items = append(ps2.items, items[i])
 		ps2.at = append(ps2.at, d.Results[i].DecidedAt)
-		ps2.names = append(ps2.names, ps[i].name)
+		ps2.names = append(ps2.names, bp.name)
+		ps2.measure = append(ps2.measure, bp.measure)
 	}
-	if len(ps2.items) == 0 {
+	if ps2 == nil {
 		return false
 	}
 	st.settle = ps2
@@ -147,8 +253,8 @@ func (g *Gateway) reserveForSettle(ctx context.Context, p *pipeline, st *request
 }
 
 // observeResponse is upstreamObserver.Response: it watches the usage of
-// a response whose request holds a reservation, and settles it when the
-// body has passed.
+// every settled measure of a response whose request holds a reservation,
+// in one pass of the body, and settles them all when the body has passed.
 func (g *Gateway) observeResponse(resp *http.Response) {
 	if resp.Request == nil {
 		return
@@ -157,23 +263,70 @@ func (g *Gateway) observeResponse(resp *http.Response) {
 	if st == nil || st.settle == nil {
 		return
 	}
-	ps, cb, ctx := st.settle, st.route.block, resp.Request.Context()
+	ps, ms, ctx := st.settle, st.route.measures, resp.Request.Context()
 	success := resp.StatusCode >= 200 && resp.StatusCode < 300
-	usage.Watch(resp, cb.settleFrom, cb.maxBody, func(res usage.Result) {
-		if !ps.claim() {
-			return
+	var n int32
+	for i, m := range ms {
+		if ps.settles(i) {
+			n += int32(len(m.fields))
 		}
-		used := int64(min(res.Units, usage.MaxUnits))
-		if cb.missingMax && unreported(ctx, res, success) {
-			g.settle(ctx, ps, max(used, cb.max))
-			return
+	}
+	ps.waiting.Store(n)
+	for i, m := range ms {
+		if !ps.settles(i) {
+			continue
 		}
-		if !res.Found || brokenOff(res) && used < ps.reserved {
-			g.settleMissing(ctx, ps)
-			return
+		for f, src := range m.fields {
+			// Each field's watcher wraps the body the one before installed:
+			// every Read and Close passes through all of them on the
+			// reading goroutine, and the last to see the end settles.
+			usage.Watch(resp, src, m.maxBody, func(res usage.Result) {
+				ps.results[i*config.MaxSettleFields+f] = res
+				if ps.waiting.Add(-1) != 0 || !ps.claim() {
+					return
+				}
+				var to [config.MaxMeasures]settleTo
+				for j, mj := range ms {
+					if ps.settles(j) {
+						at := j * config.MaxSettleFields
+						to[j] = responseSettles(ctx, mj, ps.reserved[j], ps.results[at:at+len(mj.fields)], ps.value, success)
+					}
+				}
+				g.settle(ctx, ps, &to)
+			})
 		}
-		g.settle(ctx, ps, used)
-	})
+	}
+}
+
+// responseSettles is what measure m, which reserved reserved, settles to
+// with the usages res read (one per field) from a response of a success
+// status or not, for a request whose dimension value index is value:
+// max when on_missing_usage: max and one is unreported; the reservation
+// (missing) when one is absent, or broken off and the usage less than
+// reserved; else the usage its expression computes.
+func responseSettles(ctx context.Context, m *measure, reserved int64, res []usage.Result, value int, success bool) settleTo {
+	var vals [config.MaxSettleFields]uint64
+	missing, broken, gone := false, false, false
+	for i, r := range res {
+		vals[i] = min(r.Units, usage.MaxUnits)
+		missing = missing || !r.Found
+		broken = broken || brokenOff(r)
+		gone = gone || unreported(ctx, r, success)
+	}
+	used := int64(vals[0])
+	if m.expr != nil {
+		if value < 0 || value >= len(m.prices) {
+			value = len(m.prices) - 1 // the shared bucket
+		}
+		used = int64(m.expr.Eval(vals[:len(res)], m.prices[value]))
+	}
+	switch {
+	case m.missingMax && gone:
+		return settleTo{used: max(used, m.max)}
+	case missing || broken && used < reserved:
+		return settleTo{missing: true}
+	}
+	return settleTo{used: used}
 }
 
 // unreported reports whether res, read from a response of a success
@@ -221,24 +374,23 @@ func brokenOff(res usage.Result) bool {
 // request written whole, or takes max with on_missing_usage: max, whatever
 // the transport reports of the write. Only an exchange the caller did not
 // break and that never reached the upstream gives the reservation back.
+// Each measure settles by these rules on its own.
 func (g *Gateway) onUpstreamFailure(r *http.Request, status int, written bool) {
 	st := stateFrom(r.Context())
 	if st == nil || st.settle == nil || !st.settle.claim() {
 		return
 	}
-	if st.bodyFault.load() != bodyOK {
-		if cb := st.route.block; cb.missingMax {
-			g.settle(r.Context(), st.settle, max(cb.max, st.settle.reserved))
-			return
+	faulted := st.bodyFault.load() != bodyOK
+	var to [config.MaxMeasures]settleTo
+	for i, m := range st.route.measures {
+		switch {
+		case faulted && m.missingMax:
+			to[i] = settleTo{used: max(m.max, st.settle.reserved[i])}
+		case faulted || written:
+			to[i] = settleTo{missing: true}
 		}
-		g.settleMissing(r.Context(), st.settle)
-		return
 	}
-	if written {
-		g.settleMissing(r.Context(), st.settle)
-		return
-	}
-	g.settle(r.Context(), st.settle, 0)
+	g.settle(r.Context(), st.settle, &to)
 }
 
 // settlePending is upstreamObserver.Watch (out is the outbound request,
@@ -252,59 +404,82 @@ func settlePending(out *http.Request) bool {
 
 // endSettle settles as missing a reservation that neither a response nor
 // a failure settled (the client went away, the body could not be sent, a
-// protocol switch): the reservation stands. On a route with
-// on_missing_usage: max, a request whose client went away (ctx is done)
+// protocol switch): the reservation stands. A measure with
+// on_missing_usage: max of a request whose client went away (ctx is done)
 // takes max instead: the upstream may have worked on it all the same.
 func (g *Gateway) endSettle(ctx context.Context, st *requestState) {
 	if st.settle == nil || !st.settle.claim() {
 		return
 	}
-	if cb := st.route.block; cb.missingMax && (ctx.Err() != nil || st.bodyFault.load() != bodyOK) {
-		g.settle(ctx, st.settle, cb.max)
-		return
-	}
-	g.settleMissing(ctx, st.settle)
-}
-
-// settleMissing counts a reservation that stands for want of a usage.
-func (g *Gateway) settleMissing(ctx context.Context, ps *pendingSettle) {
-	if ps.span.IsRecording() {
-		ps.span.SetAttributes(telemetry.AttrReservedUnits.Int64(ps.reserved), telemetry.AttrSettlement.String(telemetry.SettleMissing))
-	}
-	for _, name := range ps.names {
-		g.opts.Metrics.Settlement(ctx, name, telemetry.SettleMissing, 0)
-	}
-}
-
-// settle applies used - reserved to the settled policies' keys, each for
-// its reservation's time (a refund goes back to the window it was taken
-// from, and is dropped once that window has passed), in one store call
-// made after the response (on its own goroutine, which Close
-// waits for), retried once with the same id if it timed out. A settlement
-// that gives units back forgets their keys' cached denials.
-func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
-	delta := used - ps.reserved
-	result := telemetry.SettleExact
-	switch {
-	case delta < 0:
-		result = telemetry.SettleRefund
-	case delta > 0:
-		result = telemetry.SettleCharge
-	}
-	if ps.span.IsRecording() {
-		ps.span.SetAttributes(telemetry.AttrReservedUnits.Int64(ps.reserved), telemetry.AttrSettledUnits.Int64(used),
-			telemetry.AttrSettlement.String(result))
-	}
-	if delta == 0 {
-		for _, name := range ps.names {
-			g.opts.Metrics.Settlement(ctx, name, result, 0)
+	gone := ctx.Err() != nil || st.bodyFault.load() != bodyOK
+	var to [config.MaxMeasures]settleTo
+	for i, m := range st.route.measures {
+		to[i] = settleTo{missing: true}
+		if m.missingMax && gone {
+			to[i] = settleTo{used: m.max}
 		}
-		return
 	}
-	ss := make([]ratelimit.Settlement, len(ps.items))
+	g.settle(ctx, st.settle, &to)
+}
+
+// settleResult is the settlement counted for a delta of units, or for a
+// usage missing.
+func settleResult(delta int64, missing bool) string {
+	switch {
+	case missing:
+		return telemetry.SettleMissing
+	case delta < 0:
+		return telemetry.SettleRefund
+	case delta > 0:
+		return telemetry.SettleCharge
+	}
+	return telemetry.SettleExact
+}
+
+// settle applies, to each settled policy's key, what its measure used less
+// what it reserved (nothing for a measure whose usage is missing: the
+// reservation stands), each for its reservation's time (a refund goes
+// back to the window it was taken from, and is dropped once that window
+// has passed), in one store call made after the response (on its own
+// goroutine, which Close waits for), retried once with the same id if it
+// timed out. A settlement that gives units back forgets their keys'
+// cached denials. The span records the first settled measure's units.
+func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, to *[config.MaxMeasures]settleTo) {
+	if ps.span.IsRecording() {
+		m := ps.measure[0]
+		t := to[m]
+		delta := t.used - ps.reserved[m]
+		if t.missing {
+			ps.span.SetAttributes(telemetry.AttrReservedUnits.Int64(ps.reserved[m]), telemetry.AttrSettlement.String(telemetry.SettleMissing))
+		} else {
+			ps.span.SetAttributes(telemetry.AttrReservedUnits.Int64(ps.reserved[m]), telemetry.AttrSettledUnits.Int64(t.used),
+				telemetry.AttrSettlement.String(settleResult(delta, false)))
+		}
+	}
+	var ss []ratelimit.Settlement
 	for i, it := range ps.items {
+		t := to[ps.measure[i]]
+		delta := t.used - ps.reserved[ps.measure[i]]
+		if t.missing || delta == 0 {
+			continue
+		}
 		m := ratelimit.MaxSettleDelta(it.Algorithm, it.Limit) // a token bucket's debt is bounded
-		ss[i] = ratelimit.Settlement{Item: it, Delta: max(-m, min(delta, m)), ReservedAt: ps.at[i]}
+		ss = append(ss, ratelimit.Settlement{Item: it, Delta: max(-m, min(delta, m)), ReservedAt: ps.at[i]})
+	}
+	count := func(failed bool) {
+		for i, name := range ps.names {
+			t := to[ps.measure[i]]
+			delta := t.used - ps.reserved[ps.measure[i]]
+			if t.missing || failed && delta != 0 {
+				g.opts.Metrics.Settlement(ctx, name, telemetry.SettleMissing, 0)
+				continue
+			}
+			g.opts.Metrics.Settlement(ctx, name, settleResult(delta, false), delta)
+		}
+	}
+	if len(ss) == 0 {
+		count(false)
+		return
 	}
 	id := newSettleID()
 	ctx = context.WithoutCancel(ctx)
@@ -319,13 +494,10 @@ func (g *Gateway) settle(ctx context.Context, ps *pendingSettle, used int64) {
 			g.opts.Metrics.StoreError(ctx, ratelimit.FailureKind(err))
 			if ok, suppressed := g.logLimit.Allow("settle"); ok {
 				g.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "settlement failed; the reservation stands",
-					slog.String("error", err.Error()), slog.Int64("delta", delta), slog.Int("suppressed", suppressed))
+					slog.String("error", err.Error()), slog.Int("settlements", len(ss)), slog.Int("suppressed", suppressed))
 			}
-			result, delta = telemetry.SettleMissing, 0
 		}
-		for _, name := range ps.names {
-			g.opts.Metrics.Settlement(ctx, name, result, delta)
-		}
+		count(err != nil)
 	}()
 }
 

@@ -63,13 +63,7 @@ next:
 // past that would find a full bucket (requests refilled 300 units in
 // 300 ms when it took 1000 a second).
 const settleConfig = `
-server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, max_body_bytes: 2097152}
-store: {kind: redis, redis: {addrs: [REDIS], timeout: TIMEOUT}}
-identity:
-  api_keys:
-KEYS
-tiers: {t: {}}
-policies:
+server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, max_body_bytes: 2097152}` + settleHead + `
   tokens:   {limits: {"*": {rate: 1000, per: 1000s, burst: 1000}}}
   requests: {limits: {"*": {rate: 10000, per: 1000s, burst: 10000}}}
   window:   {algorithm: fixed_window, limits: {"*": {rate: 1000, per: 10s}}}
@@ -116,6 +110,16 @@ routes:
            settle_from: {json: usage.total_tokens, sse: usage.total_tokens}}
 `
 
+// settleHead is the store, the callers and the tier of the settle tests
+// configurations (see newSettleFixtureWith), policies to follow.
+const settleHead = `
+store: {kind: redis, redis: {addrs: [REDIS], timeout: TIMEOUT}}
+identity:
+  api_keys:
+KEYS
+tiers: {t: {}}
+policies:`
+
 // settleFixture is a gateway on a real Redis (on the fixture's clock),
 // served on a real listener, in front of an upstream that reports usage.
 type settleFixture struct {
@@ -138,14 +142,27 @@ func newSettleFixture(t *testing.T) *settleFixture {
 // to timeout, for a test that waits for calls to time out.
 func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture {
 	t.Helper()
-	sf := &settleFixture{srv: redistest.StartStandalone(t), release: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	srv := redistest.StartStandalone(t)
+	return newSettleFixtureWith(t, srv, []string{srv.Addr}, settleConfig, timeout)
+}
+
+// newSettleFixtureWith is newSettleFixture with the configuration text
+// (its REDIS, UPSTREAM, DEAD, KEYS and TIMEOUT replaced) on the Redis
+// servers at addrs (srv, when not nil, is the one a header-pause mode
+// pauses), or on the memory store when addrs is empty.
+func newSettleFixtureWith(t testing.TB, srv *redistest.Server, addrs []string, text string, timeout time.Duration) *settleFixture {
+	t.Helper()
+	sf := &settleFixture{srv: srv, release: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
 	var keys strings.Builder
 	for i := 1; i <= 25; i++ {
 		fmt.Fprintf(&keys, "    - {key_sha256: %s, tenant: t%d, tier: t}\n", sha256Hex("KEY"+strconv.Itoa(i)), i)
 	}
-	text := strings.NewReplacer("REDIS", sf.srv.Addr, "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String(), "TIMEOUT", timeout.String()).Replace(settleConfig)
+	if len(addrs) == 0 {
+		text = strings.Replace(text, "kind: redis", "kind: memory", 1)
+	}
+	text = strings.NewReplacer("REDIS", strings.Join(addrs, ", "), "UPSTREAM", up.URL, "DEAD", deadURL(t), "KEYS\n", keys.String(), "TIMEOUT", timeout.String()).Replace(text)
 	f := &fixture{clock: newTestClock(), path: writeConfig(t, text), upstream: newUpstream(t)} // the recorder only answers quota checks
 	cfg, err := config.Load(f.path, testGetenv)
 	if err != nil {
@@ -155,14 +172,17 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 	exp := tracetest.NewInMemoryExporter()
 	tel, m := newTestMetrics(t)
 	sf.obs = &observed{fixture: f, spans: exp, metrics: tel.Metrics}
-	gw, err := New(cfg, Options{Now: f.clock.Now, Metrics: m, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)),
-		OpenStore: func(c config.Store) (*stack.Stack, error) {
+	opts := Options{Now: f.clock.Now, Metrics: m, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))}
+	if len(addrs) > 0 {
+		opts.OpenStore = func(c config.Store) (*stack.Stack, error) {
 			r := c.Redis
 			client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: r.Addrs, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
 			store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: r.Timeout, Now: f.clock.Now})
 			br := stack.NewBreaker(lease.New(store, lease.Options{Now: f.clock.Now}), stack.BreakerOptions{})
 			return stack.New(br, stack.Options{Breaker: br, Now: f.clock.Now}), nil
-		}})
+		}
+	}
+	gw, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +210,15 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		mode = strings.TrimPrefix(mode, prefix)
 	}
 	switch mode {
+	case "llm": // an OpenAI-style usage of ?p= prompt and ?c= completion tokens
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":%s,"completion_tokens":%s}}`,
+			r.URL.Query().Get("p"), r.URL.Query().Get("c"))
+	case "llm-sse": // the same, streamed, the usage in the last chunk (include_usage)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n")
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%s,\"completion_tokens\":%s}}\n\ndata: [DONE]\n\n",
+			r.URL.Query().Get("p"), r.URL.Query().Get("c"))
 	case "cross":
 		sf.crossWindow(w, r, u)
 	case "header-pause": // Redis freezes before the settlement

@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -52,24 +51,25 @@ const (
 
 // policySignalClass classifies bp, a policy bound on route r (nil for
 // stage 1), for the x-ratelimit-* headers: a concurrency policy is not
-// reported; a policy that takes the route's cost block (one of its
-// settle_policies, or any policy of a route whose block settles them all;
-// stage 1 whenever the route has a block) counts tokens; every other one
-// counts requests.
+// reported; a policy whose cost is a measure of the route that settles it
+// (stage 1 when it takes the route's cost block) counts tokens; one whose
+// cost is a number, or that keeps a cost block's reservation (not among
+// its settle_policies), counts requests. A measure priced by price(...)
+// counts money and is not reported.
 //
-// It is the one place that tells request policies from token policies:
-// when each policy has its own cost (a number of requests, or a measure
-// such as tokens), its body becomes "the policy's cost is a measure".
+// It is the one place that tells request policies from token policies.
 func policySignalClass(r *route, bp *boundPolicy) signalClass {
 	switch {
 	case bp == nil:
-		if r.block != nil {
+		if r.localMeasure >= 0 {
 			return signalTokens
 		}
 		return signalRequests
 	case bp.algorithm == ratelimit.Concurrency:
 		return signalNone
-	case r.block != nil && slices.Contains(r.block.policies, bp.name):
+	case bp.measure >= 0 && r.measures[bp.measure].priced():
+		return signalNone // money, neither requests nor tokens
+	case bp.measure >= 0 && bp.settles:
 		return signalTokens
 	}
 	return signalRequests

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
 )
 
@@ -24,9 +25,15 @@ type requestState struct {
 	// signals is what the x-ratelimit-* headers describe on a route with
 	// client_signals: openai; zero on other routes.
 	signals clientSignals
-	// cost is the units the request takes: the route's fixed cost, or the
-	// reservation of its cost block (see costStage).
+	// cost is the units the request takes from stage 1: the route's fixed
+	// cost, or the reservation of its cost block (see costStage).
 	cost int64
+	// reserved holds the reservation of each measure of the route, by
+	// its index in route.measures (see costStage).
+	reserved [config.MaxMeasures]int64
+	// value is the index of the request's value of its route's dimension,
+	// or usage.Other (see costStage).
+	value int
 	// settle is the request's reservation waiting to be settled from the
 	// response; nil when nothing is to be settled.
 	settle *pendingSettle

@@ -230,6 +230,28 @@ func (p KeyPattern) Key(id SubjectID) (string, error) {
 	return p.head + string(id) + p.tail, nil
 }
 
+// By returns the pattern of p's keys for one value of a dimension: part
+// (such as "model=gpt-4o", of characters other than ':', '{' and '}')
+// before the algorithm's code, so that the keys of each value differ and
+// share the hash slot of p's. The caller bounds the parts it uses: every
+// part is one more key per subject. A part with a forbidden character is
+// an error.
+func (p KeyPattern) By(part string) (KeyPattern, error) {
+	if part == "" || strings.ContainsAny(part, ":{}") {
+		return KeyPattern{}, fmt.Errorf("routes: dimension part %q: want 1 or more characters other than ':', '{' and '}'", part)
+	}
+	insert := func(s string) string {
+		i := strings.LastIndexByte(s, ':')
+		return s[:i] + ":" + part + s[i:]
+	}
+	if p.perSubject {
+		p.tail = insert(p.tail)
+	} else {
+		p.head = insert(p.head)
+	}
+	return p, nil
+}
+
 // HashID returns the first 16 hex digits (64 bits) of the SHA-256 of s. It
 // names a caller in keys, logs and spans without revealing it.
 func HashID(s string) string {

@@ -239,3 +239,40 @@ func TestKeyPatternAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyPatternBy: a dimension value goes before the algorithm's code,
+// in the subject's hash slot; a part that could break a key is refused.
+func TestKeyPatternBy(t *testing.T) {
+	p, err := NewKeyPattern("qg", ScopeTenant, "tpm", "token_bucket", "chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := p.By("model=gpt-4o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := NewSubjectID("key:acme")
+	k, _ := bp.Key(id)
+	plain, _ := p.Key(id)
+	if want := strings.TrimSuffix(plain, ":tb") + ":model=gpt-4o:tb"; k != want {
+		t.Errorf("key %q, want %q", k, want)
+	}
+	g, _ := NewKeyPattern("qg", ScopeGlobal, "tpm", "token_bucket", "chat")
+	if gb, _ := g.By("model=*"); mustKey(t, gb) != "qg:{g:tpm}:tpm:model=*:tb" {
+		t.Errorf("global key %q", mustKey(t, gb))
+	}
+	for _, bad := range []string{"", "a:b", "a{b", "}"} {
+		if _, err := p.By(bad); err == nil {
+			t.Errorf("By(%q) accepted", bad)
+		}
+	}
+}
+
+func mustKey(t *testing.T, p KeyPattern) string {
+	t.Helper()
+	k, err := p.Key("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

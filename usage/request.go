@@ -116,55 +116,127 @@ var ErrOverBudget = errors.New("the request body cannot be buffered within the g
 // reads other fields than a JSON reading would find (a form field
 // "&max_tokens=30000&" inside a JSON string).
 func FromRequestWithin(r *http.Request, src RequestSource, maxPrefix int64, budget *Budget) (units uint64, found bool, held int64, err error) {
+	units, found, _, held, err = FromRequestLabeled(r, src, Label{}, maxPrefix, budget)
+	return units, found, held, err
+}
+
+// MaxLabelLen is the longest value of a Label, in bytes.
+const MaxLabelLen = 64
+
+// Label classifies a request by a string it states: which of Values the
+// string at the dotted path JSON of its JSON body, or its header Header
+// (when JSON is empty), equals, ASCII case-insensitively.
+type Label struct {
+	JSON   string
+	Header string
+	// Values are the values that count; any other is Other.
+	Values []string
+}
+
+// Other is the label of a request whose value is none of Label.Values:
+// absent, null, not a string, longer than MaxLabelLen, stated
+// ambiguously (a key repeated, or equal to one of the path only in
+// another case; a header repeated), or in a body the gateway does not
+// read (content-coded, not JSON, longer than maxPrefix, past the budget).
+const Other = -1
+
+// match returns the index of v in l.Values, compared ASCII
+// case-insensitively, or Other.
+func match[T string | []byte](l Label, v T) int {
+next:
+	for i, want := range l.Values {
+		if len(want) != len(v) {
+			continue
+		}
+		for j := range len(v) {
+			if lowerASCII(want[j]) != lowerASCII(v[j]) {
+				continue next
+			}
+		}
+		return i
+	}
+	return Other
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// FromRequestLabeled is FromRequestWithin that also reads label (its zero
+// value reads nothing): value is the index in label.Values of the value
+// the request states, or Other. A JSON label is read in the same pass of
+// the same buffered body prefix as the reservation, under the same
+// rules, and a body is read for it even when src reads none; a label
+// that is not a string is Other, never an error.
+func FromRequestLabeled(r *http.Request, src RequestSource, label Label, maxPrefix int64, budget *Budget) (units uint64, found bool, value int, held int64, err error) {
+	value = Other
+	if label.JSON == "" && label.Header != "" {
+		if vs := forwardedValues(r.Header, label.Header); len(vs) == 1 {
+			value = match(label, vs[0])
+		}
+	}
 	if maxPrefix <= 0 {
 		maxPrefix = DefaultMaxPrefix
 	}
-	if p, perr := parsePath(src.JSON); perr == nil && hasBody(r) {
+	p, perr := parsePath(src.JSON)
+	lp, lerr := parsePath(label.JSON)
+	if (perr == nil || lerr == nil) && hasBody(r) {
 		if !identity(r.Header) || !jsonType(r.Header) {
-			return 0, false, 0, nil
+			return 0, false, value, 0, nil
 		}
 		// Backing arrays for the common source (a limit, an alias, a
-		// count), so that listing their paths allocates nothing.
-		var pathBuf [3]path
-		var nameBuf [3]string
-		paths, names := append(pathBuf[:0], p), append(nameBuf[:0], src.JSON)
-		for _, a := range src.JSONAliases {
-			if ap, aerr := parsePath(a); aerr == nil {
-				paths, names = append(paths, ap), append(names, a)
+		// count, a label), so that listing their paths allocates nothing.
+		var pathBuf [4]path
+		var nameBuf [4]string
+		paths, names := pathBuf[:0], nameBuf[:0]
+		if perr == nil {
+			paths, names = append(paths, p), append(names, src.JSON)
+			for _, a := range src.JSONAliases {
+				if ap, aerr := parsePath(a); aerr == nil {
+					paths, names = append(paths, ap), append(names, a)
+				}
 			}
 		}
 		limits := len(paths)
-		if cp, cerr := parsePath(src.JSONCount); cerr == nil {
+		if cp, cerr := parsePath(src.JSONCount); cerr == nil && perr == nil {
 			paths, names = append(paths, cp), append(names, src.JSONCount)
 		}
-		res, n, at, held, err := jsonPrefix(r, paths, limits, maxPrefix, budget)
+		lab := -1
+		if lerr == nil {
+			lab = len(paths)
+			paths, names = append(paths, lp), append(names, label.JSON)
+		}
+		res, n, at, value, held, err := jsonPrefix(r, paths, limits, lab, label, maxPrefix, budget)
 		switch {
 		case errors.Is(err, ErrOverBudget):
-			return 0, false, held, fmt.Errorf("usage: %w", err)
+			return 0, false, Other, held, fmt.Errorf("usage: %w", err)
 		case err != nil:
-			return 0, false, held, fmt.Errorf("usage: reading the request body: %w", err)
+			return 0, false, Other, held, fmt.Errorf("usage: reading the request body: %w", err)
 		case res == resFound:
-			return n, true, held, nil
+			return n, true, value, held, nil
 		case res == resInvalid:
-			return 0, false, held, fmt.Errorf("usage: request body field %s: %w", names[at], ErrMalformed)
+			return 0, false, value, held, fmt.Errorf("usage: request body field %s: %w", names[at], ErrMalformed)
 		}
-		return 0, false, held, nil
+		return 0, false, value, held, nil
 	}
 	if src.Header == "" {
-		return 0, false, 0, nil
+		return 0, false, value, 0, nil
 	}
 	vs := forwardedValues(r.Header, src.Header)
 	if len(vs) == 0 {
-		return 0, false, 0, nil
+		return 0, false, value, 0, nil
 	}
 	if len(vs) > 1 {
-		return 0, false, 0, fmt.Errorf("usage: request header %s stated %d times: %w", src.Header, len(vs), ErrMalformed)
+		return 0, false, value, 0, fmt.Errorf("usage: request header %s stated %d times: %w", src.Header, len(vs), ErrMalformed)
 	}
 	n, ok := parseUnits(vs[0])
 	if !ok {
-		return 0, false, 0, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
+		return 0, false, value, 0, fmt.Errorf("usage: request header %s: %w", src.Header, ErrMalformed)
 	}
-	return n, true, 0, nil
+	return n, true, value, 0, nil
 }
 
 // jsonType reports whether a request with header h may carry JSON: its
@@ -261,7 +333,8 @@ func hasBody(r *http.Request) bool {
 // MaxUnits). The body is read past its value because an upstream may
 // read more than the first value (a stream of JSON values), and one that
 // is not one value states nothing the gateway can rely on.
-func jsonPrefix(r *http.Request, ps []path, limits int, limit int64, budget *Budget) (res uint8, units uint64, at int, held int64, err error) {
+func jsonPrefix(r *http.Request, ps []path, limits, labelAt int, label Label, limit int64, budget *Budget) (res uint8, units uint64, at, value int, held int64, err error) {
+	value = Other
 	var one [1]scanner
 	scs := one[:]
 	if len(ps) > 1 {
@@ -270,6 +343,9 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64, budget *Bud
 	for i := range scs {
 		scs[i].reset(ps[i], limit)
 		scs[i].strictKeys()
+		if i == labelAt {
+			scs[i].wantString()
+		}
 	}
 	sc := &scs[0] // every scanner reads the same bytes: they fail alike
 	size := int64(4 << 10)
@@ -279,7 +355,7 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64, budget *Bud
 	// Up to limit+1 bytes: the scan fails at the byte past limit.
 	size = min(size, limit+1)
 	if !budget.take(size) {
-		return resAbsent, 0, 0, 0, ErrOverBudget
+		return resAbsent, 0, 0, value, 0, ErrOverBudget
 	}
 	held = size
 	buf := make([]byte, 0, size)
@@ -313,14 +389,22 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64, budget *Bud
 	}
 	r.Body = &prefixed{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), body: r.Body}
 	if err != nil || !eof {
-		return resAbsent, 0, 0, held, err
+		return resAbsent, 0, 0, value, held, err
 	}
 	res, count := resAbsent, uint64(1)
+	if labelAt >= 0 {
+		if r, _, _ := scs[labelAt].end(); r == resString {
+			value = match(label, scs[labelAt].str[:scs[labelAt].strN])
+		}
+	}
 	for i := range scs {
+		if i == labelAt {
+			continue
+		}
 		r, n, _ := scs[i].end()
 		switch {
 		case scs[i].ambiguous:
-			return resAbsent, 0, 0, held, nil
+			return resAbsent, 0, 0, value, held, nil
 		case r == resInvalid:
 			if res != resInvalid {
 				res, at = resInvalid, i
@@ -335,7 +419,7 @@ func jsonPrefix(r *http.Request, ps []path, limits int, limit int64, budget *Bud
 	if res == resFound {
 		units = mulUnits(units, count)
 	}
-	return res, units, at, held, nil
+	return res, units, at, value, held, nil
 }
 
 // mulUnits returns a × b, or MaxUnits when that is more.

@@ -51,13 +51,42 @@ type scanner struct {
 	ambiguous bool
 	hits      int
 	fold      keyFold
+
+	// strings (see wantString) makes a string at the path a result
+	// (resString), its decoded bytes held in str[:strN]; strN is -1 once
+	// it is longer than str.
+	strings bool
+	str     [MaxLabelLen]byte
+	strN    int
 }
+
+// wantString makes s take a string at its path for a result (resString)
+// in place of a usage; any other value there is resInvalid.
+func (s *scanner) wantString() { s.strings = true }
+
+// strByte adds a decoded byte of the string at the path.
+func (s *scanner) strByte(c byte) {
+	if s.strN < 0 {
+		return
+	}
+	if s.strN == len(s.str) {
+		s.strN = -1
+		return
+	}
+	s.str[s.strN] = c
+	s.strN++
+}
+
+// capturing reports whether the string being read is the one at the path
+// of a scanner that wants strings.
+func (s *scanner) capturing() bool { return s.strings && s.target && !s.inKey }
 
 // Results of a scan at its path.
 const (
 	resAbsent  uint8 = iota // no value at the path, or null
 	resFound                // a usage (see parseUnits' rules)
 	resInvalid              // a value that is not a usage
+	resString               // a string, for a scanner that wants one
 )
 
 // Scanner states.
@@ -140,6 +169,11 @@ func (s *scanner) feed(p []byte) {
 			if s.inKey && s.keyCand && (s.keyOK || s.fold.ok) {
 				s.keyRun(p[i:j])
 			}
+			if s.capturing() {
+				for _, b := range p[i:j] {
+					s.strByte(b)
+				}
+			}
 			if j == len(p) {
 				return
 			}
@@ -177,6 +211,9 @@ func (s *scanner) feed(p []byte) {
 				return
 			}
 			s.keyByte(d)
+			if s.capturing() {
+				s.strByte(d)
+			}
 			s.state = sString
 			i++
 		case sUnicode:
@@ -189,6 +226,9 @@ func (s *scanner) feed(p []byte) {
 			s.uniN++
 			if s.uniN == 4 {
 				s.keyRune(s.uni)
+				if s.capturing() {
+					s.strRune(s.uni)
+				}
 				s.state = sString
 			}
 			i++
@@ -302,8 +342,11 @@ func (s *scanner) beginValue(c byte) {
 			s.state = sArrFirst
 		}
 	case c == '"':
-		if s.target {
+		if s.target && !s.strings {
 			s.res = resInvalid
+		}
+		if s.target { // a later string elsewhere keeps the one at the path
+			s.strN = 0
 		}
 		s.inKey = false
 		s.state = sString
@@ -362,7 +405,12 @@ func (s *scanner) endScalar(r uint8) {
 // endString ends a key or a string value.
 func (s *scanner) endString() {
 	if !s.inKey {
-		s.endScalar(resInvalid)
+		switch {
+		case s.capturing() && s.strN >= 0:
+			s.res = resString
+		default:
+			s.endScalar(resInvalid)
+		}
 		s.afterValue()
 		return
 	}
@@ -439,6 +487,20 @@ func (s *scanner) keyRune(r rune) {
 	n := utf8.EncodeRune(b[:], r)
 	for _, c := range b[:n] {
 		s.keyByte(c)
+	}
+}
+
+// strRune adds a \u escape to the string at the path; a surrogate (half
+// of an escaped pair) makes it one that matches no label (too long).
+func (s *scanner) strRune(r rune) {
+	if r >= 0xD800 && r < 0xE000 {
+		s.strN = -1
+		return
+	}
+	var b [utf8.UTFMax]byte
+	n := utf8.EncodeRune(b[:], r)
+	for _, c := range b[:n] {
+		s.strByte(c)
 	}
 }
 

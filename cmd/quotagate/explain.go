@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -85,6 +86,14 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "settle:  %s from the response (%s)\n", strings.Join(st.Policies, ", "), st.SettleFrom)
 		}
 	}
+	if ex.Dimension != "" {
+		fmt.Fprintf(stdout, "by:      %s\n", ex.Dimension)
+	}
+	if ex.Settle == nil {
+		for _, m := range ex.Measures {
+			printMeasure(stdout, m, ex.Refusal == "")
+		}
+	}
 	if ex.Local != nil {
 		fmt.Fprintf(stdout, "local:   rate %d per %s, burst %d (stage 1, this instance)\n", ex.Local.Rate, ex.Local.Per, ex.Local.Burst)
 	} else {
@@ -96,7 +105,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "policies:")
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tSCOPE\tALGORITHM\tLIMIT\tON_STORE_ERROR\tSHADOW\tKEY")
+	fmt.Fprintln(tw, "  NAME\tCOST\tSCOPE\tALGORITHM\tLIMIT\tON_STORE_ERROR\tSHADOW\tKEY")
 	for _, p := range ex.Policies {
 		limit := fmt.Sprintf("%d/%s", p.Rate, p.Per)
 		if p.Calendar != "" {
@@ -108,7 +117,38 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		if p.Max > 0 {
 			limit = fmt.Sprintf("%d in flight, slot_ttl %s", p.Max, p.Per)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%t\t%s\n", p.Name, p.Scope, p.Algorithm, limit, p.OnStoreError, p.Shadow, p.Key)
+		cost := strconv.FormatInt(p.Cost, 10)
+		switch {
+		case p.Measure != "" && p.Settled:
+			cost += " " + p.Measure + ", settled"
+		case p.Measure != "":
+			cost += " " + p.Measure
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", p.Name, cost, p.Scope, p.Algorithm, limit, p.OnStoreError, p.Shadow, p.Key)
 	}
 	return tw.Flush()
+}
+
+// printMeasure prints a measure of the route and, when the request is not
+// refused (decided), what it reserves of it.
+func printMeasure(w io.Writer, m gateway.MeasureExplained, decided bool) {
+	line := "measure: " + m.Name
+	if decided {
+		line += fmt.Sprintf(" %d (%s)", m.Reserve, measureWhy[m.ReserveWhy])
+	}
+	if m.ReserveFrom != "" {
+		line += fmt.Sprintf("; reserved from %s, at most %d", m.ReserveFrom, m.Max)
+	}
+	if m.SettleFrom != "" {
+		line += "; settled from the response (" + m.SettleFrom + ")"
+	}
+	fmt.Fprintln(w, line)
+}
+
+// measureWhy says, for a measure, what reserveWhy says for a route's cost.
+var measureWhy = map[string]string{
+	"stated":      "what the request states",
+	"reserve":     "its reserve: the request states nothing where one is read",
+	"max":         "its max: the body does not state a reservation the gateway can read, or there is no body",
+	"over_budget": "its max: the gateway's body buffer budget is spent",
 }

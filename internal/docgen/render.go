@@ -192,6 +192,9 @@ func typeName(t *typ, doc string) string {
 		case kString, kText:
 			return "list of strings"
 		case kStruct:
+			if t.elem.pkg != nil && t.elem.pkg.methods[t.elem.name]["decodeName"] != nil {
+				return "list of names or mappings" // see config's nameDecoder
+			}
 			return "list of mappings"
 		}
 		return "list of " + typeName(t.elem, "")
