@@ -108,7 +108,10 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 		lvl = slog.LevelDebug
 	}
 	access := g.opts.AccessLog
-	if access != nil && !access.Enabled(lvl) || access == nil && !g.opts.Logger.Enabled(ctx, lvl) {
+	if access == nil {
+		access = g.opts.Logger
+	}
+	if !access.Enabled(ctx, lvl) {
 		return
 	}
 	// Denials can come in floods; at debug, one in 100 is logged. The
@@ -116,13 +119,7 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	if lvl == slog.LevelDebug && g.denials.Add(1)%100 != 1 {
 		return
 	}
-	if access != nil {
-		end := g.opts.Now()
-		access.Log(ctx, lvl, end, &telemetry.AccessLine{RequestID: st.requestID, Method: r.Method, Route: routeName,
-			Status: status, Caller: st.caller.ID, Bytes: st.rec.written, Duration: end.Sub(st.start)})
-		return
-	}
-	g.opts.Logger.LogAttrs(ctx, lvl, "request",
+	access.LogAttrs(ctx, lvl, "request",
 		slog.String("request_id", st.requestID),
 		slog.String("method", r.Method),
 		slog.String("route", routeName),

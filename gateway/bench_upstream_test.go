@@ -65,14 +65,14 @@ func benchPipelineUpstream(b *testing.B, open func(config.Store) (*stack.Stack, 
 		b.Fatal(err)
 	}
 	tel, m := newTestMetrics(b)
-	logOut := telemetry.NewAsyncWriter(io.Discard, 0)
+	logOut := telemetry.NewLogSink(io.Discard, 0)
 	b.Cleanup(func() { _ = logOut.Close() })
 	transport := proxy.NewTransport(proxy.TransportOptions{})
 	b.Cleanup(transport.CloseIdleConnections)
 	gw, err := New(cfg, Options{
 		Transport:      transport,
 		Logger:         telemetry.NewLogger(io.Discard, slog.LevelInfo),
-		AccessLog:      telemetry.NewAccessLog(logOut, slog.LevelInfo),
+		AccessLog:      telemetry.NewLogger(logOut.Access(), slog.LevelInfo),
 		Metrics:        m,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,

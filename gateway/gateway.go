@@ -50,11 +50,10 @@ type Options struct {
 	After func(time.Duration) <-chan time.Time
 	// Logger receives request and operational logs; nil = discard.
 	Logger *slog.Logger
-	// AccessLog, when set, receives the access lines ("request") instead
-	// of Logger, in the same form but encoded by hand and written
-	// asynchronously, dropped and counted when its queue is full. Its
-	// level should be Logger's.
-	AccessLog *telemetry.AccessLog
+	// AccessLog receives the access lines ("request"); nil = Logger. The
+	// gateway's binary gives it the access writer of its LogSink, which
+	// drops and counts a line rather than wait for stderr.
+	AccessLog *slog.Logger
 	// Metrics records decisions and requests; nil = not recorded.
 	Metrics *telemetry.Metrics
 	// TracerProvider creates the request and stage spans; nil = no tracing.
@@ -175,11 +174,6 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 				}
 			}
 		})
-		if err != nil {
-			return nil, err
-		}
-		// Exported at 0 when access lines go through Logger.
-		err = o.Metrics.ObserveLogDrops(o.AccessLog.Drops)
 		if err != nil {
 			return nil, err
 		}

@@ -18,10 +18,10 @@ var (
 // ObserveLogDrops reports dropped() at each collection as
 // quotagate_log_lines_dropped_total, one series per kind: kind="access"
 // for access lines and kind="operational" for operational ones
-// (AsyncWriter.Drops), lost because their queue was full, both exported
-// from the first collection, at 0 until a line is lost. dropped is called
-// from any goroutine. Calling it again replaces the previous function; nil
-// removes it.
+// (LogSink.Drops), both exported from the first collection, at 0 until a
+// line is lost. NewMetrics reports zeros until it is called. dropped is
+// called from any goroutine. Calling it again replaces the previous
+// function; nil removes it.
 func (m *Metrics) ObserveLogDrops(dropped func() LogDrops) error {
 	if m == nil {
 		return nil
@@ -38,7 +38,7 @@ func (m *Metrics) ObserveLogDrops(dropped func() LogDrops) error {
 		return nil
 	}
 	c, err := m.meter.Int64ObservableCounter("quotagate.log.lines.dropped",
-		metric.WithDescription("Log lines dropped because the log's queue was full, by kind (access, operational)."))
+		metric.WithDescription("Log lines dropped because the log's buffer was full or its destination stalled, by kind (access, operational)."))
 	if err != nil {
 		return fmt.Errorf("telemetry: log drops counter: %w", err)
 	}

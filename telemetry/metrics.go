@@ -209,6 +209,9 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 
 	m.reloadSets[0] = addOptions(attribute.NewSet(labelResult.String("error")))
 	m.reloadSets[1] = addOptions(attribute.NewSet(labelResult.String("ok")))
+	if err := m.ObserveLogDrops(func() LogDrops { return LogDrops{} }); err != nil {
+		return nil, err
+	}
 	// Both reload series exist from the start, so a rate or alert on
 	// result="error" has a series to read before the first failure.
 	for _, o := range m.reloadSets {

@@ -159,7 +159,7 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 		if err != nil {
 			return nil, fmt.Errorf("-instance-log: %w", err)
 		}
-		w := telemetry.NewAsyncWriter(file, telemetry.DefaultLogQueue)
+		w := telemetry.NewLogSink(file, telemetry.DefaultLogLines)
 		defer file.Close()
 		defer w.Close() // first: flushes into the file
 		ops = w

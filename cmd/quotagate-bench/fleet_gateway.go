@@ -94,12 +94,12 @@ type instance struct {
 	gw     *gateway.Gateway
 	calls  *callCounter
 	tel    *telemetry.Providers
-	logOut *telemetry.AsyncWriter
+	logOut *telemetry.LogSink
 }
 
 // startInstance builds instance i of a fleet on cfg. Its operational log
 // (store errors, breaker changes) goes to ops, tagged with i; its access
-// lines are encoded and dropped.
+// lines are written to nothing.
 func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[string]keyClass, ops io.Writer) (*instance, error) {
 	in := &instance{calls: &callCounter{tags: tags}}
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceVersion: "bench", InstanceID: fmt.Sprintf("fleet-%d", i),
@@ -114,7 +114,7 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 		return nil, err
 	}
 	tel.ExportPrimed(metrics)
-	in.logOut = telemetry.NewAsyncWriter(io.Discard, telemetry.DefaultLogQueue)
+	in.logOut = telemetry.NewLogSink(io.Discard, telemetry.DefaultLogLines)
 	in.gw, err = gateway.New(cfg, gateway.Options{
 		OpenStore: func(c config.Store) (*stack.Stack, error) {
 			r := c.Redis
@@ -126,7 +126,7 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 			}), nil
 		},
 		Logger:         telemetry.NewLogger(ops, slog.LevelInfo).With(slog.Int("instance", i)),
-		AccessLog:      telemetry.NewAccessLog(in.logOut, slog.LevelInfo),
+		AccessLog:      telemetry.NewLogger(in.logOut.Access(), slog.LevelInfo),
 		Metrics:        metrics,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,

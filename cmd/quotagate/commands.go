@@ -101,7 +101,7 @@ func writeUsage(w io.Writer) {
 // parseFlags parses args into fs, whose output is the command's stderr. -h
 // prints the flags to stdout and ends the command with exit 0
 // (errHelpShown); a bad flag is reported with the flags on stderr, exit 1,
-// in one write that waits for stderr at most telemetry.StartWriteTimeout,
+// in one write that waits for stderr at most telemetry.StallTimeout,
 // like every line written before the gateway starts: a stderr that does
 // not read (a log reader that hung) cannot keep a start with a bad flag
 // from exiting 1.
@@ -121,7 +121,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 		_, _ = stdout.Write(msg.Bytes())
 		return errHelpShown
 	}
-	_, _ = boundedWriter{w: stderr, timeout: telemetry.StartWriteTimeout}.Write(msg.Bytes())
+	_, _ = boundedWriter{w: stderr, timeout: telemetry.StallTimeout}.Write(msg.Bytes())
 	return &exitError{code: 1, err: errors.New("")}
 }
 

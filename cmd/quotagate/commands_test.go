@@ -121,7 +121,7 @@ func FuzzCommandLine(f *testing.F) {
 
 // TestBadFlagWithStuckStderrExits1: a bad flag of the gateway, with a
 // stderr that does not read (a log reader that hung), still ends the
-// start with exit 1 once telemetry.StartWriteTimeout has passed. Before,
+// start with exit 1 once telemetry.StallTimeout has passed. Before,
 // the usage went to stderr with no bound and the start hung for ever.
 func TestBadFlagWithStuckStderrExits1(t *testing.T) {
 	t.Parallel()
@@ -135,6 +135,6 @@ func TestBadFlagWithStuckStderrExits1(t *testing.T) {
 			t.Fatalf("a bad flag with a stuck stderr: exit %d (%v), want 1", code, err)
 		}
 	case <-time.After(time.Minute):
-		proctest.FatalOverrun(t, "a bad flag with a stuck stderr: no exit within a minute (the bound is %v)", telemetry.StartWriteTimeout)
+		proctest.FatalOverrun(t, "a bad flag with a stuck stderr: no exit within a minute (the bound is %v)", telemetry.StallTimeout)
 	}
 }

@@ -26,7 +26,7 @@ func init() { grpclog.SetLoggerV2(newGRPCLog(os.Getenv)) }
 // as gRPC writes it. min and verbosity come from gRPC's own variables,
 // GRPC_GO_LOG_SEVERITY_LEVEL ("error" when unset or unknown, "warning",
 // "info") and GRPC_GO_LOG_VERBOSITY_LEVEL (0 when unset). A fatal line is
-// written to stderr directly, for at most telemetry.DefaultCloseTimeout,
+// written to stderr directly, for at most telemetry.StallTimeout,
 // before the process exits with status 1.
 type grpcLog struct {
 	min       slog.Level
@@ -98,10 +98,10 @@ func (g grpcLog) printf(l slog.Level, format string, args []any) {
 // V reports whether verbosity level l is logged.
 func (g grpcLog) V(l int) bool { return l <= g.verbosity }
 
-// fatal writes text to stderr, waiting at most DefaultCloseTimeout for a
+// fatal writes text to stderr, waiting at most telemetry.StallTimeout for a
 // stderr that may be stuck, and exits with status 1.
 func (g grpcLog) fatal(text string) {
-	_, _ = fmt.Fprintln(boundedWriter{w: os.Stderr, timeout: telemetry.DefaultCloseTimeout}, "FATAL: "+text)
+	_, _ = fmt.Fprintln(boundedWriter{w: os.Stderr, timeout: telemetry.StallTimeout}, "FATAL: "+text)
 	os.Exit(1)
 }
 

@@ -48,11 +48,11 @@ func main() {
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	// The message of the exit is written to stderr for at most
-	// telemetry.DefaultCloseTimeout, so that a stderr that no longer
+	// telemetry.StallTimeout, so that a stderr that no longer
 	// reads (a log reader that hung) cannot keep the process from exiting,
 	// with a config error at the start as after it served: the exit status
 	// still says what happened.
-	os.Exit(exitCode(err, boundedWriter{w: os.Stderr, timeout: telemetry.DefaultCloseTimeout}))
+	os.Exit(exitCode(err, boundedWriter{w: os.Stderr, timeout: telemetry.StallTimeout}))
 }
 
 // boundedWriter writes to w, but returns after timeout with an error when

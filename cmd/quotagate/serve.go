@@ -58,18 +58,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageErr("log.level: %v", err)
 	}
-	// Access lines are queued and written in batches by one goroutine,
-	// dropped and counted when the queue is full; operational lines go
-	// through the same writer, so the two never interleave: synchronously
-	// until the gateway has started (a start's errors are not queued),
-	// each waiting for stderr at most telemetry.StartWriteTimeout (a
-	// stderr stuck before the start delays it by that bound, not for
-	// ever), queued after it (a stuck stderr never holds a request or the
-	// shutdown). The deferred Close, run last, flushes the queues after the
-	// gateway has stopped, for at most telemetry.DefaultCloseTimeout: when
-	// stderr does not read, the lines it would not take are lost, and the
-	// count Close returns has nowhere to go but that stderr.
-	logOut := telemetry.NewAsyncWriter(stderr, telemetry.DefaultLogQueue)
+	// Every line goes through one LogSink, written to stderr by one
+	// goroutine, so lines never interleave; a line is dropped and counted
+	// when the sink's buffer is full or stderr has stalled. Until the
+	// gateway has started, an operational line waits to be written (a
+	// start's errors reach stderr before the exit they explain), at most
+	// until stderr stalls (telemetry.StallTimeout: a stderr stuck before
+	// the start delays it by that bound, not for ever). The deferred
+	// Close, run last, writes what is left after the gateway has stopped,
+	// for at most telemetry.StallTimeout: when stderr does not read, the
+	// lines it would not take are lost, and the count Close returns has
+	// nowhere to go but that stderr.
+	logOut := telemetry.NewLogSink(stderr, telemetry.DefaultLogLines)
 	defer func() { _ = logOut.Close() }()
 	logger := telemetry.NewLogger(logOut, level)
 	routeLibraryLogs(logger)
@@ -88,6 +88,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runtimeErr(fmt.Errorf("metrics: %w", err))
 	}
 	tel.ExportPrimed(metrics)
+	if err := metrics.ObserveLogDrops(logOut.Drops); err != nil {
+		return runtimeErr(fmt.Errorf("metrics: %w", err))
+	}
 
 	// The metrics of the regions follow the store opened last (a reload
 	// opens a new one).
@@ -100,7 +103,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Getenv:         getenv,
 		OpenStore:      open,
 		Logger:         logger,
-		AccessLog:      telemetry.NewAccessLog(logOut, level),
+		AccessLog:      telemetry.NewLogger(logOut.Access(), level),
 		Metrics:        metrics,
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,
@@ -166,7 +169,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger.Info("quotagate started", slog.String("version", version), slog.String("listen", pub.Addr().String()),
 		slog.String("admin_listen", adm.Addr().String()), slog.String("store", string(cfg.Store.Kind)), slog.String("config", *path))
-	logOut.QueueWrites()
+	logOut.Started()
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
