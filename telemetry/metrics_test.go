@@ -189,6 +189,7 @@ func TestPrometheusExposition(t *testing.T) {
 		"quotagate_quota_reads_refused_total": true,
 		"quotagate_console_actions_total":     true,
 		"quotagate_body_timeouts_total":       true, "quotagate_body_over_budget_total": true,
+		"quotagate_log_lines_dropped_total": true,
 	}
 	if _, ok := fams["target_info"]; ok {
 		t.Error("target_info exported")
