@@ -111,7 +111,8 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	if access == nil {
 		access = g.opts.Logger
 	}
-	if !access.Enabled(ctx, lvl) {
+	h := access.Handler()
+	if !h.Enabled(ctx, lvl) {
 		return
 	}
 	// Denials can come in floods; at debug, one in 100 is logged. The
@@ -119,15 +120,22 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 	if lvl == slog.LevelDebug && g.denials.Add(1)%100 != 1 {
 		return
 	}
-	access.LogAttrs(ctx, lvl, "request",
+	// The record goes to the handler directly, as slog.Logger would hand
+	// it on but without the caller's program counter, which the line does
+	// not show and whose runtime.Callers is a tenth of what writing it
+	// costs; the duration is already its String form.
+	end := g.opts.Now()
+	rec := slog.NewRecord(end, lvl, "request", 0)
+	rec.AddAttrs(
 		slog.String("request_id", st.requestID),
 		slog.String("method", r.Method),
 		slog.String("route", routeName),
 		slog.Int("status", status),
 		slog.String("caller", st.caller.ID),
 		slog.Int64("bytes", st.rec.written),
-		slog.Duration("duration", g.opts.Now().Sub(st.start)),
+		slog.String("duration", end.Sub(st.start).String()),
 	)
+	_ = h.Handle(ctx, rec)
 }
 
 // setRequestID gives the request its id (see requestID) and sets it as the

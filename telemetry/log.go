@@ -22,17 +22,55 @@ const (
 // gets top-level "trace_id" and "span_id" fields (hex), also inside loggers
 // derived with WithGroup. Durations are written as Go duration strings
 // ("10s", "1.5ms"), never as integer nanoseconds.
+//
+// The handler converts durations itself rather than through the JSON
+// handler's ReplaceAttr, which would send every attribute, the time, level
+// and message included, down slog's slow path: a record without a
+// duration or a span is handed on as it is.
 func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
-	base := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDuration})
+	base := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
 	return slog.New(&traceHandler{base: base, inner: base})
 }
 
-// readableDuration renders a duration attribute as its String form.
-func readableDuration(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(a.Value.Duration().String())
+// readable returns a with its value resolved and any duration in it (in
+// a group too) as its String form, and whether it changed anything.
+func readable(a slog.Attr) (slog.Attr, bool) {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
+		return slog.String(a.Key, a.Value.Duration().String()), true
+	case slog.KindLogValuer:
+		a.Value = a.Value.Resolve()
+		r, _ := readable(a)
+		return r, true
+	case slog.KindGroup:
+		g := a.Value.Group()
+		changed := false
+		out := make([]slog.Attr, len(g))
+		for i, ga := range g {
+			var c bool
+			out[i], c = readable(ga)
+			changed = changed || c
+		}
+		if changed {
+			return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}, true
+		}
 	}
-	return a
+	return a, false
+}
+
+// readableAll is attrs through readable, attrs itself when nothing changed.
+func readableAll(attrs []slog.Attr) []slog.Attr {
+	for i, a := range attrs {
+		if _, changed := readable(a); changed {
+			out := make([]slog.Attr, len(attrs))
+			copy(out, attrs[:i])
+			for j := i; j < len(attrs); j++ {
+				out[j], _ = readable(attrs[j])
+			}
+			return out
+		}
+	}
+	return attrs
 }
 
 // ParseLevel parses a log level name: "debug", "info", "warn" (or "warning"),
@@ -74,6 +112,23 @@ func (h *traceHandler) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (h *traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	sc := trace.SpanContextFromContext(ctx)
+	convert := false
+	r.Attrs(func(a slog.Attr) bool {
+		_, convert = readable(a)
+		return !convert
+	})
+	if !sc.IsValid() && !convert {
+		return h.inner.Handle(ctx, r)
+	}
+	if convert { // a record of its own, the converted attributes in it
+		nr := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+		r.Attrs(func(a slog.Attr) bool {
+			a, _ = readable(a)
+			nr.AddAttrs(a)
+			return true
+		})
+		r = nr
+	}
 	if !sc.IsValid() {
 		return h.inner.Handle(ctx, r)
 	}
@@ -82,7 +137,9 @@ func (h *traceHandler) Handle(ctx context.Context, r slog.Record) error {
 		slog.String(LogKeySpanID, sc.SpanID().String()),
 	}
 	if !h.groups {
-		r = r.Clone()
+		if !convert {
+			r = r.Clone()
+		}
 		r.AddAttrs(ids...)
 		return h.inner.Handle(ctx, r)
 	}
@@ -103,6 +160,7 @@ func (h *traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if len(attrs) == 0 {
 		return h
 	}
+	attrs = readableAll(attrs)
 	return h.derive(handlerOp{attrs: attrs}, h.inner.WithAttrs(attrs))
 }
 

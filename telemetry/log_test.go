@@ -111,4 +111,16 @@ func TestLoggerWritesReadableDurations(t *testing.T) {
 	if got := g["any"]; got != "3m0s" {
 		t.Errorf("g.any = %#v, want \"3m0s\"", got)
 	}
+
+	buf.Reset()
+	log.Info("nested", slog.Group("redis", slog.Duration("timeout", 250*time.Millisecond)), "later", laterValuer{})
+	lines = decodeLines(t, &buf)
+	if r, _ := lines[0]["redis"].(map[string]any); r["timeout"] != "250ms" || lines[0]["later"] != "2s" {
+		t.Errorf("a group's duration and a LogValuer's: %s, want \"250ms\" and \"2s\"", buf.String())
+	}
 }
+
+// laterValuer logs as a duration.
+type laterValuer struct{}
+
+func (laterValuer) LogValue() slog.Value { return slog.DurationValue(2 * time.Second) }

@@ -17,6 +17,12 @@ const DefaultLogLines = 8192
 // beyond its access lines: a flood of requests never crowds a warning out.
 const OperationalLines = 1024
 
+// FlushInterval is how long a LogSink's writer lets lines gather after
+// the first one of a quiet spell before it writes them: a busy process
+// makes one write, and wakes the writer once, per interval rather than
+// per line. A buffer more than half full is written at once.
+const FlushInterval = 10 * time.Millisecond
+
 // StallTimeout is how long a Write to a LogSink's destination may take
 // before the sink counts the destination as stalled (a log reader that
 // hung): from then until that Write returns, new lines are dropped and
@@ -32,8 +38,9 @@ type LogDrops struct {
 // LogSink is the one destination of the process's log lines: the slog
 // handlers of NewLogger write whole lines to it (operational lines through
 // the sink itself, access lines through Access), and one goroutine writes
-// them to dst in the order they came, everything buffered at once, so that
-// lines never interleave and a busy process makes one write per batch.
+// them to dst in the order they came, everything buffered FlushInterval
+// after the first line at once, so that lines never interleave and a busy
+// process makes one write per interval.
 // A line is dropped and counted, never waited for, when its room in the
 // buffer is full (DefaultLogLines access lines or more, or OperationalLines
 // more for an operational line) or while dst is stalled (a Write under way
@@ -57,7 +64,8 @@ type LogSink struct {
 	flushed chan struct{} // closed, and replaced, when a Write returns
 	closed  bool
 
-	wake chan struct{} // 1-buffered: buf has lines, or Close was called
+	wake  chan struct{} // 1-buffered: buf has lines, or Close was called
+	nudge chan struct{} // 1-buffered: write now (buf half full, or Close)
 	done chan struct{} // closed when the writer has returned
 }
 
@@ -73,21 +81,22 @@ func NewLogSink(dst io.Writer, lines int) *LogSink {
 		lines = DefaultLogLines
 	}
 	s := &LogSink{dst: dst, limit: lines, flushed: make(chan struct{}),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), nudge: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.run()
 	return s
 }
 
 // Write buffers p, one whole operational line, and returns len(p); or,
 // when it is dropped, 0 and ErrLineDropped. Before Started it returns once
-// p has been written, or once dst has stalled (the line then stays
-// buffered).
+// p has been written (at once, without FlushInterval's wait), or once dst
+// has stalled (the line then stays buffered).
 func (s *LogSink) Write(p []byte) (int, error) {
 	seq, ok := s.add(p, kindOperational)
 	if !ok {
 		return 0, ErrLineDropped
 	}
 	if !s.started.Load() {
+		signal(s.nudge) // a start's line is written at once
 		s.waitWritten(seq)
 	}
 	return len(p), nil
@@ -133,11 +142,11 @@ func (s *LogSink) add(line []byte, kind int) (uint64, bool) {
 	s.buf = append(s.buf, line...)
 	s.lines++
 	s.queued++
-	seq := s.queued
+	seq, full := s.queued, s.lines > s.limit/2
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default: // the writer is woken already
+	signal(s.wake)
+	if full {
+		signal(s.nudge)
 	}
 	return seq, true
 }
@@ -167,11 +176,28 @@ func (s *LogSink) waitWritten(seq uint64) {
 	}
 }
 
-// run writes what is buffered, each time a line comes, until Close.
+// signal sends on c, 1-buffered, unless a send is pending already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run writes what is buffered, FlushInterval after a line comes (at once
+// when nudged), until Close.
 func (s *LogSink) run() {
 	defer close(s.done)
 	var spare []byte
+	t := time.NewTimer(FlushInterval)
+	t.Stop()
 	for range s.wake {
+		t.Reset(FlushInterval)
+		select {
+		case <-t.C:
+		case <-s.nudge:
+			t.Stop()
+		}
 		s.mu.Lock()
 		b, n, closed := s.buf, s.lines, s.closed
 		s.buf, s.lines = spare[:0], 0
@@ -209,10 +235,8 @@ func (s *LogSink) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	signal(s.wake)
+	signal(s.nudge)
 	t := time.NewTimer(StallTimeout)
 	defer t.Stop()
 	select {

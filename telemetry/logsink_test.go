@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,6 +33,44 @@ func (g *gate) String() string {
 	defer g.mu.Unlock()
 	return g.buf.String()
 }
+
+// TestLogSinkWaitsTheFlushInterval: a line reaches the destination
+// FlushInterval after it was written, with the lines written meanwhile,
+// in one Write; at once when the buffer is more than half full.
+func TestLogSinkWaitsTheFlushInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var writes countingWriter
+		s := NewLogSink(&writes, 4)
+		s.Started()
+		s.Access().Write([]byte("a\n"))
+		time.Sleep(FlushInterval / 2)
+		s.Access().Write([]byte("b\n"))
+		synctest.Wait()
+		if n := writes.n.Load(); n != 0 {
+			t.Fatalf("%d writes before FlushInterval, want none", n)
+		}
+		time.Sleep(FlushInterval / 2)
+		synctest.Wait()
+		if n := writes.n.Load(); n != 1 {
+			t.Fatalf("%d writes after FlushInterval, want the two lines in one", n)
+		}
+		for _, l := range []string{"c\n", "d\n", "e\n"} { // the third makes the buffer more than half full
+			s.Access().Write([]byte(l))
+		}
+		synctest.Wait()
+		if n := writes.n.Load(); n != 2 {
+			t.Fatalf("%d writes with the buffer half full, want one more at once", n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// countingWriter counts its Writes.
+type countingWriter struct{ n atomic.Int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n.Add(1); return len(p), nil }
 
 // TestLogSinkKeepsOrderAndWholeLines: lines written at once from several
 // goroutines, access and operational, all reach the destination whole,
@@ -86,6 +125,7 @@ func TestLogSinkDropsWhenFull(t *testing.T) {
 		s := NewLogSink(dst, 3)
 		s.Started()
 		s.Access().Write([]byte("first\n")) // taken by the writer, which blocks in dst
+		time.Sleep(FlushInterval)
 		synctest.Wait()
 		for i := range 4 {
 			_, err := s.Access().Write(fmt.Appendf(nil, "a%d\n", i))
@@ -122,6 +162,7 @@ func TestLogSinkDropsWhileStalled(t *testing.T) {
 		s := NewLogSink(dst, 0)
 		s.Started()
 		s.Access().Write([]byte("first\n"))
+		time.Sleep(FlushInterval) // the writer takes it, and blocks in dst
 		synctest.Wait()
 		time.Sleep(StallTimeout - time.Millisecond)
 		if _, err := s.Access().Write([]byte("held\n")); err != nil {
