@@ -66,7 +66,7 @@ type LogSink struct {
 
 	wake  chan struct{} // 1-buffered: buf has lines, or Close was called
 	nudge chan struct{} // 1-buffered: write now (buf half full, or Close)
-	done chan struct{} // closed when the writer has returned
+	done  chan struct{} // closed when the writer has returned
 }
 
 const (
