@@ -23,13 +23,18 @@ const (
 // derived with WithGroup. Durations are written as Go duration strings
 // ("10s", "1.5ms"), never as integer nanoseconds.
 //
-// The handler converts durations itself rather than through the JSON
-// handler's ReplaceAttr, which would send every attribute, the time, level
-// and message included, down slog's slow path: a record without a
-// duration or a span is handed on as it is.
+// A flat record (see logline.go), the access line among them, is encoded
+// by the handler itself, without an allocation, in the bytes
+// slog.JSONHandler would write; every other record goes through
+// slog.JSONHandler, its durations converted by the handler rather than
+// through ReplaceAttr, which would send every attribute, the time, level
+// and message included, down slog's slow path. When w is a LogSink or its
+// Access writer, each line is handed to it whole; any other w gets one
+// Write per line, never two at once.
 func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
-	base := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
-	return slog.New(&traceHandler{base: base, inner: base})
+	out := newLineOut(w)
+	base := slog.NewJSONHandler(out.writer(), &slog.HandlerOptions{Level: level})
+	return slog.New(&traceHandler{base: base, inner: base, out: out, flat: true})
 }
 
 // readable returns a with its value resolved and any duration in it (in
@@ -104,6 +109,9 @@ type traceHandler struct {
 	inner  slog.Handler // base with ops applied
 	ops    []handlerOp
 	groups bool // whether ops contain a group
+	out    *lineOut
+	flat   bool   // whether ops are attributes of simple kinds only
+	pre    []byte // when flat, ops' attributes encoded: ,"key":value...
 }
 
 func (h *traceHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -111,6 +119,11 @@ func (h *traceHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h *traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.flat {
+		if ok, err := h.out.handleFlat(ctx, h.pre, r); ok {
+			return err
+		}
+	}
 	sc := trace.SpanContextFromContext(ctx)
 	convert := false
 	r.Attrs(func(a slog.Attr) bool {
@@ -161,7 +174,12 @@ func (h *traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 		return h
 	}
 	attrs = readableAll(attrs)
-	return h.derive(handlerOp{attrs: attrs}, h.inner.WithAttrs(attrs))
+	d := h.derive(handlerOp{attrs: attrs}, h.inner.WithAttrs(attrs))
+	if d.flat {
+		// A copy: h's encoding stays h's.
+		d.pre, d.flat = appendFlatAttrs(h.pre[:len(h.pre):len(h.pre)], attrs)
+	}
+	return d
 }
 
 func (h *traceHandler) WithGroup(name string) slog.Handler {
@@ -179,5 +197,8 @@ func (h *traceHandler) derive(op handlerOp, inner slog.Handler) *traceHandler {
 		inner:  inner,
 		ops:    append(ops, op),
 		groups: h.groups || op.group != "",
+		out:    h.out,
+		flat:   h.flat && op.group == "",
+		pre:    h.pre,
 	}
 }
