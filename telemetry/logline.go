@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"math"
@@ -92,7 +91,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 
 // lineBuffer is the room on the stack a flat line is encoded in; a longer
 // line grows onto the heap.
-const lineBuffer = 1024
+const lineBuffer = 512
 
 // handleFlat writes r as one line when it is flat (pre holds the logger's
 // With attributes, encoded), and reports whether it was.
@@ -117,9 +116,16 @@ func appendFlatLine(b, pre []byte, r slog.Record, sc trace.SpanContext) ([]byte,
 		}
 		b = append(b, ',')
 	}
-	b = append(b, `"level":`...)
-	b = appendJSONString(b, r.Level.String())
-	b = append(b, `,"msg":`...)
+	switch r.Level {
+	case slog.LevelInfo:
+		b = append(b, `"level":"INFO","msg":`...)
+	case slog.LevelDebug:
+		b = append(b, `"level":"DEBUG","msg":`...)
+	default:
+		b = append(b, `"level":`...)
+		b = appendJSONString(b, r.Level.String())
+		b = append(b, `,"msg":`...)
+	}
 	b = appendJSONString(b, r.Message)
 	b = append(b, pre...)
 	flat := true
@@ -133,9 +139,9 @@ func appendFlatLine(b, pre []byte, r slog.Record, sc trace.SpanContext) ([]byte,
 	if sc.IsValid() {
 		tid, sid := sc.TraceID(), sc.SpanID()
 		b = append(b, `,"`+LogKeyTraceID+`":"`...)
-		b = hex.AppendEncode(b, tid[:])
+		b = appendHex(b, tid[:])
 		b = append(b, `","`+LogKeySpanID+`":"`...)
-		b = hex.AppendEncode(b, sid[:])
+		b = appendHex(b, sid[:])
 		b = append(b, '"')
 	}
 	return append(b, "}\n"...), true
@@ -193,7 +199,7 @@ func appendJSONTime(b []byte, t time.Time) ([]byte, bool) {
 		return b, false
 	}
 	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = appendRFC3339Nano(b, t)
 	return append(b, '"'), true
 }
 
@@ -217,64 +223,81 @@ func appendJSONFloat(b []byte, f float64) ([]byte, bool) {
 	return strconv.AppendFloat(b, f, 'f', -1, 64), true
 }
 
-// appendJSONString appends s quoted as slog.JSONHandler writes a string:
-// `"` and `\` escaped, \n, \r and \t by name, the other control bytes as
-// \u00XX, each byte of invalid UTF-8 as \ufffd, U+2028 and U+2029 as
-// \u2028 and \u2029; <, > and & as they are.
+const hexDigits = "0123456789abcdef"
+
+// appendHex appends p in lower-case hex.
+func appendHex(b, p []byte) []byte {
+	for _, c := range p {
+		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+	}
+	return b
+}
+
+// appendJSONString appends s as a JSON string the way log/slog's JSON
+// handler writes it: '"' and '\\' escaped, \n \r \t as such, other bytes
+// below 0x20 and U+2028/U+2029 as \u escapes, invalid UTF-8 as U+FFFD;
+// '<', '>' and '&' are left as they are.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
-	plain := 0 // s[plain:i] is yet to be appended as it is
-	for i := 0; i < len(s); {
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] { // the common string is all plain
+		i++
+	}
+	start := 0 // s[start:i] is yet to be appended unchanged
+	for i < len(s) {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+		if jsonPlain[c] {
 			i++
 			continue
 		}
-		var esc string
-		size := 1
-		switch {
-		case c == '"':
-			esc = `\"`
-		case c == '\\':
-			esc = `\\`
-		case c == '\n':
-			esc = `\n`
-		case c == '\r':
-			esc = `\r`
-		case c == '\t':
-			esc = `\t`
-		case c < 0x20:
-			esc = ""
-		default:
-			var r rune
-			r, size = utf8.DecodeRuneInString(s[i:])
-			switch {
-			case r == utf8.RuneError && size == 1:
-				esc = `\ufffd`
-			case r == '\u2028':
-				esc = `\u2028`
-			case r == '\u2029':
-				esc = `\u2029`
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
 			default:
-				i += size
-				continue
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
+			i++
+			start = i
+			continue
 		}
-		b = append(b, s[plain:i]...)
-		if esc == "" {
-			b = append(b, `\u00`...)
-			b = append(b, lowerHex[c>>4], lowerHex[c&0xf])
-		} else {
-			b = append(b, esc...)
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
 		}
 		i += size
-		plain = i
 	}
-	b = append(b, s[plain:]...)
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 
-const lowerHex = "0123456789abcdef"
+// jsonPlain marks the bytes appendJSONString copies as they are: printable
+// ASCII and DEL, less '"' and '\\'. One table lookup per byte is the whole
+// cost of the common string (ids, methods, route names).
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // appendDuration appends d as d.String() writes it ("1h2m3.5s", "1.5ms",
 // "250µs", "0s"), without building a string.
