@@ -142,17 +142,16 @@ func (bp *boundPolicy) cost(reserved *[config.MaxMeasures]int64) int64 {
 	return bp.units
 }
 
-// compileRoutes binds every route of cfg, which must have passed Validate,
-// to its upstream's handler and to its stage-2 policies per tier. It
-// applies no defaults and skips nothing: a value Validate would have
-// refused (an unknown policy, algorithm, scope or on_store_error, a limit
-// or cost the store would refuse) is an error naming it, never a policy
-// silently left out, which would fail open.
+// compileRoutes binds every route of cfg to its upstream's handler and
+// to its stage-2 policies per tier. cfg must have passed Validate, and
+// compileRoutes trusts it: every policy, upstream and measure a route
+// names exists, every enum is valid, every limit and cost is one the
+// store accepts (config's validateRoutes holds each cost to each limit's
+// capacity, and a valid limit's local share is valid too, see
+// stack.LocalShare). It applies no defaults and re-checks nothing; its
+// only errors are those of building keys (routes.NewKeyPattern).
 func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*route, error) {
 	fleet := int64(cfg.Store.FleetSize)
-	if fleet < 1 {
-		return nil, fmt.Errorf("store.fleet_size: must be >= 1, got %d", fleet)
-	}
 	tierNames := make([]string, 0, len(cfg.Tiers))
 	for name := range cfg.Tiers {
 		tierNames = append(tierNames, name)
@@ -162,14 +161,7 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 	out := make([]*route, len(cfg.Routes))
 	for i, rc := range cfg.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
-		if rc.Cost < 1 {
-			return nil, fmt.Errorf("%s.cost: must be >= 1, got %d", path, rc.Cost)
-		}
-		h, ok := proxies[rc.Upstream]
-		if !ok {
-			return nil, fmt.Errorf("%s.upstream: unknown upstream %q", path, rc.Upstream)
-		}
-		r := &route{name: rc.Name, cost: rc.Cost, proxy: h, websocket: rc.WebSocket, signals: rc.ClientSignals}
+		r := &route{name: rc.Name, cost: rc.Cost, proxy: proxies[rc.Upstream], websocket: rc.WebSocket, signals: rc.ClientSignals}
 		dims := rc.SettleDimensions()
 		for _, ref := range rc.Policies {
 			if by := cfg.Policies[ref.Name].By; len(by) > 0 {
@@ -215,10 +207,7 @@ func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier, valu
 	var shared, tenant []boundPolicy
 	for _, ref := range rc.Policies {
 		name := ref.Name
-		pc, ok := cfg.Policies[name]
-		if !ok {
-			return nil, fmt.Errorf("unknown policy %q", name)
-		}
+		pc := cfg.Policies[name]
 		byValue := ""
 		if len(pc.By) > 0 {
 			byValue = value
@@ -244,21 +233,12 @@ func bindPolicies(cfg *config.Config, rc config.Route, ms []*measure, tier, valu
 	return append(shared, tenant...), nil
 }
 
-// bindPolicy compiles policy pc, bound to route rc by ref, with limit lim,
-// checking that the store would accept its items (and those of its local
-// share) at the largest cost a request takes from it: its measure's max,
-// or its fixed units.
+// bindPolicy compiles policy pc, bound to route rc by ref, with limit lim.
+// Its local share is computed for the largest cost a request takes from
+// it: its measure's max, or its fixed units.
 func bindPolicy(cfg *config.Config, ref config.PolicyRef, pc config.Policy, lim ratelimit.Limit, rc config.Route, ms []*measure, fleet int64) (boundPolicy, error) {
 	name := ref.Name
 	alg := pc.Algorithm
-	switch {
-	case !alg.Valid():
-		return boundPolicy{}, fmt.Errorf("invalid algorithm %s", alg)
-	case !pc.Scope.Valid():
-		return boundPolicy{}, fmt.Errorf("invalid scope %s", pc.Scope)
-	case !pc.OnStoreError.Valid():
-		return boundPolicy{}, fmt.Errorf("invalid on_store_error %s", pc.OnStoreError)
-	}
 	bp := boundPolicy{
 		name: name, scope: pc.Scope, algorithm: alg, onError: pc.OnStoreError, shadow: pc.Shadow,
 		limit: lim, measure: measureIndex(ms, ref.Measure), settles: !ref.Unsettled,
@@ -271,12 +251,8 @@ func bindPolicy(cfg *config.Config, ref config.PolicyRef, pc config.Policy, lim 
 	switch {
 	case alg == ratelimit.Concurrency:
 		cost, bp.measure, bp.settles = 1, -1, false // a request holds one slot, whatever its cost
-	case ref.Measure != "" && bp.measure < 0:
-		return boundPolicy{}, fmt.Errorf("cost: unknown measure %q", ref.Measure)
 	case bp.measure >= 0:
 		cost = ms[bp.measure].max
-	case cost < 1:
-		return boundPolicy{}, fmt.Errorf("cost: must be >= 1, got %d", cost)
 	default:
 		bp.settles = false // a fixed cost is never settled
 	}
@@ -289,14 +265,6 @@ func bindPolicy(cfg *config.Config, ref config.PolicyRef, pc config.Policy, lim 
 	}
 	if q := pc.Queue; q != nil && alg == ratelimit.Concurrency {
 		bp.queue = &slotQueueSpec{max: q.Max, timeout: q.Timeout}
-	}
-	probe := ratelimit.Item{Key: "compile", Algorithm: alg, Limit: bp.limit, Cost: cost, Holder: "compile"}
-	if err := ratelimit.ValidateItem(probe); err != nil {
-		return boundPolicy{}, err
-	}
-	probe.Limit = bp.share
-	if err := ratelimit.ValidateItem(probe); err != nil {
-		return boundPolicy{}, fmt.Errorf("local share: %w", err)
 	}
 	var err error
 	if bp.pattern, err = routes.NewKeyPattern(cfg.Store.Redis.KeyPrefix, pc.Scope, name, alg.String(), rc.Name); err != nil {

@@ -24,8 +24,10 @@ func loadBase(t *testing.T) *config.Config {
 
 // A configuration that reaches the gateway without passing Validate (built
 // in code, or edited after) used to lose a policy whose algorithm or scope
-// did not parse: the route then went unlimited. Compiling now refuses it,
-// naming the policy, and a reload keeps the live configuration.
+// did not parse: the route then went unlimited. New and Reload run
+// Validate themselves, so such a configuration is refused with the field
+// path a file would get, and a reload keeps the live configuration. The
+// compiled pipeline trusts what Validate checked and checks nothing again.
 func TestCompileRefusesWhatItCannotEnforce(t *testing.T) {
 	cases := []struct {
 		name string
@@ -33,21 +35,21 @@ func TestCompileRefusesWhatItCannotEnforce(t *testing.T) {
 		want string
 	}{
 		{"unknown algorithm", func(c *config.Config) { setPolicy(c, "transfers", func(p *config.Policy) { p.Algorithm = 0 }) },
-			"policies.transfers.limits.*: invalid algorithm Algorithm(0)"},
+			"policies.transfers.algorithm: must be token_bucket"},
 		{"out of range algorithm", func(c *config.Config) { setPolicy(c, "tenant", func(p *config.Policy) { p.Algorithm = 9 }) },
-			"policies.tenant.limits.anonymous: invalid algorithm Algorithm(9)"},
+			"policies.tenant.algorithm: must be token_bucket"},
 		{"unknown scope", func(c *config.Config) { setPolicy(c, "transfers", func(p *config.Policy) { p.Scope = 0 }) },
-			"invalid scope Scope(0)"},
+			"policies.transfers.scope: must be tenant"},
 		{"unknown on_store_error", func(c *config.Config) { setPolicy(c, "tenant", func(p *config.Policy) { p.OnStoreError = 0 }) },
-			"invalid on_store_error OnError(0)"},
+			"policies.tenant.on_store_error: must be open"},
 		{"limit the store refuses", func(c *config.Config) {
 			setPolicy(c, "tenant", func(p *config.Policy) { p.Limits["free"] = config.Limit{Rate: 1, Per: 0, Burst: 5} })
-		}, "policies.tenant.limits.free: ratelimit: invalid item: token_bucket: per: must be > 0"},
-		{"cost above capacity", func(c *config.Config) { c.Routes[0].Cost = 50 }, "routes[0]: policies.tenant.limits.anonymous:"},
-		{"missing policy", func(c *config.Config) { c.Routes[1].Policies = []config.PolicyRef{{Name: "nope"}} }, `routes[1]: unknown policy "nope"`},
+		}, "policies.tenant.limits.free.per: must be > 0"},
+		{"cost above capacity", func(c *config.Config) { c.Routes[0].Cost = 50 }, `routes[0].cost: 50 exceeds the capacity 5 of policy "tenant" for tier "anonymous"`},
+		{"missing policy", func(c *config.Config) { c.Routes[1].Policies = []config.PolicyRef{{Name: "nope"}} }, `routes[1].policies[0]: unknown policy "nope"`},
 		{"zero cost", func(c *config.Config) { c.Routes[1].Cost = 0 }, "routes[1].cost: must be >= 1"},
 		{"zero fleet", func(c *config.Config) { c.Store.FleetSize = 0 }, "store.fleet_size: must be >= 1"},
-		{"no key prefix", func(c *config.Config) { c.Store.Redis.KeyPrefix = "" }, "key prefix"},
+		{"no key prefix", func(c *config.Config) { c.Store.Redis.KeyPrefix = "" }, "store.redis.key_prefix: must be"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -104,8 +104,13 @@ type Gateway struct {
 	bodyBudget *usage.Budget
 }
 
-// New builds a gateway for cfg, which must have passed Validate.
+// New builds a gateway for cfg. It runs cfg.Validate first and returns
+// its errors: a configuration built in code or edited after loading is
+// held to the same rules as a file, and the compiled pipeline trusts them.
 func New(cfg *config.Config, o Options) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	tracing := o.TracerProvider != nil
 	o.fill()
 	logLimit := telemetry.NewLogLimiter(5, 10*time.Second, o.Now)
@@ -266,8 +271,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Config returns the live configuration. Callers must not modify it.
 func (g *Gateway) Config() *config.Config { return g.live.Load().cfg }
 
-// Reload replaces the live configuration with cfg, which must have passed
-// Validate. The new pipeline is built completely before it is swapped in, so
+// Reload replaces the live configuration with cfg, after cfg.Validate
+// (whose errors it returns, keeping the live one). The new pipeline is built completely before it is swapped in, so
 // requests see either the old or the new configuration, never a mix; on error
 // the old one stays. The store is reopened only when its section changed;
 // the old store is closed after grace, once in-flight requests are done with
@@ -277,6 +282,10 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 	defer g.mu.Unlock()
 	if g.closed {
 		return errors.New("gateway: reload after Close")
+	}
+	if err := cfg.Validate(); err != nil {
+		g.reloaded(false)
+		return err
 	}
 	admin, err := newAdminAccess(cfg, g.opts.Getenv)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/telemetry"
 )
@@ -132,10 +131,12 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				// response is counted missing.
 				defer g.endSettle(r.Context(), st)
 			}
-			if held := g.slots.hold(p.store, p.cfg.Store.Kind == config.StoreMemory, ps, items, d, g.opts.Now()); held != nil {
-				// Deferred: the proxy aborts a response the client left
-				// mid-stream by panicking with http.ErrAbortHandler.
-				defer held.release(trace.SpanFromContext(r.Context()), g.opts.Now)
+			if holder != "" { // a concurrency policy: it may have taken a slot
+				if held := g.slots.hold(p.store, p.inlineRelease, ps, items, d, g.opts.Now()); held != nil {
+					// Deferred: the proxy aborts a response the client left
+					// mid-stream by panicking with http.ErrAbortHandler.
+					defer held.release(trace.SpanFromContext(r.Context()), g.opts.Now)
+				}
 			}
 			next.ServeHTTP(w, r)
 		})

@@ -24,6 +24,10 @@ type pipeline struct {
 	auth   *identity.Authenticator
 	tiers  map[string]*local.Set // stage 1 per tier; absent = no stage 1
 	store  *stack.Stack
+	// inlineRelease is whether held slots are given back in the
+	// request's goroutine: true for the memory store, which waits on no
+	// I/O (see slotState.hold).
+	inlineRelease bool
 	// breakers are the upstream circuit breakers by upstream name.
 	breakers map[string]*proxy.Breaker
 	// shedders are the upstreams' priority shedders by upstream name.
@@ -58,7 +62,7 @@ func (p *pipeline) subjectID(subject string) routes.SubjectID {
 // settles the reservations of the requests its proxies forward; nil for a
 // pipeline that serves nothing (Explain).
 func buildPipeline(cfg *config.Config, prev *pipeline, store *stack.Stack, o *Options, gw *Gateway) (*pipeline, error) {
-	p := &pipeline{cfg: cfg, store: store, body: bodyLimits{max: cfg.Server.MaxBodyBytes,
+	p := &pipeline{cfg: cfg, store: store, inlineRelease: cfg.Store.Kind == config.StoreMemory, body: bodyLimits{max: cfg.Server.MaxBodyBytes,
 		timeout: cfg.Server.BodyReadTimeout, minRate: derefZero(cfg.Server.BodyMinRate)}}
 	if prev != nil && prev.quotaReads != nil {
 		p.quotaReads = prev.quotaReads
