@@ -98,9 +98,6 @@ type chaosInput struct {
 	// Saturated names the bucket routes whose callers offer more than the
 	// limit all along: their shortfall is reported (chaosReport.Short).
 	Saturated []string
-	// KnownBug names routes whose unanswered calls come from a known,
-	// reported bug: counted in chaosReport.KnownBug, not as unanswered.
-	KnownBug []string
 	// KeysLeft are the store keys left after the run that should be gone
 	// (concurrency slots, keys without an expiry).
 	KeysLeft []string
@@ -129,9 +126,8 @@ type chaosKeyReport struct {
 // chaosReport is the checker's whole finding.
 type chaosReport struct {
 	Keys []chaosKeyReport
-	// Unanswered calls not cut by a gateway kill; Cut those that were;
-	// KnownBug those of chaosInput.KnownBug's routes.
-	Unanswered, Cut, KnownBug int
+	// Unanswered calls not cut by a gateway kill; Cut those that were.
+	Unanswered, Cut int
 	// Wrong are answers of a status the route never gives (not 200, 429
 	// or 503, or not in chaosInput.Allowed); Late answers past the
 	// deadline.
@@ -227,8 +223,6 @@ func check(in chaosInput) chaosReport {
 		switch {
 		case c.Status == 0 && c.Cut:
 			r.Cut++
-		case c.Status == 0 && slices.Contains(in.KnownBug, c.Route):
-			r.KnownBug++
 		case c.Status == 0:
 			r.Unanswered++
 			if r.FirstUnanswer == "" {
