@@ -99,7 +99,10 @@ func (u *chaosUpstream) record() []chaosAdmit {
 
 // chaosCaller sends requests to the fleet and logs what each came to.
 type chaosCaller struct {
-	fleet  *chaosFleet
+	fleet *chaosFleet
+	// plant, when set, is the gateway of the planted build
+	// (startPlantGateway) that plantTenant's plantRoute requests go to.
+	plant  *chaosInstance
 	client *http.Client
 	mu     sync.Mutex
 	calls  []chaosCall
@@ -115,6 +118,9 @@ type chaosReq struct {
 // with the gateway instance it went to.
 func (c *chaosCaller) send(q chaosReq, n int) chaosCall {
 	gw := c.fleet.pick(n)
+	if c.plant != nil && q.tenant == plantTenant && q.route == plantRoute {
+		gw = c.plant
+	}
 	cc := chaosCall{Tenant: q.tenant, Route: q.route, Start: time.Now()}
 	method := http.MethodGet
 	if q.route == "cost" {

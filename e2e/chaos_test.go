@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -171,12 +170,14 @@ func rangeTaken(at map[string]int, r int) (string, bool) {
 }
 
 // plantTenant's plantRoute key (a token bucket of burst 2 and 2 a second,
-// which only that tenant calls) also gets one request a second sent
-// straight to the upstream, past the gateways: an over-admission of one a
-// second that every run's checker must find (and find there only). A
-// small bucket keeps it found however many lossy promotions its range
-// sees (each allows one burst more); the unit test plants the same in a
-// bucket of 10.
+// which only that tenant calls) is served by a gateway of the planted
+// build (go build -tags quotagate_plant: gateway/plant_on.go), which turns
+// the first store denial of each second into an admission: an
+// over-admission of one a second that every run's checker must find (and
+// find there only: the other routes go to the fleet of the release
+// build). A small bucket keeps it found however many lossy promotions its
+// range sees (each allows one burst more); the unit test plants the same
+// in a bucket of 10.
 const (
 	plantTenant = "plant"
 	plantRoute  = "slow"
@@ -236,6 +237,24 @@ func TestChaosFailoverWindow(t *testing.T) {
 // The shape of a chaos run.
 const chaosRanges, chaosGateways = 3, 3
 
+// plantSpec is the planted build: the release build's flags with the
+// quotagate_plant tag (gateway/plant_on.go: the first store denial of each
+// second is admitted).
+var plantSpec = proctest.Spec{
+	Flags:   append([]string{"-tags", "quotagate_plant"}, proctest.Dockerfile.Flags...),
+	Env:     proctest.Dockerfile.Env,
+	Package: proctest.Dockerfile.Package,
+}
+
+// startPlantGateway starts a gateway of the planted build on cfg (read
+// once: reloads do not reach it).
+func startPlantGateway(t testing.TB, cfg *gwConfig) *chaosInstance {
+	t.Helper()
+	g := launchGatewayBin(t, proctest.Build(t, plantSpec), "plant", cfg)
+	g.proc.WaitReady(0)
+	return &chaosInstance{id: -1, g: g, url: g.URL}
+}
+
 // chaosRun runs events with the traffic for d and checks the record
 // (seed seeds the callers' draws); it returns the figures.
 func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) chaosResult {
@@ -253,7 +272,7 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 	all := append(append([]string(nil), tenants...), plantTenant)
 	cfg := chaosConfig(up.srv.URL, redis.seeds(), all)
 	fleet := startChaosFleet(t, nGateways, cfg)
-	caller := &chaosCaller{fleet: fleet, client: newClient(64)}
+	caller := &chaosCaller{fleet: fleet, client: newClient(64), plant: startPlantGateway(t, cfg)}
 	caller.client.Timeout = 10 * time.Second
 	nem := &chaosNemesis{redis: redis, fleet: fleet, caller: caller, cfg: cfg, tenant: func(n int) string { return all[n%len(all)] }}
 
@@ -319,28 +338,9 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		closedLoop(func(*rand.Rand) chaosReq { return calq }, 100*time.Millisecond, id+12)
 	}
 	// The planted over-admission: the plant tenant saturates its slow
-	// route through the gateways, and one request a second goes to the
-	// upstream itself as that route.
+	// route through the gateway of the planted build.
 	plantq := chaosReq{tenant: plantTenant, route: plantRoute, path: "/" + plantRoute + "/x"}
 	closedLoop(func(*rand.Rand) chaosReq { return plantq }, 50*time.Millisecond, 1000)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				req, _ := http.NewRequest(http.MethodGet, up.srv.URL+"/"+plantRoute+"/planted", nil)
-				req.Header.Set("X-Quotagate-Tenant", plantTenant)
-				if resp, err := caller.client.Do(req); err == nil {
-					resp.Body.Close()
-				}
-			}
-		}
-	}()
 
 	start := time.Now()
 	nem.run(start, events)
@@ -397,7 +397,7 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		failures = append(failures, f)
 	}
 	if !plantFound {
-		t.Errorf("the checker missed the planted over-admission (one request a second to %s's %s key past the gateways)", plantTenant, plantRoute)
+		t.Errorf("the checker missed the planted over-admission (one denial a second admitted on %s's %s key by the planted build)", plantTenant, plantRoute)
 	}
 	for _, f := range failures {
 		t.Errorf("chaos seed %d: %s", seed, f)

@@ -84,13 +84,19 @@ func startGateways(t testing.TB, n int, cfg *gwConfig, opts ...gatewayOpt) []*ga
 // normally port 0; the gateway picks the ports.
 func launchGateway(t testing.TB, name string, cfg *gwConfig, opts ...gatewayOpt) *gateway {
 	t.Helper()
+	return launchGatewayBin(t, proctest.Binary(t), name, cfg, opts...)
+}
+
+// launchGatewayBin is launchGateway of the binary at bin.
+func launchGatewayBin(t testing.TB, bin, name string, cfg *gwConfig, opts ...gatewayOpt) *gateway {
+	t.Helper()
 	g := &gateway{t: t, name: name, cfgPath: filepath.Join(t.TempDir(), "config.yaml")}
 	cfg.write(t, g.cfgPath)
 	o := proctest.Options{Name: name, Args: []string{"-config", g.cfgPath, "-watch-interval", "0"}}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g.proc = proctest.Start(t, proctest.Binary(t), o)
+	g.proc = proctest.Start(t, bin, o)
 	g.logs = logBuffer{g.proc.Logs}
 	g.Addr, g.URL, g.Admin = g.proc.Listen, g.proc.URL(), g.proc.AdminURL()
 	return g

@@ -112,6 +112,9 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				}
 			}
 			allowed, view, violated := g.record(ctx, span, ps, d)
+			if !allowed && plantAdmit(g.opts.Now()) { // false but in the chaos suite's planted build
+				allowed = true
+			}
 			span.End()
 			st.limit = view
 			openAI := openAISignals(st)
