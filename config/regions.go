@@ -84,13 +84,7 @@ func (c *Config) validateRegions(errs *Errors) {
 		if !keyPrefixRE.MatchString(g.Redis.KeyPrefix) {
 			errs.addf("store.global.redis.key_prefix", "must be 1 to 32 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-', got %q", g.Redis.KeyPrefix)
 		}
-		t := g.Redis.TLS
-		for field, v := range map[string]bool{"enabled": t.Enabled, "ca_file": t.CAFile != "", "cert_file": t.CertFile != "",
-			"key_file": t.KeyFile != "", "server_name": t.ServerName != ""} {
-			if v {
-				errs.add("store.global.redis.tls."+field, "TLS to the global Redis is not supported yet: remove it")
-			}
-		}
+		validateRedisTLS(errs, "store.global.redis.tls", g.Redis.TLS)
 		if g.Redis.PasswordEnv != "" && !envNameRE.MatchString(g.Redis.PasswordEnv) {
 			errs.addf("store.global.redis.password_env", "must name an environment variable, got %q", g.Redis.PasswordEnv)
 		}

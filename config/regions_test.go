@@ -37,7 +37,6 @@ func TestLoadRegionsInvalid(t *testing.T) {
 			`store.global.lease_ttl: must be >= 3 × report_interval + redis.timeout (10.03s), got 20ms: a dead reporter is replaced within it`,
 			`store.global.redis.addrs[0]: must be host:port, such as 127.0.0.1:6379, got "nowhere"`,
 			`store.global.redis.timeout: must be at most 5s, got 10s`,
-			`store.global.redis.tls.enabled: TLS to the global Redis is not supported yet: remove it`,
 			`store.global.report_interval: must be >= 50ms, got 10ms`,
 			`store.kind: must be "redis" when store.global is set: a region decides on its own Redis`,
 			`store.region: region name must be 1 to 64 characters of a-z, 0-9, '_', '.' and '-'`,

@@ -213,7 +213,7 @@ func (c *Config) validateStore(errs *Errors) {
 	}
 	positive(errs, "store.redis.breaker_failures", r.BreakerFailures)
 	positive(errs, "store.redis.breaker_cooldown", r.BreakerCooldown)
-	validateRedisTLS(errs, r.TLS)
+	validateRedisTLS(errs, "store.redis.tls", r.TLS)
 }
 
 // maxTenantBytes is the longest tenant, of an API key here as of a JWT's

@@ -9,12 +9,12 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 )
 
-// validateRedisTLS checks store.redis.tls: its files exist, are readable
+// validateRedisTLS checks the TLS of a Redis at path p (store.redis.tls,
+// store.global.redis.tls): its files exist, are readable
 // and hold what they should (PEM certificates; a key that matches its
 // certificate), the client certificate and key come together, and
 // nothing is set while TLS is off.
-func validateRedisTLS(errs *Errors, t RedisTLS) {
-	const p = "store.redis.tls"
+func validateRedisTLS(errs *Errors, p string, t RedisTLS) {
 	files := []struct{ field, path string }{
 		{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile},
 	}

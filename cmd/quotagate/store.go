@@ -96,6 +96,13 @@ func regionLayer(c config.Store, id, password string, tlsConf *tls.Config, logge
 		}
 		gpass = v
 	}
+	var gTLS *tls.Config
+	if g.Redis.TLS.Enabled {
+		var err error
+		if gTLS, err = g.Redis.TLS.Files().Config(); err != nil {
+			return nil, fmt.Errorf("store.global.redis.tls: %w", err)
+		}
+	}
 	return func(below ratelimit.Store) ratelimit.Store {
 		regionalTimeout := max(r.Timeout, 250*time.Millisecond)
 		regionalClient := redisstore.NewRedisClient(redisstore.RedisClientOptions{
@@ -103,7 +110,7 @@ func regionLayer(c config.Store, id, password string, tlsConf *tls.Config, logge
 			PoolSize: 4, DialTimeout: regionalTimeout, ReadTimeout: regionalTimeout, WriteTimeout: regionalTimeout,
 		})
 		globalClient := redisstore.NewRedisClient(redisstore.RedisClientOptions{
-			Addrs: g.Redis.Addrs, MasterName: g.Redis.MasterName, Username: g.Redis.Username, Password: gpass,
+			Addrs: g.Redis.Addrs, MasterName: g.Redis.MasterName, Username: g.Redis.Username, Password: gpass, TLS: gTLS,
 			PoolSize: 4, DialTimeout: g.Redis.Timeout, ReadTimeout: g.Redis.Timeout, WriteTimeout: g.Redis.Timeout,
 		})
 		layer := regional.New(below, regional.Options{

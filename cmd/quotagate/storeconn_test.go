@@ -202,3 +202,45 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	return n
 }
+
+// TestBinaryReportsToGlobalOverTLS runs a region's gateway whose global
+// Redis speaks only TLS and requires a client certificate: the region's
+// reports reach it (the owner's keys appear there under load), with the
+// regional Redis in plain text beside it.
+func TestBinaryReportsToGlobalOverTLS(t *testing.T) {
+	regional := redistest.StartStandaloneWith(t, redistest.Options{})
+	files := redistest.NewTLSFiles(t)
+	global := redistest.StartStandaloneWith(t, redistest.Options{TLS: files})
+	cfg := fmt.Sprintf(`server: {listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0"}
+store:
+  kind: redis
+  redis: {addrs: [%q], timeout: 200ms}
+  region: eu
+  global:
+    redis:
+      addrs: [%q]
+      tls: {enabled: true, ca_file: %q, cert_file: %q, key_file: %q, server_name: localhost}
+    report_interval: 100ms
+identity: {anonymous: {tier: anonymous}}
+tiers: {anonymous: {}}
+policies:
+  shared: {regions: {mode: leased, safe_share: 0.5}, limits: {"*": {rate: 100, per: 1s, burst: 100}}}
+upstreams: {echo: {url: "echo:"}}
+routes:
+  - {name: shared.get, method: GET, path: /shared, upstream: echo, policies: [shared]}
+`, regional.Addr, global.Addr, files.CA, files.ClientCert, files.ClientKey)
+	p := startBinary(t, cfg)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if code := get(t, p, "/shared"); code != http.StatusOK {
+			t.Fatalf("GET /shared: %d, want 200; log:\n%s", code, p.Logs.Tail(10))
+		}
+		if keys, _ := global.MustDo(t, "KEYS", "*").([]any); len(keys) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			proctest.FatalOverrun(t, "no key in the global Redis over TLS after 15s of reports; log:\n%s", p.Logs.Tail(20))
+		}
+		time.Sleep(20 * time.Millisecond) // the load that makes the key hot; reports are what is awaited
+	}
+}

@@ -269,7 +269,8 @@ func checkQuery(t *testing.T, q query, exp exported) {
 // read against the /metrics of a real gateway: the binary, running the
 // Redis overlay's ConfigMap config against a real redis-server, after
 // allowed, denied and stage-1 traffic, a reload and a Redis outage
-// (SIGSTOP: timeouts, an open breaker, fallbacks).
+// (SIGSTOP: timeouts, an open breaker, fallbacks), as region eu of a
+// global owner (the region metrics).
 func TestOperatorQueriesMatchExportedMetrics(t *testing.T) {
 	queries := append(alertRules(t), dashboardQueries(t)...)
 	if len(queries) < 20 {
@@ -286,6 +287,10 @@ func TestOperatorQueriesMatchExportedMetrics(t *testing.T) {
 	env["QUOTAGATE_SERVER_LISTEN"] = "127.0.0.1:0"
 	env["QUOTAGATE_SERVER_ADMIN_LISTEN"] = "127.0.0.1:0"
 	env["QUOTAGATE_STORE_REDIS_ADDRS"] = redis.addr
+	// A region of its own, reporting to a global Redis of its own, so
+	// that the region metrics the region alerts read are exported.
+	env["QUOTAGATE_STORE_REGION"] = "eu"
+	env["QUOTAGATE_STORE_GLOBAL_REDIS_ADDRS"] = startRedis(t).addr
 	var envList []string
 	for k, v := range env {
 		envList = append(envList, k+"="+v)
