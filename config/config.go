@@ -586,8 +586,16 @@ type Route struct {
 	// "{name...}" (one or more remaining segments). It is required.
 	Path string `mapstructure:"path"`
 	// Upstream names the upstream the route forwards to, one of upstreams
-	// (required).
+	// (required, unless the route lists Upstreams: then it is the first
+	// of them).
 	Upstream string `mapstructure:"upstream"`
+	// Upstreams, instead of Upstream and Policies, lists the upstreams a
+	// request may go to, in order, each with its own policies (see
+	// Candidate): a request is decided against the first; when its
+	// policies deny, against the next, and so on; it is denied only when
+	// every candidate denies. At most MaxCandidates. The route's
+	// Policies are then every candidate's, in order.
+	Upstreams []Candidate `mapstructure:"upstreams"`
 	// Cost is the units a request takes from stage 1 and from every policy
 	// of the route listed by its name alone (default 1). It is written as a
 	// number, or as a block (see CostBlock): then Cost is the block's
@@ -613,6 +621,9 @@ type Route struct {
 	Policies []PolicyRef `mapstructure:"policies"`
 	// blockMeasure reports that Validate wrote Settle into Measures.
 	blockMeasure bool
+	// candidates reports that Validate wrote Upstreams into Upstream and
+	// Policies.
+	candidates bool
 	// WebSocket lets a GET of this route upgrade to a WebSocket (default
 	// false). No other upgrade is ever forwarded, on any route.
 	WebSocket bool `mapstructure:"websocket"`
@@ -647,6 +658,22 @@ type PolicyRef struct {
 	// reservation.
 	Unsettled bool `mapstructure:"-"`
 }
+
+// Candidate is one upstream of a route's Upstreams with the policies a
+// request forwarded to it takes.
+type Candidate struct {
+	// Upstream names one of upstreams (required), at most once per route.
+	Upstream string `mapstructure:"upstream"`
+	// Policies are written as a route's policies are, and decided as they
+	// are, all or nothing: a request admitted by a candidate takes from
+	// its policies only, and nothing from a candidate that denied it. A
+	// policy may be listed by several candidates: it is one bucket. Only
+	// the last candidate's concurrency policies may have a queue.
+	Policies []PolicyRef `mapstructure:"policies"`
+}
+
+// MaxCandidates is the most upstreams a route lists.
+const MaxCandidates = 4
 
 // decodeName decodes a policy written by its name alone.
 func (p *PolicyRef) decodeName(name string) { p.Name = name }

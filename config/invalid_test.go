@@ -54,6 +54,18 @@ var invalidCases = map[string][]string{
 		`policies.zone.limits.free.calendar.unit: must be day, week or month, got "fortnight"`,
 		`policies.zone.limits.free.per: must be > 0`,
 	},
+	"upstreams.yaml": { // a policy listed by two candidates is one bucket, not a duplicate
+		`routes[0].policies: cannot be written beside upstreams: list the policies of each upstream under it`,
+		`routes[0].upstream: cannot be written beside upstreams: the route forwards to one of its upstreams`,
+		`routes[1].upstreams: lists 5 upstreams, at most 4`,
+		`routes[1].upstreams[0].policies: is required but on the last upstream: without policies it admits every request, and the upstreams after it are never used`,
+		`routes[1].upstreams[1].policies[1]: policy "rpm" is listed twice`,
+		`routes[1].upstreams[1].policies[2]: unknown policy "nope" (known: rpm, slots)`,
+		`routes[1].upstreams[1].upstream: upstream "ptu" is listed twice (routes[1].upstreams[0])`,
+		`routes[1].upstreams[2].upstream: unknown upstream "elsewhere" (known: paygo, ptu)`,
+		`routes[1].upstreams[3].upstream: is required`,
+		`routes[2].upstreams[0].policies[0]: policy "slots" queues denied requests, which only the last upstream may: a request this upstream denies goes to the next`,
+	},
 	"burst_on_window.yaml": {
 		`policies.windowed.limits.free.burst: does not apply to sliding_window (its capacity is rate per window); remove it`,
 	},

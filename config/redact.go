@@ -90,6 +90,16 @@ func (c *Config) Redacted() map[string]any {
 			"measures":       showMeasures(r),
 			"client_signals": r.ClientSignals,
 		}
+		if len(r.Upstreams) > 0 { // as written: instead of upstream and policies
+			cands := make([]any, len(r.Upstreams))
+			for k, cd := range r.Upstreams {
+				cands[k] = map[string]any{"upstream": cd.Upstream, "policies": showPolicies(Route{Policies: cd.Policies})}
+			}
+			m := routes[i].(map[string]any)
+			delete(m, "upstream")
+			delete(m, "policies")
+			m["upstreams"] = cands
+		}
 	}
 
 	s, st, rd := c.Server, c.Store, c.Store.Redis

@@ -150,15 +150,14 @@ func (c *Config) validateRoutes(errs *Errors) {
 		} else {
 			shapes[r.Method+" "+shape] = i
 		}
-		r.Upstream = strings.ToLower(r.Upstream)
-		if _, ok := c.Upstreams[r.Upstream]; !ok {
-			if r.Upstream == "" {
-				errs.add(p+".upstream", "is required")
-			} else {
-				errs.addf(p+".upstream", "unknown upstream %q%s", r.Upstream, known(c.Upstreams))
-			}
+		if len(r.Upstreams) > 0 || r.candidates {
+			c.validateCandidates(errs, p, r)
+		} else {
+			r.Upstream = strings.ToLower(r.Upstream)
+			c.checkUpstream(errs, p+".upstream", r.Upstream)
 		}
 		c.validateRoutePolicies(errs, p, r)
+		r.splitCandidates()
 		c.validateClientSignals(errs, p, r)
 	}
 }
@@ -184,7 +183,10 @@ func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 	c.validateCostBlock(errs, p, r)
 	seen := make(map[string]bool, len(r.Policies))
 	for j := range r.Policies {
-		pp := index(p+".policies", j)
+		pp, first := r.policyPath(p, j)
+		if first { // a policy may be listed by several candidates
+			clear(seen)
+		}
 		ref := &r.Policies[j]
 		name := strings.ToLower(ref.Name)
 		ref.Name = name

@@ -165,7 +165,10 @@ type routeCfg struct {
 	Name     string `json:"name"`
 	Method   string `json:"method"`
 	Path     string `json:"path"`
-	Upstream string `json:"upstream"`
+	Upstream string `json:"upstream,omitempty"`
+	// Upstreams, instead of Upstream and Policies, are the route's
+	// upstreams in order, each {upstream, policies} (map[string]any).
+	Upstreams []any `json:"upstreams,omitempty"`
 	// Cost is a number (the units each request takes) or a cost block
 	// (map[string]any with reserve, reserve_from, max, settle_from, ...).
 	Cost any `json:"cost,omitempty"`

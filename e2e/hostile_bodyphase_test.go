@@ -211,8 +211,8 @@ func quotaRemaining(t *testing.T, gw *gateway, key, policy string) int64 {
 
 // quotaEntry is one policy of a GET /_quota reply.
 type quotaEntry struct {
-	Name, By  string
-	Remaining int64
+	Name, By, Upstream string
+	Remaining          int64
 }
 
 // readQuota returns the policies of GET /_quota as key.

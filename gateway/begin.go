@@ -136,6 +136,9 @@ func (g *Gateway) finish(ctx context.Context, span trace.Span, r *http.Request, 
 		slog.Int64("bytes", st.rec.written),
 		slog.Duration("duration", end.Sub(st.start)),
 	)
+	if st.route != nil && st.route.upstreamName != "" && status != http.StatusTooManyRequests {
+		rec.AddAttrs(slog.String("upstream", st.route.upstreamName))
+	}
 	_ = h.Handle(ctx, rec)
 }
 

@@ -40,6 +40,12 @@ type route struct {
 	upstream telemetry.RouteSeries
 	// signals is the route's client_signals (see signals.go).
 	signals config.ClientSignals
+	// upstreamName is the upstream of this candidate of a route that
+	// lists upstreams ("" for a route with one upstream), and fallback
+	// the next candidate: the same route with its own upstream and
+	// policies, decided when this one's deny; nil for the last.
+	upstreamName string
+	fallback     *route
 }
 
 // routeDimension is the dimension of a route's policies.
@@ -63,14 +69,17 @@ func (r *route) policyFor(tier string, v int) []boundPolicy {
 	return r.anyTier[i]
 }
 
-// eachBinding calls f with every binding of r's policies: per value of
-// its dimension, per tier, then for the tiers only "*" limits.
+// eachBinding calls f with every binding of r's policies: per candidate,
+// per value of its dimension, per tier, then for the tiers only "*"
+// limits.
 func (r *route) eachBinding(f func(ps []boundPolicy)) {
-	for i := range r.anyTier {
-		for _, tier := range slices.Sorted(maps.Keys(r.byTier[i])) {
-			f(r.byTier[i][tier])
+	for c := r; c != nil; c = c.fallback { // and every candidate's
+		for i := range c.anyTier {
+			for _, tier := range slices.Sorted(maps.Keys(c.byTier[i])) {
+				f(c.byTier[i][tier])
+			}
+			f(c.anyTier[i])
 		}
-		f(r.anyTier[i])
 	}
 }
 
@@ -176,25 +185,54 @@ func compileRoutes(cfg *config.Config, proxies map[string]http.Handler) ([]*rout
 		if r.measures, r.localMeasure, err = compileMeasures(cfg, rc, r.dim.label.Values); err != nil {
 			return nil, fmt.Errorf("%s.%w", path, err)
 		}
-		for v := range len(r.dim.label.Values) + 1 {
-			value := r.dimensionValue(v)
-			byTier := make(map[string][]boundPolicy, len(tierNames))
-			for _, tier := range tierNames {
-				ps, err := bindPolicies(cfg, rc, r.measures, tier, value, fleet)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", path, err)
-				}
-				byTier[tier] = ps
+		cands := rc.Upstreams
+		if len(cands) == 0 {
+			cands = []config.Candidate{{Upstream: rc.Upstream, Policies: rc.Policies}}
+		}
+		base, at := *r, &r
+		for _, cd := range cands {
+			c := *at
+			if c == nil { // the next candidate: the route with its own upstream and policies
+				c = new(route)
+				*c = base
+				*at = c
 			}
-			anyTier, err := bindPolicies(cfg, rc, r.measures, "", value, fleet)
-			if err != nil {
+			one := rc
+			one.Policies = cd.Policies
+			if err := c.bindTiers(cfg, one, tierNames, fleet); err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
-			r.byTier, r.anyTier = append(r.byTier, byTier), append(r.anyTier, anyTier)
+			c.proxy = proxies[cd.Upstream]
+			if len(rc.Upstreams) > 0 {
+				c.upstreamName = cd.Upstream
+			}
+			at = &c.fallback
 		}
 		out[i] = r
 	}
 	return out, nil
+}
+
+// bindTiers binds the policies of rc to r per value of r's dimension and
+// per tier.
+func (r *route) bindTiers(cfg *config.Config, rc config.Route, tierNames []string, fleet int64) error {
+	for v := range len(r.dim.label.Values) + 1 {
+		value := r.dimensionValue(v)
+		byTier := make(map[string][]boundPolicy, len(tierNames))
+		for _, tier := range tierNames {
+			ps, err := bindPolicies(cfg, rc, r.measures, tier, value, fleet)
+			if err != nil {
+				return err
+			}
+			byTier[tier] = ps
+		}
+		anyTier, err := bindPolicies(cfg, rc, r.measures, "", value, fleet)
+		if err != nil {
+			return err
+		}
+		r.byTier, r.anyTier = append(r.byTier, byTier), append(r.anyTier, anyTier)
+	}
+	return nil
 }
 
 // bindPolicies resolves the policies of route rc, whose compiled measures

@@ -403,6 +403,12 @@ func (g *Gateway) Close() error {
 func (g *Gateway) forward() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := stateFrom(r.Context())
+		if name := st.route.upstreamName; name != "" { // the candidate that admitted
+			w.Header()["Quotagate-Upstream"] = []string{name}
+			if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+				span.SetAttributes(telemetry.AttrUpstream.String(name))
+			}
+		}
 		start := time.Now()
 		st.route.proxy.ServeHTTP(w, r)
 		// A switched protocol returns when its tunnel closes: that is the

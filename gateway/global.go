@@ -41,81 +41,105 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			items := make([]ratelimit.Item, len(ps))
-			subject := p.subjectID(st.caller.Subject) // once per request
-			holder := ""
-			for i := range ps {
-				bp := &ps[i]
-				key, err := bp.pattern.Key(subject)
-				if err != nil { // an empty subject: refuse rather than share one bucket
+			var (
+				items    []ratelimit.Item
+				holder   string
+				d        ratelimit.Decision
+				span     trace.Span
+				allowed  bool
+				view     rateLimitView
+				violated []string
+				denied   *candidateDenial
+			)
+			for {
+				var ok bool
+				if items, holder, ok = g.stageItems(p, st, ps); !ok { // an empty subject: refuse rather than share one bucket
 					writeProblem(w, problem{Status: http.StatusUnauthorized, Error: codeUnauthenticated,
 						Message: "caller has no identity", RequestID: st.requestID})
 					return
 				}
-				items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: bp.cost(&st.reserved), Shadow: bp.shadow,
-					OnError: bp.onError, Lease: bp.lease, Region: bp.region}
-				if bp.algorithm == ratelimit.Concurrency { // one slot, whatever the cost
-					if holder == "" {
-						holder = g.slots.holder()
+				// The last item is the tenant's slot (shared scopes come first).
+				g.hot.Observe(items[len(items)-1].Key)
+				var ctx context.Context
+				ctx, span = g.startStage(r.Context(), "quotagate.stage.global")
+				if span.IsRecording() {
+					span.SetAttributes(
+						telemetry.AttrStage.String("global"),
+						telemetry.AttrRoute.String(st.route.name),
+						telemetry.AttrCaller.String(st.caller.ID))
+					if st.route.upstreamName != "" {
+						span.SetAttributes(telemetry.AttrUpstream.String(st.route.upstreamName))
 					}
-					items[i].Holder = holder
 				}
-			}
-
-			// The last item is the tenant's slot (shared scopes come first).
-			g.hot.Observe(items[len(items)-1].Key)
-			ctx, span := g.startStage(r.Context(), "quotagate.stage.global")
-			if span.IsRecording() {
-				span.SetAttributes(
-					telemetry.AttrStage.String("global"),
-					telemetry.AttrRoute.String(st.route.name),
-					telemetry.AttrCaller.String(st.caller.ID))
-			}
-			d, queued, err := g.decide(ctx, p, ps, items)
-			if queued.policy != "" {
-				if m := g.opts.Metrics; m != nil {
-					m.QueueWait(ctx, queued.policy, queued.waited)
+				var queued queueResult
+				var err error
+				d, queued, err = g.decide(ctx, p, ps, items)
+				if queued.policy != "" {
+					if m := g.opts.Metrics; m != nil {
+						m.QueueWait(ctx, queued.policy, queued.waited)
+					}
+					if reqSpan := trace.SpanFromContext(r.Context()); reqSpan.IsRecording() {
+						reqSpan.SetAttributes(telemetry.AttrQueuePolicy.String(queued.policy),
+							telemetry.AttrQueueWaitMS.Int64(ceilMillis(queued.waited)))
+					}
+					if queued.gone { // nobody to answer
+						span.End()
+						st.rec.status = 499
+						return
+					}
 				}
-				if reqSpan := trace.SpanFromContext(r.Context()); reqSpan.IsRecording() {
-					reqSpan.SetAttributes(telemetry.AttrQueuePolicy.String(queued.policy),
-						telemetry.AttrQueueWaitMS.Int64(ceilMillis(queued.waited)))
-				}
-				if queued.gone { // nobody to answer
+				if err != nil {
+					// Only items without a valid on_store_error fail, and the
+					// compile step binds none: refuse rather than guess.
+					span.RecordError(err)
 					span.End()
-					st.rec.status = 499
+					g.unavailable(w, st, ps[0].name, time.Second)
 					return
 				}
-			}
-			if err != nil {
-				// Only items without a valid on_store_error fail, and the
-				// compile step binds none: refuse rather than guess.
-				span.RecordError(err)
+				if d.Failure != nil {
+					g.storeFailed(ctx, span, ps, d.Failure)
+					if d.Unavailable {
+						closedBy := closedPolicy(ps, d)
+						span.SetAttributes(telemetry.AttrDecision.String("unavailable"), telemetry.AttrPolicy.String(closedBy))
+						span.End()
+						g.unavailable(w, st, closedBy, d.RetryAfter)
+						return
+					}
+					if !decidedLocally(d) {
+						span.SetAttributes(telemetry.AttrDecision.String("fail_open"))
+						span.End()
+						setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
+						next.ServeHTTP(w, r)
+						return
+					}
+				}
+				allowed, view, violated = g.record(ctx, span, ps, d)
+				if !allowed && plantAdmit(g.opts.Now()) { // false but in the chaos suite's planted build
+					allowed = true
+				}
 				span.End()
-				g.unavailable(w, st, ps[0].name, time.Second)
+				if allowed || st.route.fallback == nil {
+					break
+				}
+				// Denied, and nothing taken (a decision is all or
+				// nothing): the next candidate decides the request.
+				if denied == nil || view.retry < denied.view.retry {
+					denied = &candidateDenial{route: st.route, ps: ps, d: d, view: view, violated: violated}
+				}
+				st.route = st.route.fallback
+				if ps = st.route.policyFor(st.caller.Tier, st.value); len(ps) == 0 {
+					break // this candidate does not limit the caller's tier
+				}
+			}
+			if len(ps) == 0 { // admitted by a candidate without policies for the tier
+				setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
+				next.ServeHTTP(w, r)
 				return
 			}
-			if d.Failure != nil {
-				g.storeFailed(ctx, span, ps, d.Failure)
-				if d.Unavailable {
-					closedBy := closedPolicy(ps, d)
-					span.SetAttributes(telemetry.AttrDecision.String("unavailable"), telemetry.AttrPolicy.String(closedBy))
-					span.End()
-					g.unavailable(w, st, closedBy, d.RetryAfter)
-					return
-				}
-				if !decidedLocally(d) {
-					span.SetAttributes(telemetry.AttrDecision.String("fail_open"))
-					span.End()
-					setRateLimitHeaders(w.Header(), st.limit, &st.hdr.rateLimit)
-					next.ServeHTTP(w, r)
-					return
-				}
+			if !allowed && denied != nil && denied.view.retry < view.retry { // every candidate denied: the soonest
+				st.route, ps, d, view, violated = denied.route, denied.ps, denied.d, denied.view, denied.violated
 			}
-			allowed, view, violated := g.record(ctx, span, ps, d)
-			if !allowed && plantAdmit(g.opts.Now()) { // false but in the chaos suite's planted build
-				allowed = true
-			}
-			span.End()
+			st.policies = ps
 			st.limit = view
 			openAI := openAISignals(st)
 			if openAI {
@@ -144,6 +168,41 @@ func (g *Gateway) globalStage(p *pipeline) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// candidateDenial is how one candidate of a route that lists upstreams
+// denied a request, kept to answer with when every candidate denies.
+type candidateDenial struct {
+	route    *route
+	ps       []boundPolicy
+	d        ratelimit.Decision
+	view     rateLimitView
+	violated []string
+}
+
+// stageItems returns the store items of policies ps for the request of
+// st and the holder of its concurrency slots ("" without one); false
+// when the caller has no identity.
+func (g *Gateway) stageItems(p *pipeline, st *requestState, ps []boundPolicy) ([]ratelimit.Item, string, bool) {
+	items := make([]ratelimit.Item, len(ps))
+	subject := p.subjectID(st.caller.Subject) // once per request
+	holder := ""
+	for i := range ps {
+		bp := &ps[i]
+		key, err := bp.pattern.Key(subject)
+		if err != nil {
+			return nil, "", false
+		}
+		items[i] = ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Cost: bp.cost(&st.reserved), Shadow: bp.shadow,
+			OnError: bp.onError, Lease: bp.lease, Region: bp.region}
+		if bp.algorithm == ratelimit.Concurrency { // one slot, whatever the cost
+			if holder == "" {
+				holder = g.slots.holder()
+			}
+			items[i].Holder = holder
+		}
+	}
+	return items, holder, true
 }
 
 // record counts a decision per policy, annotates the span, and returns what

@@ -36,7 +36,10 @@ type quotaPolicy struct {
 	Route string `json:"route,omitempty"` // for the scopes tenant_route and route
 	// By is the dimension value of a policy keyed by a dimension, such
 	// as "model=gpt-4o" ("model=*": every other value); empty otherwise.
-	By        string `json:"by,omitempty"`
+	By string `json:"by,omitempty"`
+	// Upstream is the upstream, of a route that lists several, whose
+	// policy this is (the first that lists it); empty otherwise.
+	Upstream  string `json:"upstream,omitempty"`
 	Algorithm string `json:"algorithm"`
 	Limit     int64  `json:"limit"`
 	Remaining int64  `json:"remaining"`
@@ -226,23 +229,25 @@ func (p *pipeline) quotaItems(subject, tier string, maxItems int) (items []ratel
 	}
 	var shared, perRoute []entry
 	seen := make(map[string]bool)
-	for _, rt := range p.routes {
-		for v := range rt.anyTier { // every value of its dimension, then the shared bucket
-			ps := rt.policyFor(tier, v)
-			for i := range ps {
-				bp := &ps[i]
-				key, err := bp.pattern.Key(id)
-				if err != nil || seen[key] {
-					continue
-				}
-				seen[key] = true
-				e := entry{item: ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Shadow: true, OnError: bp.onError},
-					q: quotaPolicy{Name: bp.name, By: bp.by, Algorithm: bp.algorithm.String(), WindowS: bp.window}, bp: bp}
-				if bp.scope == routes.ScopeTenantRoute || bp.scope == routes.ScopeRoute {
-					e.q.Route = rt.name
-					perRoute = append(perRoute, e)
-				} else {
-					shared = append(shared, e)
+	for _, route := range p.routes {
+		for rt := route; rt != nil; rt = rt.fallback { // each of its upstreams'
+			for v := range rt.anyTier { // every value of its dimension, then the shared bucket
+				ps := rt.policyFor(tier, v)
+				for i := range ps {
+					bp := &ps[i]
+					key, err := bp.pattern.Key(id)
+					if err != nil || seen[key] {
+						continue
+					}
+					seen[key] = true
+					e := entry{item: ratelimit.Item{Key: key, Algorithm: bp.algorithm, Limit: bp.limit, Shadow: true, OnError: bp.onError},
+						q: quotaPolicy{Name: bp.name, By: bp.by, Upstream: rt.upstreamName, Algorithm: bp.algorithm.String(), WindowS: bp.window}, bp: bp}
+					if bp.scope == routes.ScopeTenantRoute || bp.scope == routes.ScopeRoute {
+						e.q.Route = rt.name
+						perRoute = append(perRoute, e)
+					} else {
+						shared = append(shared, e)
+					}
 				}
 			}
 		}

@@ -41,7 +41,10 @@ func attachSeries(rs []*route, m *telemetry.Metrics) {
 		}
 	}
 	for _, r := range rs {
-		r.upstream = m.RouteSeries(r.name)
+		series := m.RouteSeries(r.name)
+		for c := r; c != nil; c = c.fallback {
+			c.upstream = series
+		}
 		r.eachBinding(bind)
 	}
 }

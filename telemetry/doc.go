@@ -41,6 +41,10 @@ const (
 	AttrRetryAfterMS attribute.Key = "quotagate.retry_after_ms"
 	// AttrCaller is the hashed caller identity (never the raw key or subject).
 	AttrCaller attribute.Key = "quotagate.caller"
+	// AttrUpstream is the upstream, of a route that lists several, whose
+	// policies were decided (the global stage) or that was forwarded to
+	// (the request).
+	AttrUpstream attribute.Key = "quotagate.upstream"
 	// AttrQueuePolicy is the concurrency policy a request waited in line for.
 	AttrQueuePolicy attribute.Key = "quotagate.queue_policy"
 	// AttrQueueWaitMS is how long it waited, in milliseconds (rounded up).
