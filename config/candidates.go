@@ -1,8 +1,6 @@
 package config
 
 import (
-	"strings"
-
 	"github.com/quotagate/quotagate/ratelimit"
 )
 
@@ -18,28 +16,23 @@ func (c *Config) checkUpstream(errs *Errors, path, name string) {
 	}
 }
 
-// validateCandidates checks the upstreams a route lists, at path p, and
-// writes them into the route's Upstream (the first) and Policies (every
-// candidate's, in order), which validateRoutePolicies then checks;
-// splitCandidates writes the checked policies back.
+// validateCandidates checks the upstreams a route lists, at path p; their
+// policies, which Normalize wrote into the route's Policies, are checked
+// by validateRoutePolicies.
 func (c *Config) validateCandidates(errs *Errors, p string, r *Route) {
-	if !r.candidates { // not written by an earlier Validate
-		if r.Upstream != "" {
-			errs.add(p+".upstream", "cannot be written beside upstreams: the route forwards to one of its upstreams")
-		}
-		if len(r.Policies) > 0 {
-			errs.add(p+".policies", "cannot be written beside upstreams: list the policies of each upstream under it")
-		}
+	if r.besideUpstream {
+		errs.add(p+".upstream", "cannot be written beside upstreams: the route forwards to one of its upstreams")
+	}
+	if r.besidePolicies {
+		errs.add(p+".policies", "cannot be written beside upstreams: list the policies of each upstream under it")
 	}
 	if len(r.Upstreams) > MaxCandidates {
 		errs.addf(p+".upstreams", "lists %d upstreams, at most %d", len(r.Upstreams), MaxCandidates)
 	}
 	seen := make(map[string]int, len(r.Upstreams))
-	var all []PolicyRef
 	last := len(r.Upstreams) - 1
 	for k := range r.Upstreams {
-		cd, cp := &r.Upstreams[k], index(p+".upstreams", k)
-		cd.Upstream = strings.ToLower(cd.Upstream)
+		cd, cp := r.Upstreams[k], index(p+".upstreams", k)
 		c.checkUpstream(errs, cp+".upstream", cd.Upstream)
 		if j, dup := seen[cd.Upstream]; dup && cd.Upstream != "" {
 			errs.addf(cp+".upstream", "upstream %q is listed twice (%s)", cd.Upstream, index(p+".upstreams", j))
@@ -49,16 +42,11 @@ func (c *Config) validateCandidates(errs *Errors, p string, r *Route) {
 			errs.add(cp+".policies", "is required but on the last upstream: without policies it admits every request, and the upstreams after it are never used")
 		}
 		for j, ref := range cd.Policies {
-			pol, ok := c.Policies[strings.ToLower(ref.Name)]
+			pol, ok := c.Policies[ref.Name]
 			if ok && k < last && pol.Algorithm == ratelimit.Concurrency && pol.Queue != nil {
 				errs.addf(index(cp+".policies", j), "policy %q queues denied requests, which only the last upstream may: a request this upstream denies goes to the next", pol.Name)
 			}
 		}
-		all = append(all, cd.Policies...)
-	}
-	r.Policies, r.candidates = all, true
-	if len(r.Upstreams) > 0 {
-		r.Upstream = r.Upstreams[0].Upstream
 	}
 }
 
@@ -76,18 +64,4 @@ func (r *Route) policyPath(p string, j int) (string, bool) {
 		j -= len(cd.Policies)
 	}
 	return index(p+".policies", j), false // not reached: Policies are the candidates'
-}
-
-// splitCandidates writes the route's checked Policies back into its
-// candidates.
-func (r *Route) splitCandidates() {
-	if !r.candidates {
-		return
-	}
-	rest := r.Policies
-	for k := range r.Upstreams {
-		n := len(r.Upstreams[k].Policies)
-		r.Upstreams[k].Policies = rest[:n:n]
-		rest = rest[n:]
-	}
 }

@@ -2,14 +2,15 @@
 //
 // A configuration is read with Load (or Parse), which decodes the YAML
 // strictly (an unknown key is an error naming its full path), applies
-// QUOTAGATE_* environment overrides, fills defaults and calls Validate. After
+// QUOTAGATE_* environment overrides, fills defaults, then calls Normalize and
+// Validate. After
 // that a *Config is plain data: nothing in it changes, and the packages that
 // use it never re-check it.
 //
 // Names (of tiers, policies and upstreams, and the tier keys of a policy's
 // limits) are case-insensitive: keys are lowercased when read, references to
 // them (route.upstream, route.policies, api_keys[].tier, anonymous.tier) are
-// lowercased by Validate, and two keys of one mapping that differ only in case
+// lowercased as the file is read, and two keys of one mapping that differ only in case
 // are an error. Route names, methods and paths are values and keep their case.
 //
 // A key written with an empty value (`listen:`) counts as not written: the
@@ -24,6 +25,7 @@ import (
 
 	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/usage"
 )
 
 // Config is a whole, validated configuration.
@@ -81,7 +83,7 @@ type Server struct {
 	// Host, the machine's hostname included, is answered 421 Misdirected
 	// Request on every admin endpoint, so that a page in a browser on
 	// this host cannot read /config through a name re-bound to 127.0.0.1
-	// (DNS rebinding). Validate lowercases them.
+	// (DNS rebinding). They are lowercased as the file is read.
 	AdminHosts []string `mapstructure:"admin_hosts"`
 	// Pprof serves Go's profiles under /debug/pprof/ on the admin listener,
 	// behind the same protection (default false: 404).
@@ -133,7 +135,7 @@ type Server struct {
 	// TrustedProxies are the peers allowed to set X-Forwarded-For, as
 	// written: CIDRs or plain IPs.
 	TrustedProxies []string `mapstructure:"trusted_proxies"`
-	// TrustedPrefixes is TrustedProxies parsed by Validate: masked
+	// TrustedPrefixes is TrustedProxies parsed by Normalize: masked
 	// prefixes, a plain IP as a /32 or /128, IPv4-mapped IPv6 unmapped.
 	TrustedPrefixes []netip.Prefix `mapstructure:"-"`
 	// MaxLocalCallers bounds the stage 1 limiters kept per tier (default
@@ -323,7 +325,7 @@ type Anonymous struct {
 	Tier string `mapstructure:"tier"`
 	// IPv6Prefix is the length in bits of the IPv6 prefix that is one
 	// anonymous caller: every address in it shares its limits. 32 to 128;
-	// 0 or left out means 64 (Validate sets it). IPv4 callers are always
+	// 0 or left out means 64. IPv4 callers are always
 	// known by their address.
 	IPv6Prefix int `mapstructure:"ipv6_prefix"`
 }
@@ -391,7 +393,7 @@ type Dimension struct {
 	Header string `mapstructure:"header"`
 	// Values are the values that get their own key: 1 to
 	// MaxDimensionValues of them, each 1 to 64 of [A-Za-z0-9._/@+-],
-	// compared ASCII case-insensitively (Validate lowercases them).
+	// compared ASCII case-insensitively (they are lowercased as the file is read).
 	Values []string `mapstructure:"values"`
 }
 
@@ -437,7 +439,7 @@ type Policy struct {
 	Lease *Lease `mapstructure:"lease"`
 	// SlotTTL is, for a concurrency policy, how long a slot stays held
 	// when its instance stops renewing it (a crashed instance): default
-	// 30s, at least 1s. Validate fills it in; other algorithms must leave
+	// 30s, at least 1s; other algorithms must leave
 	// it out.
 	SlotTTL time.Duration `mapstructure:"slot_ttl"`
 	// Queue, for a concurrency policy, lets a request wait for a slot on
@@ -522,7 +524,7 @@ type Lease struct {
 	TTL time.Duration `mapstructure:"ttl"`
 	// Instances is the least number of instances expected to share a hot
 	// key; blocks are sized for the larger of it and the live fleet size.
-	// Absent or 0 means store.fleet_size; Validate fills it in.
+	// Absent or 0 means store.fleet_size.
 	Instances int `mapstructure:"instances"`
 }
 
@@ -601,7 +603,7 @@ type Route struct {
 	// number, or as a block (see CostBlock): then Cost is the block's
 	// reserve and Settle the block. A block is the route's one measure,
 	// named "cost", that every policy listed by its name alone takes
-	// (Validate writes it into Measures and Policies), so it cannot be
+	// (written into Measures and Policies as the file is read), so it cannot be
 	// written beside measures.
 	Cost int64 `mapstructure:"cost"`
 	// Settle is the cost block of a route whose cost is reserved before
@@ -619,11 +621,12 @@ type Route struct {
 	// where C is a whole number of units (>= 1) or the name of one of
 	// Measures (see PolicyRef).
 	Policies []PolicyRef `mapstructure:"policies"`
-	// blockMeasure reports that Validate wrote Settle into Measures.
+	// blockMeasure reports that Normalize wrote Settle into Measures.
 	blockMeasure bool
-	// candidates reports that Validate wrote Upstreams into Upstream and
-	// Policies.
-	candidates bool
+	// candidates reports that Normalize wrote Upstreams into Upstream and
+	// Policies; besideUpstream and besidePolicies, that it found Upstream
+	// or Policies written beside them, which Validate reports.
+	candidates, besideUpstream, besidePolicies bool
 	// WebSocket lets a GET of this route upgrade to a WebSocket (default
 	// false). No other upgrade is ever forwarded, on any route.
 	WebSocket bool `mapstructure:"websocket"`
@@ -647,13 +650,13 @@ type PolicyRef struct {
 	// concurrency policy holds one slot whatever its cost and takes no
 	// measure.
 	Cost string `mapstructure:"cost"`
-	// Units is Cost as a number after Validate; 0 when Cost is left out
+	// Units is Cost as a number after Normalize; 0 when Cost is left out
 	// (the route's cost) or names a measure.
 	Units int64 `mapstructure:"-"`
-	// Measure is the measure the policy takes after Validate; "" for a
+	// Measure is the measure the policy takes after Normalize; "" for a
 	// fixed cost.
 	Measure string `mapstructure:"-"`
-	// Unsettled is set by Validate on a policy that takes the measure of a
+	// Unsettled is set by Normalize on a policy that takes the measure of a
 	// cost block but is not one of its settle_policies: it keeps the
 	// reservation.
 	Unsettled bool `mapstructure:"-"`
@@ -725,15 +728,23 @@ type Measure struct {
 	// unreported by the caller's doing (see CostBlock.OnMissingUsage):
 	// "keep" (the default) or "max". Only with SettleFrom.
 	OnMissingUsage MissingUsage `mapstructure:"on_missing_usage"`
+	// expr is Settle as Normalize parsed it; nil without Settle, or when
+	// it does not parse (which Validate reports).
+	expr *usage.Expr
 }
+
+// SettleExpr returns the measure's settle expression, parsed once by
+// Normalize; nil when the measure has none.
+func (m Measure) SettleExpr() *usage.Expr { return m.expr }
 
 // MaxSettleFields is the most distinct fields a measure's settle reads.
 const MaxSettleFields = 4
 
 // Price is what a model's tokens cost, as a price list writes it: decimal
 // strings of USD per million tokens, such as "2.50", with at most three
-// decimals (one nano-USD per token). Validate parses them into the
-// Nano fields, exactly: no floating point is involved anywhere.
+// decimals (one nano-USD per token). They are read into nano-USD per
+// token exactly, as the file is read: no floating point is involved
+// anywhere.
 type Price struct {
 	// Input is the price of a prompt token (required).
 	Input string `mapstructure:"input"`
@@ -742,7 +753,7 @@ type Price struct {
 	// Cached is the price of a cached prompt token; left out, Input's.
 	Cached string `mapstructure:"cached"`
 	// InputNano, OutputNano and CachedNano are the prices in nano-USD
-	// per token (1 USD per million tokens = 1000), set by Validate.
+	// per token (1 USD per million tokens = 1000), set by Normalize.
 	InputNano  int64 `mapstructure:"-"`
 	OutputNano int64 `mapstructure:"-"`
 	CachedNano int64 `mapstructure:"-"`

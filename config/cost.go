@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/quotagate/quotagate/ratelimit"
@@ -63,12 +62,11 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 		return
 	}
 	p += ".cost"
-	if len(r.Measures) > 0 && !r.blockMeasure { // not put there by an earlier Validate
+	if !r.blockMeasure { // Normalize found measures written beside it
 		errs.add(p, "a cost block cannot be written beside measures: write it as measures."+legacyMeasure+
 			" and bind each policy to it with {name: P, cost: "+legacyMeasure+"}")
 		return
 	}
-	r.Measures, r.blockMeasure = map[string]Measure{legacyMeasure: b.measure()}, true // checked by validateMeasures
 	if b.SettleFrom == nil && len(b.SettlePolicies) > 0 {
 		errs.add(p+".settle_policies", "needs settle_from: nothing says what to settle")
 	}
@@ -76,8 +74,6 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 	seen := map[string]bool{}
 	for j, name := range b.SettlePolicies {
 		pp := index(p+".settle_policies", j)
-		name = strings.ToLower(name)
-		b.SettlePolicies[j] = name
 		pol, known := c.Policies[name]
 		switch {
 		case !slices.Contains(names, name):
@@ -94,18 +90,10 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 // validateMeasure checks measure m of a route at path p (routes[i].cost
 // for a cost block, which must state its reserve; routes[i].measures.<name>
 // otherwise, where reserve defaults to max when reserve_from is set): its
-// bounds, that every policy in bound can hold its max, and its sources. It
-// fills Max (and Reserve) when left out.
-func (c *Config) validateMeasure(errs *Errors, p string, m *Measure, bound []Policy, block bool) {
+// bounds, that every policy in bound can hold its max, and its sources.
+// Normalize has filled Max (and Reserve) when left out.
+func (c *Config) validateMeasure(errs *Errors, p string, m Measure, bound []Policy, block bool) {
 	asksJSON := m.ReserveFrom != nil && m.ReserveFrom.JSON != ""
-	if !block {
-		if m.Max == 0 && !asksJSON {
-			m.Max = m.Reserve
-		}
-		if m.Reserve == 0 && m.ReserveFrom != nil {
-			m.Reserve = m.Max
-		}
-	}
 	if m.Reserve < 1 && (block || m.ReserveFrom == nil) {
 		errs.add(p+".reserve", "is required, >= 1 (the units taken when the request does not say)")
 	}
@@ -188,14 +176,17 @@ var priceFields = []string{"input", "output", "cached"}
 // validateSettleExpr checks measure m's settle expression, at path p: its
 // syntax, its fields, and that every price it reads is priced for every
 // value of its dimension.
-func (c *Config) validateSettleExpr(errs *Errors, p string, m *Measure) {
+func (c *Config) validateSettleExpr(errs *Errors, p string, m Measure) {
 	if m.SettleFrom != nil {
 		errs.add(p, "settle and settle_from are two ways to say what the response used: write one")
 	}
-	e, err := usage.ParseExpr(m.Settle)
-	if err != nil {
-		errs.add(p, err.Error())
-		return
+	e := m.expr
+	if e == nil { // Normalize could not parse it
+		var err error
+		if e, err = usage.ParseExpr(m.Settle); err != nil {
+			errs.add(p, err.Error())
+			return
+		}
 	}
 	if len(e.Fields) > MaxSettleFields {
 		errs.addf(p, "reads %d fields, at most %d", len(e.Fields), MaxSettleFields)
@@ -221,7 +212,7 @@ func (c *Config) validateSettleExpr(errs *Errors, p string, m *Measure) {
 func (r *Route) SettleDimensions() []string {
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(r.Measures)) {
-		if e, err := usage.ParseExpr(r.Measures[name].Settle); err == nil {
+		if e := r.Measures[name].expr; e != nil {
 			for _, ref := range e.Prices {
 				if !slices.Contains(out, ref.Dimension) {
 					out = append(out, ref.Dimension)
@@ -233,14 +224,13 @@ func (r *Route) SettleDimensions() []string {
 }
 
 // validateMeasures checks the measures of route r at path p and the costs
-// its policies take (resolved by resolvePolicyCosts): a cost block becomes
-// the measure "cost"; a measure that no policy takes, more than
+// its policies take (resolved by Normalize): a cost block is the measure
+// "cost"; a measure that no policy takes, more than
 // MaxMeasures, or more than one measure reading the body is an error.
 func (c *Config) validateMeasures(errs *Errors, p string, r *Route) {
 	if b := r.Settle; b != nil {
-		if m, ok := r.Measures[legacyMeasure]; ok && len(r.Measures) == 1 {
-			c.validateMeasure(errs, p+".cost", &m, c.boundTo(r, legacyMeasure), true)
-			r.Measures[legacyMeasure] = m
+		if r.blockMeasure {
+			c.validateMeasure(errs, p+".cost", r.Measures[legacyMeasure], c.boundTo(r, legacyMeasure), true)
 		}
 		return
 	}
@@ -257,7 +247,7 @@ func (c *Config) validateMeasures(errs *Errors, p string, r *Route) {
 		if len(bound) == 0 && !slices.ContainsFunc(r.Policies, func(ref PolicyRef) bool { return ref.Measure == name }) {
 			errs.addf(mp, "is the cost of no policy of the route: bind one with {name: P, cost: %s}, or remove it", name)
 		}
-		c.validateMeasure(errs, mp, &m, bound, false)
+		c.validateMeasure(errs, mp, m, bound, false)
 		if m.ReserveFrom != nil && m.ReserveFrom.JSON != "" {
 			if reader != "" {
 				errs.addf(mp+".reserve_from.json", "only one measure of a route reads the request body, and measure %s does", reader)
@@ -265,7 +255,6 @@ func (c *Config) validateMeasures(errs *Errors, p string, r *Route) {
 				reader = name
 			}
 		}
-		r.Measures[name] = m
 	}
 }
 
@@ -278,42 +267,6 @@ func (c *Config) boundTo(r *Route, name string) []Policy {
 		}
 	}
 	return out
-}
-
-// resolvePolicyCost resolves the cost of policy ref pol of route r (pp is
-// the ref's path): its route's cost or cost block when left out, else a
-// whole number or a measure of the route.
-func (c *Config) resolvePolicyCost(errs *Errors, pp string, r *Route, ref *PolicyRef, pol Policy, isKnown bool) {
-	conc := isKnown && pol.Algorithm == ratelimit.Concurrency
-	cost := strings.TrimSpace(ref.Cost)
-	if cost == "" {
-		if b := r.Settle; b != nil && !conc {
-			ref.Measure = legacyMeasure
-			ref.Unsettled = len(b.SettlePolicies) > 0 && !slices.ContainsFunc(b.SettlePolicies, func(s string) bool {
-				return strings.EqualFold(s, ref.Name)
-			})
-			return
-		}
-		return
-	}
-	if n, err := strconv.ParseInt(cost, 10, 64); err == nil {
-		if n < 1 {
-			errs.addf(pp+".cost", "must be >= 1, got %d", n)
-			return
-		}
-		ref.Units = n
-		return
-	}
-	name := strings.ToLower(cost)
-	if _, ok := r.Measures[name]; !ok {
-		errs.addf(pp+".cost", "%q is neither a whole number of units nor a measure of this route%s", cost, known(r.Measures))
-		return
-	}
-	if conc {
-		errs.addf(pp+".cost", "policy %q limits concurrency: a request holds one slot, whatever its cost; list it by its name", ref.Name)
-		return
-	}
-	ref.Measure = name
 }
 
 // PolicyNames returns the names of r's policies, in order.

@@ -3,11 +3,13 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
 // FuzzParse checks that no input makes Parse panic, and that a config Parse
-// accepts passes Validate again unchanged.
+// accepts passes Validate again, which leaves it as it was, as does
+// Normalize run again.
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*/*.yaml")
 	files = append(files, "testdata/minimal.yaml", "../config.yaml")
@@ -27,6 +29,14 @@ func FuzzParse(f *testing.F) {
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("accepted config fails Validate again: %v", err)
+		}
+		again, _ := Parse(data, noEnv)
+		if !reflect.DeepEqual(c, again) {
+			t.Fatal("Validate changed the config it checked")
+		}
+		c.Normalize()
+		if !reflect.DeepEqual(c, again) {
+			t.Fatal("Normalize changed a normalized config")
 		}
 	})
 }

@@ -20,7 +20,7 @@ const EnvPrefix = "QUOTAGATE_"
 
 // Load reads the YAML file at path with viper and returns the validated
 // configuration. Keys are decoded strictly, defaults fill what the file
-// leaves out, and Validate checks the result.
+// leaves out, Normalize puts it in its form and Validate checks it.
 //
 // Environment variables override keys of the fixed sections (server, store,
 // identity.jwt, identity.anonymous, log, rls): QUOTAGATE_STORE_KIND=redis sets
@@ -107,6 +107,7 @@ func build(v *viper.Viper, codec *yamlCodec, getenv func(string) (string, bool))
 	d.decode("", tree, reflect.ValueOf(c).Elem())
 
 	var errs Errors
+	c.Normalize()
 	if err := c.Validate(); err != nil {
 		errs = err.(Errors)
 	}

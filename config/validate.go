@@ -13,14 +13,10 @@ import (
 	"unicode/utf8"
 )
 
-// Validate checks every invariant of c and returns all problems at once, as
-// Errors sorted by path, or nil.
-//
-// It also normalizes c in place, so that the packages using it need not:
-// references to tiers, policies and upstreams and the key hashes are
-// lowercased, Server.TrustedPrefixes is parsed from TrustedProxies, and
-// Policy.Name and Upstream.Name are set from their keys. Validate does not
-// fill defaults: a zero value is checked as written.
+// Validate checks every invariant of c, which Normalize must have put in
+// its form, and returns all problems at once, as Errors sorted by path, or
+// nil. It changes nothing: a Config it accepts is the one the gateway
+// compiles, and the gateway checks nothing again.
 func (c *Config) Validate() error {
 	var errs Errors
 	c.validateServer(&errs)
@@ -97,14 +93,10 @@ func (c *Config) validateServer(errs *Errors) {
 		errs.addf("server.heap_floor_bytes", "must be between 0 (no floor) and %d bytes (64 GiB), got %d", int64(MaxHeapFloorBytes), *f)
 	}
 
-	s.TrustedPrefixes = nil
 	for i, raw := range s.TrustedProxies {
-		p, err := parseTrusted(raw)
-		if err != nil {
+		if _, err := parseTrusted(raw); err != nil {
 			errs.add(index("server.trusted_proxies", i), err.Error())
-			continue
 		}
-		s.TrustedPrefixes = append(s.TrustedPrefixes, p)
 	}
 }
 
@@ -269,7 +261,6 @@ func (c *Config) validateIdentity(errs *Errors) {
 	for i := range id.APIKeys {
 		k := &id.APIKeys[i]
 		p := index("identity.api_keys", i)
-		k.KeySHA256 = strings.ToLower(k.KeySHA256)
 		if !hexRE.MatchString(k.KeySHA256) {
 			errs.add(p+".key_sha256", "must be the SHA-256 of the key as 64 hex digits (not the key itself)")
 		} else if j, dup := seen[k.KeySHA256]; dup {
@@ -282,7 +273,7 @@ func (c *Config) validateIdentity(errs *Errors) {
 		} else if problem := textProblem(k.Tenant, maxTenantBytes, true); problem != "" {
 			errs.add(p+".tenant", problem)
 		}
-		c.checkTierRef(errs, p+".tier", &k.Tier)
+		c.checkTierRef(errs, p+".tier", k.Tier)
 	}
 	if j := id.JWT; j != nil {
 		switch {
@@ -304,10 +295,8 @@ func (c *Config) validateIdentity(errs *Errors) {
 		}
 	}
 	if a := id.Anonymous; a != nil {
-		c.checkTierRef(errs, "identity.anonymous.tier", &a.Tier)
+		c.checkTierRef(errs, "identity.anonymous.tier", a.Tier)
 		switch {
-		case a.IPv6Prefix == 0:
-			a.IPv6Prefix = 64
 		case a.IPv6Prefix < 32 || a.IPv6Prefix > 128:
 			errs.addf("identity.anonymous.ipv6_prefix", "must be 32 to 128 (the bits of the IPv6 prefix that is one caller; 0 or left out means 64), got %d", a.IPv6Prefix)
 		}
@@ -339,14 +328,13 @@ func checkJWTValues(errs *Errors, path string, list []string) {
 	}
 }
 
-// checkTierRef lowercases a reference to a tier and checks that it exists.
-func (c *Config) checkTierRef(errs *Errors, path string, tier *string) {
-	*tier = strings.ToLower(*tier)
-	switch _, ok := c.Tiers[*tier]; {
-	case *tier == "":
+// checkTierRef checks that the tier a reference names exists.
+func (c *Config) checkTierRef(errs *Errors, path, tier string) {
+	switch _, ok := c.Tiers[tier]; {
+	case tier == "":
 		errs.add(path, "is required")
 	case !ok:
-		errs.addf(path, "unknown tier %q%s", *tier, known(c.Tiers))
+		errs.addf(path, "unknown tier %q%s", tier, known(c.Tiers))
 	}
 }
 

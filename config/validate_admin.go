@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// checkAdminHosts checks and lowercases server.admin_hosts: each entry a
+// checkAdminHosts checks server.admin_hosts: each entry a
 // DNS name (no port, no wildcard, no trailing dot), none twice. An IP
 // address is refused with the reason: the admin listener answers every
 // IP-literal Host already, so listing one would suggest a restriction that
@@ -14,8 +14,7 @@ func checkAdminHosts(errs *Errors, hosts []string) {
 	seen := make(map[string]int, len(hosts))
 	for i := range hosts {
 		p := index("server.admin_hosts", i)
-		h := strings.ToLower(hosts[i])
-		hosts[i] = h
+		h := hosts[i]
 		switch {
 		case h == "":
 			errs.add(p, "must not be empty")

@@ -32,8 +32,6 @@ func (c *Config) validateTiers(errs *Errors) {
 func (c *Config) validatePolicies(errs *Errors) {
 	for name, pol := range c.Policies {
 		p := join("policies", name)
-		pol.Name = name
-		c.Policies[name] = pol
 		switch {
 		case !nameRE.MatchString(name):
 			errs.add(p, "policy name "+nameRule)
@@ -54,9 +52,8 @@ func (c *Config) validatePolicies(errs *Errors) {
 			errs.add(p+".limits", `must set a limit for at least one tier (or "*" for every tier)`)
 		}
 		c.validateLease(errs, p+".lease", pol, alg)
-		c.validateSlots(errs, p, &pol)
-		c.validateBy(errs, p, &pol)
-		c.Policies[name] = pol
+		validateSlots(errs, p, pol)
+		c.validateBy(errs, p, pol)
 		c.checkTierLimits(errs, p+".limits", pol, pol.Limits)
 		for _, v := range slices.Sorted(maps.Keys(pol.Values)) {
 			c.checkTierLimits(errs, join(p+".values", v), pol, pol.Values[v])
@@ -79,7 +76,7 @@ func (c *Config) checkTierLimits(errs *Errors, p string, pol Policy, limits map[
 			// The store keeps a slot for Per without a renewal (see
 			// Policy.StoreLimit).
 			l.Per = pol.SlotTTL
-			if l.Per <= 0 {
+			if slotTTLProblem(l.Per) != "" {
 				l.Per = minSlotTTL // slot_ttl is reported; check the rest
 			}
 		}
@@ -90,16 +87,13 @@ func (c *Config) checkTierLimits(errs *Errors, p string, pol Policy, limits map[
 }
 
 // validateBy checks policy pol's by (p is its path) against the
-// dimensions, and its values; it lowercases the values' keys as
-// dimension values are.
-func (c *Config) validateBy(errs *Errors, p string, pol *Policy) {
+// dimensions, and its values.
+func (c *Config) validateBy(errs *Errors, p string, pol Policy) {
 	if len(pol.By) > 1 {
 		errs.addf(p+".by", "names %d dimensions; a policy is keyed by at most one", len(pol.By))
 	}
 	var dim Dimension
 	for j, name := range pol.By {
-		name = strings.ToLower(name)
-		pol.By[j] = name
 		d, ok := c.Dimensions[name]
 		if !ok {
 			errs.addf(index(p+".by", j), "unknown dimension %q%s", name, known(c.Dimensions))
@@ -112,15 +106,10 @@ func (c *Config) validateBy(errs *Errors, p string, pol *Policy) {
 		errs.add(p+".values", "needs by: values are limits of single values of the dimension the policy is keyed by")
 		return
 	}
-	lowered := make(map[string]map[string]Limit, len(pol.Values))
-	for v, limits := range pol.Values {
-		if len(dim.Values) > 0 && !slices.Contains(dim.Values, strings.ToLower(v)) {
+	for v := range pol.Values {
+		if len(dim.Values) > 0 && !slices.Contains(dim.Values, v) {
 			errs.addf(join(p+".values", v), "is not a value of dimension %s (%s)", pol.By[0], strings.Join(dim.Values, ", "))
 		}
-		lowered[strings.ToLower(v)] = limits
-	}
-	if pol.Values != nil {
-		pol.Values = lowered
 	}
 }
 
@@ -155,34 +144,27 @@ func parsePrice(s string) (int64, error) {
 	return w*1000 + f, nil
 }
 
-// validatePrices parses every price; Cached defaults to Input.
+// validatePrices checks that every price parses; cached may be left out
+// (Normalize makes it input's).
 func (c *Config) validatePrices(errs *Errors) {
 	for model, pr := range c.Prices {
 		p := join("prices", model)
-		parse := func(key, v string, out *int64) {
+		check := func(key, v string) {
 			if v == "" {
 				errs.add(p+"."+key, "is required")
-				return
-			}
-			n, err := parsePrice(v)
-			if err != nil {
+			} else if _, err := parsePrice(v); err != nil {
 				errs.add(p+"."+key, err.Error())
 			}
-			*out = n
 		}
-		parse("input", pr.Input, &pr.InputNano)
-		parse("output", pr.Output, &pr.OutputNano)
-		if pr.Cached == "" {
-			pr.CachedNano = pr.InputNano
-		} else {
-			parse("cached", pr.Cached, &pr.CachedNano)
+		check("input", pr.Input)
+		check("output", pr.Output)
+		if pr.Cached != "" {
+			check("cached", pr.Cached)
 		}
-		c.Prices[model] = pr
 	}
 }
 
-// validateDimensions checks every dimension's name, source and values,
-// and lowercases the values.
+// validateDimensions checks every dimension's name, source and values.
 func (c *Config) validateDimensions(errs *Errors) {
 	for name, d := range c.Dimensions {
 		p := join("dimensions", name)
@@ -201,8 +183,6 @@ func (c *Config) validateDimensions(errs *Errors) {
 		}
 		seen := map[string]bool{}
 		for j, v := range d.Values {
-			v = strings.ToLower(v)
-			d.Values[j] = v
 			switch {
 			case !dimValueRE.MatchString(v):
 				errs.addf(index(p+".values", j), "%q: a value is 1 to 64 of [A-Za-z0-9._/@+-]", v)
@@ -218,9 +198,8 @@ func (c *Config) validateDimensions(errs *Errors) {
 // it, by one store call per instance.
 const minSlotTTL = time.Second
 
-// validateSlots checks the concurrency fields of policy pol (at path) and
-// fills in the default slot_ttl.
-func (c *Config) validateSlots(errs *Errors, path string, pol *Policy) {
+// validateSlots checks the concurrency fields of policy pol (at path).
+func validateSlots(errs *Errors, path string, pol Policy) {
 	if pol.Algorithm != ratelimit.Concurrency {
 		if pol.SlotTTL != 0 {
 			errs.addf(path+".slot_ttl", "applies to concurrency policies only, not %s; remove it", pol.Algorithm)
@@ -230,15 +209,8 @@ func (c *Config) validateSlots(errs *Errors, path string, pol *Policy) {
 		}
 		return
 	}
-	switch {
-	case pol.SlotTTL == 0:
-		pol.SlotTTL = 30 * time.Second
-	case pol.SlotTTL < minSlotTTL:
-		errs.addf(path+".slot_ttl", "must be at least %s, got %s", minSlotTTL, pol.SlotTTL)
-		pol.SlotTTL = 0
-	case pol.SlotTTL%time.Millisecond != 0:
-		errs.addf(path+".slot_ttl", "must be a whole number of milliseconds, got %s", pol.SlotTTL)
-		pol.SlotTTL = 0
+	if problem := slotTTLProblem(pol.SlotTTL); problem != "" {
+		errs.add(path+".slot_ttl", problem)
 	}
 	if q := pol.Queue; q != nil {
 		if q.Max < 1 {
@@ -250,7 +222,19 @@ func (c *Config) validateSlots(errs *Errors, path string, pol *Policy) {
 	}
 }
 
-// validateLease checks a policy's lease and fills in its instances.
+// slotTTLProblem says what is wrong with a concurrency policy's slot_ttl
+// ttl, or "".
+func slotTTLProblem(ttl time.Duration) string {
+	switch {
+	case ttl < minSlotTTL:
+		return fmt.Sprintf("must be at least %s, got %s", minSlotTTL, ttl)
+	case ttl%time.Millisecond != 0:
+		return fmt.Sprintf("must be a whole number of milliseconds, got %s", ttl)
+	}
+	return ""
+}
+
+// validateLease checks a policy's lease.
 func (c *Config) validateLease(errs *Errors, path string, pol Policy, alg ratelimit.Algorithm) {
 	l := pol.Lease
 	if l == nil {
@@ -271,11 +255,8 @@ func (c *Config) validateLease(errs *Errors, path string, pol Policy, alg rateli
 	if l.TTL <= 0 {
 		errs.add(path+".ttl", "must be > 0")
 	}
-	switch {
-	case l.Instances < 0:
+	if l.Instances < 0 {
 		errs.add(path+".instances", "must be >= 1 (leave it out for store.fleet_size)")
-	case l.Instances == 0 && c.Store.FleetSize >= 1:
-		l.Instances = c.Store.FleetSize
 	}
 }
 

@@ -12,8 +12,6 @@ import (
 func (c *Config) validateUpstreams(errs *Errors) {
 	for name, u := range c.Upstreams {
 		p := join("upstreams", name)
-		u.Name = name
-		c.Upstreams[name] = u
 		if !nameRE.MatchString(name) {
 			errs.add(p, "upstream name "+nameRule)
 		}
@@ -33,7 +31,7 @@ func (c *Config) validateUpstreams(errs *Errors) {
 	}
 }
 
-// validateShedding checks s and lowercases its tier names.
+// validateShedding checks s.
 func (c *Config) validateShedding(errs *Errors, p string, s *Shedding) {
 	if s.TargetLatency == 0 {
 		errs.add(p+".target_latency", "is required: the latency the upstream should keep to, such as 250ms")
@@ -48,8 +46,6 @@ func (c *Config) validateShedding(errs *Errors, p string, s *Shedding) {
 	}
 	seen := map[string]bool{}
 	for i, t := range s.Priority {
-		t = strings.ToLower(t)
-		s.Priority[i] = t
 		switch {
 		case seen[t]:
 			errs.addf(fmt.Sprintf("%s.priority[%d]", p, i), "tier %q is listed twice", t)
@@ -150,27 +146,15 @@ func (c *Config) validateRoutes(errs *Errors) {
 		} else {
 			shapes[r.Method+" "+shape] = i
 		}
-		if len(r.Upstreams) > 0 || r.candidates {
+		if r.candidates {
 			c.validateCandidates(errs, p, r)
 		} else {
-			r.Upstream = strings.ToLower(r.Upstream)
 			c.checkUpstream(errs, p+".upstream", r.Upstream)
 		}
 		c.validateRoutePolicies(errs, p, r)
-		r.splitCandidates()
-		c.validateClientSignals(errs, p, r)
-	}
-}
-
-// validateClientSignals checks a route's client_signals, or sets it to
-// server.client_signals when it is left out.
-func (c *Config) validateClientSignals(errs *Errors, p string, r *Route) {
-	if r.ClientSignals == "" {
-		r.ClientSignals = c.Server.ClientSignals
-		return
-	}
-	if err := r.ClientSignals.check(); err != nil {
-		errs.add(p+".client_signals", err.Error())
+		if err := r.ClientSignals.check(); err != nil && r.ClientSignals != c.Server.ClientSignals { // else reported at server.client_signals
+			errs.add(p+".client_signals", err.Error())
+		}
 	}
 }
 
@@ -187,9 +171,8 @@ func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 		if first { // a policy may be listed by several candidates
 			clear(seen)
 		}
-		ref := &r.Policies[j]
-		name := strings.ToLower(ref.Name)
-		ref.Name = name
+		ref := r.Policies[j]
+		name := ref.Name
 		pol, ok := c.Policies[name]
 		switch {
 		case name == "":
@@ -202,7 +185,9 @@ func (c *Config) validateRoutePolicies(errs *Errors, p string, r *Route) {
 			errs.addf(pp, "policy %q is listed twice", name)
 		}
 		seen[name] = true
-		c.resolvePolicyCost(errs, pp, r, ref, pol, ok)
+		if _, _, _, problem := r.costOf(ref, pol, ok); problem != "" {
+			errs.add(pp+".cost", problem)
+		}
 		switch {
 		case !ok || ref.Measure != "":
 		case ref.Units >= 1:

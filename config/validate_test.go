@@ -167,9 +167,8 @@ func TestUnknownKeyHint(t *testing.T) {
 	}
 }
 
-// A Config built in code validates like a loaded one, and Validate can be
-// called again on its result.
-func TestValidateBuiltConfig(t *testing.T) {
+// builtConfig is a Config built in code, with references in another case.
+func builtConfig() *Config {
 	c := Default()
 	c.Identity.Anonymous = &Anonymous{Tier: "Free"}
 	c.Tiers = map[string]Tier{"free": {Local: &Limit{Rate: 1, Per: time.Second, Burst: 3}}}
@@ -178,7 +177,15 @@ func TestValidateBuiltConfig(t *testing.T) {
 	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
 	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "UP", Cost: 3, Policies: []PolicyRef{{Name: "P"}}}}
 	c.Server.TrustedProxies = []string{"10.0.0.1"}
+	return c
+}
+
+// A Config built in code is normalized and validated like a loaded one,
+// and Normalize can be run again on its result.
+func TestValidateBuiltConfig(t *testing.T) {
+	c := builtConfig()
 	for range 2 {
+		c.Normalize()
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +197,10 @@ func TestValidateBuiltConfig(t *testing.T) {
 		t.Errorf("names not filled: %+v %+v", c.Policies["p"], c.Upstreams["up"])
 	}
 	if len(c.Server.TrustedPrefixes) != 1 {
-		t.Errorf("TrustedPrefixes = %v after two Validate calls, want one", c.Server.TrustedPrefixes)
+		t.Errorf("TrustedPrefixes = %v after two Normalize calls, want one", c.Server.TrustedPrefixes)
+	}
+	if got := builtConfig(); got.Validate() == nil {
+		t.Error("Validate accepted a Config Normalize has not seen: its references are not in their form")
 	}
 
 	c.Routes[0].Cost = 4
@@ -211,6 +221,7 @@ func TestCostAgainstEffectiveLimits(t *testing.T) {
 		Limits: map[string]Limit{"*": {Rate: 1, Per: time.Second, Burst: 1}, "free": {Rate: 1, Per: time.Second, Burst: 10}}}}
 	c.Upstreams = map[string]Upstream{"up": {URL: "echo:", Timeout: time.Second}}
 	c.Routes = []Route{{Name: "r", Method: "GET", Path: "/", Upstream: "up", Cost: 10, Policies: []PolicyRef{{Name: "p"}}}}
+	c.Normalize()
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate = %v, want nil: every tier has its own limit", err)
 	}

@@ -104,10 +104,12 @@ type Gateway struct {
 	bodyBudget *usage.Budget
 }
 
-// New builds a gateway for cfg. It runs cfg.Validate first and returns
-// its errors: a configuration built in code or edited after loading is
-// held to the same rules as a file, and the compiled pipeline trusts them.
+// New builds a gateway for cfg. It runs cfg.Normalize and cfg.Validate
+// first and returns Validate's errors: a configuration built in code or
+// edited after loading is put in the same form and held to the same rules
+// as a file, and the compiled pipeline trusts them.
 func New(cfg *config.Config, o Options) (*Gateway, error) {
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -271,8 +273,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Config returns the live configuration. Callers must not modify it.
 func (g *Gateway) Config() *config.Config { return g.live.Load().cfg }
 
-// Reload replaces the live configuration with cfg, after cfg.Validate
-// (whose errors it returns, keeping the live one). The new pipeline is built completely before it is swapped in, so
+// Reload replaces the live configuration with cfg, after cfg.Normalize and
+// cfg.Validate (whose errors it returns, keeping the live one). The new pipeline is built completely before it is swapped in, so
 // requests see either the old or the new configuration, never a mix; on error
 // the old one stays. The store is reopened only when its section changed;
 // the old store is closed after grace, once in-flight requests are done with
@@ -283,6 +285,7 @@ func (g *Gateway) Reload(cfg *config.Config, grace time.Duration) error {
 	if g.closed {
 		return errors.New("gateway: reload after Close")
 	}
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		g.reloaded(false)
 		return err

@@ -65,10 +65,7 @@ func compileMeasures(cfg *config.Config, rc config.Route, values []string) (ms [
 		if f := m.SettleFrom; f != nil {
 			cm.fields, cm.settles = []usage.Source{{Header: f.Header, JSON: f.JSON, SSE: f.SSE}}, true
 		}
-		if m.Settle != "" {
-			if cm.expr, err = usage.ParseExpr(m.Settle); err != nil {
-				return nil, 0, fmt.Errorf("measures.%s.settle: %w", name, err)
-			}
+		if cm.expr = m.SettleExpr(); cm.expr != nil {
 			for _, f := range cm.expr.Fields {
 				cm.fields = append(cm.fields, usage.Source{JSON: f, SSE: f})
 			}
