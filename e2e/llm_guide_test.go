@@ -39,7 +39,8 @@ func guideConfig(t *testing.T, upstreamURL string) string {
 }
 
 // TestLLMGuideWithOpenAISDK runs the LLM guide's configuration as written
-// (only its ports, its upstream and, for the Redis case, its store moved)
+// (only its ports, its upstream and, for Redis and a 3-primary Cluster,
+// its store moved)
 // and drives it with the Node openai SDK: a stream settles from its usage
 // chunk; a burst on the free tier is admitted up to the tier's stage 1
 // burst of requests and then denied with the code and type the SDK reads;
@@ -51,7 +52,7 @@ func TestLLMGuideWithOpenAISDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, store := range []string{"memory", "redis"} {
+	for _, store := range []string{"memory", "redis", "cluster"} {
 		t.Run(store, func(t *testing.T) {
 			up := llmUpstream(t)
 			cfgPath := filepath.Join(t.TempDir(), "llm.yaml")
@@ -59,8 +60,11 @@ func TestLLMGuideWithOpenAISDK(t *testing.T) {
 				t.Fatal(err)
 			}
 			env := []string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"}
-			if store == "redis" {
+			switch store {
+			case "redis":
 				env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+redistest.StartStandalone(t).Addr)
+			case "cluster": // the route's four policies are decided in one script, in one slot
+				env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+strings.Join(redistest.StartCluster(t, 3).Addrs(), ","))
 			}
 			p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: "gw",
 				Args: []string{"-config", cfgPath, "-watch-interval", "0"}, Env: proctest.Environ(env...)})

@@ -188,7 +188,7 @@ func sdkConfig(upstreamURL string, redisAddrs ...string) *gwConfig {
 }
 
 // TestOpenAISDK drives the Node openai SDK through a real gateway (memory
-// store, and Redis) to an OpenAI-compatible upstream. Expectation: on a
+// store, Redis and a 3-primary Cluster) to an OpenAI-compatible upstream. Expectation: on a
 // 429 the SDK reads code rate_limit_exceeded, type "tokens" and the
 // gateway's message; asked to retry, it waits the retry-after-ms it was
 // told (measured at a proxy in front of the gateway: the retry leaves no
@@ -197,12 +197,15 @@ func sdkConfig(upstreamURL string, redisAddrs ...string) *gwConfig {
 // x-should-retry: false and the SDK does not retry.
 func TestOpenAISDK(t *testing.T) {
 	node, dir := openAISDK(t)
-	for _, store := range []string{"memory", "redis"} {
+	for _, store := range []string{"memory", "redis", "cluster"} {
 		t.Run(store, func(t *testing.T) {
 			up := llmUpstream(t)
 			var addrs []string
-			if store == "redis" {
+			switch store {
+			case "redis":
 				addrs = []string{redistest.StartStandalone(t).Addr}
+			case "cluster":
+				addrs = redistest.StartCluster(t, 3).Addrs()
 			}
 			gw := startGateway(t, "gw", sdkConfig(up.URL, addrs...))
 			rec := newRecorder(t, gw.URL)
