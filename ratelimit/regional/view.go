@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/quotagate/quotagate/ratelimit"
 )
@@ -115,3 +116,48 @@ func parseClaims(m map[string]string) ([]Claim, error) {
 	slices.SortFunc(out, func(a, b Claim) int { return strings.Compare(a.Region, b.Region) })
 	return out, nil
 }
+
+// KeyStat is one cross-region key as this instance knows it, for the
+// admin console.
+type KeyStat struct {
+	Key string
+	// Limit is the key's configured limit, as last decided here or
+	// reported (the capacity shared by the regions).
+	Limit ratelimit.Limit
+	// Grant is the region's live grant (None: it holds none).
+	Grant Grant
+	// Reported reports that Demand, Admitted and Granted are set: this
+	// instance is the region's reporter and reported the key at its last
+	// report. Demand is what the region was asked, Admitted what it
+	// admitted, Granted what the owner granted it, in units per
+	// Limit.Per over the last interval.
+	Reported                  bool
+	Demand, Admitted, Granted int64
+}
+
+// KeyStats returns the keys this instance holds a live grant of, has
+// decided since its last read of the grants, or (on the reporter)
+// reported last, in key order.
+func (l *Layer) KeyStats() []KeyStat {
+	now := l.o.Now().UnixMicro()
+	leader := l.leader.load()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]KeyStat, 0, len(l.limits))
+	for k, lim := range l.limits {
+		s := KeyStat{Key: k, Limit: lim}
+		if g := l.grants[k]; g.live(now) {
+			s.Grant = g
+		}
+		if r, ok := l.reports[k]; ok && leader {
+			s.Reported, s.Demand, s.Admitted, s.Granted = true, r.demand, r.admitted, r.granted
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b KeyStat) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// LeaseTTL returns the layer's lease TTL: past it without word from the
+// owner (Stats.SinceReport), the region is on its safe shares.
+func (l *Layer) LeaseTTL() time.Duration { return l.o.LeaseTTL }
