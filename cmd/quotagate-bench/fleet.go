@@ -225,6 +225,14 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 	}
 	rep.Machine["load"] += ", at end " + loadAvg()
 	rep.Notes = fleetNotes(runtime.NumCPU())
+	if f.regions > 1 {
+		rep.Notes = append(rep.Notes, "regions: a free caller (and the abusive one, region 0) calls the instances of one region, its number modulo the regions; "+
+			"the enterprise tenant calls every instance alike, so its demand splits as the instances do; its bound is the connected one, "+
+			"burst + rate × elapsed for all regions together, measured after every region holds a grant (warm-up s); "+
+			"safe-share decisions: enterprise items decided on a safe share (no live grant, or a read of the grants staler than half an interval), "+
+			"which the partition bound covers; global calls/s: INFO commandstats of the global redis-server; regional calls/req: of the regional ones, per request; "+
+			"report bytes: total_net_input_bytes + total_net_output_bytes of the global redis-server per region per report interval")
+	}
 	for _, r := range rep.Runs {
 		if len(r.Errors) > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("errors, %s with %d instances: %s (-instance-log FILE keeps the instances' store errors)",
