@@ -689,3 +689,41 @@ func TestRegionsQuotaViews(t *testing.T) {
 		t.Errorf("eu: quotagate_store_breaker_state = %v after a failed global read, want 0 (closed)", v)
 	}
 }
+
+// TestRegionsQuotaGlobalReadBudgeted: the global view's read spends one
+// read of the gateway-wide budget, after the regional read's. With a
+// budget of one read (burst 1, 1 a second), a GET /_quota is 200 with the
+// regional view and the global one unavailable for the budget, without a
+// call to the global Redis (its command count is unchanged).
+func TestRegionsQuotaGlobalReadBudgeted(t *testing.T) {
+	b := startRegionBed(t, []int{1, 1, 1}, func(c *gwConfig) {
+		c.Server.QuotaReads = map[string]int{"rate": 1, "burst": 1, "max_items": 100}
+	})
+	calls := func() string {
+		r, err := b.global.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := r.(string)
+		// The regions' reports go on (none is due before lease_ttl with no
+		// demand: no key was asked for); HGETALL is the global read's.
+		for line := range strings.SplitSeq(s, "\n") {
+			if strings.HasPrefix(line, "cmdstat_hgetall:") {
+				return strings.TrimSpace(line)
+			}
+		}
+		return ""
+	}
+	before := calls()
+	q := quotaOf(t, b.gws[0][0])
+	if q.Regions == nil || q.Regions.Region != "eu" || q.Regions.Global.Available || q.Regions.Global.Reason != "budget" {
+		t.Fatalf("/_quota regions %+v, want eu's view with the global one unavailable for the budget", q.Regions)
+	}
+	if q.Limit != int64(regionSafe*regionBurst) || !q.Regions.SafeShare || q.Regions.Grant != nil {
+		t.Errorf("eu before any demand: limit %d, safe share %v, grant %+v; want %d on its safe share, no grant",
+			q.Limit, q.Regions.SafeShare, q.Regions.Grant, int64(regionSafe*regionBurst))
+	}
+	if after := calls(); after != before {
+		t.Errorf("the global Redis ran HGETALL for a read the budget refused: %q, then %q", before, after)
+	}
+}
