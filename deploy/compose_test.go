@@ -50,15 +50,18 @@ var gatewayServices = []string{"gateway-1", "gateway-2"}
 // wantServices are every service docker-compose.yml must define.
 var wantServices = append(slices.Clone(gatewayServices), "redis", "demo", "otel-collector", "jaeger")
 
-func readCompose(t *testing.T) composeFile {
+func readCompose(t *testing.T) composeFile { return readComposeFile(t, "docker-compose.yml") }
+
+// readComposeFile reads the Compose file name of the repository's root.
+func readComposeFile(t *testing.T, name string) composeFile {
 	t.Helper()
-	data, err := os.ReadFile(repoPath("docker-compose.yml"))
+	data, err := os.ReadFile(repoPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c composeFile
 	if err := yaml.Unmarshal(data, &c); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	return c
 }
@@ -102,6 +105,47 @@ func TestComposeServices(t *testing.T) {
 		t.FailNow()
 	}
 
+	checkComposeBasics(t, c, img)
+
+	for _, name := range gatewayServices {
+		s := c.Services[name]
+		if !s.builtHere() {
+			t.Errorf("%s: not built from the repository's Dockerfile", name)
+		}
+		if src, _, _ := s.mount(img.configPath); src != "deploy/config.compose.yaml" {
+			t.Errorf("%s: mounts %q, want deploy/config.compose.yaml", name, src)
+		}
+		if len(s.Ports) != 2 {
+			t.Errorf("%s: ports %q, want the gateway and the admin port published", name, s.Ports)
+		}
+		for dep, cond := range map[string]string{"redis": "service_healthy", "demo": "service_healthy", "otel-collector": "service_started"} {
+			if got := s.DependsOn[dep].Condition; got != cond {
+				t.Errorf("%s: depends_on %s: condition %q, want %q", name, dep, got, cond)
+			}
+		}
+		env := s.env(img)
+		if env["OTEL_EXPORTER_OTLP_PROTOCOL"] != "http/protobuf" {
+			t.Errorf("%s: OTEL_EXPORTER_OTLP_PROTOCOL=%q, want http/protobuf", name, env["OTEL_EXPORTER_OTLP_PROTOCOL"])
+		}
+		if env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://otel-collector:4318" {
+			t.Errorf("%s: OTEL_EXPORTER_OTLP_ENDPOINT=%q, want http://otel-collector:4318", name, env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+		}
+	}
+	if s := c.Services["redis"]; s.Healthcheck == nil || len(s.Healthcheck.Test) == 0 {
+		t.Error("redis: no healthcheck; the gateways wait for it to be healthy")
+	}
+	if src, _, _ := c.Services["otel-collector"].mount("/etc/otelcol/config.yaml"); src != "deploy/otel-collector.yaml" {
+		t.Errorf("otel-collector: mounts %q at /etc/otelcol/config.yaml, want deploy/otel-collector.yaml", src)
+	}
+}
+
+// checkComposeBasics checks what every Compose file of the repository
+// must hold: images other than ours pinned, dependencies that exist with a
+// condition they can meet, ports published on loopback once each, and our
+// image's services with the Dockerfile's health check, its CMD, and a
+// config that exists mounted read-only where CMD reads it.
+func checkComposeBasics(t *testing.T, c composeFile, img imageSpec) {
+	t.Helper()
 	hostPorts := map[string]string{}
 	for name, s := range c.Services {
 		// Images other than ours are pinned, so that `up` is repeatable.
@@ -159,37 +203,6 @@ func TestComposeServices(t *testing.T) {
 			t.Errorf("%s: mounted config: %v", name, err)
 		}
 	}
-
-	for _, name := range gatewayServices {
-		s := c.Services[name]
-		if !s.builtHere() {
-			t.Errorf("%s: not built from the repository's Dockerfile", name)
-		}
-		if src, _, _ := s.mount(img.configPath); src != "deploy/config.compose.yaml" {
-			t.Errorf("%s: mounts %q, want deploy/config.compose.yaml", name, src)
-		}
-		if len(s.Ports) != 2 {
-			t.Errorf("%s: ports %q, want the gateway and the admin port published", name, s.Ports)
-		}
-		for dep, cond := range map[string]string{"redis": "service_healthy", "demo": "service_healthy", "otel-collector": "service_started"} {
-			if got := s.DependsOn[dep].Condition; got != cond {
-				t.Errorf("%s: depends_on %s: condition %q, want %q", name, dep, got, cond)
-			}
-		}
-		env := s.env(img)
-		if env["OTEL_EXPORTER_OTLP_PROTOCOL"] != "http/protobuf" {
-			t.Errorf("%s: OTEL_EXPORTER_OTLP_PROTOCOL=%q, want http/protobuf", name, env["OTEL_EXPORTER_OTLP_PROTOCOL"])
-		}
-		if env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://otel-collector:4318" {
-			t.Errorf("%s: OTEL_EXPORTER_OTLP_ENDPOINT=%q, want http://otel-collector:4318", name, env["OTEL_EXPORTER_OTLP_ENDPOINT"])
-		}
-	}
-	if s := c.Services["redis"]; s.Healthcheck == nil || len(s.Healthcheck.Test) == 0 {
-		t.Error("redis: no healthcheck; the gateways wait for it to be healthy")
-	}
-	if src, _, _ := c.Services["otel-collector"].mount("/etc/otelcol/config.yaml"); src != "deploy/otel-collector.yaml" {
-		t.Errorf("otel-collector: mounts %q at /etc/otelcol/config.yaml, want deploy/otel-collector.yaml", src)
-	}
 }
 
 // TestComposeConfigs loads every config the compose file mounts into our
@@ -202,6 +215,52 @@ func TestComposeConfigs(t *testing.T) {
 	img := readImageSpec(t)
 	bin := dockerBuiltBinary(t)
 
+	loaded := loadComposeConfigs(t, c, img, bin, gatewayServices)
+
+	for _, name := range gatewayServices {
+		cfg := loaded[name]
+		if cfg == nil {
+			t.Fatalf("%s: no config loaded", name)
+		}
+		if cfg.Store.Kind != "redis" {
+			t.Errorf("%s: store.kind %q, want redis: the replicas must share their limits", name, cfg.Store.Kind)
+		}
+		if cfg.Store.FleetSize != len(gatewayServices) {
+			t.Errorf("%s: store.fleet_size %d, want %d replicas", name, cfg.Store.FleetSize, len(gatewayServices))
+		}
+		for _, a := range cfg.Store.Redis.Addrs {
+			host, _, err := net.SplitHostPort(a)
+			if _, ok := c.Services[host]; err != nil || !ok {
+				t.Errorf("%s: store.redis.addrs %q: not a compose service", name, a)
+			}
+		}
+		for _, up := range cfg.Upstreams {
+			u, err := url.Parse(up.URL)
+			if err != nil {
+				t.Errorf("%s: upstream %s: %v", name, up.Name, err)
+				continue
+			}
+			host, p := hostPort(u)
+			target, ok := loaded[host]
+			if !ok {
+				t.Errorf("%s: upstream %s %s: not a quotagate service of the compose file", name, up.Name, up.URL)
+				continue
+			}
+			if lp := port(t, target.Server.Listen); p != lp {
+				t.Errorf("%s: upstream %s %s: %s listens on port %s", name, up.Name, up.URL, host, lp)
+			}
+		}
+	}
+}
+
+// loadComposeConfigs loads every config c mounts into our image with the
+// environment that service runs with, through the config package and
+// through `quotagate validate` (bin), and checks that its published ports
+// are the ones it listens on, that its health check probes its admin
+// listener, and that the gateways' stop_grace_period lets SIGTERM drain.
+// It returns the configs by service.
+func loadComposeConfigs(t *testing.T, c composeFile, img imageSpec, bin string, gateways []string) map[string]*config.Config {
+	t.Helper()
 	loaded := map[string]*config.Config{}
 	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
 		s := c.Services[name]
@@ -241,48 +300,14 @@ func TestComposeConfigs(t *testing.T) {
 			t.Errorf("%s: the healthcheck probes port %s, admin_listen is %s", name, p, cfg.Server.AdminListen)
 		}
 		// Long enough a stop for SIGTERM to drain.
-		if s.StopGracePeriod != "" || slices.Contains(gatewayServices, name) {
+		if s.StopGracePeriod != "" || slices.Contains(gateways, name) {
 			grace, err := time.ParseDuration(s.StopGracePeriod)
 			if err != nil || grace <= cfg.Server.ShutdownTimeout {
 				t.Errorf("%s: stop_grace_period %q, want longer than server.shutdown_timeout %s", name, s.StopGracePeriod, cfg.Server.ShutdownTimeout)
 			}
 		}
 	}
-
-	for _, name := range gatewayServices {
-		cfg := loaded[name]
-		if cfg == nil {
-			t.Fatalf("%s: no config loaded", name)
-		}
-		if cfg.Store.Kind != "redis" {
-			t.Errorf("%s: store.kind %q, want redis: the replicas must share their limits", name, cfg.Store.Kind)
-		}
-		if cfg.Store.FleetSize != len(gatewayServices) {
-			t.Errorf("%s: store.fleet_size %d, want %d replicas", name, cfg.Store.FleetSize, len(gatewayServices))
-		}
-		for _, a := range cfg.Store.Redis.Addrs {
-			host, _, err := net.SplitHostPort(a)
-			if _, ok := c.Services[host]; err != nil || !ok {
-				t.Errorf("%s: store.redis.addrs %q: not a compose service", name, a)
-			}
-		}
-		for _, up := range cfg.Upstreams {
-			u, err := url.Parse(up.URL)
-			if err != nil {
-				t.Errorf("%s: upstream %s: %v", name, up.Name, err)
-				continue
-			}
-			host, p := hostPort(u)
-			target, ok := loaded[host]
-			if !ok {
-				t.Errorf("%s: upstream %s %s: not a quotagate service of the compose file", name, up.Name, up.URL)
-				continue
-			}
-			if lp := port(t, target.Server.Listen); p != lp {
-				t.Errorf("%s: upstream %s %s: %s listens on port %s", name, up.Name, up.URL, host, lp)
-			}
-		}
-	}
+	return loaded
 }
 
 // port returns the port of a host:port address.

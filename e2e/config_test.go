@@ -42,6 +42,8 @@ type serverCfg struct {
 	Pprof             bool   `json:"pprof,omitempty"`
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []string `json:"trusted_proxies,omitempty"`
+	// QuotaReads is server.quota_reads (rate, burst, max_items).
+	QuotaReads map[string]int `json:"quota_reads,omitempty"`
 }
 
 type storeCfg struct {

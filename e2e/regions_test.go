@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -449,4 +454,276 @@ func TestRegionsGlobalLatencyOffPath(t *testing.T) {
 	}
 	worst := checkBound(t, as, 2*phase, func(_, _ time.Duration) int { return 0 })
 	t.Logf("most admitted in a window: %.2f × the connected bound", worst)
+}
+
+// regionGrant is a grant of a GET /_quota entry's regions object.
+type regionGrant struct {
+	Region    string
+	Rate      int64
+	Burst     int64
+	ExpiresMS int64 `json:"expires_ms"`
+	Demand    int64
+}
+
+// regionQuota is a GET /_quota entry with its regions object.
+type regionQuota struct {
+	Name      string
+	Limit     int64
+	Remaining int64
+	Regions   *struct {
+		Region    string
+		Grant     *regionGrant
+		SafeShare bool `json:"safe_share"`
+		Global    struct {
+			Available   bool
+			Reason      string
+			Rate, Burst int64
+			Regions     []regionGrant
+		}
+	}
+}
+
+// quotaOf returns the entry of policy "quota" in gw's GET /_quota answer
+// (which must be 200).
+func quotaOf(t *testing.T, gw *gateway) regionQuota {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+"/_quota", nil)
+	req.Header.Set("Authorization", "Bearer key-acme")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s /_quota: %v", gw.name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s /_quota: %d %s", gw.name, resp.StatusCode, body)
+	}
+	var q struct{ Policies []json.RawMessage }
+	if err := json.Unmarshal(body, &q); err != nil {
+		t.Fatalf("%s /_quota: %v: %s", gw.name, err, body)
+	}
+	for _, raw := range q.Policies {
+		var e regionQuota
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatalf("%s /_quota: %v: %s", gw.name, err, raw)
+		}
+		if e.Name == "quota" {
+			return e
+		}
+	}
+	t.Fatalf("%s /_quota has no policy quota: %s", gw.name, body)
+	return regionQuota{}
+}
+
+// hgetall returns the hash at key of s (empty when there is none).
+func hgetall(t *testing.T, s *redistest.Server, key string) map[string]string {
+	t.Helper()
+	r, err := s.Do("HGETALL", key)
+	if err != nil {
+		t.Fatalf("HGETALL %s: %v", key, err)
+	}
+	out := map[string]string{}
+	fs, _ := r.([]any)
+	for i := 0; i+1 < len(fs); i += 2 {
+		k, _ := fs[i].(string)
+		v, _ := fs[i+1].(string)
+		out[k] = v
+	}
+	return out
+}
+
+// ownerClaims returns the claims of a key's hash at the global owner
+// (fields "r:<region>" = "rate burst expires demand ..."), sorted by region.
+func ownerClaims(t *testing.T, h map[string]string) []regionGrant {
+	t.Helper()
+	var out []regionGrant
+	for f, v := range h {
+		region, ok := strings.CutPrefix(f, "r:")
+		if !ok {
+			continue
+		}
+		var c regionGrant
+		var expires int64
+		if _, err := fmt.Sscan(v, &c.Rate, &c.Burst, &expires, &c.Demand); err != nil {
+			t.Fatalf("claim %q: %v", v, err)
+		}
+		c.Region = region
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
+	return out
+}
+
+// TestRegionsQuotaViews (issue 32, the quota endpoint): with demand in eu
+// and us and none in ap, the GET /_quota answer of each region shows, for
+// the tenant's cross-region policy, the global owner's state exactly as
+// the global Redis holds it (capacity; each region's grant and reported
+// demand), read between two identical reads of that hash; the region's
+// own grant as its reporter wrote it to the regional Redis, and its
+// bucket decided on it; ap, which holds no grant, on its safe share. Cut
+// off from the global Redis, eu still answers 200 with its regional view
+// and says the global one is unavailable.
+func TestRegionsQuotaViews(t *testing.T) {
+	b := startRegionBed(t, []int{1, 1, 1})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.drive(t, func() []int { return []int{60, 30, 0} }, stop)
+	}()
+	defer func() { close(stop); <-done }()
+
+	// The owner's key of the tenant's policy, once eu and us are both
+	// granted (past the owner's warm-up, which grants nothing).
+	var key string
+	granted := func() bool {
+		n := 0
+		for _, c := range ownerClaims(t, hgetall(t, b.global, key)) {
+			if c.Rate > 0 {
+				n++
+			}
+		}
+		return n == 2
+	}
+	deadline := time.Now().Add(4 * regionTTL)
+	for key == "" || !granted() {
+		if time.Now().After(deadline) {
+			t.Fatalf("missed deadline: eu and us not both granted at the global owner within %v", 4*regionTTL)
+		}
+		time.Sleep(regionInterval / 5) // polling the global Redis
+		r, _ := b.global.Do("KEYS", "qg:{regions}:k:*")
+		if ks, _ := r.([]any); len(ks) == 1 {
+			key, _ = ks[0].(string)
+		}
+	}
+	bucket := strings.TrimPrefix(key, "qg:{regions}:k:")
+
+	for i, name := range b.names {
+		gw := b.gws[i][0]
+		var q regionQuota
+		var held map[string]string
+		consistent := false
+		// Each read spends one of the caller's 10 quota reads at once
+		// (then 2 a second): a read that found the instance behind the
+		// regional Redis waits for its next read of the grants.
+		for try := 0; try < 8 && !consistent; try++ {
+			h1, r1 := hgetall(t, b.global, key), hgetall(t, b.regional[i], "qg:{regions}:grants")
+			q = quotaOf(t, gw)
+			h2, r2 := hgetall(t, b.global, key), hgetall(t, b.regional[i], "qg:{regions}:grants")
+			if !maps.Equal(h1, h2) || !maps.Equal(r1, r2) {
+				t.Logf("%s: a report between the reads: read again", name)
+				continue
+			}
+			rq := q.Regions
+			if rq == nil {
+				t.Fatalf("%s: /_quota entry without regions: %+v", name, q)
+			}
+			// The global view is read from the global Redis: it is h1.
+			g := rq.Global
+			if !g.Available || g.Rate != regionRate || g.Burst != regionBurst {
+				t.Fatalf("%s: global view %+v, want available, capacity %d/%d", name, g, regionRate, regionBurst)
+			}
+			want := ownerClaims(t, h1)
+			got := make([]regionGrant, len(g.Regions))
+			for j, c := range g.Regions {
+				got[j] = regionGrant{Region: c.Region, Rate: c.Rate, Burst: c.Burst, Demand: c.Demand}
+				if c.Rate > 0 && (c.ExpiresMS <= 0 || c.ExpiresMS > regionTTL.Milliseconds()) {
+					t.Errorf("%s: %s's grant expires in %d ms, want in (0, %d]", name, c.Region, c.ExpiresMS, regionTTL.Milliseconds())
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: /_quota global claims %+v, the global Redis holds %+v", name, got, want)
+			}
+			// The regional view: the grant the region's reporter wrote.
+			held = r1
+			var rate, burst int64
+			w, ok := r1[bucket]
+			if ok {
+				if _, err := fmt.Sscan(w, &rate, &burst); err != nil {
+					t.Fatalf("%s: grant %q: %v", name, w, err)
+				}
+			}
+			switch {
+			case !ok && rq.Grant == nil:
+				consistent = true
+			case ok && rq.Grant != nil && rq.Grant.Rate == rate && rq.Grant.Burst == burst:
+				consistent = true
+			default:
+				t.Logf("%s: the instance had not read the region's grant %q yet (it shows %+v): read again", name, w, rq.Grant)
+				time.Sleep(regionInterval / 4) // the instances read the grants that often
+			}
+		}
+		if !consistent {
+			t.Fatalf("missed deadline: %s: no read of /_quota between two identical reads of the global and regional Redis matched the region's grant (last %+v, regional Redis %v)", name, q.Regions, held)
+		}
+		rq := q.Regions
+		t.Logf("%s: grant %+v, safe share %v, bucket limit %d remaining %d; global %d/%d, claims %+v",
+			name, rq.Grant, rq.SafeShare, q.Limit, q.Remaining, rq.Global.Rate, rq.Global.Burst, rq.Global.Regions)
+		if rq.Region != name {
+			t.Errorf("%s: regions.region = %q", name, rq.Region)
+		}
+		switch name {
+		case "ap": // no demand: no grant, on its safe share
+			if rq.Grant != nil || !rq.SafeShare || q.Limit != int64(regionSafe*regionBurst) {
+				t.Errorf("ap: grant %+v, safe_share %v, limit %d; want none, true, %d", rq.Grant, rq.SafeShare, q.Limit, int64(regionSafe*regionBurst))
+			}
+		default:
+			if rq.Grant == nil || rq.Grant.Rate == 0 {
+				t.Fatalf("%s: no grant after its demand: %+v", name, rq)
+			}
+			if !rq.SafeShare && q.Limit != rq.Grant.Burst {
+				t.Errorf("%s: bucket limit %d, want its grant's burst %d", name, q.Limit, rq.Grant.Burst)
+			}
+		}
+	}
+
+	// Cut off: the regional view, the global one unavailable, never a 500.
+	b.relays[0].blackhole()
+	defer b.relays[0].heal()
+	q := quotaOf(t, b.gws[0][0])
+	if q.Regions == nil || q.Regions.Region != "eu" || q.Regions.Global.Available || q.Regions.Global.Reason != "unreachable" {
+		t.Fatalf("eu cut off: /_quota regions %+v, want eu's view with the global one unreachable", q.Regions)
+	}
+	t.Logf("eu cut off: grant %+v, safe share %v, global %+v", q.Regions.Grant, q.Regions.SafeShare, q.Regions.Global)
+	if v := b.gws[0][0].metric("quotagate_store_breaker_state"); v != 0 {
+		t.Errorf("eu: quotagate_store_breaker_state = %v after a failed global read, want 0 (closed)", v)
+	}
+}
+
+// TestRegionsQuotaGlobalReadBudgeted: the global view's read spends one
+// read of the gateway-wide budget, after the regional read's. With a
+// budget of one read (burst 1, 1 a second), a GET /_quota is 200 with the
+// regional view and the global one unavailable for the budget, without a
+// call to the global Redis (its command count is unchanged).
+func TestRegionsQuotaGlobalReadBudgeted(t *testing.T) {
+	b := startRegionBed(t, []int{1, 1, 1}, func(c *gwConfig) {
+		c.Server.QuotaReads = map[string]int{"rate": 1, "burst": 1, "max_items": 100}
+	})
+	calls := func() string {
+		r, err := b.global.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := r.(string)
+		// The regions' reports go on (none is due before lease_ttl with no
+		// demand: no key was asked for); HGETALL is the global read's.
+		for line := range strings.SplitSeq(s, "\n") {
+			if strings.HasPrefix(line, "cmdstat_hgetall:") {
+				return strings.TrimSpace(line)
+			}
+		}
+		return ""
+	}
+	before := calls()
+	q := quotaOf(t, b.gws[0][0])
+	if q.Regions == nil || q.Regions.Region != "eu" || q.Regions.Global.Available || q.Regions.Global.Reason != "budget" {
+		t.Fatalf("/_quota regions %+v, want eu's view with the global one unavailable for the budget", q.Regions)
+	}
+	if q.Limit != int64(regionSafe*regionBurst) || !q.Regions.SafeShare || q.Regions.Grant != nil {
+		t.Errorf("eu before any demand: limit %d, safe share %v, grant %+v; want %d on its safe share, no grant",
+			q.Limit, q.Regions.SafeShare, q.Regions.Grant, int64(regionSafe*regionBurst))
+	}
+	if after := calls(); after != before {
+		t.Errorf("the global Redis ran HGETALL for a read the budget refused: %q, then %q", before, after)
+	}
 }

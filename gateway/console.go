@@ -69,6 +69,9 @@ type consoleState struct {
 	Breakers []consoleBreaker `json:"breakers"`
 	// HotKeys are the busiest store keys (hashed tenants), estimated per second.
 	HotKeys any `json:"hot_keys"`
+	// Regions is this instance's region and its cross-region policies;
+	// absent without store.global.
+	Regions *consoleRegions `json:"regions,omitempty"`
 }
 
 type consolePolicy struct {
@@ -106,6 +109,7 @@ func (g *Gateway) consoleStateHandler(w http.ResponseWriter, _ *http.Request) {
 		ConfigSince:   g.configSince.Load().UTC().Format(time.RFC3339),
 		BreakerState:  telemetry.BreakerClosed,
 		HotKeys:       g.hot.Top(consoleHotKeys),
+		Regions:       p.consoleRegions(),
 	}
 	for name, pol := range cfg.Policies {
 		st.Policies = append(st.Policies, consolePolicy{Name: name, Scope: pol.Scope.String(),

@@ -46,6 +46,11 @@ type quotaPolicy struct {
 	ResetMS   int64  `json:"reset_ms"`
 	WindowS   int64  `json:"window_s"`
 	Debt      int64  `json:"debt"`
+	// Regions is the regional and the global view of a policy shared
+	// across regions (regions: {mode: leased}); nil for any other. The
+	// fields above are then those of this region's bucket, decided on
+	// the region's grant.
+	Regions *quotaRegions `json:"regions,omitempty"`
 }
 
 // Each caller (by its hashed identity, so every anonymous IP is its own
@@ -180,7 +185,12 @@ func (g *Gateway) readQuota(ctx context.Context, p *pipeline, caller identity.Ca
 	if len(items) == 0 {
 		return reply, nil
 	}
-	d, err := p.store.Read(ctx, items)
+	items, regions := p.regionViews(items, binds, out)
+	var d ratelimit.Decision
+	var err error
+	if len(items) > 0 {
+		d, err = p.store.Read(ctx, items)
+	}
 	if err != nil {
 		ref := &readRefusal{http.StatusServiceUnavailable, telemetry.ReadStoreError, time.Second, "the limit store cannot be read"}
 		if errors.Is(err, ratelimit.ErrBreakerOpen) {
@@ -189,13 +199,15 @@ func (g *Gateway) readQuota(ctx context.Context, p *pipeline, caller identity.Ca
 		return quotaReply{}, ref
 	}
 	now := g.opts.Now()
-	for i, res := range d.Results {
+	for j, res := range d.Results {
+		i := regions.index(j)
 		q := &out[i]
 		q.Limit, q.Remaining, q.ResetMS, q.Debt = res.Limit, res.Remaining, ceilMillis(res.ResetAfter), res.Debt
 		if cal := binds[i].limit.Calendar; cal.Set() {
 			q.WindowS = calendarWindow(cal, res, now)
 		}
 	}
+	g.readGlobal(ctx, p, regions, out)
 	reply.Policies = out
 	return reply, nil
 }

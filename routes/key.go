@@ -273,3 +273,11 @@ func validatePrefix(prefix string) error {
 	}
 	return nil
 }
+
+// Matches reports whether key is one of p's keys (of any subject).
+func (p KeyPattern) Matches(key string) bool {
+	if !p.perSubject {
+		return p.head != "" && key == p.head
+	}
+	return len(key) > len(p.head)+len(p.tail) && strings.HasPrefix(key, p.head) && strings.HasSuffix(key, p.tail)
+}

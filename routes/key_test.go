@@ -276,3 +276,30 @@ func mustKey(t *testing.T, p KeyPattern) string {
 	}
 	return k
 }
+
+// TestKeyPatternMatches: a pattern matches the keys it makes, of any
+// subject, and not those of its dimension values (each has a pattern of
+// its own), another policy's or another scope's.
+func TestKeyPatternMatches(t *testing.T) {
+	p, err := NewKeyPattern("qg", ScopeTenant, "quota", "token_bucket", "chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewKeyPattern("qg", ScopeTenant, "quota2", "token_bucket", "chat")
+	global, _ := NewKeyPattern("qg", ScopeGlobal, "quota", "token_bucket", "chat")
+	by, _ := p.By("model=x")
+	k1, _ := p.Key(NewSubjectID("key:acme"))
+	k2, _ := by.Key(NewSubjectID("key:initech"))
+	kg, _ := global.Key("")
+	ko, _ := other.Key(NewSubjectID("key:acme"))
+	for _, c := range []struct {
+		p    KeyPattern
+		key  string
+		want bool
+	}{{p, k1, true}, {p, k2, false}, {by, k2, true}, {by, k1, false}, {p, ko, false}, {other, k1, false},
+		{global, kg, true}, {global, k1, false}, {p, kg, false}, {KeyPattern{}, "", false}} {
+		if got := c.p.Matches(c.key); got != c.want {
+			t.Errorf("%+v.Matches(%q) = %v, want %v", c.p, c.key, got, c.want)
+		}
+	}
+}

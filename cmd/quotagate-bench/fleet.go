@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"runtime"
@@ -33,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/quotagate/quotagate/config"
+	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -51,6 +53,9 @@ type fleetOptions struct {
 	clusterAddrs []string
 	// logPath, when set, receives the instances' operational logs.
 	logPath string
+	// regions, above 1, splits the instances over that many regions (see
+	// fleet_regions.go).
+	regions int
 }
 
 // FleetClass is one class of callers in one fleet run.
@@ -116,6 +121,8 @@ type FleetRun struct {
 	// deadline or its breaker was open, and the policy failed closed).
 	Errors  map[string]uint64 `json:"errors,omitempty"`
 	Classes []FleetClass      `json:"classes"`
+	// Regions is set for a run with -regions.
+	Regions *FleetRegions `json:"regions,omitempty"`
 }
 
 // FleetReport is the output of -mode fleet.
@@ -164,7 +171,29 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 		defer w.Close() // first: flushes into the file
 		ops = w
 	}
+	if f.regions > 1 {
+		rep.Settings["regions"] = fmt.Sprintf("%d (instances split %s), the enterprise limit one quota across them: regions: {mode: leased, safe_share: %g}, report_interval %s, lease_ttl %s",
+			f.regions, "in proportion to R − k", regionSafeShare, regionReportInterval, regionLeaseTTL)
+		fmt.Fprintf(progress, "starting redis (%d regions and the global owner)\n", f.regions)
+		bed, err := startRegionBed(ctx, ps, dir, f.regions)
+		if err != nil {
+			return nil, err
+		}
+		defer bed.close()
+		rep.Machine["redis"] = bed.regional.version
+		for _, n := range f.sizes {
+			fmt.Fprintf(progress, "%d regions: %d instances for %v\n", f.regions, n, o.duration)
+			run, err := fleetRun(ctx, o, bed.regional, n, keys, ops, bed)
+			if err != nil {
+				return nil, fmt.Errorf("%d regions, %d instances: %w", f.regions, n, err)
+			}
+			rep.Runs = append(rep.Runs, *run)
+		}
+	}
 	for _, topo := range f.topologies {
+		if f.regions > 1 {
+			break
+		}
 		var nodes *redisNodes
 		switch {
 		case topo == topoStandalone && f.redisAddr != "":
@@ -181,7 +210,7 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 		rep.Machine["redis"] = nodes.version
 		for _, n := range f.sizes {
 			fmt.Fprintf(progress, "%s: %d instances for %v\n", topo, n, o.duration)
-			run, err := fleetRun(ctx, o, nodes, n, keys, ops)
+			run, err := fleetRun(ctx, o, nodes, n, keys, ops, nil)
 			if err != nil {
 				nodes.close()
 				return nil, fmt.Errorf("%s, %d instances: %w", topo, n, err)
@@ -196,6 +225,14 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 	}
 	rep.Machine["load"] += ", at end " + loadAvg()
 	rep.Notes = fleetNotes(runtime.NumCPU())
+	if f.regions > 1 {
+		rep.Notes = append(rep.Notes, "regions: a free caller (and the abusive one, region 0) calls the instances of one region, its number modulo the regions; "+
+			"the enterprise tenant calls every instance alike, so its demand splits as the instances do; its bound is the connected one, "+
+			"burst + rate × elapsed for all regions together, measured after every region holds a grant (warm-up s); "+
+			"safe-share decisions: enterprise items decided on a safe share (no live grant, or a read of the grants staler than half an interval), "+
+			"which the partition bound covers; global calls/s: INFO commandstats of the global redis-server; regional calls/req: of the regional ones, per request; "+
+			"report bytes: total_net_input_bytes + total_net_output_bytes of the global redis-server per region per report interval")
+	}
 	for _, r := range rep.Runs {
 		if len(r.Errors) > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("errors, %s with %d instances: %s (-instance-log FILE keeps the instances' store errors)",
@@ -206,20 +243,38 @@ func fleetBench(ctx context.Context, o *options, command string, progress io.Wri
 }
 
 // fleetRun starts n instances on nodes, drives them for o.duration and
-// measures.
-func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *perKey, ops io.Writer) (*FleetRun, error) {
+// measures. With bed, nodes are its regional servers and the instances
+// are split over the regions (see fleet_regions.go).
+func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *perKey, ops io.Writer, bed *regionBed) (*FleetRun, error) {
 	f := &o.fleet
 	if err := nodes.flush(ctx); err != nil {
 		return nil, err
+	}
+	cfgs := []string{fleetConfig(nodes.addrs, n, f.lease, f.enterpriseRate)}
+	region := make([]int, n) // of each instance
+	var pick func(*rand.Rand, keyClass, int) int
+	var sizes []int
+	if bed != nil {
+		if err := bed.global.flush(ctx); err != nil {
+			return nil, err
+		}
+		sizes = regionSizes(n, f.regions)
+		region, pick = regionPicker(sizes)
+		cfgs = cfgs[:0]
+		for k, size := range sizes {
+			cfgs = append(cfgs, regionFleetConfig(bed, k, size, f.lease, f.enterpriseRate))
+		}
 	}
 	gen, err := generatorCost(ctx, f.mix, o.conns, keys)
 	if err != nil {
 		return nil, err
 	}
 	keys.reset()
-	cfg, err := config.Parse([]byte(fleetConfig(nodes.addrs, n, f.lease, f.enterpriseRate)), fleetGetenv)
-	if err != nil {
-		return nil, fmt.Errorf("fleet config: %w", err)
+	parsed := make([]*config.Config, len(cfgs))
+	for k, text := range cfgs {
+		if parsed[k], err = config.Parse([]byte(text), fleetGetenv); err != nil {
+			return nil, fmt.Errorf("fleet config: %w", err)
+		}
 	}
 	heapBefore := liveHeap()
 	tags := classTags()
@@ -231,7 +286,7 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	}()
 	handlers := make([]http.Handler, n)
 	for i := range n {
-		in, err := startInstance(ctx, cfg, i, tags, ops)
+		in, err := startInstance(ctx, parsed[region[i]], i, tags, ops)
 		if err != nil {
 			return nil, fmt.Errorf("instance %d: %w", i, err)
 		}
@@ -250,6 +305,24 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 			return nil, fmt.Errorf("instance %d: warm-up request answered %d", i, rw.code)
 		}
 	}
+	var regions *FleetRegions
+	var layers []*regional.Layer
+	var gBefore redisStats
+	var safeBefore uint64
+	if bed != nil {
+		for _, in := range instances {
+			layers = append(layers, in.layer)
+		}
+		took, err := waitGranted(ctx, handlers, layers, region, f.regions)
+		if err != nil {
+			return nil, err
+		}
+		regions = &FleetRegions{Regions: f.regions, Instances: sizes, Warmup: round1(took.Seconds())}
+		if gBefore, err = bed.global.stats(ctx); err != nil {
+			return nil, err
+		}
+		safeBefore = safeDecisions(layers)
+	}
 	var before [numClasses + 1]uint64
 	for _, in := range instances {
 		for c := range before {
@@ -264,9 +337,16 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	if err != nil {
 		return nil, err
 	}
-	load := driveFleet(ctx, handlers, f.mix, o.conns, o.duration, keys)
+	load := driveFleet(ctx, handlers, f.mix, o.conns, o.duration, keys, pick)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	var gAfter redisStats
+	if bed != nil {
+		regions.SafeDecisions = safeDecisions(layers) - safeBefore
+		if gAfter, err = bed.global.stats(ctx); err != nil {
+			return nil, err
+		}
 	}
 	cpuAfter, err := selfTicks()
 	if err != nil {
@@ -313,6 +393,17 @@ func fleetRun(ctx context.Context, o *options, nodes *redisNodes, n int, keys *p
 	run.ProcessCPUus = round2(perReq(ticksToMicros(cpuAfter - cpuBefore)))
 	run.GenCPUus = round2(gen)
 	run.Classes = classRows(load, keys, calls)
+	if regions != nil {
+		secs := load.elapsed.Seconds()
+		gAll, _ := gAfter.cmds.delta(gBefore.cmds)
+		regions.GlobalCalls = round1(float64(gAll) / secs)
+		regions.RegionalCalls = run.RedisCmds
+		intervals := secs / regionReportInterval.Seconds()
+		regions.ReportBytes = round1(float64(gAfter.netBytes-gBefore.netBytes) / intervals / float64(f.regions))
+		connected := float64(f.enterpriseRate) * (1 + secs)
+		regions.SafeBound = uint64(connected * (1 + float64(f.regions)*regionSafeShare))
+		run.Regions = regions
+	}
 	return run, nil
 }
 
@@ -392,8 +483,10 @@ func writeFleetTable(w io.Writer, rep *FleetReport) error {
 		}
 	}
 	var settings []string
-	for _, k := range []string{"workers", "duration", "callers", "mix", "limits", "lease"} {
-		settings = append(settings, k+"="+rep.Settings[k])
+	for _, k := range []string{"workers", "duration", "callers", "mix", "limits", "lease", "regions"} {
+		if v, ok := rep.Settings[k]; ok {
+			settings = append(settings, k+"="+v)
+		}
 	}
 	fmt.Fprintf(w, "settings: %s\n\n", strings.Join(settings, "; "))
 	fmt.Fprintln(w, "| "+strings.Join(fleetColumns, " | ")+" |")
@@ -413,6 +506,7 @@ func writeFleetTable(w io.Writer, rep *FleetReport) error {
 		}
 	}
 	fmt.Fprintln(w)
+	writeRegionsTable(w, rep)
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -490,6 +584,12 @@ func parseFleetFlags(o *options, sizes, topologies, cluster string) error {
 		return fmt.Errorf("-enterprise-rate: must be at least 1, got %d", f.enterpriseRate)
 	case f.lease != leaseOff && f.lease != leaseStatic && f.lease != leaseAuto:
 		return fmt.Errorf("-lease: unknown lease mode %q (want %s, %s or %s)", f.lease, leaseOff, leaseStatic, leaseAuto)
+	case f.regions < 1 || f.regions > 8:
+		return fmt.Errorf("-regions: must be in [1, 8], got %d", f.regions)
+	case f.regions > 1 && (f.redisAddr != "" || len(f.clusterAddrs) > 0):
+		return fmt.Errorf("-regions: the bench starts the regions' redis-servers; leave -redis and -cluster out")
+	case f.regions > 1 && slices.Min(f.sizes) < f.regions:
+		return fmt.Errorf("-n: with -regions %d, every run needs at least %d instances, got %d", f.regions, f.regions, slices.Min(f.sizes))
 	}
 	return nil
 }

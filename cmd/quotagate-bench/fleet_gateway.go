@@ -13,7 +13,9 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/gateway"
+	"github.com/quotagate/quotagate/ratelimit"
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
+	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/telemetry"
@@ -46,6 +48,13 @@ const (
 // Redis at addrs, the enterprise tenant limited to entRate per second
 // (burst the same).
 func fleetConfig(addrs []string, n int, lease string, entRate int) string {
+	return fleetConfigOf(addrs, n, lease, entRate, nil)
+}
+
+// fleetConfigOf is fleetConfig, for an instance of region rs when rs is
+// not nil: store.region and store.global set, and the enterprise tenant's
+// limit in a policy of its own, "enterprise", shared across the regions.
+func fleetConfigOf(addrs []string, n int, lease string, entRate int, rs *regionStore) string {
 	var b strings.Builder
 	b.WriteString("# Written by quotagate-bench -mode fleet.\n")
 	b.WriteString("server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}\n")
@@ -53,10 +62,15 @@ func fleetConfig(addrs []string, n int, lease string, entRate int) string {
 	for i, a := range addrs {
 		quoted[i] = fmt.Sprintf("%q", a)
 	}
+	region := ""
+	if rs != nil {
+		region = fmt.Sprintf(", region: %s, global: {redis: {addrs: [%q], timeout: %s}, report_interval: %s, lease_ttl: %s}",
+			rs.name, rs.global, regionGlobalTimeout, regionReportInterval, regionLeaseTTL)
+	}
 	// The largest deadline: on a loaded machine a decision reaches Redis
 	// instead of failing (closed).
-	fmt.Fprintf(&b, "store: {kind: redis, fleet_size: %d, redis: {addrs: [%s], timeout: 1s, pool_size: 64}}\n",
-		n, strings.Join(quoted, ", "))
+	fmt.Fprintf(&b, "store: {kind: redis, fleet_size: %d, redis: {addrs: [%s], timeout: 1s, pool_size: 64}%s}\n",
+		n, strings.Join(quoted, ", "), region)
 	b.WriteString("log: {level: info}\n")
 	fmt.Fprintf(&b, "identity:\n  jwt: {secret_env: %s}\n", fleetSecretEnv)
 	b.WriteString("tiers:\n")
@@ -71,9 +85,15 @@ func fleetConfig(addrs []string, n int, lease string, entRate int) string {
 	}
 	b.WriteString("    limits:\n")
 	fmt.Fprintf(&b, "      free: {rate: %d, per: 1s, burst: %d}\n", freeRate, freeBurst)
+	policies := "[user]"
+	if rs != nil {
+		fmt.Fprintf(&b, "  enterprise:\n    scope: tenant\n    algorithm: token_bucket\n    on_store_error: closed\n"+
+			"    regions: {mode: leased, safe_share: %g}\n    limits:\n", regionSafeShare)
+		policies = "[user, enterprise]"
+	}
 	fmt.Fprintf(&b, "      enterprise: {rate: %d, per: 1s, burst: %d}\n", entRate, entRate)
 	b.WriteString("upstreams:\n  echo: {url: \"echo:\", timeout: 10s}\n")
-	b.WriteString("routes:\n  - {name: items.get, method: GET, path: \"/{rest...}\", upstream: echo, policies: [user]}\n")
+	fmt.Fprintf(&b, "routes:\n  - {name: items.get, method: GET, path: \"/{rest...}\", upstream: echo, policies: %s}\n", policies)
 	return b.String()
 }
 
@@ -95,11 +115,16 @@ type instance struct {
 	calls  *callCounter
 	tel    *telemetry.Providers
 	logOut *telemetry.LogSink
+	// layer is the regional layer of an instance of a region (nil
+	// otherwise), closers its clients.
+	layer   *regional.Layer
+	closers []io.Closer
 }
 
 // startInstance builds instance i of a fleet on cfg. Its operational log
 // (store errors, breaker changes) goes to ops, tagged with i; its access
-// lines are written to nothing.
+// lines are written to nothing. With cfg.Store.Global, its store has the
+// regional layer (see regionWrap).
 func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[string]keyClass, ops io.Writer) (*instance, error) {
 	in := &instance{calls: &callCounter{tags: tags}}
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceVersion: "bench", InstanceID: fmt.Sprintf("fleet-%d", i),
@@ -118,11 +143,16 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 	in.gw, err = gateway.New(cfg, gateway.Options{
 		OpenStore: func(c config.Store) (*stack.Stack, error) {
 			r := c.Redis
+			var wrap func(ratelimit.Store) ratelimit.Store
+			if c.Global != nil {
+				rs := regionStore{name: c.Region, regional: r.Addrs[0], global: c.Global.Redis.Addrs[0]}
+				wrap = regionWrap(rs, fmt.Sprintf("fleet-%d", i), &in.layer, &in.closers)
+			}
 			return redisstore.Open(redisstore.Config{
 				Addrs: r.Addrs, PoolSize: r.PoolSize, Timeout: r.Timeout,
 				BreakerFailures: r.BreakerFailures, BreakerCooldown: r.BreakerCooldown, FleetSize: c.FleetSize,
 				FleetStatic: c.Fleet.Static, FleetTTL: c.Fleet.TTL, KeyPrefix: r.KeyPrefix,
-				Hook: in.calls,
+				Hook: in.calls, Wrap: wrap,
 			}), nil
 		},
 		Logger:         telemetry.NewLogger(ops, slog.LevelInfo).With(slog.Int("instance", i)),
@@ -143,6 +173,9 @@ func startInstance(ctx context.Context, cfg *config.Config, i int, tags map[stri
 func (in *instance) close() {
 	if in.gw != nil {
 		_ = in.gw.Close()
+	}
+	for _, c := range in.closers {
+		_ = c.Close()
 	}
 	if in.tel != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -191,11 +191,16 @@ func (d *discardWriter) WriteHeader(c int) {
 }
 
 // driveFleet sends requests from workers closed-loop goroutines, each
-// calling a uniformly chosen instance's handler in-process with its next
-// request as soon as the previous one is answered, for d. Per-caller
-// counts go to keys. A request in flight at the deadline is
-// completed and counted; elapsed runs to the last completion.
-func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, workers int, d time.Duration, keys *perKey) *fleetLoad {
+// calling an instance's handler in-process with its next request as soon
+// as the previous one is answered, for d: the instance pick returns for
+// the caller (nil: one chosen uniformly). Per-caller counts go to keys. A
+// request in flight at the deadline is completed and counted; elapsed runs
+// to the last completion.
+func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, workers int, d time.Duration, keys *perKey,
+	pick func(r *rand.Rand, class keyClass, id int) int) *fleetLoad {
+	if pick == nil {
+		pick = func(r *rand.Rand, _ keyClass, _ int) int { return r.IntN(len(handlers)) }
+	}
 	res := &fleetLoad{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -207,11 +212,12 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 			defer wg.Done()
 			var mine [numClasses]classCounts
 			var errs map[string]uint64
-			pick := newFleetPicker(mix, uint64(w)+1)
+			picker := newFleetPicker(mix, uint64(w)+1)
 			tokens := newTokenMaker()
 			freeSub := make([]byte, 0, 16)
 			for ctx.Err() == nil && time.Now().Before(deadline) {
-				class, id := pick.pick()
+				class, id := picker.pick()
+				instance := pick(picker.rng, class, id)
 				var auth string
 				switch class {
 				case classEnterprise:
@@ -231,7 +237,7 @@ func driveFleet(ctx context.Context, handlers []http.Handler, mix fleetMix, work
 				req.Header["Authorization"] = []string{auth}
 				rw := &discardWriter{h: http.Header{}}
 				keys.sent(id, time.Since(start))
-				handlers[pick.rng.IntN(len(handlers))].ServeHTTP(rw, req)
+				handlers[instance].ServeHTTP(rw, req)
 				c := &mine[class]
 				c.requests++
 				switch rw.code {
@@ -280,7 +286,7 @@ func generatorCost(ctx context.Context, mix fleetMix, workers int, keys *perKey)
 	if err != nil {
 		return 0, err
 	}
-	load := driveFleet(ctx, []http.Handler{ok}, mix, workers, 300*time.Millisecond, keys)
+	load := driveFleet(ctx, []http.Handler{ok}, mix, workers, 300*time.Millisecond, keys, nil)
 	after, err := selfTicks()
 	if err != nil {
 		return 0, err

@@ -173,13 +173,16 @@ func (r *redisNodes) flush(ctx context.Context) error {
 type redisStats struct {
 	cmds       cmdCounts
 	cpuSeconds float64 // used_cpu_sys + used_cpu_user
+	// netBytes is total_net_input_bytes + total_net_output_bytes (INFO
+	// stats): every byte clients sent and received.
+	netBytes int64
 }
 
 // stats reads INFO commandstats and cpu of every node and sums them.
 func (r *redisNodes) stats(ctx context.Context) (redisStats, error) {
 	sum := redisStats{cmds: cmdCounts{}}
 	for _, c := range r.nodes {
-		s, err := c.Info(ctx, "commandstats", "cpu").Result()
+		s, err := c.Info(ctx, "commandstats", "cpu", "stats").Result()
 		if err != nil {
 			return sum, fmt.Errorf("%s: INFO: %w", c.Options().Addr, err)
 		}
@@ -191,6 +194,7 @@ func (r *redisNodes) stats(ctx context.Context) (redisStats, error) {
 			sum.cmds[k] += v
 		}
 		sum.cpuSeconds += one.cpuSeconds
+		sum.netBytes += one.netBytes
 	}
 	return sum, nil
 }
@@ -205,6 +209,14 @@ func parseInfoStats(s string) (redisStats, error) {
 	fields := 0
 	for _, line := range strings.Split(s, "\n") {
 		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "total_net_input_bytes" || name == "total_net_output_bytes") {
+			b, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return out, fmt.Errorf("INFO stats: %s: %w", name, err)
+			}
+			out.netBytes += b
+			continue
+		}
 		if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
 			continue
 		}

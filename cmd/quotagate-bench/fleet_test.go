@@ -193,3 +193,66 @@ func TestFleetConfigParses(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetModeRegions runs -regions 3 at small scale: three instances,
+// one per region, each region on a redis-server of its own, the
+// enterprise tenant's limit (100/s) one quota across them granted by a
+// global redis-server. The enterprise tenant is admitted within the
+// connected bound (burst + rate × elapsed for the three regions
+// together; within the partition bound if a region decided on its safe
+// share), no free or abusive caller beyond its own, and the report has the
+// global and regional costs.
+func TestFleetModeRegions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	jsonPath := filepath.Join(t.TempDir(), "fleet.json")
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-mode", "fleet", "-regions", "3", "-n", "3", "-d", "3s", "-c", "8", "-callers", "1000",
+		"-enterprise-share", "0.5", "-enterprise-rate", "100", "-json", jsonPath}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep FleetReport
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Runs) != 1 {
+		t.Fatalf("report: %v\n%s", err, b)
+	}
+	r := rep.Runs[0]
+	g := r.Regions
+	if g == nil || g.Regions != 3 || len(g.Instances) != 3 || g.Instances[0]+g.Instances[1]+g.Instances[2] != 3 {
+		t.Fatalf("regions %+v, want 3 regions of one instance each", g)
+	}
+	t.Logf("%d requests at %.0f/s; warm-up %.1f s; global %.1f calls/s, regional %.2f calls/req, %.0f report bytes per interval and region, %d safe-share decisions",
+		r.Requests, r.RPS, g.Warmup, g.GlobalCalls, g.RegionalCalls, g.ReportBytes, g.SafeDecisions)
+	if g.GlobalCalls <= 0 || g.RegionalCalls <= 0 || g.ReportBytes <= 0 {
+		t.Errorf("a cost is missing: %+v", g)
+	}
+	for _, c := range r.Classes {
+		t.Logf("%s: requests %d admitted %d bound %d exact %d over %d util %.3f errors %d", c.Class, c.Requests, c.Admitted, c.Bound, c.Exact, c.Over, c.Utilisation, c.Errors)
+		if c.Requests == 0 || c.Admitted == 0 {
+			t.Errorf("%s: %d requests, %d admitted", c.Class, c.Requests, c.Admitted)
+		}
+		if c.Class != classNames[classEnterprise] {
+			if c.Over != 0 {
+				t.Errorf("%s: over-admitted by %d in its own region", c.Class, c.Over)
+			}
+			continue
+		}
+		bound := c.Bound
+		if g.SafeDecisions > 0 {
+			bound = g.SafeBound
+		}
+		if c.Admitted > bound {
+			t.Errorf("enterprise: admitted %d over its bound %d (connected %d, %d safe-share decisions)", c.Admitted, bound, c.Bound, g.SafeDecisions)
+		}
+	}
+	if !strings.Contains(stdout.String(), "enterprise tenant, one quota across the regions") {
+		t.Errorf("the table has no regions part:\n%s", stdout.String())
+	}
+}

@@ -40,7 +40,7 @@
 // distributed free callers, an enterprise tenant and an abusive caller,
 // reported per class of caller:
 //
-//	go run ./cmd/quotagate-bench -mode fleet [-n 3,10,50] [-topology standalone,cluster] [-d 10s] [-c 64] [-lease off|static|auto] [-redis ADDR] [-cluster ADDRS]
+//	go run ./cmd/quotagate-bench -mode fleet [-n 3,10,50] [-topology standalone,cluster] [-d 10s] [-c 64] [-lease off|static|auto] [-redis ADDR] [-cluster ADDRS] [-regions R]
 //
 // Every process it starts is stopped when it exits, also on Ctrl-C.
 package main
@@ -160,6 +160,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.fleet.enterpriseRate, "enterprise-rate", 1000, "fleet: the enterprise tenant's limit per second (and burst)")
 	fs.StringVar(&o.fleet.lease, "lease", leaseOff, "fleet: the policy's lease: off, static (max_block 50, ttl 1s, instances N) or auto")
 	fs.StringVar(&o.fleet.redisAddr, "redis", "", "fleet: a standalone Redis to use (flushed before each run) instead of starting one")
+	fs.IntVar(&o.fleet.regions, "regions", 1, "fleet: regions to split the instances over, each on a redis-server of its own, the enterprise limit one quota across them granted by a global redis-server (1: one fleet on one Redis)")
 	fs.StringVar(&o.fleet.logPath, "instance-log", "", "fleet: write the instances' operational logs (store errors, breaker changes) to this file")
 	cluster := fs.String("cluster", "", "fleet: comma-separated seed addresses of a Redis Cluster to use (flushed before each run) instead of starting one")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each quotagate run's measured part to this directory (CONTENDER-KEYS-rROUND.pprof; serves /debug/pprof on quotagate's loopback admin listener)")

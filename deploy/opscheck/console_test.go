@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -324,15 +325,7 @@ routes:
 // QUOTAGATE_CONSOLE_SUPPORT_SCREENSHOT=file.png it also saves a screenshot.
 func TestAdminConsoleHistoryAndSupport(t *testing.T) {
 	const key = "console-support-key-0123456789"
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
-	t.Cleanup(upstream.Close)
-	sum := sha256.Sum256([]byte(key))
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	text := strings.NewReplacer("KEYHASH", hex.EncodeToString(sum[:]), "UPSTREAM", upstream.URL).Replace(supportConfig)
-	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := openConsoleOn(t, config)
+	p := openConsoleOn(t, writeSupportConfig(t, supportConfig, key))
 	g := p.g
 	for i := range 6 {
 		req, _ := http.NewRequest("GET", "http://"+g.listen+"/v1/items", nil)
@@ -416,6 +409,125 @@ func TestAdminConsoleHistoryAndSupport(t *testing.T) {
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if pr := p.problems(); len(pr) > 0 {
+		t.Errorf("the page logged problems: %q", pr)
+	}
+}
+
+// regionsConfig is supportConfig as region eu of a cross-region quota:
+// policy "quota" of 100 a second shared across regions, reports every
+// 200 ms, grants for 1 s; REGIONAL and GLOBAL are the addresses of the
+// regional and the global redis-server.
+var regionsConfig = strings.NewReplacer(
+	"identity:", `store:
+  kind: redis
+  redis: {addrs: [REGIONAL]}
+  region: eu
+  global:
+    redis: {addrs: [GLOBAL], timeout: 100ms}
+    report_interval: 200ms
+    lease_ttl: 1s
+identity:`,
+	"daily:\n", "quota:\n    on_store_error: closed\n    regions: {mode: leased, safe_share: 0.2}\n",
+	"{rate: 10, per: 24h, burst: 10}", "{rate: 100, per: 1s, burst: 100}",
+	"[daily]", "[quota]").Replace(supportConfig)
+
+// writeSupportConfig starts the upstream of a support config and writes
+// the config (text, with KEYHASH the SHA-256 of key, UPSTREAM the
+// upstream's URL and the pairs of replace applied) to a file of the test.
+func writeSupportConfig(t *testing.T, text, key string, replace ...string) string {
+	t.Helper()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	t.Cleanup(upstream.Close)
+	sum := sha256.Sum256([]byte(key))
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	text = strings.NewReplacer(append([]string{"KEYHASH", hex.EncodeToString(sum[:]), "UPSTREAM", upstream.URL}, replace...)...).Replace(text)
+	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config
+}
+
+// TestAdminConsoleShowsRegions loads the console of a real gateway of
+// region eu in headless Chromium, under about 20 requests a second of a
+// quota of 100 a second shared across regions: the regions panel shows
+// the region, its reporter, the policy granted the whole 100/s (the only
+// region asking gets the capacity), a demand and a utilisation above 0,
+// and the region connected; with the global Redis stopped, the panel
+// shows the region partitioned once lease_ttl has passed.
+func TestAdminConsoleShowsRegions(t *testing.T) {
+	const key = "console-regions-key-0123456789"
+	regional, global := startRedis(t), startRedis(t)
+	p := openConsoleOn(t, writeSupportConfig(t, regionsConfig, key, "REGIONAL", regional.addr, "GLOBAL", global.addr))
+	g := p.g
+	stop := make(chan struct{})
+	var sent sync.WaitGroup
+	var codesMu sync.Mutex
+	codes := map[int]int{}
+	sent.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			req, _ := http.NewRequest("GET", "http://"+g.listen+"/v1/items", nil)
+			req.Header.Set("X-API-Key", key)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				codesMu.Lock()
+				codes[resp.StatusCode]++
+				codesMu.Unlock()
+			}
+		}
+	})
+	defer func() { close(stop); sent.Wait() }()
+	defer func() {
+		codesMu.Lock()
+		defer codesMu.Unlock()
+		t.Logf("answers by status: %v", codes)
+	}()
+
+	row := `#region-classes tr[data-policy="quota"] `
+	granted, took := p.waitText("the policy's granted rate", row+"td.granted", 30*time.Second, func(s string) bool { return s == "100" })
+	t.Logf("granted %s/s shown %v after the console opened", granted, took.Round(100*time.Millisecond))
+	// Demand and utilisation are those of the last report (one interval
+	// of 200 ms: 4 requests, or none on a busy machine).
+	p.waitText("the policy's demand", row+"td.demand", 10*time.Second, func(s string) bool {
+		v, err := strconv.ParseFloat(s, 64)
+		return err == nil && v > 0
+	})
+	util, _ := p.waitText("the policy's utilisation", row+"td.utilisation", 10*time.Second, func(s string) bool {
+		u, err := strconv.ParseFloat(strings.TrimSuffix(s, " %"), 64)
+		return err == nil && u > 0
+	})
+	if u, _ := strconv.ParseFloat(strings.TrimSuffix(util, " %"), 64); u > 100 {
+		t.Errorf("utilisation %q, want at most 100 %% (admitted within the grant)", util)
+	}
+	if s := p.text(row + "td.partition"); s != "connected" {
+		t.Errorf("partition %q, want connected", s)
+	}
+	if s := p.text("#region-name"); s != "eu, this instance reports" {
+		t.Errorf("region %q, want eu, this instance reports", s)
+	}
+	if s := p.text(row + "td.safe"); s != "20 %" {
+		t.Errorf("safe share %q, want 20 %%", s)
+	}
+	t.Logf("demand %s/s, admitted %s/s, utilisation %s", p.text(row+"td.demand"), p.text(row+"td.admitted"), util)
+
+	// The global owner stops answering: past lease_ttl the region is
+	// partitioned.
+	if err := global.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer global.cmd.Process.Signal(syscall.SIGCONT)
+	_, took = p.waitText("the partition", row+"td.partition", 20*time.Second, func(s string) bool { return s == "partitioned" })
+	t.Logf("partitioned shown %v after the global Redis stopped (lease_ttl 1s)", took.Round(100*time.Millisecond))
+	if s := p.text("#region-state"); !strings.HasPrefix(s, "partitioned (last report ") {
+		t.Errorf("region state %q, want partitioned (last report …)", s)
 	}
 	if pr := p.problems(); len(pr) > 0 {
 		t.Errorf("the page logged problems: %q", pr)

@@ -188,7 +188,31 @@ function render() {
     fillTable("breakers", domains.map((d) => [{ text: d.domain, key: "domain" },
       { text: BREAKER_NAMES[d.state] || "–", cls: BREAKER_CLASSES[d.state] || "" }]));
     fillTable("hotkeys", (state.hot_keys || []).map((k) => [{ text: k.key }, { text: fmtRate(k.per_second), cls: "num" }]));
+    renderRegions(state.regions);
   }
+}
+
+// renderRegions shows this instance's region and its cross-region
+// policies (absent without store.global): the partition state, and per
+// policy the grants held, the demand, admissions and utilisation of the
+// last report (the region's reporter alone knows them).
+function renderRegions(r) {
+  $("regions").hidden = !r;
+  if (!r) return;
+  const state = $("region-state");
+  state.textContent = r.state === "never" ? "never heard from the global owner" :
+    r.state + " (last report " + r.since_report_s.toFixed(1) + " s ago)";
+  state.className = r.state === "connected" ? "ok" : "bad";
+  $("region-name").textContent = r.region + (r.reporter ? ", this instance reports" : "");
+  const opt = (v, f) => (v === null || v === undefined ? "–" : f(v));
+  fillTable("region-classes", r.classes.map((c) => [{ text: c.policy, key: "policy" },
+    { text: (c.safe_share * 100).toFixed(0) + " %", cls: "num safe" },
+    { text: c.granted + " of " + c.keys, cls: "num keys" },
+    { text: fmtRate(c.granted_rate), cls: "num granted" },
+    { text: opt(c.demand_rate, fmtRate), cls: "num demand" },
+    { text: opt(c.admitted_rate, fmtRate), cls: "num admitted" },
+    { text: opt(c.utilisation, (u) => (u * 100).toFixed(0) + " %"), cls: "num utilisation" },
+    { text: r.state, cls: "partition " + (r.state === "connected" ? "ok" : "bad") }]));
 }
 
 function setStatus(text, bad) {

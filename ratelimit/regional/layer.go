@@ -72,6 +72,11 @@ type Layer struct {
 	mu     sync.Mutex
 	grants map[string]Grant // the region's, as last read
 	counts map[string]*count
+	// limits are the configured limits of the keys this instance decided
+	// or holds a grant of (for KeyStats); reports the reporter's last
+	// report, by key.
+	limits  map[string]ratelimit.Limit
+	reports map[string]keyReport
 
 	leader atomicBool
 	// reportedAt is when the region's reporter last heard from the owner
@@ -94,6 +99,10 @@ type reportStats struct {
 	demand, admitted, granted float64
 	latency                   time.Duration
 }
+
+// keyReport is one key of the reporter's last report: units per the
+// key's Per.
+type keyReport struct{ demand, admitted, granted int64 }
 
 type count struct {
 	asked, admitted int64
@@ -122,7 +131,8 @@ func New(below ratelimit.Store, o Options) *Layer {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Layer{below: below, o: o, keys: newKeys(o.Prefix), grants: map[string]Grant{}, counts: map[string]*count{}, stop: make(chan struct{})}
+	l := &Layer{below: below, o: o, keys: newKeys(o.Prefix), grants: map[string]Grant{}, counts: map[string]*count{},
+		limits: map[string]ratelimit.Limit{}, reports: map[string]keyReport{}, stop: make(chan struct{})}
 	l.done.Add(2)
 	go l.loop(max(o.ReportInterval/4, time.Millisecond), l.refresh)
 	go l.loop(o.ReportInterval, l.report)
@@ -202,6 +212,7 @@ func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 		if c == nil {
 			c = &count{}
 			l.counts[it.Key] = c
+			l.limits[it.Key] = it.Limit
 		}
 		c.asked += it.Cost
 		c.limit = it.Limit
@@ -350,6 +361,11 @@ func (l *Layer) refresh(ctx context.Context) {
 	l.grants = grants
 	l.reportedAt = at
 	l.readAt = sent
+	for k := range l.limits {
+		if _, ok := grants[k]; !ok && l.counts[k] == nil {
+			delete(l.limits, k)
+		}
+	}
 	l.mu.Unlock()
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -159,30 +158,11 @@ func isNoFunction(err error) bool {
 }
 
 // Claims returns the owner's claims of key, for views and tests; expired
-// claims included.
+// claims included, sorted by region.
 func (o *Owner) Claims(ctx context.Context, key string) ([]Claim, error) {
 	m, err := o.client.HGetAll(ctx, o.prefix+"k:"+key).Result()
 	if err != nil {
 		return nil, ratelimit.Unavailable("regions: claims", err)
 	}
-	var out []Claim
-	for f, v := range m {
-		region, ok := strings.CutPrefix(f, "r:")
-		if !ok {
-			continue
-		}
-		var n [8]int64
-		parts := strings.Fields(v)
-		if len(parts) != len(n) {
-			return nil, fmt.Errorf("%w: claim %q", ErrMalformed, v)
-		}
-		for i, p := range parts {
-			if n[i], err = strconv.ParseInt(p, 10, 64); err != nil {
-				return nil, fmt.Errorf("%w: claim %q", ErrMalformed, v)
-			}
-		}
-		out = append(out, Claim{Region: region, Grant: Grant{Rate: n[0], Burst: n[1], Expires: n[2]}, Demand: n[3],
-			Held: Grant{Rate: n[5], Burst: n[6], Expires: n[7]}})
-	}
-	return out, nil
+	return parseClaims(m)
 }

@@ -100,7 +100,9 @@ func (l *Layer) report(ctx context.Context) {
 	}
 	var st reportStats
 	st.latency = latency
+	byKey := make(map[string]keyReport, len(reports))
 	for i, r := range reports {
+		byKey[r.Key] = keyReport{demand: r.Demand, admitted: r.Admitted * r.Limit.Per.Microseconds() / interval, granted: got[i].Grant.Rate}
 		perSecond := float64(time.Second) / float64(r.Limit.Per)
 		st.demand += float64(r.Demand) * perSecond
 		st.admitted += float64(r.Admitted) * float64(time.Second) / float64(l.o.ReportInterval)
@@ -108,6 +110,10 @@ func (l *Layer) report(ctx context.Context) {
 	}
 	l.mu.Lock()
 	l.stats = st
+	l.reports = byKey
+	for _, r := range reports {
+		l.limits[r.Key] = r.Limit
+	}
 	l.mu.Unlock()
 	pipe = l.o.Regional.TxPipeline()
 	pipe.Set(ctx, l.keys.reported, now, 4*l.o.LeaseTTL)

@@ -136,6 +136,16 @@ func (s *Stack) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 	return s.decider.Decide(ctx, items)
 }
 
+// Wrapped returns the store that Options.Wrap made of the Stack's top
+// layer (such as a regional layer, which the quota endpoint asks for its
+// views), nil without Options.Wrap.
+func (s *Stack) Wrapped() ratelimit.Store {
+	if s.decider == ratelimit.Store(s.top) {
+		return nil
+	}
+	return s.decider
+}
+
 // Read reports the state of items without deciding anything: each must
 // cost 0 (the batch then consumes and writes nothing; an item of another
 // cost is ErrInvalid, before any store call). It is for the reads that no
