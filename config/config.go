@@ -709,12 +709,14 @@ type Measure struct {
 	// Settle is an integer expression over usage fields of the response
 	// that the measure settles to, such as
 	// "usage.prompt_tokens + usage.completion_tokens" (see usage.Expr:
-	// +, *, "/" by a constant rounding up, integer constants, JSON paths
-	// read from a JSON body or from each event of an SSE stream, the last
-	// event holding a field winning, and price(<dimension>).input,
+	// +, -, *, "/" by a constant rounding up, integer constants, JSON
+	// paths read from a JSON body or from each event of an SSE stream, the
+	// last event holding a field winning, and price(<dimension>).input,
 	// .output or .cached, in nano-USD per token, from prices for the
-	// request's value of the dimension). It saturates at 2^53. A response
-	// lacking one of its fields settles nothing: the reservation stands.
+	// request's value of the dimension). It saturates at 2^53; "a - b" is
+	// max(a - b, 0) at each subtraction, and there is no unary minus. A
+	// response lacking one of its fields settles nothing: the reservation
+	// stands.
 	// At most MaxSettleFields distinct fields; not with SettleFrom.
 	Settle string `mapstructure:"settle"`
 	// MaxBody is the most bytes of a JSON body, or of one server-sent

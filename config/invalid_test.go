@@ -303,7 +303,7 @@ var invalidCases = map[string][]string{
 		`routes[0].measures.tokens.settle: price(model): prices needs an entry "*": it prices the values that are none of dimension model's, and those without their own`,
 		`routes[0].measures.tokens.settle: price(size): unknown dimension "size" (known: model, region)`,
 		`routes[0].measures.tokens.settle: settle and settle_from are two ways to say what the response used: write one`,
-		`routes[1].measures.tokens.settle: at 20: unexpected "-"`,
+		`routes[1].measures.tokens.settle: at 22: no unary minus: "-" subtracts a term from the one before it, and a value is never negative`,
 	},
 	"measures.yaml": {
 		`routes[0].measures.bad-name: a measure's name must be 1 to 32 of [a-z0-9_]`,
