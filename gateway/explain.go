@@ -30,7 +30,9 @@ type Explanation struct {
 	// body as given), decided as the gateway decides it; ReserveWhy says
 	// why: cost (a fixed cost), stated (the request says), reserve (the
 	// block's reserve: nothing to read), max (a body it could not read a
-	// reservation from, or none where reserve_from reads the body).
+	// reservation from, or none where reserve_from reads the body), bound
+	// (a measure's settle on the request's token bounds, see
+	// config.ReserveFrom.Measure).
 	Reserve    int64  `json:"reserve"`
 	ReserveWhy string `json:"reserve_why"`
 	// Refusal, when not empty, is the answer the request would get before
@@ -166,6 +168,9 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 	for i, m := range rt.measures {
 		me := MeasureExplained{Name: m.name, Reserve: st.reserved[i], ReserveWhy: res.whys[i], Max: m.max,
 			ReserveFrom: sources("json", strings.Join(append([]string{m.reserveFrom.JSON}, m.reserveFrom.JSONAliases...), " or "), "header", m.reserveFrom.Header)}
+		if m.bound >= 0 {
+			me.ReserveFrom = "the token bounds of " + rt.measures[m.bound].name
+		}
 		if m.settles {
 			if m.expr != nil {
 				me.SettleFrom = "settle " + cfg.Routes[routeIndex].Measures[m.name].Settle

@@ -151,4 +151,5 @@ var measureWhy = map[string]string{
 	"reserve":     "its reserve: the request states nothing where one is read",
 	"max":         "its max: the body does not state a reservation the gateway can read, or there is no body",
 	"over_budget": "its max: the gateway's body buffer budget is spent",
+	"bound":       "its settle on the request's token bounds",
 }
