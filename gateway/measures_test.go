@@ -422,6 +422,17 @@ func TestMoneyReservedFromTokenBounds(t *testing.T) {
 			if len(ex.Measures) != 2 || ex.Measures[1].Name != "usd" || ex.Measures[1].Reserve != 10250 || ex.Measures[1].ReserveWhy != "bound" {
 				t.Errorf("explain: measures %+v, want usd reserving 10250 (bound)", ex.Measures)
 			}
+			// n: 2 doubles the completion's bound; a 42-byte body bounds the
+			// prompt at 11 tokens: (11 × 2500 + 2000 × 10000) / 1000 =
+			// 20027.5, rounded up.
+			ex, err = Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat/missing", Credential: "KEY1",
+				Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"model":"gpt-4o","max_tokens":1000,"n":2}`)}, testGetenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex.Measures) != 2 || ex.Measures[0].Reserve != 2011 || ex.Measures[1].Reserve != 20028 {
+				t.Errorf("explain with n 2: measures %+v, want tokens 2011 and usd 20028", ex.Measures)
+			}
 
 			// A response without a usage leaves the reservation standing:
 			// what the gateway reserved, 10250 µUSD and 1100 tokens.
@@ -447,6 +458,53 @@ func TestMoneyReservedFromTokenBounds(t *testing.T) {
 			// their max, usd its max of 30000, more than is left.
 			post("/v1/chat/llm?p=1&c=1", `{"model":"gpt-4o"}`, http.StatusTooManyRequests)
 			expect("no bound", map[string]int64{"rpm": 96, "tpm": 100000 - 2370, "spend": 7500})
+		})
+	}
+}
+
+// TestCachedTokensPricedApart: on every store, a settle expression that
+// subtracts prices the cached part of the prompt at its own price: 1000
+// prompt tokens, 800 cached, and 100 completion tokens of gpt-4o settle
+// to (200 × 2500 + 800 × 1250 + 100 × 10000) / 1000 = 2500 µUSD; more
+// cached than prompt tokens prices the prompt at 0, not below.
+func TestCachedTokensPricedApart(t *testing.T) {
+	text := strings.NewReplacer(
+		`gpt-4o: {input: "2.50", output: "10.00"}`, `gpt-4o: {input: "2.50", output: "10.00", cached: "1.25"}`,
+		"settle: (usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000",
+		"settle: ((usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens) * price(model).input"+
+			" + usage.prompt_tokens_details.cached_tokens * price(model).cached + usage.completion_tokens * price(model).output) / 1000",
+	).Replace(llmConfig)
+	for _, store := range everyStore {
+		t.Run(store.name, func(t *testing.T) {
+			addrs, _ := store.start(t)
+			sf := newSettleFixtureWith(t, nil, addrs, text, time.Second)
+			spend := func() int64 {
+				t.Helper()
+				rep, _ := sf.quota(t, map[string]string{"X-API-Key": "KEY1"})
+				for _, q := range rep.Policies {
+					if q.Name == "spend" {
+						return q.Remaining
+					}
+				}
+				t.Fatal("no spend in /_quota")
+				return 0
+			}
+			for _, c := range []struct {
+				query string
+				price int64
+			}{
+				{"p=1000&k=800&c=100", 2500},
+				{"p=100&k=300&c=10", 475}, // (0 × 2500 + 300 × 1250 + 10 × 10000) / 1000
+			} {
+				before := spend()
+				resp, b := sf.post(t, 1, "/v1/chat/llm?"+c.query, `{"model":"gpt-4o","max_tokens":500}`, nil)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: status %d %s", c.query, resp.StatusCode, b)
+				}
+				if took := before - spend(); took != c.price {
+					t.Errorf("%s: spend took %d µUSD, want %d", c.query, took, c.price)
+				}
+			}
 		})
 	}
 }

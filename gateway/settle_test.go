@@ -214,10 +214,14 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		mode = strings.TrimPrefix(mode, prefix)
 	}
 	switch mode {
-	case "llm": // an OpenAI-style usage of ?p= prompt and ?c= completion tokens
+	case "llm": // an OpenAI-style usage of ?p= prompt (?k= of them cached) and ?c= completion tokens
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":%s,"completion_tokens":%s}}`,
-			r.URL.Query().Get("p"), r.URL.Query().Get("c"))
+		details := ""
+		if k := r.URL.Query().Get("k"); k != "" {
+			details = `,"prompt_tokens_details":{"cached_tokens":` + k + `}`
+		}
+		fmt.Fprintf(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":%s,"completion_tokens":%s%s}}`,
+			r.URL.Query().Get("p"), r.URL.Query().Get("c"), details)
 	case "llm-sse": // the same, streamed, the usage in the last chunk (include_usage)
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n")
