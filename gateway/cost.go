@@ -67,7 +67,9 @@ type reserved struct {
 	// why says where units came from: "cost" (a fixed cost), "stated"
 	// (the request stated it), "reserve" (nothing to read: the block's
 	// reserve), "max" (a body the gateway could not read a reservation
-	// from), "over_budget" (max: the body buffer budget was spent).
+	// from), "over_budget" (max: the body buffer budget was spent);
+	// for a measure, also "bound" (its expression on the token bounds,
+	// see measure.boundReservation).
 	why string
 	// measures and whys are the same per measure of the route.
 	measures [config.MaxMeasures]int64
