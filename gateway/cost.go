@@ -88,7 +88,8 @@ type reserved struct {
 }
 
 // reservation returns what r reserves on st's route: each measure's units
-// (see measureReservation), recorded in st.reserved, and stage 1's: its
+// (see measureReservation; a measure with reserve_from.measure, once the
+// others are read, boundReservation), recorded in st.reserved, and stage 1's: its
 // cost block's reservation, or the route's fixed cost. The first measure
 // that refuses the request refuses it. The gateway and explain both
 // decide here.
