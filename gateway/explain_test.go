@@ -275,7 +275,7 @@ routes:
 // what the request reserves there; sending the request, the upstream
 // that admits it took exactly those costs and every other policy nothing
 // (the reservation stands: the response reports no usage). With
-// concurrency policies, each upstream holds its one slot.
+// concurrency policies, each upstream holds a slot of each of its own.
 func TestExplainUpstreamsAsTheGateway(t *testing.T) {
 	sf := newSettleFixtureWith(t, nil, nil, fallbackConfig, time.Second)
 	cfg, err := config.Load(sf.path, testGetenv)
@@ -331,8 +331,8 @@ func TestExplainUpstreamsAsTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ex.Upstreams) != 2 ||
-		!sameUnits(costs(ex.Upstreams[0]), map[string]int64{"rpm": 1, "ptu_slots": 1, "ptu_tpm": 400, "watch": 400}) || ex.Upstreams[0].Slots != 1 ||
+		!sameUnits(costs(ex.Upstreams[0]), map[string]int64{"rpm": 1, "ptu_slots": 1, "probe": 1, "ptu_tpm": 400, "watch": 400}) || ex.Upstreams[0].Slots != 2 ||
 		!sameUnits(costs(ex.Upstreams[1]), map[string]int64{"rpm": 1, "paygo_slots": 1, "paygo_tpm": 400}) || ex.Upstreams[1].Slots != 1 {
-		t.Errorf("with slots: explained %+v, want a slot and 400 tokens on each upstream", ex.Upstreams)
+		t.Errorf("with slots: explained %+v, want 400 tokens on each upstream, two slots on ptu (probe's too) and one on paygo", ex.Upstreams)
 	}
 }
