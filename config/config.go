@@ -712,12 +712,14 @@ type Measure struct {
 	// Settle is an integer expression over usage fields of the response
 	// that the measure settles to, such as
 	// "usage.prompt_tokens + usage.completion_tokens" (see usage.Expr:
-	// +, *, "/" by a constant rounding up, integer constants, JSON paths
-	// read from a JSON body or from each event of an SSE stream, the last
-	// event holding a field winning, and price(<dimension>).input,
+	// +, -, *, "/" by a constant rounding up, integer constants, JSON
+	// paths read from a JSON body or from each event of an SSE stream, the
+	// last event holding a field winning, and price(<dimension>).input,
 	// .output or .cached, in nano-USD per token, from prices for the
-	// request's value of the dimension). It saturates at 2^53. A response
-	// lacking one of its fields settles nothing: the reservation stands.
+	// request's value of the dimension). It saturates at 2^53; "a - b" is
+	// max(a - b, 0) at each subtraction, and there is no unary minus. A
+	// response lacking one of its fields settles nothing: the reservation
+	// stands.
 	// At most MaxSettleFields distinct fields; not with SettleFrom.
 	Settle string `mapstructure:"settle"`
 	// MaxBody is the most bytes of a JSON body, or of one server-sent
@@ -819,6 +821,26 @@ type ReserveFrom struct {
 	// capped at max; a body of unknown length (chunked) reserves max.
 	// Only with JSON.
 	PromptBytesPerToken int64 `mapstructure:"prompt_bytes_per_token"`
+	// Measure, instead of JSON and Header, names another measure of the
+	// route whose reserve_from reads the body (json, with
+	// prompt_bytes_per_token): this measure then reserves the value of
+	// its own Settle on that measure's bounds of the request's tokens,
+	// Prompt being ceil(Content-Length / prompt_bytes_per_token),
+	// Completion the json field times json_count, and every other field
+	// of Settle 0 (a cached prompt token is priced as an input one), at
+	// least 1 and at most Max. A request whose body states no bound
+	// readably (that measure reserves its max) reserves Max. So a money
+	// measure reserves what the longest answer the request allows would
+	// cost. Settle must not subtract: only an expression that never
+	// decreases when a field grows gives an upper bound on its bounds.
+	// Max is required. Only on a route's measures, not a cost block.
+	Measure string `mapstructure:"measure"`
+	// Prompt is the field of Settle the prompt's bound stands for (only
+	// with Measure; left out, usage.prompt_tokens).
+	Prompt string `mapstructure:"prompt"`
+	// Completion is the field of Settle the completion's bound stands
+	// for (only with Measure; left out, usage.completion_tokens).
+	Completion string `mapstructure:"completion"`
 }
 
 // SettleFrom names where a response reports its usage; the first present

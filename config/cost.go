@@ -94,6 +94,10 @@ func (c *Config) validateCostBlock(errs *Errors, p string, r *Route) {
 // Normalize has filled Max (and Reserve) when left out.
 func (c *Config) validateMeasure(errs *Errors, p string, m Measure, bound []Policy, block bool) {
 	asksJSON := m.ReserveFrom != nil && m.ReserveFrom.JSON != ""
+	boundBy := "" // reserve_from.measure
+	if m.ReserveFrom != nil {
+		boundBy = m.ReserveFrom.Measure
+	}
 	if m.Reserve < 1 && (block || m.ReserveFrom == nil) {
 		errs.add(p+".reserve", "is required, >= 1 (the units taken when the request does not say)")
 	}
@@ -101,6 +105,8 @@ func (c *Config) validateMeasure(errs *Errors, p string, m Measure, bound []Poli
 	case m.Max == 0 && asksJSON:
 		errs.add(p+".max", "is required with reserve_from.json: a request whose body does not state "+m.ReserveFrom.JSON+
 			" readably (compressed, without it, longer than max_body) reserves max")
+	case m.Max == 0 && boundBy != "":
+		errs.add(p+".max", "is required with reserve_from.measure: it caps the reservation, and is reserved when the body states no bound readably")
 	case m.Max < 1:
 		if m.Reserve >= 1 || block {
 			errs.add(p+".max", "must be >= 1")
@@ -122,8 +128,15 @@ func (c *Config) validateMeasure(errs *Errors, p string, m Measure, bound []Poli
 		errs.addf(p+".max_body", "must be in [1, %d] bytes, got %d", MaxCostBody, m.MaxBody)
 	}
 	if f := m.ReserveFrom; f != nil {
-		if f.JSON == "" && f.Header == "" {
-			errs.add(p+".reserve_from", "must name json or header (or be left out)")
+		switch {
+		case f.Measure != "" && (f.JSON != "" || f.Header != ""):
+			errs.add(p+".reserve_from.measure", "cannot be written beside json or header: the reservation is settle's value on that measure's bounds")
+		case f.Measure != "" && block:
+			errs.add(p+".reserve_from.measure", "needs measures: a cost block is its route's only measure; write it as measures."+legacyMeasure)
+		case f.Measure == "" && (f.Prompt != "" || f.Completion != ""):
+			errs.add(p+".reserve_from", "prompt and completion need measure: they name the fields its bounds stand for")
+		case f.JSON == "" && f.Header == "" && f.Measure == "":
+			errs.add(p+".reserve_from", "must name json, header or measure (or be left out)")
 		}
 		sourceErr(errs, p+".reserve_from.json", usage.RequestSource{JSON: f.JSON}.Validate(), "json")
 		if len(f.JSONAliases) > 0 && f.JSON == "" {
@@ -248,6 +261,7 @@ func (c *Config) validateMeasures(errs *Errors, p string, r *Route) {
 			errs.addf(mp, "is the cost of no policy of the route: bind one with {name: P, cost: %s}, or remove it", name)
 		}
 		c.validateMeasure(errs, mp, m, bound, false)
+		c.validateReserveBound(errs, mp, name, r, m)
 		if m.ReserveFrom != nil && m.ReserveFrom.JSON != "" {
 			if reader != "" {
 				errs.addf(mp+".reserve_from.json", "only one measure of a route reads the request body, and measure %s does", reader)
@@ -255,6 +269,50 @@ func (c *Config) validateMeasures(errs *Errors, p string, r *Route) {
 				reader = name
 			}
 		}
+	}
+}
+
+// validateReserveBound checks the reserve_from.measure of measure m,
+// named name, of route r (p is its path): that it names another measure
+// of r that reads the body with a prompt bound, that m's settle is
+// monotone, and its prompt and completion fields (Normalize has filled
+// them when left out).
+func (c *Config) validateReserveBound(errs *Errors, p, name string, r *Route, m Measure) {
+	f := m.ReserveFrom
+	if f == nil || f.Measure == "" || f.JSON != "" || f.Header != "" || r.Settle != nil {
+		return // none, or reported by validateMeasure
+	}
+	p += ".reserve_from"
+	other, ok := r.Measures[f.Measure]
+	switch {
+	case f.Measure == name:
+		errs.add(p+".measure", "names this measure itself: name the measure whose reserve_from reads the token bounds")
+	case !ok:
+		errs.addf(p+".measure", "%q is not a measure of this route%s", f.Measure, known(r.Measures))
+	case other.ReserveFrom == nil || other.ReserveFrom.JSON == "":
+		errs.addf(p+".measure", "measure %s does not read the request body (reserve_from.json): it has no bound of the completion", f.Measure)
+	case other.ReserveFrom.PromptBytesPerToken < 1:
+		errs.addf(p+".measure", "measure %s has no reserve_from.prompt_bytes_per_token: the prompt has no bound", f.Measure)
+	}
+	for _, fp := range []struct{ key, path string }{{"prompt", f.Prompt}, {"completion", f.Completion}} {
+		sourceErr(errs, p+"."+fp.key, usage.Source{JSON: fp.path}.Validate(), "json")
+	}
+	if f.Prompt == f.Completion {
+		errs.addf(p+".completion", "is the prompt's field too (%s): the two bounds stand for two fields", f.Prompt)
+	}
+	if m.Settle == "" {
+		errs.add(p+".measure", "needs settle: the reservation is settle's value on the bounds")
+		return
+	}
+	e := m.expr
+	if e == nil {
+		return // reported at settle
+	}
+	if ok, at := e.Monotone(); !ok {
+		errs.addf(p+".measure", "settle subtracts (at %d), so its value on the bounds is no upper bound: write a fixed reserve instead, or a settle without \"-\"", at)
+	}
+	if !slices.Contains(e.Fields, f.Prompt) && !slices.Contains(e.Fields, f.Completion) {
+		errs.addf(p+".measure", "settle reads neither %s nor %s: its value would not grow with the request's bounds", f.Prompt, f.Completion)
 	}
 }
 

@@ -30,7 +30,9 @@ const DefaultSlotTTL = 30 * time.Second
 //   - fills what depends on other keys: a concurrency policy's slot_ttl
 //     (DefaultSlotTTL), a lease's instances (store.fleet_size), the
 //     anonymous IPv6 prefix (64), a measure's max (its reserve) and
-//     reserve (its max), a route's client_signals (server.client_signals);
+//     reserve (its max), the fields a reserve_from.measure bound stands
+//     for (usage.prompt_tokens, usage.completion_tokens), a route's
+//     client_signals (server.client_signals);
 //   - derives Server.TrustedPrefixes, the prices in nano-USD and each
 //     measure's parsed settle expression;
 //   - writes a route's cost block into Measures as the measure "cost", and
@@ -137,6 +139,11 @@ func (c *Config) normalizeRoute(r *Route) {
 			if m.Reserve == 0 && m.ReserveFrom != nil {
 				m.Reserve = m.Max
 			}
+		}
+		if f := m.ReserveFrom; f != nil && f.Measure != "" {
+			f.Measure = strings.ToLower(f.Measure)
+			setZero(&f.Prompt, "usage.prompt_tokens")
+			setZero(&f.Completion, "usage.completion_tokens")
 		}
 		m.expr = nil
 		if m.Settle != "" {

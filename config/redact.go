@@ -257,6 +257,9 @@ func showMeasure(ms Measure) map[string]any {
 		if f.JSONCount != "" {
 			rf["json_count"] = f.JSONCount
 		}
+		if f.Measure != "" {
+			rf["measure"], rf["prompt"], rf["completion"] = f.Measure, f.Prompt, f.Completion
+		}
 		m["reserve_from"] = rf
 	}
 	if f := ms.SettleFrom; f != nil {

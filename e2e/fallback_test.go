@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -46,28 +45,8 @@ func TestFleetFallbackAcrossUpstreams(t *testing.T) {
 			"settle_from": map[string]any{"json": "usage.total_tokens"}}}})
 	gws := startGateways(t, 2, cfg)
 
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	admitted, denied := 0, map[string]int{}
-	for i := range 30 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status, policy := chat(t, gws[i%2], "key-burst", 100, 100)
-			mu.Lock()
-			defer mu.Unlock()
-			switch status {
-			case http.StatusOK:
-				admitted++
-			case http.StatusTooManyRequests:
-				denied[policy]++
-			default:
-				t.Errorf("status %d", status)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := denied["ptu_tpm"] + denied["paygo_tpm"]; admitted != 16 || n != 14 || n != 30-admitted {
+	admitted, denied := burst(30, func(i int) (int, string) { return chat(t, gws[i%2], "key-burst", 100, 100) })
+	if n := denied["429 ptu_tpm"] + denied["429 paygo_tpm"]; admitted != 16 || n != 14 || n != 30-admitted {
 		t.Errorf("%d admitted, denied %v; want 16 admitted and 14 denied by ptu_tpm or paygo_tpm", admitted, denied)
 	}
 	if p, g := served[0].Load(), served[1].Load(); p != 10 || g != 6 {

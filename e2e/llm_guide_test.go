@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/doccheck"
 	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 )
@@ -22,14 +23,9 @@ import (
 // pointed at upstreamURL.
 func guideConfig(t *testing.T, upstreamURL string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "docs", "guides", "llm-gateway.md"))
+	block, err := doccheck.LLMGuideConfig("..")
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "```yaml config\n")
-	block, _, closed := strings.Cut(rest, "\n```")
-	if !ok || !closed {
-		t.Fatal("docs/guides/llm-gateway.md has no ```yaml config block")
 	}
 	const guideUpstream = `"http://127.0.0.1:8000"`
 	if !strings.Contains(block, guideUpstream) {

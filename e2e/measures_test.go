@@ -38,42 +38,19 @@ func TestFleetRequestsAndTokensOnOneRoute(t *testing.T) {
 			"settle_from": map[string]any{"json": "usage.total_tokens"}}}})
 	gws := startGateways(t, 2, cfg)
 
-	// burst sends n concurrent requests of key over both gateways and
-	// returns how many were admitted and, per policy, how many denied.
-	burst := func(key string, n int, maxTokens, used int) (admitted int, deniedBy map[string]int) {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		deniedBy = map[string]int{}
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				status, policy := chat(t, gws[i%2], key, maxTokens, used)
-				mu.Lock()
-				defer mu.Unlock()
-				switch status {
-				case http.StatusOK:
-					admitted++
-				case http.StatusTooManyRequests:
-					deniedBy[policy]++
-				default:
-					t.Errorf("status %d", status)
-				}
-			}()
-		}
-		wg.Wait()
-		return admitted, deniedBy
+	// over sends 30 concurrent requests of key over both gateways.
+	over := func(key string, maxTokens, used int) (admitted int, denied map[string]int) {
+		return burst(30, func(i int) (int, string) { return chat(t, gws[i%2], key, maxTokens, used) })
 	}
-
-	admitted, denied := burst("key-small", 30, 10, 5)
-	if admitted != 20 || denied["rpm"] != 10 || len(denied) != 1 {
+	admitted, denied := over("key-small", 10, 5)
+	if admitted != 20 || denied["429 rpm"] != 10 || len(denied) != 1 {
 		t.Errorf("small requests: %d admitted, denied %v; want 20 admitted and 10 denied by rpm", admitted, denied)
 	}
 	waitRemaining(t, gws[1], "key-small", "tpm", 1000-20*5, "small requests")
 	waitRemaining(t, gws[1], "key-small", "rpm", 0, "small requests")
 
-	admitted, denied = burst("key-large", 30, 100, 100)
-	if admitted != 10 || denied["tpm"] != 20 || len(denied) != 1 {
+	admitted, denied = over("key-large", 100, 100)
+	if admitted != 10 || denied["429 tpm"] != 20 || len(denied) != 1 {
 		t.Errorf("large requests: %d admitted, denied %v; want 10 admitted and 20 denied by tpm", admitted, denied)
 	}
 	waitRemaining(t, gws[0], "key-large", "tpm", 0, "large requests")
@@ -112,15 +89,39 @@ func postChat(t *testing.T, gw *gateway, key, query, body string) (int, string) 
 	return resp.StatusCode, p.Policy
 }
 
-// TestFleetPerModelLimitsAndBudget: two gateways on one Redis key tpm by
-// the body's model (gpt-4o 1000 tokens, gpt-4o-mini 5000, any other
-// model 100000) and charge a monthly budget of 100000 µUSD at each
-// model's price. 30 concurrent gpt-4o requests of 100 tokens admit
-// exactly 10, 30 of gpt-4o-mini all 30, each model's counter and the
-// budget exact; then requests of 50000 µUSD each spend the budget: the
-// second empties it, the third is denied by spend.
-func TestFleetPerModelLimitsAndBudget(t *testing.T) {
-	rs := redistest.StartStandalone(t)
+// burst sends n requests at once, request i by send (which returns its
+// status and the policy that denied it), and returns how many were
+// admitted (200) and the others counted by "status policy".
+func burst(n int, send func(i int) (status int, policy string)) (admitted int, denied map[string]int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	denied = map[string]int{}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, policy := send(i)
+			mu.Lock()
+			defer mu.Unlock()
+			if status == http.StatusOK {
+				admitted++
+			} else {
+				denied[fmt.Sprint(status, " ", policy)]++
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted, denied
+}
+
+// llmFleetConfig is the configuration of the fleet LLM tests on the
+// Redis at addr, for the tenants given: an upstream answering the usage
+// ?p= prompt and ?c= completion tokens; tpm keyed by the body's model
+// (gpt-4o 1000 tokens, gpt-4o-mini 5000, any other 100000), spend a
+// monthly budget of 100000 µUSD priced per model; and the route chat
+// (POST /v1/chat) taking measures (tokens and usd) from them.
+func llmFleetConfig(t *testing.T, addr string, measures map[string]any, tenants ...string) *gwConfig {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
@@ -128,7 +129,7 @@ func TestFleetPerModelLimitsAndBudget(t *testing.T) {
 		fmt.Fprintf(w, `{"choices":[],"usage":{"prompt_tokens":%s,"completion_tokens":%s}}`, q.Get("p"), q.Get("c"))
 	}))
 	t.Cleanup(up.Close)
-	cfg := limiterConfig(up.URL, []string{rs.Addr}, "models", "budget")
+	cfg := limiterConfig(up.URL, []string{addr}, tenants...)
 	cfg.Dimensions = map[string]any{"model": map[string]any{"json": "model", "values": []string{"gpt-4o", "gpt-4o-mini"}}}
 	cfg.Prices = map[string]any{"gpt-4o": map[string]any{"input": "2.50", "output": "10.00"},
 		"gpt-4o-mini": map[string]any{"input": "0.15", "output": "0.60"}, "*": map[string]any{"input": "2.50", "output": "10.00"}}
@@ -138,41 +139,37 @@ func TestFleetPerModelLimitsAndBudget(t *testing.T) {
 		Limits: map[string]limitCfg{"std": {Rate: 100000, Calendar: map[string]any{"unit": "month"}}}}
 	cfg.Routes = append(cfg.Routes, routeCfg{Name: "chat", Method: "POST", Path: "/v1/chat", Upstream: "up",
 		Policies: []any{map[string]any{"name": "tpm", "cost": "tokens"}, map[string]any{"name": "spend", "cost": "usd"}},
-		Measures: map[string]any{
-			"tokens": map[string]any{"reserve_from": map[string]any{"json": "max_tokens"}, "max": 500,
-				"settle": "usage.prompt_tokens + usage.completion_tokens"},
-			"usd": map[string]any{"reserve": 1000,
-				"settle": "(usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000"}}})
+		Measures: measures})
+	return cfg
+}
+
+// TestFleetPerModelLimitsAndBudget: two gateways on one Redis key tpm by
+// the body's model (gpt-4o 1000 tokens, gpt-4o-mini 5000, any other
+// model 100000) and charge a monthly budget of 100000 µUSD at each
+// model's price. 30 concurrent gpt-4o requests of 100 tokens admit
+// exactly 10, 30 of gpt-4o-mini all 30, each model's counter and the
+// budget exact; then requests of 50000 µUSD each spend the budget: the
+// second empties it, the third is denied by spend.
+func TestFleetPerModelLimitsAndBudget(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	cfg := llmFleetConfig(t, rs.Addr, map[string]any{
+		"tokens": map[string]any{"reserve_from": map[string]any{"json": "max_tokens"}, "max": 500,
+			"settle": "usage.prompt_tokens + usage.completion_tokens"},
+		"usd": map[string]any{"reserve": 1000,
+			"settle": "(usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000"}},
+		"models", "budget")
 	gws := startGateways(t, 2, cfg)
 
 	send := func(gw *gateway, key, model string, maxTokens, p, c int) (int, string) {
 		return postChat(t, gw, key, fmt.Sprintf("p=%d&c=%d", p, c), fmt.Sprintf(`{"model":%q,"max_tokens":%d}`, model, maxTokens))
 	}
-	burst := func(model string) (admitted int, denied map[string]int) {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		denied = map[string]int{}
-		for i := range 30 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				status, policy := send(gws[i%2], "key-models", model, 100, 50, 50)
-				mu.Lock()
-				defer mu.Unlock()
-				if status == http.StatusOK {
-					admitted++
-				} else {
-					denied[fmt.Sprint(status, " ", policy)]++
-				}
-			}()
-		}
-		wg.Wait()
-		return admitted, denied
+	models := func(model string) (admitted int, denied map[string]int) {
+		return burst(30, func(i int) (int, string) { return send(gws[i%2], "key-models", model, 100, 50, 50) })
 	}
-	if admitted, denied := burst("gpt-4o"); admitted != 10 || denied["429 tpm"] != 20 {
+	if admitted, denied := models("gpt-4o"); admitted != 10 || denied["429 tpm"] != 20 {
 		t.Errorf("gpt-4o: %d admitted, denied %v; want 10, and 20 by tpm", admitted, denied)
 	}
-	if admitted, denied := burst("GPT-4o-mini"); admitted != 30 {
+	if admitted, denied := models("GPT-4o-mini"); admitted != 30 {
 		t.Errorf("gpt-4o-mini: %d admitted, denied %v; want all 30 (its own limit)", admitted, denied)
 	}
 	// 10 × (50 × 2500 + 50 × 10000) nano-USD = 6250 µUSD, and 30 × ceil(37.5) = 1140.
@@ -204,4 +201,28 @@ func quotaBy(t *testing.T, gw *gateway, key, policy string) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// TestFleetBudgetReservesTokenBounds: two gateways on one Redis, the
+// budget of 100000 µUSD reserving each request's price at its bounds
+// (reserve_from: {measure: tokens}). 30 concurrent gpt-5 requests of
+// max_tokens 1000 in a 35-byte body (a prompt of at most 9 tokens) each
+// reserve (9 × 2500 + 1000 × 10000) / 1000 = 10022.5, 10023 µUSD, and use
+// their bounds: exactly 9 are admitted (90207), 21 denied by spend, and
+// the budget keeps 9793, never in debt.
+func TestFleetBudgetReservesTokenBounds(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	cfg := llmFleetConfig(t, rs.Addr, map[string]any{
+		"tokens": map[string]any{"reserve_from": map[string]any{"json": "max_tokens", "prompt_bytes_per_token": 4}, "max": 1000,
+			"settle": "usage.prompt_tokens + usage.completion_tokens"},
+		"usd": map[string]any{"reserve_from": map[string]any{"measure": "tokens"}, "max": 50000,
+			"settle": "(usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000"}},
+		"bound")
+	gws := startGateways(t, 2, cfg)
+	const body = `{"model":"gpt-5","max_tokens":1000}` // 35 bytes
+	admitted, denied := burst(30, func(i int) (int, string) { return postChat(t, gws[i%2], "key-bound", "p=9&c=1000", body) })
+	if admitted != 9 || denied["429 spend"] != 21 {
+		t.Errorf("%d admitted, denied %v; want 9, and 21 by spend", admitted, denied)
+	}
+	waitRemaining(t, gws[1], "key-bound", "spend", 100000-9*10023, "the budget after the burst")
 }

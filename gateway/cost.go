@@ -67,20 +67,29 @@ type reserved struct {
 	// why says where units came from: "cost" (a fixed cost), "stated"
 	// (the request stated it), "reserve" (nothing to read: the block's
 	// reserve), "max" (a body the gateway could not read a reservation
-	// from), "over_budget" (max: the body buffer budget was spent).
+	// from), "over_budget" (max: the body buffer budget was spent);
+	// for a measure, also "bound" (its expression on the token bounds,
+	// see measure.boundReservation).
 	why string
 	// measures and whys are the same per measure of the route.
 	measures [config.MaxMeasures]int64
 	whys     [config.MaxMeasures]string
 	// value is the index of the request's value of the route's dimension,
 	// or usage.Other (see config.Dimension).
-	value      int
-	overBudget bool
-	refusal    *problem
+	value int
+	// prompt and completion are the bounds of the request's tokens that
+	// the measure reading the body found, when bounds (it has a prompt
+	// bound and the body stated the completion): ceil(body bytes /
+	// prompt_bytes_per_token), and the stated completion times its count.
+	prompt, completion uint64
+	bounds             bool
+	overBudget         bool
+	refusal            *problem
 }
 
 // reservation returns what r reserves on st's route: each measure's units
-// (see measureReservation), recorded in st.reserved, and stage 1's: its
+// (see measureReservation; a measure with reserve_from.measure, once the
+// others are read, boundReservation), recorded in st.reserved, and stage 1's: its
 // cost block's reservation, or the route's fixed cost. The first measure
 // that refuses the request refuses it. The gateway and explain both
 // decide here.
@@ -99,6 +108,9 @@ func reservation(r *http.Request, st *requestState, budget *usage.Budget) reserv
 		}
 		out.measures[i], out.whys[i] = one.units, one.why
 		out.overBudget = out.overBudget || one.overBudget
+		if one.bounds {
+			out.prompt, out.completion, out.bounds = one.prompt, one.completion, true
+		}
 		if l.JSON != "" {
 			out.value = one.value
 		}
@@ -109,6 +121,11 @@ func reservation(r *http.Request, st *requestState, budget *usage.Budget) reserv
 			return one
 		}
 		out.value, out.overBudget = one.value, out.overBudget || one.overBudget
+	}
+	for i, m := range st.route.measures { // on the bounds and the value read above
+		if m.bound >= 0 {
+			out.measures[i], out.whys[i] = m.boundReservation(&out)
+		}
 	}
 	st.reserved = out.measures
 	out.units, out.why = st.route.cost, "cost"
@@ -161,11 +178,14 @@ func measureReservation(r *http.Request, st *requestState, m *measure, label usa
 	case found && m.perToken > 0 && r.ContentLength < 0:
 		return reserved{units: m.max, why: "max", value: value} // a prompt of unknown size
 	case found:
-		n := max(int64(units), 1) // a reservation of 0 would ask without taking
-		if m.perToken > 0 {       // the prompt's bound: ceil(body bytes / bytes per token), within max
-			n = min(n+(r.ContentLength+m.perToken-1)/m.perToken, m.max)
+		// A reservation of 0 would ask without taking.
+		out := reserved{units: max(int64(units), 1), why: "stated", value: value}
+		if m.perToken > 0 { // the prompt's bound: ceil(body bytes / bytes per token), within max
+			prompt := (r.ContentLength + m.perToken - 1) / m.perToken
+			out.prompt, out.completion, out.bounds = uint64(prompt), units, true
+			out.units = min(out.units+prompt, m.max)
 		}
-		return reserved{units: n, why: "stated", value: value}
+		return out
 	case m.reserveFrom.JSON != "":
 		return reserved{units: m.max, why: "max", value: value} // the caller cannot shrink what its body asks for by hiding it
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/identity"
 	"github.com/quotagate/quotagate/ratelimit"
+	"github.com/quotagate/quotagate/routes"
 	"github.com/quotagate/quotagate/usage"
 )
 
@@ -30,7 +31,9 @@ type Explanation struct {
 	// body as given), decided as the gateway decides it; ReserveWhy says
 	// why: cost (a fixed cost), stated (the request says), reserve (the
 	// block's reserve: nothing to read), max (a body it could not read a
-	// reservation from, or none where reserve_from reads the body).
+	// reservation from, or none where reserve_from reads the body), bound
+	// (a measure's settle on the request's token bounds, see
+	// config.ReserveFrom.Measure).
 	Reserve    int64  `json:"reserve"`
 	ReserveWhy string `json:"reserve_why"`
 	// Refusal, when not empty, is the answer the request would get before
@@ -45,7 +48,29 @@ type Explanation struct {
 	// "cost"), ordered by name, with what this request reserves of each.
 	Measures []MeasureExplained `json:"measures,omitempty"`
 	Local    *config.Limit      `json:"local,omitempty"`
-	Policies []PolicyExplained  `json:"policies"`
+	// Policies are the stage-2 policies the request is decided against;
+	// for a route that lists upstreams, none: see Upstreams.
+	Policies []PolicyExplained `json:"policies"`
+	// Upstreams are, for a route that lists upstreams, each of them in
+	// the order a request is decided against them (the next when the
+	// policies of one deny), with its policies; empty otherwise.
+	Upstreams []CandidateExplained `json:"upstreams,omitempty"`
+}
+
+// CandidateExplained is one upstream of a route that lists upstreams:
+// the policies a request forwarded there takes, each with its cost, and
+// what it reserves there; a request decided against it and denied takes
+// nothing from it.
+type CandidateExplained struct {
+	Upstream string            `json:"upstream"`
+	Policies []PolicyExplained `json:"policies"`
+	// Reserve is, by measure name, the units of the measure that the
+	// upstream's policies take (each of them that names it takes them);
+	// a measure none of them takes is absent.
+	Reserve map[string]int64 `json:"reserve,omitempty"`
+	// Slots is the concurrency slots the request holds there while it
+	// runs.
+	Slots int `json:"slots,omitempty"`
 }
 
 // SettleExplained is how a route's cost is reserved and settled.
@@ -166,6 +191,9 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 	for i, m := range rt.measures {
 		me := MeasureExplained{Name: m.name, Reserve: st.reserved[i], ReserveWhy: res.whys[i], Max: m.max,
 			ReserveFrom: sources("json", strings.Join(append([]string{m.reserveFrom.JSON}, m.reserveFrom.JSONAliases...), " or "), "header", m.reserveFrom.Header)}
+		if m.bound >= 0 {
+			me.ReserveFrom = "the token bounds of " + rt.measures[m.bound].name
+		}
 		if m.settles {
 			if m.expr != nil {
 				me.SettleFrom = "settle " + cfg.Routes[routeIndex].Measures[m.name].Settle
@@ -202,21 +230,54 @@ func Explain(cfg *config.Config, req ExplainRequest, getenv func(string) (string
 		l := *t.Local
 		ex.Local = &l
 	}
-	for _, bp := range rt.policyFor(caller.Tier, res.value) {
-		key, err := bp.pattern.Key(p.subjectID(caller.Subject))
+	subject := p.subjectID(caller.Subject)
+	if rt.upstreamName == "" {
+		ex.Policies, err = explainPolicies(rt, rt.policyFor(caller.Tier, res.value), subject, &st.reserved)
+		return ex, err
+	}
+	for c := rt; c != nil; c = c.fallback { // as globalStage tries them
+		ps := c.policyFor(caller.Tier, res.value)
+		ce := CandidateExplained{Upstream: c.upstreamName}
+		if ce.Policies, err = explainPolicies(c, ps, subject, &st.reserved); err != nil {
+			return nil, err
+		}
+		for i := range ps {
+			switch bp := &ps[i]; {
+			case bp.algorithm == ratelimit.Concurrency:
+				ce.Slots++
+			case bp.measure >= 0:
+				if ce.Reserve == nil {
+					ce.Reserve = map[string]int64{}
+				}
+				ce.Reserve[c.measures[bp.measure].name] = st.reserved[bp.measure]
+			}
+		}
+		ex.Upstreams = append(ex.Upstreams, ce)
+	}
+	return ex, nil
+}
+
+// explainPolicies explains policies ps of route rt for a caller whose
+// subject id is subject and a request that reserved reserved of each
+// measure.
+func explainPolicies(rt *route, ps []boundPolicy, subject routes.SubjectID, reserved *[config.MaxMeasures]int64) ([]PolicyExplained, error) {
+	var out []PolicyExplained
+	for i := range ps {
+		bp := &ps[i]
+		key, err := bp.pattern.Key(subject)
 		if err != nil {
 			return nil, err
 		}
 		pe := PolicyExplained{
-			Name: bp.name, Cost: bp.cost(&st.reserved), Settled: bp.measure >= 0 && bp.settles && rt.measures[bp.measure].settles, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
+			Name: bp.name, Cost: bp.cost(reserved), Settled: bp.measure >= 0 && bp.settles && rt.measures[bp.measure].settles, Scope: bp.scope.String(), Algorithm: bp.algorithm.String(), OnStoreError: bp.onError.String(),
 			Shadow: bp.shadow, Rate: bp.limit.Rate, Per: bp.limit.Per, Burst: bp.limit.Burst, Max: bp.limit.Max, Calendar: bp.limit.Calendar.String(), Key: key,
 		}
 		if bp.measure >= 0 {
 			pe.Measure = rt.measures[bp.measure].name
 		}
-		ex.Policies = append(ex.Policies, pe)
+		out = append(out, pe)
 	}
-	return ex, nil
+	return out, nil
 }
 
 // explainRequest builds the request Explain looks at. A method that is not

@@ -3,8 +3,10 @@ package gateway
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quotagate/quotagate/config"
 )
@@ -265,5 +267,72 @@ routes:
 		if tpm := ex.Policies[1]; ex.Measures[0].Reserve != tpm.Cost {
 			t.Errorf("%q: measure tokens reserves %d, policy tpm costs %d", body, ex.Measures[0].Reserve, tpm.Cost)
 		}
+	}
+}
+
+// TestExplainUpstreamsAsTheGateway: for a route that lists upstreams,
+// Explain lists each in order with its policies, the cost of each and
+// what the request reserves there; sending the request, the upstream
+// that admits it took exactly those costs and every other policy nothing
+// (the reservation stands: the response reports no usage). With
+// concurrency policies, each upstream holds a slot of each of its own.
+func TestExplainUpstreamsAsTheGateway(t *testing.T) {
+	sf := newSettleFixtureWith(t, nil, nil, fallbackConfig, time.Second)
+	cfg, err := config.Load(sf.path, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"max_tokens":400}`
+	ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat/missing", Credential: "KEY1",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	costs := func(c CandidateExplained) map[string]int64 {
+		out := map[string]int64{}
+		for _, p := range c.Policies {
+			out[p.Name] = p.Cost
+		}
+		return out
+	}
+	if len(ex.Upstreams) != 2 || len(ex.Policies) != 0 ||
+		ex.Upstreams[0].Upstream != "ptu" || !sameUnits(costs(ex.Upstreams[0]), map[string]int64{"rpm": 1, "ptu_tpm": 400}) ||
+		ex.Upstreams[1].Upstream != "paygo" || !sameUnits(costs(ex.Upstreams[1]), map[string]int64{"rpm": 1, "paygo_tpm": 400}) {
+		t.Fatalf("explained %+v, want ptu (rpm 1, ptu_tpm 400) then paygo (rpm 1, paygo_tpm 400), no route policies", ex)
+	}
+	for _, c := range ex.Upstreams {
+		if !sameUnits(c.Reserve, map[string]int64{"tokens": 400}) || c.Slots != 0 {
+			t.Errorf("%s: reserve %v slots %d, want tokens 400 and no slot", c.Upstream, c.Reserve, c.Slots)
+		}
+	}
+	// ptu admits two (1000 tokens, 400 each), then paygo the third.
+	for i, want := range []string{"ptu", "ptu", "paygo"} {
+		before := sf.remaining(t, 1)
+		resp, b := sf.post(t, 1, "/v1/chat/missing", body, nil)
+		if got := resp.Header.Get("Quotagate-Upstream"); resp.StatusCode != http.StatusOK || got != want {
+			t.Fatalf("request %d: status %d upstream %q %s, want 200 from %s", i, resp.StatusCode, got, b, want)
+		}
+		explained := costs(ex.Upstreams[slices.IndexFunc(ex.Upstreams, func(c CandidateExplained) bool { return c.Upstream == want })])
+		after := sf.remaining(t, 1)
+		for name, left := range before {
+			if took := left - after[name]; took != explained[name] {
+				t.Errorf("request %d on %s: the gateway took %d from %s, explain says %d", i, want, took, name, explained[name])
+			}
+		}
+	}
+
+	sf = newSettleFixtureWith(t, nil, nil, slotFallbackConfig, time.Second)
+	if cfg, err = config.Load(sf.path, testGetenv); err != nil {
+		t.Fatal(err)
+	}
+	ex, err = Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat/missing", Credential: "KEY1",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}, testGetenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex.Upstreams) != 2 ||
+		!sameUnits(costs(ex.Upstreams[0]), map[string]int64{"rpm": 1, "ptu_slots": 1, "probe": 1, "ptu_tpm": 400, "watch": 400}) || ex.Upstreams[0].Slots != 2 ||
+		!sameUnits(costs(ex.Upstreams[1]), map[string]int64{"rpm": 1, "paygo_slots": 1, "paygo_tpm": 400}) || ex.Upstreams[1].Slots != 1 {
+		t.Errorf("with slots: explained %+v, want 400 tokens on each upstream, two slots on ptu (probe's too) and one on paygo", ex.Upstreams)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -348,5 +349,162 @@ func TestSignalClassOfPolicyCosts(t *testing.T) {
 	}
 	if got := policySignalClass(rt, nil); got != signalRequests {
 		t.Errorf("stage 1: class %d, want requests", got)
+	}
+}
+
+// boundConfig is llmConfig with a budget of 30000 µUSD a month whose usd
+// reserves, instead of a fixed 1000, its settle expression on the token
+// bounds of measure tokens (the prompt's at 4 bytes a token, max_tokens ×
+// n), at most 30000.
+var boundConfig = strings.NewReplacer(
+	`rate: 50000, calendar`, `rate: 30000, calendar`,
+	"        reserve: 1000\n", "        reserve_from: {measure: tokens}\n        max: 30000\n",
+).Replace(llmConfig)
+
+// chatBody returns a chat request body of exactly size bytes for model
+// asking for maxTokens.
+func chatBody(t *testing.T, model string, maxTokens, size int) string {
+	t.Helper()
+	head := `{"model":"` + model + `","max_tokens":` + strconv.Itoa(maxTokens) + `,"messages":[{"role":"user","content":"`
+	tail := `"}]}`
+	if pad := size - len(head) - len(tail); pad >= 0 {
+		return head + strings.Repeat("x", pad) + tail
+	}
+	t.Fatalf("a body of %d bytes cannot hold %s%s", size, head, tail)
+	return ""
+}
+
+// TestMoneyReservedFromTokenBounds: on every store, a gpt-4o request of
+// max_tokens 1000 in a 400-byte body reserves from the budget exactly the
+// price of its bounds, (400/4 × 2500 + 1000 × 10000) / 1000 = 10250 µUSD
+// (as explain says), and settles to the exact price of what it used; once
+// less is left than a request's bound, that request is denied by spend
+// and a smaller one admitted; a body that states no bound reserves max.
+func TestMoneyReservedFromTokenBounds(t *testing.T) {
+	for _, store := range everyStore {
+		t.Run(store.name, func(t *testing.T) {
+			addrs, _ := store.start(t)
+			sf := newSettleFixtureWith(t, nil, addrs, boundConfig, time.Second)
+			body := chatBody(t, "gpt-4o", 1000, 400)
+			post := func(path, body string, status int) {
+				t.Helper()
+				resp, b := sf.post(t, 1, path, body, nil)
+				if resp.StatusCode != status {
+					t.Fatalf("%s: status %d %s, want %d", path, resp.StatusCode, b, status)
+				}
+				if status == http.StatusTooManyRequests && deniedBy(t, b) != "spend" {
+					t.Fatalf("%s: denied by %s, want spend", path, deniedBy(t, b))
+				}
+			}
+			expect := func(step string, want map[string]int64) {
+				t.Helper()
+				rep, _ := sf.quota(t, map[string]string{"X-API-Key": "KEY1"})
+				got := map[string]int64{}
+				for _, q := range rep.Policies {
+					if q.By == "" || q.By == "model=gpt-4o" {
+						got[q.Name] = q.Remaining
+					}
+				}
+				if !sameUnits(got, want) {
+					t.Errorf("%s: remaining %v, want %v", step, got, want)
+				}
+			}
+
+			cfg, err := config.Load(sf.path, testGetenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex, err := Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat/missing", Credential: "KEY1",
+				Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}, testGetenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex.Measures) != 2 || ex.Measures[1].Name != "usd" || ex.Measures[1].Reserve != 10250 || ex.Measures[1].ReserveWhy != "bound" {
+				t.Errorf("explain: measures %+v, want usd reserving 10250 (bound)", ex.Measures)
+			}
+			// n: 2 doubles the completion's bound; a 42-byte body bounds the
+			// prompt at 11 tokens: (11 × 2500 + 2000 × 10000) / 1000 =
+			// 20027.5, rounded up.
+			ex, err = Explain(cfg, ExplainRequest{Method: "POST", Path: "/v1/chat/missing", Credential: "KEY1",
+				Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"model":"gpt-4o","max_tokens":1000,"n":2}`)}, testGetenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex.Measures) != 2 || ex.Measures[0].Reserve != 2011 || ex.Measures[1].Reserve != 20028 {
+				t.Errorf("explain with n 2: measures %+v, want tokens 2011 and usd 20028", ex.Measures)
+			}
+
+			// A response without a usage leaves the reservation standing:
+			// what the gateway reserved, 10250 µUSD and 1100 tokens.
+			post("/v1/chat/missing", body, http.StatusOK)
+			expect("reserved", map[string]int64{"rpm": 99, "tpm": 100000 - 1100, "spend": 30000 - 10250})
+
+			// 50 prompt and 200 completion tokens: 50 × 2500 + 200 × 10000
+			// nano-USD, 2125 µUSD, of the 10250 reserved.
+			post("/v1/chat/llm?p=50&c=200", body, http.StatusOK)
+			expect("settled", map[string]int64{"rpm": 98, "tpm": 100000 - 1100 - 250, "spend": 19750 - 2125})
+			// 1000 completion tokens: 10000 µUSD.
+			post("/v1/chat/llm?p=0&c=1000", body, http.StatusOK)
+			expect("settled again", map[string]int64{"rpm": 97, "tpm": 100000 - 1100 - 250 - 1000, "spend": 17625 - 10000})
+
+			// 7625 left: the same request's bound of 10250 does not fit,
+			// nothing is taken; one of max_tokens 500 (5250) does, and
+			// settles to 10 × 2500 + 10 × 10000 nano-USD: 125 µUSD.
+			post("/v1/chat/llm?p=10&c=10", body, http.StatusTooManyRequests)
+			post("/v1/chat/llm?p=10&c=10", chatBody(t, "gpt-4o", 500, 400), http.StatusOK)
+			expect("near the end", map[string]int64{"rpm": 96, "tpm": 100000 - 1100 - 250 - 1000 - 20, "spend": 7625 - 125})
+
+			// A body without max_tokens states no bound: tokens reserve
+			// their max, usd its max of 30000, more than is left.
+			post("/v1/chat/llm?p=1&c=1", `{"model":"gpt-4o"}`, http.StatusTooManyRequests)
+			expect("no bound", map[string]int64{"rpm": 96, "tpm": 100000 - 2370, "spend": 7500})
+		})
+	}
+}
+
+// TestCachedTokensPricedApart: on every store, a settle expression that
+// subtracts prices the cached part of the prompt at its own price: 1000
+// prompt tokens, 800 cached, and 100 completion tokens of gpt-4o settle
+// to (200 × 2500 + 800 × 1250 + 100 × 10000) / 1000 = 2500 µUSD; more
+// cached than prompt tokens prices the prompt at 0, not below.
+func TestCachedTokensPricedApart(t *testing.T) {
+	text := strings.NewReplacer(
+		`gpt-4o: {input: "2.50", output: "10.00"}`, `gpt-4o: {input: "2.50", output: "10.00", cached: "1.25"}`,
+		"settle: (usage.prompt_tokens * price(model).input + usage.completion_tokens * price(model).output) / 1000",
+		"settle: ((usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens) * price(model).input"+
+			" + usage.prompt_tokens_details.cached_tokens * price(model).cached + usage.completion_tokens * price(model).output) / 1000",
+	).Replace(llmConfig)
+	for _, store := range everyStore {
+		t.Run(store.name, func(t *testing.T) {
+			addrs, _ := store.start(t)
+			sf := newSettleFixtureWith(t, nil, addrs, text, time.Second)
+			spend := func() int64 {
+				t.Helper()
+				rep, _ := sf.quota(t, map[string]string{"X-API-Key": "KEY1"})
+				for _, q := range rep.Policies {
+					if q.Name == "spend" {
+						return q.Remaining
+					}
+				}
+				t.Fatal("no spend in /_quota")
+				return 0
+			}
+			for _, c := range []struct {
+				query string
+				price int64
+			}{
+				{"p=1000&k=800&c=100", 2500},
+				{"p=100&k=300&c=10", 475}, // (0 × 2500 + 300 × 1250 + 10 × 10000) / 1000
+			} {
+				before := spend()
+				resp, b := sf.post(t, 1, "/v1/chat/llm?"+c.query, `{"model":"gpt-4o","max_tokens":500}`, nil)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: status %d %s", c.query, resp.StatusCode, b)
+				}
+				if took := before - spend(); took != c.price {
+					t.Errorf("%s: spend took %d µUSD, want %d", c.query, took, c.price)
+				}
+			}
+		})
 	}
 }

@@ -44,7 +44,12 @@ type measure struct {
 	expr     *usage.Expr
 	prices   [][]uint64
 	perToken int64 // reserve_from.prompt_bytes_per_token; 0 for none
-	maxBody  int64
+	// bound, when >= 0, is the index of the measure on whose token bounds
+	// this one reserves its expr's value (reserve_from.measure; -1 for
+	// none); boundFields says, per field of expr, which bound it takes.
+	bound       int
+	boundFields []tokenBound
+	maxBody     int64
 	// missingMax: a request whose usage goes unreported (see
 	// unreported) takes max (on_missing_usage: max), not its reservation.
 	missingMax bool
@@ -57,8 +62,8 @@ func compileMeasures(cfg *config.Config, rc config.Route, values []string) (ms [
 	local = -1
 	for _, name := range slices.Sorted(maps.Keys(rc.Measures)) {
 		m := rc.Measures[name]
-		cm := &measure{name: name, reserve: m.Reserve, max: m.Max, maxBody: m.MaxBody, missingMax: m.OnMissingUsage == config.MissingUsageMax}
-		if f := m.ReserveFrom; f != nil {
+		cm := &measure{name: name, reserve: m.Reserve, max: m.Max, maxBody: m.MaxBody, missingMax: m.OnMissingUsage == config.MissingUsageMax, bound: -1}
+		if f := m.ReserveFrom; f != nil && f.Measure == "" {
 			cm.reserveFrom, cm.asks = usage.RequestSource{JSON: f.JSON, JSONAliases: f.JSONAliases, JSONCount: f.JSONCount, Header: f.Header}, true
 			cm.perToken = f.PromptBytesPerToken
 		}
@@ -79,7 +84,62 @@ func compileMeasures(cfg *config.Config, rc config.Route, values []string) (ms [
 		}
 		ms = append(ms, cm)
 	}
+	for _, cm := range ms { // names resolved once every measure has its index
+		if f := rc.Measures[cm.name].ReserveFrom; f != nil && f.Measure != "" && cm.expr != nil {
+			cm.bound = measureIndex(ms, f.Measure)
+			for _, field := range cm.expr.Fields {
+				b := boundNone
+				switch field {
+				case f.Prompt:
+					b = boundPrompt
+				case f.Completion:
+					b = boundCompletion
+				}
+				cm.boundFields = append(cm.boundFields, b)
+			}
+		}
+	}
 	return ms, local, nil
+}
+
+// tokenBound is which of a request's token bounds a field of a
+// measure's expression takes when it reserves on them.
+type tokenBound uint8
+
+const (
+	boundNone       tokenBound = iota // 0: a field neither bound stands for
+	boundPrompt                       // the prompt's bound from the body's size
+	boundCompletion                   // the stated completion times the count
+)
+
+// eval is m's expression on vals (one per field) for the request whose
+// dimension value index is value (any other than one of the values':
+// the shared bucket's prices).
+func (m *measure) eval(vals []uint64, value int) uint64 {
+	if value < 0 || value >= len(m.prices) {
+		value = len(m.prices) - 1 // the shared bucket
+	}
+	return m.expr.Eval(vals, m.prices[value])
+}
+
+// boundReservation is what m (reserve_from.measure) reserves of a request
+// whose other measures reserved res: its expression on the token bounds
+// that the measure it names read, within [1, max]; max, for the reason
+// that measure reserved its own max, when it read no bounds.
+func (m *measure) boundReservation(res *reserved) (int64, string) {
+	if !res.bounds {
+		return m.max, res.whys[m.bound]
+	}
+	var vals [config.MaxSettleFields]uint64
+	for i, b := range m.boundFields {
+		switch b {
+		case boundPrompt:
+			vals[i] = res.prompt
+		case boundCompletion:
+			vals[i] = res.completion
+		}
+	}
+	return min(max(int64(m.eval(vals[:len(m.boundFields)], res.value)), 1), m.max), "bound"
 }
 
 // priced reports whether m counts money: its settle reads a price.
@@ -312,10 +372,7 @@ func responseSettles(ctx context.Context, m *measure, reserved int64, res []usag
 	}
 	used := int64(vals[0])
 	if m.expr != nil {
-		if value < 0 || value >= len(m.prices) {
-			value = len(m.prices) - 1 // the shared bucket
-		}
-		used = int64(m.expr.Eval(vals[:len(res)], m.prices[value]))
+		used = int64(m.eval(vals[:len(res)], value))
 	}
 	switch {
 	case m.missingMax && gone:

@@ -127,8 +127,9 @@ type settleFixture struct {
 	obs     *observed // its metrics and spans
 	srv     *redistest.Server
 	front   *httptest.Server
-	release chan struct{} // lets /v1/chat/sse-gated finish its stream
-	arrived chan struct{} // has a value once a stall request reached the upstream
+	release chan struct{}    // lets /v1/chat/sse-gated finish its stream
+	arrived chan struct{}    // has a value once a stall request reached the upstream
+	held    *holdingUpstream // the gates of mode held (no server of its own)
 }
 
 func newSettleFixture(t *testing.T) *settleFixture {
@@ -152,7 +153,8 @@ func newSettleFixtureTimeout(t *testing.T, timeout time.Duration) *settleFixture
 // pauses), or on the memory store when addrs is empty.
 func newSettleFixtureWith(t testing.TB, srv *redistest.Server, addrs []string, text string, timeout time.Duration) *settleFixture {
 	t.Helper()
-	sf := &settleFixture{srv: srv, release: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	sf := &settleFixture{srv: srv, release: make(chan struct{}), arrived: make(chan struct{}, 1),
+		held: &holdingUpstream{arrived: make(chan string, 32), gates: map[string]chan struct{}{}}}
 	up := httptest.NewServer(http.HandlerFunc(sf.upstream))
 	t.Cleanup(up.Close)
 	var keys strings.Builder
@@ -179,7 +181,7 @@ func newSettleFixtureWith(t testing.TB, srv *redistest.Server, addrs []string, t
 			client := redisstore.NewRedisClient(redisstore.RedisClientOptions{Addrs: r.Addrs, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout})
 			store := redisstore.NewRedisStore(client, redisstore.RedisOptions{Timeout: r.Timeout, Now: f.clock.Now})
 			br := stack.NewBreaker(lease.New(store, lease.Options{Now: f.clock.Now}), stack.BreakerOptions{})
-			return stack.New(br, stack.Options{Breaker: br, Now: f.clock.Now}), nil
+			return stack.New(br, stack.Options{Breaker: br, Slots: store, Now: f.clock.Now}), nil // slots freed as redisstore.Open frees them
 		}
 	}
 	gw, err := New(cfg, opts)
@@ -201,7 +203,9 @@ func newSettleFixtureWith(t testing.TB, srv *redistest.Server, addrs []string, t
 // caller leaves), trailers (the request's trailers echoed in
 // X-Seen-Trailer), missing (a JSON body without it), hangup (no answer:
 // the connection closes after the request was read), stall (no answer
-// until the caller leaves), or cross (see crossWindow).
+// until the caller leaves), held (the JSON answer once the test opens
+// sf.held's gate ?g=, which reports its arrival), or cross (see
+// crossWindow).
 func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	u := r.URL.Query().Get("u")
@@ -210,10 +214,14 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		mode = strings.TrimPrefix(mode, prefix)
 	}
 	switch mode {
-	case "llm": // an OpenAI-style usage of ?p= prompt and ?c= completion tokens
+	case "llm": // an OpenAI-style usage of ?p= prompt (?k= of them cached) and ?c= completion tokens
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":%s,"completion_tokens":%s}}`,
-			r.URL.Query().Get("p"), r.URL.Query().Get("c"))
+		details := ""
+		if k := r.URL.Query().Get("k"); k != "" {
+			details = `,"prompt_tokens_details":{"cached_tokens":` + k + `}`
+		}
+		fmt.Fprintf(w, `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":%s,"completion_tokens":%s%s}}`,
+			r.URL.Query().Get("p"), r.URL.Query().Get("c"), details)
 	case "llm-sse": // the same, streamed, the usage in the last chunk (include_usage)
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n")
@@ -257,6 +265,16 @@ func (sf *settleFixture) upstream(w http.ResponseWriter, r *http.Request) {
 			w.Header().Add("X-Seen-Trailer", name+"="+strings.Join(vs, ","))
 		}
 		w.Header().Set("X-Usage", u)
+	case "held":
+		id := r.URL.Query().Get("g")
+		sf.held.arrived <- id
+		select {
+		case <-sf.held.gate(id):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","usage":{"total_tokens":%s}}`, u)
 	case "stall": // works on, without an answer, until the caller leaves
 		sf.arrived <- struct{}{}
 		<-r.Context().Done()

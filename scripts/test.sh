@@ -81,7 +81,7 @@ go test -race -count=1 -timeout 12m ./...
 echo "== fuzz (short)"
 for target in "FuzzMatch ./routes" "FuzzAuthenticate ./identity" \
   "FuzzExplain ./cmd/quotagate 3000x" "FuzzCommandLine ./cmd/quotagate" \
-  "FuzzWatchJSON ./usage" "FuzzWatchSSE ./usage" "FuzzFromRequest ./usage 5000x"; do
+  "FuzzWatchJSON ./usage" "FuzzWatchSSE ./usage" "FuzzFromRequest ./usage 5000x" "FuzzExpr ./usage"; do
   # name, package, and optionally the run count (FuzzExplain loads the
   # config and builds a pipeline per input: a few ms each)
   set -- $target

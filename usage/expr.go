@@ -11,7 +11,7 @@ import (
 //
 // Grammar (spaces are ignored):
 //
-//	expr   = term { "+" term }
+//	expr   = term { ("+" | "-") term }
 //	term   = factor { "*" factor | "/" number }
 //	factor = number | field | "price(" name ")." name | "(" expr ")"
 //	field  = name { "." name }       a JSON path, as Source.JSON
@@ -19,10 +19,18 @@ import (
 //	number = [0-9]+                  at most MaxUnits
 //
 // Arithmetic is on non-negative integers and saturates at MaxUnits: a sum
-// or product past it is MaxUnits, never a wrapped value. "/" divides by a
-// constant >= 1 and rounds up (a part of a unit is charged as a unit).
-// price(d).f is a value the caller supplies per request (see Eval), such
-// as the price of a token of the request's model.
+// or product past it is MaxUnits, never a wrapped value. "a - b" is
+// max(a - b, 0), taken at each subtraction (so "a - b - c" is 0 whenever
+// b alone exceeds a, and "a - b + c" is c then); "+" and "-" group from
+// the left, "*" and "/" bind tighter. There is no unary minus: a value
+// is never negative. "/" divides by a constant >= 1 and rounds up (a
+// part of a unit is charged as a unit). price(d).f is a value the caller
+// supplies per request (see Eval), such as the price of a token of the
+// request's model.
+//
+// Without "-" an expression is monotone: it never decreases when a field
+// or price grows, so its value on upper bounds of its fields is an upper
+// bound of its value (see Monotone).
 type Expr struct {
 	ops []exprOp
 	// Fields are the distinct field paths the expression reads, in the
@@ -32,7 +40,14 @@ type Expr struct {
 	// takes their values.
 	Prices []PriceRef
 	depth  int
+	// sub is the byte offset of the first "-"; -1 for none.
+	sub int
 }
+
+// Monotone reports whether e never decreases when one of its fields or
+// prices grows: true unless it subtracts. at is then the byte offset of
+// its first "-" (-1 when it has none).
+func (e *Expr) Monotone() (ok bool, at int) { return e.sub < 0, e.sub }
 
 // PriceRef is a price(Dimension).Field reference of an expression.
 type PriceRef struct{ Dimension, Field string }
@@ -51,6 +66,7 @@ const (
 	opField
 	opPrice
 	opAdd
+	opSub
 	opMul
 	opDiv
 )
@@ -66,7 +82,7 @@ func (e *ExprError) Error() string { return fmt.Sprintf("at %d: %s", e.Pos, e.Pr
 
 // ParseExpr compiles s, or returns an *ExprError.
 func ParseExpr(s string) (*Expr, error) {
-	p := &exprParser{s: s, e: &Expr{}}
+	p := &exprParser{s: s, e: &Expr{sub: -1}}
 	if p.space(); p.i == len(s) {
 		return nil, &ExprError{Pos: 0, Problem: "empty expression"}
 	}
@@ -121,10 +137,21 @@ func (p *exprParser) peek(c byte) bool {
 
 func (p *exprParser) expr() {
 	p.term()
-	for p.err == nil && p.peek('+') {
+	for p.err == nil {
+		code := opAdd
+		switch {
+		case p.peek('+'):
+		case p.peek('-'):
+			code = opSub
+			if p.e.sub < 0 {
+				p.e.sub = p.i
+			}
+		default:
+			return
+		}
 		p.i++
 		p.term()
-		p.emit(opAdd, 0)
+		p.emit(code, 0)
 	}
 }
 
@@ -190,6 +217,8 @@ func (p *exprParser) factor() {
 		return
 	}
 	switch c := p.s[p.i]; {
+	case c == '-':
+		p.fail("no unary minus: \"-\" subtracts a term from the one before it, and a value is never negative")
 	case c >= '0' && c <= '9':
 		n, _ := p.number()
 		p.emit(opConst, n)
@@ -275,7 +304,8 @@ func index(list *[]string, s string) int {
 
 // Eval returns the value of e for the values of its Fields and Prices,
 // in their order (a missing value is the caller's to decide; Eval takes
-// what it is given). It saturates at MaxUnits and allocates nothing.
+// what it is given). It saturates at MaxUnits, stops each subtraction at
+// 0, and allocates nothing.
 func (e *Expr) Eval(fields, prices []uint64) uint64 {
 	var stack [MaxExprDepth]uint64
 	n := 0
@@ -293,6 +323,9 @@ func (e *Expr) Eval(fields, prices []uint64) uint64 {
 		case opAdd:
 			n--
 			stack[n-1] = min(stack[n-1]+stack[n], MaxUnits) // each <= 2^53: no wrap
+		case opSub:
+			n--
+			stack[n-1] -= min(stack[n-1], stack[n]) // max(a - b, 0): never below 0
 		case opMul:
 			n--
 			stack[n-1] = mulUnits(stack[n-1], stack[n])

@@ -24,6 +24,19 @@ func TestExpr(t *testing.T) {
 		{"a + a", []uint64{MaxUnits}, nil, MaxUnits},
 		{"a", []uint64{MaxUnits + 5}, nil, MaxUnits},
 		{"7", nil, nil, 7},
+		{"a - b", []uint64{7, 5}, nil, 2},
+		{"a - b", []uint64{5, 7}, nil, 0},                          // max(a - b, 0)
+		{"a - b - c", []uint64{5, 7, 1}, nil, 0},                   // 0 at the first, then 0 - 1 is 0
+		{"a - b + c", []uint64{5, 7, 4}, nil, 4},                   // (0) + 4: each subtraction stops at 0
+		{"a - (b - c)", []uint64{5, 7, 4}, nil, 2},                 // 5 - 3
+		{"a + b - c", []uint64{MaxUnits, 5, 5}, nil, MaxUnits - 5}, // the sum saturates first
+		{"a - b * 2", []uint64{10, 3}, nil, 4},                     // "*" binds tighter
+		{"(a - b) / 3", []uint64{10, 3}, nil, 3},                   // 7 / 3 rounds up
+		{"a - 0", []uint64{MaxUnits}, nil, MaxUnits},
+		// The uncached prompt at the input price, the cached at the cached
+		// price: 800 × 2500 + 200 × 1250 nano-USD.
+		{"(usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens) * price(model).input + usage.prompt_tokens_details.cached_tokens * price(model).cached",
+			[]uint64{1000, 200}, []uint64{2500, 1250}, 2_250_000},
 	}
 	for _, c := range cases {
 		e, err := ParseExpr(c.src)
@@ -43,7 +56,10 @@ func TestExpr(t *testing.T) {
 	bad := []struct{ src, want string }{
 		{"", "at 0: empty expression"},
 		{"a +", "at 3: expected a number, a field, price(...) or \"(\""},
-		{"a - b", "at 2: unexpected \"-\""},
+		{"-a", "at 0: no unary minus: \"-\" subtracts a term from the one before it, and a value is never negative"},
+		{"a - -b", "at 4: no unary minus: \"-\" subtracts a term from the one before it, and a value is never negative"},
+		{"a * (-b)", "at 5: no unary minus: \"-\" subtracts a term from the one before it, and a value is never negative"},
+		{"a -", "at 3: expected a number, a field, price(...) or \"(\""},
 		{"a / 0", "at 4: \"/\" divides by a whole number >= 1"},
 		{"a / b", "at 4: \"/\" divides by a whole number >= 1"},
 		{"(a + b", "at 6: expected \")\""},
@@ -59,6 +75,19 @@ func TestExpr(t *testing.T) {
 			t.Errorf("ParseExpr(%q) = %v, want %s", c.src, err, c.want)
 		}
 	}
+	for _, c := range []struct {
+		src string
+		ok  bool
+		at  int
+	}{{"a + b * 2 / 3", true, -1}, {"a + (b - c)", false, 7}, {"a-b - c", false, 1}} {
+		e, err := ParseExpr(c.src)
+		if err != nil {
+			t.Fatalf("%q: %v", c.src, err)
+		}
+		if ok, at := e.Monotone(); ok != c.ok || at != c.at {
+			t.Errorf("%q: Monotone() = %v, %d, want %v, %d", c.src, ok, at, c.ok, c.at)
+		}
+	}
 	deep := "a"
 	for range MaxExprDepth {
 		deep = "(a + " + deep + ")"
@@ -66,4 +95,48 @@ func TestExpr(t *testing.T) {
 	if _, err := ParseExpr(deep); err == nil {
 		t.Error("an expression deeper than MaxExprDepth was accepted")
 	}
+}
+
+// FuzzExpr: any text either compiles or is an *ExprError at an offset
+// within it; a compiled expression evaluates within [0, MaxUnits] for any
+// field and price values, and one that Monotone says is monotone never
+// decreases when a field grows.
+func FuzzExpr(f *testing.F) {
+	for _, s := range []string{
+		"usage.prompt_tokens + usage.completion_tokens",
+		"(usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens) * price(model).input + usage.prompt_tokens_details.cached_tokens * price(model).cached",
+		"(a * price(m).input + b * price(m).output) / 1000",
+		"a - b - c", "a - (b - c) * 2", "-a", "a - -b", "a * b / 3 + 7",
+	} {
+		f.Add(s, uint64(1000), uint64(200), uint64(3))
+	}
+	f.Fuzz(func(t *testing.T, src string, a, b, grow uint64) {
+		e, err := ParseExpr(src)
+		if err != nil {
+			var ee *ExprError
+			if !errors.As(err, &ee) || ee.Pos < 0 || ee.Pos > len(src) {
+				t.Fatalf("ParseExpr(%q) = %v: not an *ExprError within the text", src, err)
+			}
+			return
+		}
+		fields := make([]uint64, len(e.Fields))
+		prices := make([]uint64, len(e.Prices))
+		for i := range fields {
+			fields[i] = min(a>>(i%64), MaxUnits)
+		}
+		for i := range prices {
+			prices[i] = b >> (i % 64)
+		}
+		v := e.Eval(fields, prices)
+		if v > MaxUnits {
+			t.Fatalf("%q = %d, above MaxUnits", src, v)
+		}
+		if ok, _ := e.Monotone(); ok && len(fields) > 0 {
+			i := int(grow % uint64(len(fields)))
+			fields[i] = min(fields[i]+grow%MaxUnits, MaxUnits)
+			if w := e.Eval(fields, prices); w < v {
+				t.Fatalf("%q is monotone, but field %s growing took it from %d to %d", src, e.Fields[i], v, w)
+			}
+		}
+	})
 }

@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -99,14 +101,52 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprintln(stdout, "local:   none")
 	}
+	if len(ex.Upstreams) > 0 {
+		fmt.Fprintln(stdout, "upstreams: in order; a request one denies is decided against the next, nothing taken from it")
+		for i, c := range ex.Upstreams {
+			fmt.Fprintf(stdout, "  %d. %s: %s\n", i+1, c.Upstream, candidateReserve(c))
+			if err := printPolicies(stdout, "     ", c.Policies); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if len(ex.Policies) == 0 {
 		fmt.Fprintln(stdout, "policies: none (stage 1 only)")
 		return nil
 	}
 	fmt.Fprintln(stdout, "policies:")
+	return printPolicies(stdout, "  ", ex.Policies)
+}
+
+// candidateReserve says what a request forwarded to upstream c reserves
+// there: "reserves tokens 1100, usd 11000; holds 1 slot".
+func candidateReserve(c gateway.CandidateExplained) string {
+	if len(c.Policies) == 0 {
+		return "no policies: admits every request"
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(c.Reserve)) {
+		parts = append(parts, fmt.Sprintf("%s %d", name, c.Reserve[name]))
+	}
+	out := "reserves " + strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		out = "reserves no measure"
+	}
+	switch {
+	case c.Slots == 1:
+		out += "; holds 1 slot"
+	case c.Slots > 1:
+		out += fmt.Sprintf("; holds %d slots", c.Slots)
+	}
+	return out
+}
+
+// printPolicies prints the table of policies ps, each line after indent.
+func printPolicies(stdout io.Writer, indent string, ps []gateway.PolicyExplained) error {
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tCOST\tSCOPE\tALGORITHM\tLIMIT\tON_STORE_ERROR\tSHADOW\tKEY")
-	for _, p := range ex.Policies {
+	fmt.Fprintln(tw, indent+"NAME\tCOST\tSCOPE\tALGORITHM\tLIMIT\tON_STORE_ERROR\tSHADOW\tKEY")
+	for _, p := range ps {
 		limit := fmt.Sprintf("%d/%s", p.Rate, p.Per)
 		if p.Calendar != "" {
 			limit = fmt.Sprintf("%d per %s", p.Rate, p.Calendar)
@@ -124,7 +164,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		case p.Measure != "":
 			cost += " " + p.Measure
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", p.Name, cost, p.Scope, p.Algorithm, limit, p.OnStoreError, p.Shadow, p.Key)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", indent, p.Name, cost, p.Scope, p.Algorithm, limit, p.OnStoreError, p.Shadow, p.Key)
 	}
 	return tw.Flush()
 }
@@ -151,4 +191,5 @@ var measureWhy = map[string]string{
 	"reserve":     "its reserve: the request states nothing where one is read",
 	"max":         "its max: the body does not state a reservation the gateway can read, or there is no body",
 	"over_budget": "its max: the gateway's body buffer budget is spent",
+	"bound":       "its settle on the request's token bounds",
 }

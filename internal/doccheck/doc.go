@@ -4,5 +4,6 @@
 // does not have (anchors as GitHub makes them from headings), on a long
 // page without a table of contents, on a README over 300 lines, and on a
 // configuration block marked "<!-- doccheck: config -->" that does not
-// validate.
+// validate. LLMGuideConfig gives the tests that run the LLM guide its
+// configuration.
 package doccheck
