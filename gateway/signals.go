@@ -26,6 +26,10 @@ const (
 	openAIInvalidRequest = "invalid_request_error"
 	openAIRequestsType   = "requests"
 	openAITokensType     = "tokens"
+	// openAIQuotaType is the type and code OpenAI answers a spent quota
+	// (billing) with, which clients tell from a rate limit so as not to
+	// retry it: a money policy's denial says it.
+	openAIQuotaType = "insufficient_quota"
 	openAIContentType    = "application/json"
 )
 
@@ -217,7 +221,10 @@ type openAIErrorBody struct {
 // the x-ratelimit-* headers, x-should-retry: false when the wait is past
 // what the SDKs wait (maxClientRetryWait), and OpenAI's error envelope
 // with code rate_limit_exceeded and type "requests" or "tokens" (the
-// family of the policy that decided).
+// family of the policy that decided), or, for a money policy, code and
+// type insufficient_quota. The message names the policy, its unit (a
+// measure's name for a money policy) and what the request asked of it:
+// its own cost, the reservation of its measure.
 func denyOpenAI(w http.ResponseWriter, st *requestState, v rateLimitView) {
 	h := w.Header()
 	h[hdrRetryAfterMS] = []string{strconv.FormatInt(max(ceilMillis(v.retry), 1), 10)}
@@ -230,14 +237,24 @@ func denyOpenAI(w http.ResponseWriter, st *requestState, v rateLimitView) {
 		bp = boundNamed(st.policies, v.policy)
 	}
 	class := policySignalClass(st.route, bp) // signalNone (requests in flight) reads as requests
-	typ, unit, requested := openAIRequestsType, "requests", int64(1)
-	if class == signalTokens {
-		typ, unit, requested = openAITokensType, "tokens", st.cost
+	typ, code, unit, requested := openAIRequestsType, openAIRateLimitCode, "requests", st.cost
+	switch {
+	case bp == nil && class == signalTokens: // stage 1 takes the cost block's reservation
+		typ, unit = openAITokensType, "tokens"
+	case bp == nil:
+	case bp.measure >= 0 && st.route.measures[bp.measure].priced():
+		typ, code, unit = openAIQuotaType, openAIQuotaType, st.route.measures[bp.measure].name
+		requested = bp.cost(&st.reserved)
+	default:
+		if class == signalTokens {
+			typ, unit = openAITokensType, "tokens"
+		}
+		requested = bp.cost(&st.reserved)
 	}
 	msg := "Rate limit reached for policy " + v.policy + " on " + unit + ": limit " + strconv.FormatInt(v.quota, 10) +
 		", remaining " + strconv.FormatInt(max(v.remaining, 0), 10) + ", requested " + strconv.FormatInt(requested, 10) +
 		". Please try again in " + formatReset(v.retry) + "."
-	writeOpenAIError(w, http.StatusTooManyRequests, openAIErrorBody{Message: msg, Type: typ, Code: openAIRateLimitCode})
+	writeOpenAIError(w, http.StatusTooManyRequests, openAIErrorBody{Message: msg, Type: typ, Code: code})
 }
 
 // writeRouteProblem writes p as the request's route speaks: a 400 on a
