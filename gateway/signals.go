@@ -29,8 +29,8 @@ const (
 	// openAIQuotaType is the type and code OpenAI answers a spent quota
 	// (billing) with, which clients tell from a rate limit so as not to
 	// retry it: a money policy's denial says it.
-	openAIQuotaType = "insufficient_quota"
-	openAIContentType    = "application/json"
+	openAIQuotaType   = "insufficient_quota"
+	openAIContentType = "application/json"
 )
 
 // maxClientRetryWait is the longest wait OpenAI's SDKs honor from
