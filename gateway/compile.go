@@ -299,7 +299,7 @@ func bindPolicy(cfg *config.Config, ref config.PolicyRef, pc config.Policy, lim 
 		bp.lease = ratelimit.Lease{MaxBlock: l.MaxBlock, Auto: l.Auto, TTL: l.TTL, Instances: l.Instances}
 	}
 	if r := pc.Regions; r != nil {
-		bp.region = ratelimit.Region{Leased: true, SafeShare: r.SafeShare}
+		bp.region = ratelimit.Region{Leased: true, SafeShare: r.SafeShare, Policy: name}
 	}
 	if q := pc.Queue; q != nil && alg == ratelimit.Concurrency {
 		bp.queue = &slotQueueSpec{max: q.Max, timeout: q.Timeout}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // regionStats is what the console asks of the regional layer (package
@@ -51,6 +52,9 @@ type consoleRegionClass struct {
 	Demand      *float64 `json:"demand_rate"`
 	Admitted    *float64 `json:"admitted_rate"`
 	Utilisation *float64 `json:"utilisation"`
+	// reportedGranted is what the owner granted the policy's keys at the
+	// reporter's last report (units per second), for the metrics.
+	reportedGranted float64
 }
 
 // Partition states of consoleRegions.State.
@@ -64,9 +68,18 @@ const (
 // regional layer. A key is of the first cross-region policy whose pattern
 // matches it; a key of none (a policy a reload removed) is left out.
 func (p *pipeline) consoleRegions() *consoleRegions {
+	out, _ := p.regionState()
+	return out
+}
+
+// regionState returns the regions object of p's store and the regional
+// layer's Stats it was made of; nil without a regional layer. It is the
+// one source of the per-policy figures of the console and of the metrics
+// (see regionMetrics).
+func (p *pipeline) regionState() (*consoleRegions, regional.Stats) {
 	layer, _ := p.store.Wrapped().(regionStats)
 	if layer == nil {
-		return nil
+		return nil, regional.Stats{}
 	}
 	st := layer.Stats()
 	out := &consoleRegions{Region: st.Region, Reporter: st.Reporter, SafeDecisions: st.SafeDecisions,
@@ -131,12 +144,37 @@ func (p *pipeline) consoleRegions() *consoleRegions {
 			continue
 		}
 		c := &out.Classes[i]
-		c.Demand, c.Admitted = &s.demand, &s.admitted
+		c.Demand, c.Admitted, c.reportedGranted = &s.demand, &s.admitted, s.granted
 		if s.granted > 0 {
 			u := s.admitted / s.granted
 			c.Utilisation = &u
 		}
 	}
 	slices.SortFunc(out.Classes, func(a, b consoleRegionClass) int { return strings.Compare(a.Policy, b.Policy) })
-	return out
+	return out, st
+}
+
+// regionMetrics returns the region's figures for the metrics (see
+// telemetry.Metrics.ObserveRegion): the layer's totals, and per
+// cross-region policy of the configuration the figures of the console's
+// classes and the layer's counters of the policy; false without a
+// regional layer.
+func (p *pipeline) regionMetrics() (telemetry.RegionStats, bool) {
+	c, st := p.regionState()
+	if c == nil {
+		return telemetry.RegionStats{}, false
+	}
+	out := telemetry.RegionStats{Region: st.Region, Reporter: st.Reporter, Demand: st.Demand, Admitted: st.Admitted,
+		Granted: st.Granted, ReportLatencySeconds: st.ReportLatency.Seconds(), Keys: int64(st.Keys),
+		SinceReportSeconds: c.SinceReportS, SafeDecisions: st.SafeDecisions,
+		Policies: make([]telemetry.RegionPolicyStats, len(c.Classes))}
+	for i, cl := range c.Classes {
+		ps := telemetry.RegionPolicyStats{Policy: cl.Policy, Granted: cl.reportedGranted, Keys: int64(cl.Granted),
+			SafeDecisions: st.Policies[cl.Policy].SafeDecisions, LeaseExpiries: st.Policies[cl.Policy].LeaseExpiries}
+		if cl.Demand != nil {
+			ps.Demand, ps.Admitted = *cl.Demand, *cl.Admitted
+		}
+		out.Policies[i] = ps
+	}
+	return out, true
 }

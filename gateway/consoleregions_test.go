@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/ratelimit/stack"
 	"github.com/quotagate/quotagate/routes"
+	"github.com/quotagate/quotagate/telemetry"
 )
 
 // regionsTestConfig is region eu with one cross-region policy (quota, 60
@@ -97,6 +99,20 @@ func TestConsoleRegions(t *testing.T) {
 			t.Errorf("quota: demand %v admitted %v utilisation %v, want 2/s, 0.4/s, 0.8", q.Demand, q.Admitted, q.Utilisation)
 		}
 	}
+	// The metrics: the layer's totals as they are, and per cross-region
+	// policy the console's figures (the reporter's demand, admitted and
+	// granted rates, the keys holding a live grant) with the layer's
+	// counters of the policy.
+	fake.stats = regional.Stats{Region: "eu", Reporter: true, Demand: 12, Admitted: 0.4, Granted: 0.5,
+		ReportLatency: 250 * time.Millisecond, Keys: 1, SinceReport: time.Second, SafeDecisions: 7,
+		Policies: map[string]regional.PolicyCounts{"quota": {SafeDecisions: 5, LeaseExpiries: 2}, "gone": {SafeDecisions: 2}}}
+	m, ok := p.regionMetrics()
+	want := telemetry.RegionStats{Region: "eu", Reporter: true, Demand: 12, Admitted: 0.4, Granted: 0.5, ReportLatencySeconds: 0.25,
+		Keys: 1, SinceReportSeconds: 1, SafeDecisions: 7, Policies: []telemetry.RegionPolicyStats{
+			{Policy: "quota", Demand: 2, Admitted: 0.4, Granted: 0.5, Keys: 1, SafeDecisions: 5, LeaseExpiries: 2}}}
+	if !ok || !reflect.DeepEqual(m, want) {
+		t.Errorf("region metrics %+v %v, want %+v", m, ok, want)
+	}
 	// On an instance that is not the reporter: no demand, no utilisation.
 	for i := range fake.keys {
 		fake.keys[i].Reported = false
@@ -104,5 +120,9 @@ func TestConsoleRegions(t *testing.T) {
 	fake.stats.Reporter = false
 	if q := p.consoleRegions().Classes[0]; q.Demand != nil || q.Utilisation != nil || q.GrantedRate != 0.5 {
 		t.Errorf("not the reporter: %+v, want the grants and no demand", q)
+	}
+	m, _ = p.regionMetrics()
+	if q := m.Policies[0]; q.Demand != 0 || q.Admitted != 0 || q.Granted != 0 || q.Keys != 1 || q.LeaseExpiries != 2 {
+		t.Errorf("not the reporter: metrics of quota %+v, want no rates, 1 key granted, 2 lease expiries", q)
 	}
 }

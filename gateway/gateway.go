@@ -184,6 +184,12 @@ func New(cfg *config.Config, o Options) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The region's metrics follow the store of the current pipeline (a
+		// reload may open a new one), and its policies.
+		err = o.Metrics.ObserveRegion(func() (telemetry.RegionStats, bool) { return g.live.Load().regionMetrics() })
+		if err != nil {
+			return nil, err
+		}
 		err = o.Metrics.ObserveHotKeys(func() []float64 {
 			top := g.hot.Top(telemetry.MaxHotKeyRanks)
 			rates := make([]float64, len(top))

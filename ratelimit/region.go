@@ -17,4 +17,9 @@ type Region struct {
 	// decides the item on while it holds no grant: the owner unreachable
 	// past the last grant's expiry, or the key not granted yet. 0 denies.
 	SafeShare float64
+	// Policy names the item's cross-region policy: the key class the
+	// regional layer's per-policy counters are kept by (so it must be
+	// bounded by the configuration, never a key or a tenant). "" counts
+	// in the region's totals alone.
+	Policy string
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 
 	"github.com/quotagate/quotagate/config"
 	"github.com/quotagate/quotagate/gateway"
-	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/telemetry"
 )
 
@@ -92,13 +90,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runtimeErr(fmt.Errorf("metrics: %w", err))
 	}
 
-	// The metrics of the regions follow the store opened last (a reload
-	// opens a new one).
-	var layer atomic.Pointer[regional.Layer]
-	if err := metrics.ObserveRegion(func() (telemetry.RegionStats, bool) { return regionStats(layer.Load()) }); err != nil {
-		return runtimeErr(fmt.Errorf("metrics: %w", err))
-	}
-	open := storeOpenerWith(logger, getenv, layer.Store)
+	// The metrics of the regions are the gateway's: they follow the store
+	// of its current configuration (gateway.New).
+	open := storeOpener(logger, getenv)
 	gw, err := gateway.New(cfg, gateway.Options{
 		Getenv:         getenv,
 		OpenStore:      open,

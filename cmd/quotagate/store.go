@@ -15,7 +15,6 @@ import (
 	"github.com/quotagate/quotagate/ratelimit/redisstore"
 	"github.com/quotagate/quotagate/ratelimit/regional"
 	"github.com/quotagate/quotagate/ratelimit/stack"
-	"github.com/quotagate/quotagate/telemetry"
 )
 
 // storeOpener returns the function that opens every stage-2 backend of
@@ -25,15 +24,8 @@ import (
 // one instance, not two. logger receives the stores' operational lines;
 // getenv reads the Redis password's variable.
 func storeOpener(logger *slog.Logger, getenv func(string) (string, bool)) func(config.Store) (*stack.Stack, error) {
-	return storeOpenerWith(logger, getenv, nil)
-}
-
-// storeOpenerWith is storeOpener that also calls onLayer with the regional
-// layer of every store it opens with store.global (see regionLayer); nil
-// calls nothing.
-func storeOpenerWith(logger *slog.Logger, getenv func(string) (string, bool), onLayer func(*regional.Layer)) func(config.Store) (*stack.Stack, error) {
 	id := stack.NewInstanceID()
-	return func(c config.Store) (*stack.Stack, error) { return openStore(c, id, logger, getenv, onLayer) }
+	return func(c config.Store) (*stack.Stack, error) { return openStore(c, id, logger, getenv) }
 }
 
 // openStore is the one place that chooses the stage-2 backend: a memory
@@ -41,7 +33,7 @@ func storeOpenerWith(logger *slog.Logger, getenv func(string) (string, bool), on
 // shape of the addresses) for a fleet, registering in its roster as
 // instance id. Either comes as a whole stack.Stack, its
 // on_store_error fallback included.
-func openStore(c config.Store, id string, logger *slog.Logger, getenv func(string) (string, bool), onLayer func(*regional.Layer)) (*stack.Stack, error) {
+func openStore(c config.Store, id string, logger *slog.Logger, getenv func(string) (string, bool)) (*stack.Stack, error) {
 	switch c.Kind {
 	case config.StoreMemory:
 		return stack.New(nil, stack.Options{FleetSize: c.FleetSize}), nil
@@ -66,7 +58,7 @@ func openStore(c config.Store, id string, logger *slog.Logger, getenv func(strin
 		var wrap func(ratelimit.Store) ratelimit.Store
 		if c.Global != nil {
 			var err error
-			if wrap, err = regionLayer(c, id, password, tlsConf, logger, getenv, onLayer); err != nil {
+			if wrap, err = regionLayer(c, id, password, tlsConf, logger, getenv); err != nil {
 				return nil, err
 			}
 		}
@@ -86,7 +78,7 @@ func openStore(c config.Store, id string, logger *slog.Logger, getenv func(strin
 // c.Region (see package regional): its own connections to the regional
 // Redis (the grants, the demand, the reporter's lock) and to the global
 // one, closed with the layer.
-func regionLayer(c config.Store, id, password string, tlsConf *tls.Config, logger *slog.Logger, getenv func(string) (string, bool), onLayer func(*regional.Layer)) (func(ratelimit.Store) ratelimit.Store, error) {
+func regionLayer(c config.Store, id, password string, tlsConf *tls.Config, logger *slog.Logger, getenv func(string) (string, bool)) (func(ratelimit.Store) ratelimit.Store, error) {
 	r, g := c.Redis, c.Global
 	gpass := ""
 	if g.Redis.PasswordEnv != "" {
@@ -121,26 +113,8 @@ func regionLayer(c config.Store, id, password string, tlsConf *tls.Config, logge
 			// decision service (and a store a reload retires) each have one.
 			Prefix: r.KeyPrefix, ID: id + "/" + stack.NewInstanceID(), Logger: logger,
 		})
-		if onLayer != nil {
-			onLayer(layer)
-		}
 		return closing{Layer: layer, clients: []io.Closer{regionalClient, globalClient}}
 	}, nil
-}
-
-// regionStats returns l's stats for the metrics; false when l is nil (no
-// store.global).
-func regionStats(l *regional.Layer) (telemetry.RegionStats, bool) {
-	if l == nil {
-		return telemetry.RegionStats{}, false
-	}
-	s := l.Stats()
-	since := -1.0
-	if s.SinceReport >= 0 {
-		since = s.SinceReport.Seconds()
-	}
-	return telemetry.RegionStats{Region: s.Region, Reporter: s.Reporter, Demand: s.Demand, Admitted: s.Admitted, Granted: s.Granted,
-		ReportLatencySeconds: s.ReportLatency.Seconds(), Keys: int64(s.Keys), SinceReportSeconds: since, SafeDecisions: s.SafeDecisions}, true
 }
 
 // closing is a regional layer that closes its clients after it.

@@ -77,6 +77,14 @@ type Layer struct {
 	// report, by key.
 	limits  map[string]ratelimit.Limit
 	reports map[string]keyReport
+	// decided are the keys this instance decided, with their policy
+	// (ratelimit.Region.Policy) and when it last did (µs), pruned with
+	// limits; policies the per-policy counters (safe-share decisions and
+	// lease expiries), bounded by the configuration's policies.
+	decided  map[string]decided
+	policies map[string]*PolicyCounts
+	// checkedAt is when refresh last looked for expired grants (µs).
+	checkedAt int64
 
 	leader atomicBool
 	// reportedAt is when the region's reporter last heard from the owner
@@ -109,6 +117,27 @@ type count struct {
 	limit           ratelimit.Limit
 }
 
+// decided is a key this instance decided: its policy, and when (µs).
+type decided struct {
+	policy string
+	at     int64
+}
+
+// PolicyCounts are the counters of one cross-region policy on this
+// instance; they never decrease.
+type PolicyCounts struct {
+	// SafeDecisions counts its items decided on a safe share (as
+	// Stats.SafeDecisions).
+	SafeDecisions uint64
+	// LeaseExpiries counts its keys whose grant expired before this
+	// instance read a renewal, while it was deciding them (it decided the
+	// key within a LeaseTTL before the expiry): from then on, it decided
+	// them on the safe share. A key no longer asked for is not renewed
+	// either (see Layer.report), but its grant expires more than a LeaseTTL
+	// after its last decision, so it is not counted.
+	LeaseExpiries uint64
+}
+
 // keys are the layer's keys in the regional Redis, all in one hash slot.
 type keys struct{ asked, admitted, limits, grants, lock, reported string }
 
@@ -132,7 +161,8 @@ func New(below ratelimit.Store, o Options) *Layer {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Layer{below: below, o: o, keys: newKeys(o.Prefix), grants: map[string]Grant{}, counts: map[string]*count{},
-		limits: map[string]ratelimit.Limit{}, reports: map[string]keyReport{}, stop: make(chan struct{})}
+		limits: map[string]ratelimit.Limit{}, reports: map[string]keyReport{}, decided: map[string]decided{},
+		policies: map[string]*PolicyCounts{}, stop: make(chan struct{})}
 	l.done.Add(2)
 	go l.loop(max(o.ReportInterval/4, time.Millisecond), l.refresh)
 	go l.loop(o.ReportInterval, l.report)
@@ -216,9 +246,13 @@ func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 		}
 		c.asked += it.Cost
 		c.limit = it.Limit
+		l.decided[it.Key] = decided{policy: it.Region.Policy, at: now}
 		rate, burst := l.share(it, now)
 		if !l.fresh(now) || !l.grants[it.Key].live(now) {
 			l.safeDecisions.Add(1)
+			if pc := l.policy(it.Region.Policy); pc != nil {
+				pc.SafeDecisions++
+			}
 		}
 		if rate <= 0 || burst <= 0 || it.Cost > burst {
 			denied = append(denied, i)
@@ -307,6 +341,39 @@ func (l *Layer) fresh(now int64) bool {
 	return l.readAt > 0 && now-l.readAt <= l.o.ReportInterval.Microseconds()/2
 }
 
+// policy returns the counters of policy name (l.mu held), created at its
+// first use; nil for "".
+func (l *Layer) policy(name string) *PolicyCounts {
+	if name == "" {
+		return nil
+	}
+	pc := l.policies[name]
+	if pc == nil {
+		pc = &PolicyCounts{}
+		l.policies[name] = pc
+	}
+	return pc
+}
+
+// expire counts, in LeaseExpiries, the grants that were live at the last
+// check and are no longer at now (no renewal read in between), of the
+// keys this instance decided within a LeaseTTL before their expiry (l.mu
+// held).
+func (l *Layer) expire(now int64) {
+	ttl := l.o.LeaseTTL.Microseconds()
+	for k, g := range l.grants {
+		if !g.live(l.checkedAt) || g.live(now) {
+			continue
+		}
+		if d, ok := l.decided[k]; ok && d.at >= g.Expires-ttl {
+			if pc := l.policy(d.policy); pc != nil {
+				pc.LeaseExpiries++
+			}
+		}
+	}
+	l.checkedAt = now
+}
+
 func isIn(xs []int, x int) bool {
 	for _, y := range xs {
 		if y == x {
@@ -321,6 +388,7 @@ func isIn(xs []int, x int) bool {
 // grants as they were (each until it expires).
 func (l *Layer) refresh(ctx context.Context) {
 	l.mu.Lock()
+	l.expire(l.o.Now().UnixMicro())
 	counts := l.counts
 	l.counts = map[string]*count{}
 	l.mu.Unlock()
@@ -366,6 +434,11 @@ func (l *Layer) refresh(ctx context.Context) {
 			delete(l.limits, k)
 		}
 	}
+	for k := range l.decided {
+		if _, ok := grants[k]; !ok && l.counts[k] == nil {
+			delete(l.decided, k)
+		}
+	}
 	l.mu.Unlock()
 }
 
@@ -390,6 +463,9 @@ type Stats struct {
 	// SafeDecisions counts the cross-region items this instance decided
 	// on a safe share (no live grant), since it started.
 	SafeDecisions uint64
+	// Policies are the counters of each policy (ratelimit.Region.Policy)
+	// this instance decided an item of, since it started.
+	Policies map[string]PolicyCounts
 }
 
 // Stats returns the Layer's Stats now.
@@ -397,7 +473,11 @@ func (l *Layer) Stats() Stats {
 	now := l.o.Now().UnixMicro()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := Stats{Region: l.o.Region, Reporter: l.leader.load(), SafeDecisions: l.safeDecisions.Load(), SinceReport: -1}
+	s := Stats{Region: l.o.Region, Reporter: l.leader.load(), SafeDecisions: l.safeDecisions.Load(), SinceReport: -1,
+		Policies: make(map[string]PolicyCounts, len(l.policies))}
+	for name, pc := range l.policies {
+		s.Policies[name] = *pc
+	}
 	if s.Reporter {
 		s.Demand, s.Admitted, s.Granted, s.ReportLatency = l.stats.demand, l.stats.admitted, l.stats.granted, l.stats.latency
 	}

@@ -277,3 +277,76 @@ func TestLayerColdKeyStopsReporting(t *testing.T) {
 		time.Sleep(interval / 4) // polling Redis
 	}
 }
+
+// TestLayerPolicyCounters: the safe-share decisions and the lease expiries
+// are counted per policy (Region.Policy). A grant renewed before it
+// expires is no expiry; one that expires while the key is decided here
+// is one, counted once; one of a key last decided more than a lease TTL
+// before its expiry (gone cold, no longer reported) is none. On a clock of
+// the test's, with the refreshes called by it.
+func TestLayerPolicyCounters(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	defer client.Close()
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := t0.Add(-150 * time.Minute)
+	at := func(t time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		now = t
+	}
+	// Intervals of an hour: the layer's own loops do not run in the test.
+	l := New(memstore.New(memstore.Options{}), Options{Region: "eu", Regional: client, Owner: NewOwner(client, OwnerOptions{}),
+		ReportInterval: time.Hour, LeaseTTL: 3 * time.Hour, Prefix: redistest.KeyPrefix(t), ID: "eu-a",
+		Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	defer l.Close()
+	ctx := context.Background()
+	of := func(key, policy string) ratelimit.Item {
+		it := item
+		it.Key, it.Region.Policy = key, policy
+		return it
+	}
+	hot, cold, free := of("{t}:hot", "enterprise"), of("{t}:cold", "enterprise"), of("{t}:free", "free")
+	decide := func(it ratelimit.Item) {
+		t.Helper()
+		if _, err := l.Decide(ctx, []ratelimit.Item{it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant := func(key string, expires time.Time) {
+		t.Helper()
+		if err := client.HSet(ctx, l.keys.grants, key, formatGrant(Grant{Rate: 500, Burst: 50, Expires: expires.UnixMicro()}, t0.UnixMicro())).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh := func(t time.Time) { at(t); l.refresh(ctx) }
+
+	decide(cold) // no grant read yet: a safe-share decision of enterprise
+	grant(hot.Key, t0.Add(time.Hour))
+	grant(cold.Key, t0.Add(time.Hour))
+	refresh(t0)
+	decide(hot)  // on its grant
+	decide(free) // none: a safe-share decision of free
+	grant(hot.Key, t0.Add(2*time.Hour))
+	refresh(t0.Add(30 * time.Minute)) // the renewal, read before the expiry
+	// cold's grant expires, 3.5 h after its last decision: not counted.
+	refresh(t0.Add(time.Hour + time.Microsecond))
+	// hot's expires without a renewal: counted once.
+	refresh(t0.Add(2*time.Hour + time.Microsecond))
+	refresh(t0.Add(2*time.Hour + 2*time.Microsecond))
+	decide(hot) // on the safe share now
+
+	st := l.Stats()
+	want := map[string]PolicyCounts{"enterprise": {SafeDecisions: 2, LeaseExpiries: 1}, "free": {SafeDecisions: 1}}
+	if len(st.Policies) != len(want) {
+		t.Errorf("counters of %d policies %+v, want %d", len(st.Policies), st.Policies, len(want))
+	}
+	for p, w := range want {
+		if got := st.Policies[p]; got != w {
+			t.Errorf("%s: %+v, want %+v", p, got, w)
+		}
+	}
+	if st.SafeDecisions != 3 {
+		t.Errorf("SafeDecisions %d, want 3 (the policies' sum)", st.SafeDecisions)
+	}
+}
