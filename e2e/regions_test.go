@@ -269,6 +269,10 @@ func TestRegionsShiftingDemand(t *testing.T) {
 				if v := g.metric("quotagate_region_demand_rate", label); v <= 0 {
 					t.Errorf("%s: quotagate_region_demand_rate = %v, want > 0", b.names[i], v)
 				}
+				// The region's one cross-region policy, labelled by its name.
+				if v := g.metric("quotagate_region_policy_demand_rate", label, "policy=quota"); v <= 0 {
+					t.Errorf("%s: quotagate_region_policy_demand_rate of quota = %v, want > 0", b.names[i], v)
+				}
 			}
 			if v := g.metric("quotagate_region_since_report_seconds", label); v < 0 || v > regionTTL.Seconds() {
 				t.Errorf("%s/%s: quotagate_region_since_report_seconds = %v, want in [0, %v]", b.names[i], g.name, v, regionTTL.Seconds())
@@ -329,6 +333,39 @@ func TestRegionsPartition(t *testing.T) {
 	}
 	// After the heal: rebalanced, the whole limit in use again.
 	checkUtilisation(t, "after the heal", as, regranted, end)
+	// The metrics per policy: each gateway exports the series of policy
+	// quota, labelled with its region; eu's grant expired cut off, not
+	// renewed (a lease expiry); its safe-share decisions are all quota's.
+	for i, gws := range b.gws {
+		for _, g := range gws {
+			ss, err := g.metrics()
+			if err != nil {
+				t.Fatalf("%s: %v", g.name, err)
+			}
+			n := 0
+			for _, x := range ss {
+				if strings.HasPrefix(x.name, "quotagate_region_policy_") || x.name == "quotagate_region_lease_expiries_total" {
+					n++
+					if x.labels["policy"] != "quota" || x.labels["region"] != b.names[i] || len(x.labels) != 2 {
+						t.Errorf("%s: %s%v, want labels region=%s and policy=quota alone", g.name, x.name, x.labels, b.names[i])
+					}
+				}
+			}
+			if n != 6 {
+				t.Errorf("%s: %d per-policy region series, want 6 (4 gauges, 2 counters of policy quota)", g.name, n)
+			}
+			label := []string{"region=" + b.names[i], "policy=quota"}
+			expiries := ss.sum("quotagate_region_lease_expiries_total", label...)
+			safe, total := ss.sum("quotagate_region_policy_safe_share_decisions_total", label...), ss.sum("quotagate_region_safe_share_decisions_total")
+			t.Logf("%s/%s: %v lease expiries, %v of %v safe-share decisions of quota", b.names[i], g.name, expiries, safe, total)
+			if safe != total {
+				t.Errorf("%s: %v safe-share decisions of quota, %v in all: every cross-region item is quota's", g.name, safe, total)
+			}
+			if i == 0 && (expiries < 1 || safe < 1) {
+				t.Errorf("%s: %v lease expiries, %v safe-share decisions of quota after %v cut off, want at least 1 each", g.name, expiries, safe, partitionFor)
+			}
+		}
+	}
 }
 
 // TestRegionsReporterKilled (scenario 4): eu runs two gateways; the one

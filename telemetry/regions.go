@@ -34,8 +34,9 @@ type RegionStats struct {
 // RegionPolicyStats is one cross-region policy of RegionStats. Demand,
 // Admitted and Granted are the reporter's last report over the policy's
 // keys (0 on the other instances), Keys the policy's keys with a live
-// grant: summed over the policies, the region's totals (but for the keys
-// of a policy a reload removed). The counters never decrease.
+// grant that this instance decided lately or reported. The rates and
+// SafeDecisions, summed over the policies, are the region's (but for the
+// keys of a policy a reload removed). The counters never decrease.
 type RegionPolicyStats struct {
 	Policy                    string
 	Demand, Admitted, Granted float64
