@@ -135,9 +135,9 @@ func TestChaosCheckerAnswers(t *testing.T) {
 
 // TestChaosScheduleIsDeterministic: a seed gives the same schedule every
 // time, another seed another one, and the long run's 20 seeds draw every
-// fault kind.
+// fault kind of each topology.
 func TestChaosScheduleIsDeterministic(t *testing.T) {
-	a, b := chaosSchedule(7, time.Minute, 3, 3), chaosSchedule(7, time.Minute, 3, 3)
+	a, b := chaosSchedule(7, time.Minute, chaosCluster, 3), chaosSchedule(7, time.Minute, chaosCluster, 3)
 	if len(a) == 0 || len(a) != len(b) {
 		t.Fatalf("seed 7: %d then %d events", len(a), len(b))
 	}
@@ -146,22 +146,27 @@ func TestChaosScheduleIsDeterministic(t *testing.T) {
 			t.Fatalf("seed 7, event %d: %v then %v", i, a[i], b[i])
 		}
 	}
-	c := chaosSchedule(8, time.Minute, 3, 3)
+	c := chaosSchedule(8, time.Minute, chaosCluster, 3)
 	if len(c) == len(a) && c[0] == a[0] && c[len(c)-1] == a[len(a)-1] {
 		t.Errorf("seeds 7 and 8 drew the same schedule")
 	}
-	seen := map[string]int{}
-	for seed := uint64(1); seed <= 20; seed++ {
-		for _, e := range chaosSchedule(seed, time.Minute, 3, 3) {
-			seen[e.Kind]++
-			if e.At < time.Second || e.At > time.Minute-3*time.Second {
-				t.Errorf("seed %d: event at %v, outside [1s, 57s]", seed, e.At)
+	for _, topo := range chaosTopologies {
+		seen := map[string]int{}
+		for seed := uint64(1); seed <= 20; seed++ {
+			for _, e := range chaosSchedule(seed, time.Minute, topo, 3) {
+				seen[e.Kind]++
+				if e.At < time.Second || e.At > time.Minute-3*time.Second {
+					t.Errorf("%s seed %d: event at %v, outside [1s, 57s]", topo.name, seed, e.At)
+				}
+				if e.Kind != "gateway-kill" && e.Range >= topo.ranges {
+					t.Errorf("%s seed %d: %v on range %d of %d", topo.name, seed, e, e.Range, topo.ranges)
+				}
 			}
 		}
-	}
-	for _, k := range chaosKinds {
-		if seen[k.kind] == 0 {
-			t.Errorf("20 seeds never drew %s", k.kind)
+		for _, k := range topo.kinds {
+			if seen[k.kind] == 0 {
+				t.Errorf("%s: 20 seeds never drew %s", topo.name, k.kind)
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 // chaosResult is one seed's figures, as the results page shows them.
 type chaosResult struct {
+	topology  string
 	seed      uint64
 	d         time.Duration
 	scheduled int
@@ -47,8 +48,8 @@ type chaosResult struct {
 	rangeOf     map[string]int
 }
 
-func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []chaosFault, rep chaosReport, in chaosInput) chaosResult {
-	res := chaosResult{seed: seed, d: d, scheduled: len(events), done: map[string]int{}, status: rep.Status,
+func chaosSummarize(topology string, seed uint64, d time.Duration, events []chaosEvent, faults []chaosFault, rep chaosReport, in chaosInput) chaosResult {
+	res := chaosResult{topology: topology, seed: seed, d: d, scheduled: len(events), done: map[string]int{}, status: rep.Status,
 		admitted: map[string]int64{}, rawOver: map[string]map[string]int64{}, unanswered: rep.Unanswered, cut: rep.Cut,
 		late: rep.Late, keysLeft: len(rep.KeysLeft), short: rep.Short, due: rep.Due, calls: len(in.Calls),
 		keys: rep.Keys, rangeOf: in.RangeOf}
@@ -151,7 +152,7 @@ func (r chaosResult) shortMix() string {
 // text is the seed's report for the test log.
 func (r chaosResult) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "CHAOS seed %d (%v): faults %s\n", r.seed, r.d, r.faultMix())
+	fmt.Fprintf(&b, "CHAOS %s seed %d (%v): faults %s\n", r.topology, r.seed, r.d, r.faultMix())
 	fmt.Fprintf(&b, "  calls %d: %s; unanswered %d, cut by a gateway kill %d, late %d\n",
 		r.calls, r.statusMix(), r.unanswered, r.cut, r.late)
 	fmt.Fprintf(&b, "  admitted: tb %d units (%.0f%% of a saturated bucket), cc %d requests (peak %d in flight, max %d), cost %d units settled\n",
@@ -171,13 +172,13 @@ func (r chaosResult) row() string {
 	if len(r.failures) > 0 {
 		verdict = "FAIL: " + strings.Join(r.failures, "; ")
 	}
-	return fmt.Sprintf("| %d | %v | %s | %d (%s) | %s | %d | %d / %d | %d / %d / %d | %d | %.0f%% | %s | %s |",
-		r.seed, r.d, r.faultMix(), r.calls, r.statusMix(), r.overMix(), r.over, r.peakCC, chaosCCMax,
+	return fmt.Sprintf("| %s | %d | %v | %s | %d (%s) | %s | %d | %d / %d | %d / %d / %d | %d | %.0f%% | %s | %s |",
+		r.topology, r.seed, r.d, r.faultMix(), r.calls, r.statusMix(), r.overMix(), r.over, r.peakCC, chaosCCMax,
 		r.unanswered, r.cut, r.late, r.keysLeft, 100*r.utilisation, r.shortMix(), verdict)
 }
 
 // chaosRowHeader heads the results table.
-const chaosRowHeader = "| seed | traffic | faults carried out | calls (statuses) | over a strict bound without allowance, by class | beyond allowance | cc peak / max | unanswered / cut / late | keys left | tb utilisation | tb shortfall by class | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+const chaosRowHeader = "| topology | seed | traffic | faults carried out | calls (statuses) | over a strict bound without allowance, by class | beyond allowance | cc peak / max | unanswered / cut / late | keys left | tb utilisation | tb shortfall by class | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 
 var chaosPublishMu sync.Mutex
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,17 +32,82 @@ import (
 var (
 	chaosSeeds    = flag.String("chaos.seeds", "", "comma-separated seeds of TestChaos (default 1,2; env QUOTAGATE_CHAOS_SEEDS)")
 	chaosDuration = flag.Duration("chaos.duration", 0, "traffic time per seed of TestChaos (default 20s; env QUOTAGATE_CHAOS_DURATION)")
+	chaosTopo     = flag.String("chaos.topology", "", "comma-separated topologies of TestChaos: cluster, sentinel (default cluster; env QUOTAGATE_CHAOS_TOPOLOGY)")
 )
 
-// chaosParams returns the seeds and the traffic time per seed.
-func chaosParams(t *testing.T) ([]uint64, time.Duration) {
+// chaosTopology is a shape of the chaos run's store: how many slot
+// ranges (primaries), the faults its schedules draw, and how its Redis
+// starts.
+type chaosTopology struct {
+	name   string
+	ranges int
+	kinds  []chaosKind
+	start  func(t testing.TB) *chaosRedis
+}
+
+var (
+	chaosCluster = chaosTopology{name: "cluster", ranges: chaosRanges, kinds: clusterKinds,
+		start: func(t testing.TB) *chaosRedis { return startChaosRedis(t, chaosRanges) }}
+	chaosSentinel   = chaosTopology{name: "sentinel", ranges: 1, kinds: sentinelKinds, start: startChaosSentinel}
+	chaosTopologies = []chaosTopology{chaosCluster, chaosSentinel}
+)
+
+// chaosPlanned is one topology's seeds of a TestChaos run.
+type chaosPlanned struct {
+	topo  chaosTopology
+	seeds []uint64
+}
+
+// chaosPlan returns what TestChaos runs, and the traffic time per seed.
+// With neither topologies nor seeds given it is the short schedule:
+// seeds 1 and 2 on the Cluster, seed 1 on Sentinel. Seeds given without
+// topologies run on the Cluster (as before Sentinel was a topology);
+// topologies given without seeds run seeds 1 and 2 each.
+func chaosPlan(t *testing.T) ([]chaosPlanned, time.Duration) {
+	topos := *chaosTopo
+	if topos == "" {
+		topos = os.Getenv("QUOTAGATE_CHAOS_TOPOLOGY")
+	}
 	seeds := *chaosSeeds
 	if seeds == "" {
 		seeds = os.Getenv("QUOTAGATE_CHAOS_SEEDS")
 	}
+	d := *chaosDuration
+	if d == 0 {
+		if v := os.Getenv("QUOTAGATE_CHAOS_DURATION"); v != "" {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil {
+				t.Fatalf("chaos: QUOTAGATE_CHAOS_DURATION: %v", err)
+			}
+		}
+	}
+	if d == 0 {
+		d = 20 * time.Second
+	}
+	if topos == "" && seeds == "" {
+		return []chaosPlanned{{chaosCluster, []uint64{1, 2}}, {chaosSentinel, []uint64{1}}}, d
+	}
+	if topos == "" {
+		topos = chaosCluster.name
+	}
 	if seeds == "" {
 		seeds = "1,2"
 	}
+	list := parseSeeds(t, seeds)
+	var out []chaosPlanned
+	for _, name := range strings.Split(topos, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(chaosTopologies, func(c chaosTopology) bool { return c.name == name })
+		if i < 0 {
+			t.Fatalf("chaos: unknown topology %q", name)
+		}
+		out = append(out, chaosPlanned{chaosTopologies[i], list})
+	}
+	return out, d
+}
+
+// parseSeeds reads a list of seeds and ranges: 1,4,10-12.
+func parseSeeds(t *testing.T, seeds string) []uint64 {
 	var out []uint64
 	for _, s := range strings.Split(seeds, ",") {
 		s = strings.TrimSpace(s)
@@ -62,19 +128,7 @@ func chaosParams(t *testing.T) ([]uint64, time.Duration) {
 		}
 		out = append(out, n)
 	}
-	d := *chaosDuration
-	if d == 0 {
-		if v := os.Getenv("QUOTAGATE_CHAOS_DURATION"); v != "" {
-			var err error
-			if d, err = time.ParseDuration(v); err != nil {
-				t.Fatalf("chaos: QUOTAGATE_CHAOS_DURATION: %v", err)
-			}
-		}
-	}
-	if d == 0 {
-		d = 20 * time.Second
-	}
-	return out, d
+	return out
 }
 
 // The limits of the run, per tenant.
@@ -189,11 +243,13 @@ const (
 // unanswered (other than those a gateway kill cut), a wrong status, a key
 // left behind. The planted over-admission must be found.
 func TestChaos(t *testing.T) {
-	seeds, d := chaosParams(t)
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			chaosRun(t, seed, d, chaosSchedule(seed, d, chaosRanges, chaosGateways))
-		})
+	plan, d := chaosPlan(t)
+	for _, p := range plan {
+		for _, seed := range p.seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", p.topo.name, seed), func(t *testing.T) {
+				chaosRun(t, p.topo, seed, d, chaosSchedule(seed, d, p.topo, chaosGateways))
+			})
+		}
 	}
 }
 
@@ -210,7 +266,7 @@ func TestChaosFailoverWindow(t *testing.T) {
 	for i, lag := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second} {
 		events = append(events, chaosEvent{At: time.Duration(2+4*i) * time.Second, Kind: "kill-lagging", Range: i, For: lag})
 	}
-	res := chaosRun(t, 0, 14*time.Second, events)
+	res := chaosRun(t, chaosCluster, 0, 14*time.Second, events)
 	if res.done["kill-lagging"] != len(events) {
 		t.Errorf("%d of %d lagging kills carried out", res.done["kill-lagging"], len(events))
 	}
@@ -255,22 +311,25 @@ func startPlantGateway(t testing.TB, cfg *gwConfig) *chaosInstance {
 	return &chaosInstance{id: -1, g: g, url: g.URL}
 }
 
-// chaosRun runs events with the traffic for d and checks the record
-// (seed seeds the callers' draws); it returns the figures.
-func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) chaosResult {
-	const ranges, nGateways = chaosRanges, chaosGateways
+// chaosRun runs events with the traffic for d on topo and checks the
+// record (seed seeds the callers' draws); it returns the figures.
+func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, events []chaosEvent) chaosResult {
+	ranges, nGateways := topo.ranges, chaosGateways
 	var sched strings.Builder
 	for _, e := range events {
 		sched.WriteString("\n  " + e.String())
 	}
-	t.Logf("seed %d, %v of traffic, %d faults:%s", seed, d, len(events), sched.String())
+	t.Logf("%s, seed %d, %v of traffic, %d faults:%s", topo.name, seed, d, len(events), sched.String())
 
-	redis := startChaosRedis(t, ranges)
+	began := time.Now()
+	redis := topo.start(t)
+	t.Logf("%s up after %v", topo.name, time.Since(began).Round(time.Millisecond))
 	up := startChaosUpstream(t)
 	tenants, rangeOf := chaosTenants(ranges)
 	rangeOf[plantTenant] = tenantRange(plantTenant, ranges)
 	all := append(append([]string(nil), tenants...), plantTenant)
 	cfg := chaosConfig(up.srv.URL, redis.seeds(), all)
+	cfg.Store.Redis.MasterName = redis.master
 	fleet := startChaosFleet(t, nGateways, cfg)
 	caller := &chaosCaller{fleet: fleet, client: newClient(64), plant: startPlantGateway(t, cfg)}
 	caller.client.Timeout = 10 * time.Second
@@ -355,9 +414,10 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 	for _, p := range redis.relay {
 		p.heal()
 	}
-	if err := redis.waitAnnounced(30 * time.Second); err != nil {
+	if err := redis.waitAnnounced(40 * time.Second); err != nil {
 		proctest.Overrun(t, "chaos: %v", err)
 	}
+	t.Logf("%s settled %v after the traffic", topo.name, time.Since(end).Round(time.Millisecond))
 	var left []string
 	deadline := time.Now().Add(chaosSlotTTL + 2*time.Second)
 	for {
@@ -382,7 +442,7 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		Saturated: []string{"tb"},
 	}
 	rep := check(in)
-	res := chaosSummarize(seed, d, events, nem.faults, rep, in)
+	res := chaosSummarize(topo.name, seed, d, events, nem.faults, rep, in)
 	t.Log(res.text())
 	chaosPublish(t, res)
 
