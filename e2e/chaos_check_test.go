@@ -18,7 +18,8 @@ import (
 type chaosLimit struct {
 	Route string
 	// Kind is "bucket" (a token bucket, cost per request or settled
-	// usage), "window" (a sliding window: Rate units in any Per),
+	// usage), "regions" (a token bucket shared by regions through a
+	// global owner, docs/concepts/regions.md), "window" (a sliding window: Rate units in any Per),
 	// "calendar" (a calendar day's fixed window: Rate units per UTC day)
 	// or "concurrency".
 	Kind string
@@ -29,6 +30,9 @@ type chaosLimit struct {
 	Per   time.Duration
 	// Max requests in flight of a concurrency policy.
 	Max int
+	// Safe is the safe_share of a cross-region token bucket ("regions":
+	// Burst and Rate are the policy's, one quota across the regions).
+	Safe float64
 }
 
 // chaosAdmit is one request the upstream received: an admission.
@@ -101,6 +105,18 @@ type chaosInput struct {
 	// KeysLeft are the store keys left after the run that should be gone
 	// (concurrency slots, keys without an expiry).
 	KeysLeft []string
+	// SafeShare are the times a region may decide a cross-region key on
+	// its safe share (cut off from the owner past its grant, or not yet
+	// granted again), which the partition bound allows for.
+	SafeShare []safeWindow
+}
+
+// safeWindow is a time in [From, To] when Region (-1: every region) may
+// be on its safe share, because of Class.
+type safeWindow struct {
+	Region   int
+	From, To time.Time
+	Class    string
 }
 
 // chaosKeyReport is the checker's finding for one (tenant, route).
@@ -207,8 +223,10 @@ func check(in chaosInput) chaosReport {
 			kr = checkWindow(as, l, losses, in.Jitter)
 		case "calendar":
 			kr = checkCalendar(as, l, losses)
+		case "regions":
+			kr = checkBucket(as, l, in.Jitter, safeAllowance(in.SafeShare, l))
 		default:
-			kr = checkBucket(as, l, losses, in.Jitter)
+			kr = checkBucket(as, l, in.Jitter, lossAllowance(losses, l.Burst))
 			if slices.Contains(in.Saturated, l.Route) {
 				shortfall(as, l, in.Faults, rng, r.Short, r.Due)
 			}
@@ -295,9 +313,10 @@ func classOf(ws []lossWindow) string {
 
 // checkBucket checks every interval of admissions [i, j] of one key
 // (sorted by arrival) against burst + rate × (t_j − t_i) + ⌈rate × 2 ×
-// jitter⌉ (each end may be off by the jitter), plus burst for each
-// promotion that may lose writes the interval spans.
-func checkBucket(as []chaosAdmit, l chaosLimit, losses []lossWindow, jitter time.Duration) chaosKeyReport {
+// jitter⌉ (each end may be off by the jitter): Raw is the most above it;
+// Over the most above it plus what allowance gives the interval, with the
+// class of the faults that earn it.
+func checkBucket(as []chaosAdmit, l chaosLimit, jitter time.Duration, allowance func(a, b time.Time) (int64, string)) chaosKeyReport {
 	kr := chaosKeyReport{RawClass: "none"}
 	slack := int64(l.Rate*2*jitter.Seconds() + 0.999999)
 	for _, a := range as {
@@ -315,17 +334,26 @@ func checkBucket(as []chaosAdmit, l chaosLimit, losses []lossWindow, jitter time
 			if excess <= 0 {
 				continue
 			}
-			ws := spanning(losses, as[i].At, as[j].At)
+			allow, class := allowance(as[i].At, as[j].At)
 			if excess > kr.Raw {
-				kr.Raw, kr.RawClass = excess, classOf(ws)
+				kr.Raw, kr.RawClass = excess, class
 				kr.Where = fmt.Sprintf("%d units in %s..%s", sum, as[i].At.Format("15:04:05.000"), as[j].At.Format("15:04:05.000"))
 			}
-			if over := excess - l.Burst*int64(len(ws)); over > kr.Over {
+			if over := excess - allow; over > kr.Over {
 				kr.Over = over
 			}
 		}
 	}
 	return kr
+}
+
+// lossAllowance allows an interval per units for each promotion that may
+// lose writes it spans.
+func lossAllowance(losses []lossWindow, per int64) func(a, b time.Time) (int64, string) {
+	return func(a, b time.Time) (int64, string) {
+		ws := spanning(losses, a, b)
+		return per * int64(len(ws)), classOf(ws)
+	}
 }
 
 // checkConcurrency counts, at each arrival, the requests of the key in
@@ -464,4 +492,78 @@ func checkCalendar(as []chaosAdmit, l chaosLimit, losses []lossWindow) chaosKeyR
 		}
 	}
 	return kr
+}
+
+// safeAllowance is the partition bound of docs/concepts/regions.md for a
+// cross-region token bucket, whichever region admitted: an interval gets,
+// for each region that may be on its safe share for a time τ of it,
+// safe × (burst + rate × τ): what its safe share admits meanwhile, which
+// the owner does not count. Without one the bound is the connected one,
+// burst + rate × T.
+func safeAllowance(safe []safeWindow, l chaosLimit) func(a, b time.Time) (int64, string) {
+	return func(a, b time.Time) (int64, string) {
+		taus, class := onSafeShare(safe, a, b)
+		allow := 0.0
+		for _, tau := range taus {
+			allow += l.Safe * (float64(l.Burst) + l.Rate*tau.Seconds())
+		}
+		return int64(allow + 0.999999), class
+	}
+}
+
+// onSafeShare returns, for each region that may be on its safe share at
+// some time in [a, b], how long of [a, b] (its windows' union; a window of
+// region -1 is every region's), and the classes of those windows ("none"
+// when there are none).
+func onSafeShare(safe []safeWindow, a, b time.Time) (map[int]time.Duration, string) {
+	spans := map[int][][2]time.Time{}
+	var names []string
+	for _, w := range safe {
+		if a.After(w.To) || b.Before(w.From) {
+			continue
+		}
+		from, to := maxTime(w.From, a), minTime(w.To, b)
+		for r := range chaosRegionCount {
+			if w.Region < 0 || w.Region == r {
+				spans[r] = append(spans[r], [2]time.Time{from, to})
+			}
+		}
+		if !slices.Contains(names, w.Class) {
+			names = append(names, w.Class)
+		}
+	}
+	if len(names) == 0 {
+		return nil, "none"
+	}
+	sort.Strings(names)
+	out := map[int]time.Duration{}
+	for r, ss := range spans {
+		sort.Slice(ss, func(i, j int) bool { return ss[i][0].Before(ss[j][0]) })
+		var total time.Duration
+		cur := ss[0]
+		for _, x := range ss[1:] {
+			if x[0].After(cur[1]) {
+				total += cur[1].Sub(cur[0])
+				cur = x
+			} else if x[1].After(cur[1]) {
+				cur[1] = x[1]
+			}
+		}
+		out[r] = total + cur[1].Sub(cur[0])
+	}
+	return out, strings.Join(names, "+")
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

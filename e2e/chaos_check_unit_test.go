@@ -199,3 +199,44 @@ func TestChaosCheckerWindowAndCalendar(t *testing.T) {
 		t.Errorf("3 in a day in a quota of 2: %v", r.failed())
 	}
 }
+
+// TestChaosCheckerRegions: a cross-region bucket (burst 100, 100/s,
+// safe_share 0.2) kept at its bound passes; extra units outside every
+// safe-share window fail (class none); within a window of 2 s of one
+// region on its safe share (1 s of it in the worst interval) they pass up
+// to the partition bound's 0.2 × (100 + 100 × 1 s) = 40 and fail past it,
+// and a window of every region allows three such shares.
+func TestChaosCheckerRegions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := []chaosLimit{{Route: "xr", Kind: "regions", Burst: 100, Rate: 100, Safe: 0.2}}
+	at := t0.Add(5 * time.Second)
+	run := func(extra int, safe []safeWindow) chaosReport {
+		in := chaosInput{Limits: lim, Jitter: 10 * time.Millisecond, SafeShare: safe}
+		in.Admits = exactBucket(t0, "x", "xr", 100, 100, 10*time.Second)
+		for range extra {
+			in.Admits = append(in.Admits, chaosAdmit{Tenant: "x", Route: "xr", At: at, End: at, Cost: 1})
+		}
+		return check(in)
+	}
+	if f := run(0, nil).failed(); len(f) > 0 {
+		t.Fatalf("a record at the bound failed: %v", f)
+	}
+	if r := run(30, nil); len(r.failed()) != 1 || r.Keys[0].RawClass != "none" {
+		t.Errorf("30 extra, no region on its safe share: %v (class %s), want one failure in class none", r.failed(), r.Keys[0].RawClass)
+	}
+	one := []safeWindow{{Region: 1, From: at.Add(-time.Second), To: at.Add(time.Second), Class: "region-partition"}}
+	all := []safeWindow{{Region: -1, From: at.Add(-time.Second), To: at.Add(time.Second), Class: "global-pause"}}
+	for _, tc := range []struct {
+		extra int
+		safe  []safeWindow
+		fail  bool
+	}{{30, one, false}, {50, one, true}, {100, all, false}, {130, all, true}} {
+		r := run(tc.extra, tc.safe)
+		if got := len(r.failed()) > 0; got != tc.fail {
+			t.Errorf("%d extra within %s: failed=%v (%v), want %v", tc.extra, tc.safe[0].Class, got, r.failed(), tc.fail)
+		}
+		if r.Keys[0].RawClass != tc.safe[0].Class {
+			t.Errorf("%d extra within %s: excess put in class %q", tc.extra, tc.safe[0].Class, r.Keys[0].RawClass)
+		}
+	}
+}

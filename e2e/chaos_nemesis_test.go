@@ -119,8 +119,12 @@ func chaosSchedule(seed uint64, d time.Duration, topo chaosTopology, gateways in
 			e.For = between(500*time.Millisecond, 2*time.Second)
 		case "kill-lagging":
 			e.For = between(200*time.Millisecond, 1500*time.Millisecond)
-		case "latency":
+		case "latency", "region-latency":
 			e.For, e.Param = between(500*time.Millisecond, 3*time.Second), between(20*time.Millisecond, 300*time.Millisecond)
+		case "region-partition":
+			e.For = between(time.Second, 6*time.Second)
+		case "global-pause":
+			e.Range, e.For = -1, between(300*time.Millisecond, 4*time.Second)
 		case "partition":
 			e.For = between(300*time.Millisecond, 2*time.Second)
 		case "loss", "flush":
@@ -145,11 +149,12 @@ const clusterNodeTimeout = 2 * time.Second
 // chaosNemesis carries out a schedule against the run's Cluster, fleet
 // and callers, and records each fault as it happened.
 type chaosNemesis struct {
-	redis  *chaosRedis
-	fleet  *chaosFleet
-	caller *chaosCaller
-	cfg    *gwConfig // the valid config; reloads toggle an unused route in it
-	tenant func(n int) string
+	redis *chaosRedis // nil on the regions topology
+	// regions is the regions topology's Redis (nil on the others).
+	regions *chaosRegions
+	fleet   *chaosFleet
+	caller  *chaosCaller
+	tenant  func(n int) string
 
 	mu     sync.Mutex
 	faults []chaosFault
@@ -262,10 +267,18 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 		}
 		relay.heal()
 		return "link to " + p.Addr, nil
+	case "region-partition", "region-latency", "global-pause":
+		return n.regions.do(n, e)
 	case "flush":
 		count := 0
 		for end := time.Now().Add(e.For); time.Now().Before(end); count++ {
-			for _, s := range n.redis.live() {
+			var servers []*redistest.Server
+			if n.regions != nil {
+				servers = n.regions.servers()
+			} else {
+				servers = n.redis.live()
+			}
+			for _, s := range servers {
 				_, _ = s.Do("FUNCTION", "FLUSH")
 				_, _ = s.Do("SCRIPT", "FLUSH")
 			}
@@ -273,12 +286,7 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 		}
 		return fmt.Sprintf("%d rounds", count), nil
 	case "reload":
-		n.mu.Lock()
-		cfg := n.cfg
-		n.cfg = toggleNoopRoute(cfg)
-		next := n.cfg
-		n.mu.Unlock()
-		n.fleet.reload(next)
+		next := n.fleet.reload(toggleNoopRoute)
 		return fmt.Sprintf("%d routes", len(next.Routes)), nil
 	case "reload-invalid":
 		n.fleet.reloadInvalid(500 * time.Millisecond)

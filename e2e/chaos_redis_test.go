@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,41 @@ type chaosRedis struct {
 
 // sentinel reports whether c is the Sentinel topology.
 func (c *chaosRedis) sentinel() bool { return c.master != "" }
+
+// chaosBackend is a topology's Redis as the run sees it.
+type chaosBackend interface {
+	// configs returns the config of each gateway place of n, made by
+	// base on the store addresses the topology gives.
+	configs(base func(addrs []string) *gwConfig, n int) []*gwConfig
+	// settle heals every link and waits until the store has recovered.
+	settle() error
+	// keys returns the keys left in the store with their TTLs in ms.
+	keys(t testing.TB) map[string]int64
+}
+
+var (
+	_ chaosBackend = (*chaosRedis)(nil)
+	_ chaosBackend = (*chaosRegions)(nil)
+)
+
+// configs returns n places of one config on the relays (the Sentinels).
+func (c *chaosRedis) configs(base func(addrs []string) *gwConfig, n int) []*gwConfig {
+	cfg := base(c.seeds())
+	cfg.Store.Redis.MasterName = c.master
+	out := make([]*gwConfig, n)
+	for k := range out {
+		out[k] = cfg
+	}
+	return out
+}
+
+// settle heals every relay and waits until the nodes agree again.
+func (c *chaosRedis) settle() error {
+	for _, p := range c.relay {
+		p.heal()
+	}
+	return c.waitAnnounced(40 * time.Second)
+}
 
 // startChaosRedis starts the Cluster with a replica per primary, puts a
 // relay in front of each node and waits until every node announces its
@@ -373,18 +409,7 @@ func (c *chaosRedis) keys(t testing.TB) map[string]int64 {
 			t.Errorf("chaos: range %d after the run: %v", i, err)
 			continue
 		}
-		v, err := p.Do("KEYS", "*")
-		if err != nil {
-			t.Errorf("chaos: KEYS on %s: %v", p.Addr, err)
-			continue
-		}
-		ks, _ := v.([]any)
-		for _, k := range ks {
-			name, _ := k.(string)
-			ttl, _ := p.Do("PTTL", name)
-			n, _ := ttl.(int64)
-			out[name] = n
-		}
+		maps.Copy(out, serverKeys(t, p))
 	}
 	return out
 }

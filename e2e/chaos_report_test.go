@@ -157,6 +157,9 @@ func (r chaosResult) text() string {
 		r.calls, r.statusMix(), r.unanswered, r.cut, r.late)
 	fmt.Fprintf(&b, "  admitted: tb %d units (%.0f%% of a saturated bucket), cc %d requests (peak %d in flight, max %d), cost %d units settled\n",
 		r.admitted["tb"], 100*r.utilisation, r.admitted["cc"], r.peakCC, chaosCCMax, r.admitted["cost"])
+	if x := r.admitted[crossRoute]; x > 0 {
+		fmt.Fprintf(&b, "  cross-region %s: %d units admitted in all regions\n", crossRoute, x)
+	}
 	fmt.Fprintf(&b, "  over a strict bound without allowance, by class: %s; beyond the allowance: %d; planted key: %d\n", r.overMix(), r.over, r.plantOver)
 	fmt.Fprintf(&b, "  tb shortfall by class: %s\n", r.shortMix())
 	fmt.Fprintf(&b, "  keys left: %d", r.keysLeft)

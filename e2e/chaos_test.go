@@ -20,36 +20,41 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
-// The chaos suite: a Redis Cluster (3 primaries, a replica each, every
-// node behind a relay), 3 gateway processes, an upstream that records
-// every admission, closed- and open-loop callers over a strict token
-// bucket, a concurrency policy, a settled cost route, a sliding window, a
-// leased hot key and a calendar day's quota, and a nemesis
-// that carries out a schedule of overlapping faults drawn from a seed.
-// The checker (chaos_check_test.go) then holds the record to the bounds
-// the docs state. docs/operations/chaos.md has the results and the
-// commands.
+// The chaos suite: a store topology (a Redis Cluster of 3 primaries with
+// a replica each, every node behind a relay; a primary, its replica and
+// three Sentinels, chaos_sentinel_test.go; or three regions sharing a
+// global owner, chaos_regions_test.go), 3 gateway processes, an upstream
+// that records every admission, closed- and open-loop callers over a
+// strict token bucket, a concurrency policy, a settled cost route, a
+// sliding window, a leased hot key and a calendar day's quota (and on
+// regions a cross-region quota), and a nemesis that carries out a
+// schedule of overlapping faults drawn from a seed. The checker
+// (chaos_check_test.go) then holds the record to the bounds the docs
+// state. docs/chaos.md has the results and the commands.
 var (
 	chaosSeeds    = flag.String("chaos.seeds", "", "comma-separated seeds of TestChaos (default 1,2; env QUOTAGATE_CHAOS_SEEDS)")
 	chaosDuration = flag.Duration("chaos.duration", 0, "traffic time per seed of TestChaos (default 20s; env QUOTAGATE_CHAOS_DURATION)")
-	chaosTopo     = flag.String("chaos.topology", "", "comma-separated topologies of TestChaos: cluster, sentinel (default cluster; env QUOTAGATE_CHAOS_TOPOLOGY)")
+	chaosTopo     = flag.String("chaos.topology", "", "comma-separated topologies of TestChaos: cluster, sentinel, regions (default cluster; env QUOTAGATE_CHAOS_TOPOLOGY)")
 )
 
 // chaosTopology is a shape of the chaos run's store: how many slot
 // ranges (primaries), the faults its schedules draw, and how its Redis
 // starts.
 type chaosTopology struct {
-	name   string
+	name string
+	// ranges are the slot ranges (primaries); on regions, the regions.
 	ranges int
 	kinds  []chaosKind
-	start  func(t testing.TB) *chaosRedis
+	start  func(t testing.TB) chaosBackend
 }
 
 var (
 	chaosCluster = chaosTopology{name: "cluster", ranges: chaosRanges, kinds: clusterKinds,
-		start: func(t testing.TB) *chaosRedis { return startChaosRedis(t, chaosRanges) }}
-	chaosSentinel   = chaosTopology{name: "sentinel", ranges: 1, kinds: sentinelKinds, start: startChaosSentinel}
-	chaosTopologies = []chaosTopology{chaosCluster, chaosSentinel}
+		start: func(t testing.TB) chaosBackend { return startChaosRedis(t, chaosRanges) }}
+	chaosSentinel = chaosTopology{name: "sentinel", ranges: 1, kinds: sentinelKinds,
+		start: func(t testing.TB) chaosBackend { return startChaosSentinel(t) }}
+	chaosRegionsTopo = chaosTopology{name: "regions", ranges: chaosRegionCount, kinds: regionsKinds, start: startChaosRegions}
+	chaosTopologies  = []chaosTopology{chaosCluster, chaosSentinel, chaosRegionsTopo}
 )
 
 // chaosPlanned is one topology's seeds of a TestChaos run.
@@ -60,7 +65,7 @@ type chaosPlanned struct {
 
 // chaosPlan returns what TestChaos runs, and the traffic time per seed.
 // With neither topologies nor seeds given it is the short schedule:
-// seeds 1 and 2 on the Cluster, seed 1 on Sentinel. Seeds given without
+// seeds 1 and 2 on the Cluster, seed 1 on Sentinel and on regions. Seeds given without
 // topologies run on the Cluster (as before Sentinel was a topology);
 // topologies given without seeds run seeds 1 and 2 each.
 func chaosPlan(t *testing.T) ([]chaosPlanned, time.Duration) {
@@ -85,7 +90,7 @@ func chaosPlan(t *testing.T) ([]chaosPlanned, time.Duration) {
 		d = 20 * time.Second
 	}
 	if topos == "" && seeds == "" {
-		return []chaosPlanned{{chaosCluster, []uint64{1, 2}}, {chaosSentinel, []uint64{1}}}, d
+		return []chaosPlanned{{chaosCluster, []uint64{1, 2}}, {chaosSentinel, []uint64{1}}, {chaosRegionsTopo, []uint64{1}}}, d
 	}
 	if topos == "" {
 		topos = chaosCluster.name
@@ -152,6 +157,7 @@ var chaosLimits = []chaosLimit{
 	{Route: "lease", Kind: "bucket", Burst: chaosLeaseRate, Rate: chaosLeaseRate},
 	{Route: "cal", Kind: "calendar", Rate: chaosCalRate},
 	{Route: plantRoute, Kind: "bucket", Burst: 2, Rate: 2},
+	{Route: crossRoute, Kind: "regions", Burst: regionBurst, Rate: regionRate, Safe: regionSafe}, // the regions topology's
 }
 
 // chaosConfig is the gateways' config: every policy fails closed, so any
@@ -322,18 +328,34 @@ func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, ev
 	t.Logf("%s, seed %d, %v of traffic, %d faults:%s", topo.name, seed, d, len(events), sched.String())
 
 	began := time.Now()
-	redis := topo.start(t)
+	store := topo.start(t)
 	t.Logf("%s up after %v", topo.name, time.Since(began).Round(time.Millisecond))
 	up := startChaosUpstream(t)
 	tenants, rangeOf := chaosTenants(ranges)
 	rangeOf[plantTenant] = tenantRange(plantTenant, ranges)
 	all := append(append([]string(nil), tenants...), plantTenant)
-	cfg := chaosConfig(up.srv.URL, redis.seeds(), all)
-	cfg.Store.Redis.MasterName = redis.master
-	fleet := startChaosFleet(t, nGateways, cfg)
-	caller := &chaosCaller{fleet: fleet, client: newClient(64), plant: startPlantGateway(t, cfg)}
+	regions, _ := store.(*chaosRegions)
+	if regions != nil {
+		rangeOf[plantTenant] = 0 // the planted build runs in eu
+	}
+	cfgs := store.configs(func(addrs []string) *gwConfig { return chaosConfig(up.srv.URL, addrs, all) }, nGateways)
+	fleet := startChaosFleet(t, cfgs)
+	caller := &chaosCaller{fleet: fleet, client: newClient(64), plant: startPlantGateway(t, cfgs[0])}
 	caller.client.Timeout = 10 * time.Second
-	nem := &chaosNemesis{redis: redis, fleet: fleet, caller: caller, cfg: cfg, tenant: func(n int) string { return all[n%len(all)] }}
+	nem := &chaosNemesis{fleet: fleet, caller: caller, tenant: func(n int) string { return all[n%len(all)] }}
+	if regions != nil {
+		// Every request goes to its region's gateway: a tenant's to its
+		// own, the cross-region tenant's to the one it is sent in.
+		nem.regions = regions
+		caller.home = func(q chaosReq) int {
+			if q.tenant == crossTenant {
+				return q.region
+			}
+			return rangeOf[q.tenant]
+		}
+	} else {
+		nem.redis = store.(*chaosRedis)
+	}
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -396,6 +418,11 @@ func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, ev
 		calq := chaosReq{tenant: tn, route: "cal", path: "/cal/x"}
 		closedLoop(func(*rand.Rand) chaosReq { return calq }, 100*time.Millisecond, id+12)
 	}
+	if regions != nil {
+		for k, rate := range crossLoads() {
+			openLoop(chaosReq{tenant: crossTenant, route: crossRoute, path: "/" + crossRoute + "/x", region: k}, time.Second/time.Duration(rate))
+		}
+	}
 	// The planted over-admission: the plant tenant saturates its slow
 	// route through the gateway of the planted build.
 	plantq := chaosReq{tenant: plantTenant, route: plantRoute, path: "/" + plantRoute + "/x"}
@@ -409,12 +436,9 @@ func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, ev
 	end := time.Now()
 	t.Logf("traffic ended after %v", end.Sub(start).Round(time.Millisecond))
 
-	// Recovery: every link healed, the Cluster settled, every slot
+	// Recovery: every link healed, the store settled, every slot
 	// released (or expired) within slot_ttl, every key with an expiry.
-	for _, p := range redis.relay {
-		p.heal()
-	}
-	if err := redis.waitAnnounced(40 * time.Second); err != nil {
+	if err := store.settle(); err != nil {
 		proctest.Overrun(t, "chaos: %v", err)
 	}
 	t.Logf("%s settled %v after the traffic", topo.name, time.Since(end).Round(time.Millisecond))
@@ -422,7 +446,7 @@ func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, ev
 	deadline := time.Now().Add(chaosSlotTTL + 2*time.Second)
 	for {
 		left = left[:0]
-		for k, ttl := range redis.keys(t) {
+		for k, ttl := range store.keys(t) {
 			if strings.HasSuffix(k, ":cc") || ttl == -1 {
 				left = append(left, fmt.Sprintf("%s (ttl %dms)", k, ttl))
 			}
@@ -440,6 +464,9 @@ func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, ev
 		Jitter: 250 * time.Millisecond, CancelSlack: 250 * time.Millisecond, Deadline: 3 * time.Second, KeysLeft: left,
 		Allowed:   map[string][]int{"stall": {408, 429, 503}},
 		Saturated: []string{"tb"},
+	}
+	if regions != nil {
+		in.SafeShare = regionSafeWindows(start, nem.faults)
 	}
 	rep := check(in)
 	res := chaosSummarize(topo.name, seed, d, events, nem.faults, rep, in)
