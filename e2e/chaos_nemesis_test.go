@@ -344,7 +344,7 @@ func (n *chaosNemesis) pausePrimary(e chaosEvent, p, r *redistest.Server, f *cha
 		rp, _ := n.redis.isPrimary(r)
 		pp, _ := n.redis.isPrimary(p)
 		if rp && (!pp || n.redis.sentinel()) {
-			n.record(chaosFault{Class: "failover-auto", Range: e.Range, Start: f.Start.Add(clusterNodeTimeout), End: time.Now().Add(200 * time.Millisecond),
+			n.record(chaosFault{Class: "failover-auto", Range: e.Range, Start: f.Start.Add(clusterNodeTimeout), End: n.redis.promotionSeen(r),
 				LosesWrites: true, Note: r.Addr + " promoted"})
 			if err := n.redis.waitLinked(p, 20*time.Second); err != nil {
 				return "failed over; " + err.Error(), nil
@@ -379,7 +379,7 @@ func (n *chaosNemesis) killPrimary(e chaosEvent, p, r *redistest.Server, f *chao
 		return note + "promotion refused: " + err.Error(), nil
 	}
 	err := n.redis.waitPrimary(r, 10*time.Second)
-	f.End = time.Now().Add(200 * time.Millisecond)
+	f.End = n.redis.promotionSeen(r)
 	if err != nil {
 		return note + err.Error(), nil
 	}
@@ -419,7 +419,7 @@ func (n *chaosNemesis) failover(e chaosEvent, p, r *redistest.Server, f *chaosFa
 		}
 		time.Sleep(20 * time.Millisecond) // polling external processes
 	}
-	f.End = time.Now().Add(200 * time.Millisecond)
+	f.End = n.redis.promotionSeen(r)
 	if err := n.redis.waitLinked(p, 20*time.Second); err != nil {
 		return "promoted " + r.Addr + "; " + err.Error(), nil
 	}

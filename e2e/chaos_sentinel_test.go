@@ -100,6 +100,33 @@ func (c *chaosRedis) sentinelFailover() error {
 	}
 }
 
+// promotionSeen returns when a promotion of r, just seen, ends for the
+// checker: 200 ms from now on a Cluster (the gateways learn it from the
+// MOVED or the closed connection of their next decision); on Sentinel,
+// 200 ms after every Sentinel names r (a gateway follows the Sentinel it
+// subscribed to, and dials the primary that one names: until all have
+// switched, one may still decide on the old primary, which the Sentinels
+// leave a primary some 8 s when it runs).
+func (c *chaosRedis) promotionSeen(r *redistest.Server) time.Time {
+	if !c.sentinel() {
+		return time.Now().Add(200 * time.Millisecond)
+	}
+	want := strconv.Itoa(relayPort(c.relay[r]))
+	seen := time.Now()
+	deadline := seen.Add(10 * time.Second)
+	for _, s := range c.sentinels {
+		for time.Now().Before(deadline) {
+			v, err := s.Do("SENTINEL", "get-master-addr-by-name", c.master)
+			if addr, _ := v.([]any); err == nil && len(addr) == 2 && fmt.Sprint(addr[1]) == want {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling the Sentinels' view
+		}
+	}
+	c.t.Logf("chaos: every Sentinel named %s %v after its promotion was seen", r.Addr, time.Since(seen).Round(time.Millisecond))
+	return time.Now().Add(200 * time.Millisecond)
+}
+
 // rejoinSentinel restarts s (killed) empty as primary's replica.
 func (c *chaosRedis) rejoinSentinel(s, primary *redistest.Server) error {
 	s.Restart()
