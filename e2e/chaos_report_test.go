@@ -42,6 +42,7 @@ type chaosResult struct {
 	// would have admitted in the seconds the class was active but did
 	// not, over what it would have.
 	utilisation float64
+	crossIdeal  float64 // the cross-region key's burst + rate × span (regions)
 	short, due  map[string]float64
 	failures    []string
 	keys        []chaosKeyReport
@@ -73,6 +74,9 @@ func chaosSummarize(topology string, seed uint64, d time.Duration, events []chao
 				res.rawOver[k.RawClass] = map[string]int64{}
 			}
 			res.rawOver[k.RawClass][k.Route] = max(res.rawOver[k.RawClass][k.Route], k.Raw)
+		}
+		if k.Route == crossRoute {
+			res.crossIdeal = k.Ideal
 		}
 		if k.Route == "tb" {
 			got += float64(k.Admitted)
@@ -158,7 +162,7 @@ func (r chaosResult) text() string {
 	fmt.Fprintf(&b, "  admitted: tb %d units (%.0f%% of a saturated bucket), cc %d requests (peak %d in flight, max %d), cost %d units settled\n",
 		r.admitted["tb"], 100*r.utilisation, r.admitted["cc"], r.peakCC, chaosCCMax, r.admitted["cost"])
 	if x := r.admitted[crossRoute]; x > 0 {
-		fmt.Fprintf(&b, "  cross-region %s: %d units admitted in all regions\n", crossRoute, x)
+		fmt.Fprintf(&b, "  cross-region %s: %d units admitted in all regions, %.0f%% of the limit's burst + rate × span\n", crossRoute, x, 100*float64(x)/r.crossIdeal)
 	}
 	fmt.Fprintf(&b, "  over a strict bound without allowance, by class: %s; beyond the allowance: %d; planted key: %d\n", r.overMix(), r.over, r.plantOver)
 	fmt.Fprintf(&b, "  tb shortfall by class: %s\n", r.shortMix())
