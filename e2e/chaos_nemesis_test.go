@@ -122,7 +122,7 @@ func chaosSchedule(seed uint64, d time.Duration, topo chaosTopology, gateways in
 		case "latency", "region-latency":
 			e.For, e.Param = between(500*time.Millisecond, 3*time.Second), between(20*time.Millisecond, 300*time.Millisecond)
 		case "region-partition":
-			e.For = between(time.Second, 6*time.Second)
+			e.For = between(time.Second, 10*time.Second)
 		case "global-pause":
 			e.Range, e.For = -1, between(300*time.Millisecond, 4*time.Second)
 		case "partition":
