@@ -18,7 +18,8 @@ import (
 type chaosLimit struct {
 	Route string
 	// Kind is "bucket" (a token bucket, cost per request or settled
-	// usage), "window" (a sliding window: Rate units in any Per),
+	// usage), "regions" (a token bucket shared by regions through a
+	// global owner, docs/concepts/regions.md), "window" (a sliding window: Rate units in any Per),
 	// "calendar" (a calendar day's fixed window: Rate units per UTC day)
 	// or "concurrency".
 	Kind string
@@ -29,6 +30,9 @@ type chaosLimit struct {
 	Per   time.Duration
 	// Max requests in flight of a concurrency policy.
 	Max int
+	// Safe is the safe_share of a cross-region token bucket ("regions":
+	// Burst and Rate are the policy's, one quota across the regions).
+	Safe float64
 }
 
 // chaosAdmit is one request the upstream received: an admission.
@@ -101,6 +105,10 @@ type chaosInput struct {
 	// KeysLeft are the store keys left after the run that should be gone
 	// (concurrency slots, keys without an expiry).
 	KeysLeft []string
+	// SafeShare are the times a region may decide a cross-region key on
+	// its safe share (cut off from the owner past its grant, or not yet
+	// granted again), which the partition bound allows for.
+	SafeShare []safeWindow
 }
 
 // chaosKeyReport is the checker's finding for one (tenant, route).
@@ -207,8 +215,10 @@ func check(in chaosInput) chaosReport {
 			kr = checkWindow(as, l, losses, in.Jitter)
 		case "calendar":
 			kr = checkCalendar(as, l, losses)
+		case "regions":
+			kr = checkBucket(as, l, in.Jitter, safeAllowance(in.SafeShare, l))
 		default:
-			kr = checkBucket(as, l, losses, in.Jitter)
+			kr = checkBucket(as, l, in.Jitter, lossAllowance(losses, l.Burst))
 			if slices.Contains(in.Saturated, l.Route) {
 				shortfall(as, l, in.Faults, rng, r.Short, r.Due)
 			}
@@ -295,9 +305,10 @@ func classOf(ws []lossWindow) string {
 
 // checkBucket checks every interval of admissions [i, j] of one key
 // (sorted by arrival) against burst + rate × (t_j − t_i) + ⌈rate × 2 ×
-// jitter⌉ (each end may be off by the jitter), plus burst for each
-// promotion that may lose writes the interval spans.
-func checkBucket(as []chaosAdmit, l chaosLimit, losses []lossWindow, jitter time.Duration) chaosKeyReport {
+// jitter⌉ (each end may be off by the jitter): Raw is the most above it;
+// Over the most above it plus what allowance gives the interval, with the
+// class of the faults that earn it.
+func checkBucket(as []chaosAdmit, l chaosLimit, jitter time.Duration, allowance func(a, b time.Time) (int64, string)) chaosKeyReport {
 	kr := chaosKeyReport{RawClass: "none"}
 	slack := int64(l.Rate*2*jitter.Seconds() + 0.999999)
 	for _, a := range as {
@@ -315,17 +326,26 @@ func checkBucket(as []chaosAdmit, l chaosLimit, losses []lossWindow, jitter time
 			if excess <= 0 {
 				continue
 			}
-			ws := spanning(losses, as[i].At, as[j].At)
+			allow, class := allowance(as[i].At, as[j].At)
 			if excess > kr.Raw {
-				kr.Raw, kr.RawClass = excess, classOf(ws)
+				kr.Raw, kr.RawClass = excess, class
 				kr.Where = fmt.Sprintf("%d units in %s..%s", sum, as[i].At.Format("15:04:05.000"), as[j].At.Format("15:04:05.000"))
 			}
-			if over := excess - l.Burst*int64(len(ws)); over > kr.Over {
+			if over := excess - allow; over > kr.Over {
 				kr.Over = over
 			}
 		}
 	}
 	return kr
+}
+
+// lossAllowance allows an interval per units for each promotion that may
+// lose writes it spans.
+func lossAllowance(losses []lossWindow, per int64) func(a, b time.Time) (int64, string) {
+	return func(a, b time.Time) (int64, string) {
+		ws := spanning(losses, a, b)
+		return per * int64(len(ws)), classOf(ws)
+	}
 }
 
 // checkConcurrency counts, at each arrival, the requests of the key in

@@ -135,9 +135,9 @@ func TestChaosCheckerAnswers(t *testing.T) {
 
 // TestChaosScheduleIsDeterministic: a seed gives the same schedule every
 // time, another seed another one, and the long run's 20 seeds draw every
-// fault kind.
+// fault kind of each topology.
 func TestChaosScheduleIsDeterministic(t *testing.T) {
-	a, b := chaosSchedule(7, time.Minute, 3, 3), chaosSchedule(7, time.Minute, 3, 3)
+	a, b := chaosSchedule(7, time.Minute, chaosCluster, 3), chaosSchedule(7, time.Minute, chaosCluster, 3)
 	if len(a) == 0 || len(a) != len(b) {
 		t.Fatalf("seed 7: %d then %d events", len(a), len(b))
 	}
@@ -146,22 +146,27 @@ func TestChaosScheduleIsDeterministic(t *testing.T) {
 			t.Fatalf("seed 7, event %d: %v then %v", i, a[i], b[i])
 		}
 	}
-	c := chaosSchedule(8, time.Minute, 3, 3)
+	c := chaosSchedule(8, time.Minute, chaosCluster, 3)
 	if len(c) == len(a) && c[0] == a[0] && c[len(c)-1] == a[len(a)-1] {
 		t.Errorf("seeds 7 and 8 drew the same schedule")
 	}
-	seen := map[string]int{}
-	for seed := uint64(1); seed <= 20; seed++ {
-		for _, e := range chaosSchedule(seed, time.Minute, 3, 3) {
-			seen[e.Kind]++
-			if e.At < time.Second || e.At > time.Minute-3*time.Second {
-				t.Errorf("seed %d: event at %v, outside [1s, 57s]", seed, e.At)
+	for _, topo := range chaosTopologies {
+		seen := map[string]int{}
+		for seed := uint64(1); seed <= 20; seed++ {
+			for _, e := range chaosSchedule(seed, time.Minute, topo, 3) {
+				seen[e.Kind]++
+				if e.At < time.Second || e.At > time.Minute-3*time.Second {
+					t.Errorf("%s seed %d: event at %v, outside [1s, 57s]", topo.name, seed, e.At)
+				}
+				if e.Kind != "gateway-kill" && e.Range >= topo.ranges {
+					t.Errorf("%s seed %d: %v on range %d of %d", topo.name, seed, e, e.Range, topo.ranges)
+				}
 			}
 		}
-	}
-	for _, k := range chaosKinds {
-		if seen[k.kind] == 0 {
-			t.Errorf("20 seeds never drew %s", k.kind)
+		for _, k := range topo.kinds {
+			if seen[k.kind] == 0 {
+				t.Errorf("%s: 20 seeds never drew %s", topo.name, k.kind)
+			}
 		}
 	}
 }
@@ -192,5 +197,46 @@ func TestChaosCheckerWindowAndCalendar(t *testing.T) {
 	in.Admits = append(in.Admits, at(62_000))
 	if r := check(in); len(r.failed()) != 1 || r.Keys[0].Over != 1 {
 		t.Errorf("3 in a day in a quota of 2: %v", r.failed())
+	}
+}
+
+// TestChaosCheckerRegions: a cross-region bucket (burst 100, 100/s,
+// safe_share 0.2) kept at its bound passes; extra units outside every
+// safe-share window fail (class none); within a window of 2 s of one
+// region on its safe share (1 s of it in the worst interval) they pass up
+// to the partition bound's 0.2 × (100 + 100 × 1 s) = 40 and fail past it,
+// and a window of every region allows three such shares.
+func TestChaosCheckerRegions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := []chaosLimit{{Route: "xr", Kind: "regions", Burst: 100, Rate: 100, Safe: 0.2}}
+	at := t0.Add(5 * time.Second)
+	run := func(extra int, safe []safeWindow) chaosReport {
+		in := chaosInput{Limits: lim, Jitter: 10 * time.Millisecond, SafeShare: safe}
+		in.Admits = exactBucket(t0, "x", "xr", 100, 100, 10*time.Second)
+		for range extra {
+			in.Admits = append(in.Admits, chaosAdmit{Tenant: "x", Route: "xr", At: at, End: at, Cost: 1})
+		}
+		return check(in)
+	}
+	if f := run(0, nil).failed(); len(f) > 0 {
+		t.Fatalf("a record at the bound failed: %v", f)
+	}
+	if r := run(30, nil); len(r.failed()) != 1 || r.Keys[0].RawClass != "none" {
+		t.Errorf("30 extra, no region on its safe share: %v (class %s), want one failure in class none", r.failed(), r.Keys[0].RawClass)
+	}
+	one := []safeWindow{{Region: 1, From: at.Add(-time.Second), To: at.Add(time.Second), Class: "region-partition"}}
+	all := []safeWindow{{Region: -1, From: at.Add(-time.Second), To: at.Add(time.Second), Class: "global-pause"}}
+	for _, tc := range []struct {
+		extra int
+		safe  []safeWindow
+		fail  bool
+	}{{30, one, false}, {50, one, true}, {100, all, false}, {130, all, true}} {
+		r := run(tc.extra, tc.safe)
+		if got := len(r.failed()) > 0; got != tc.fail {
+			t.Errorf("%d extra within %s: failed=%v (%v), want %v", tc.extra, tc.safe[0].Class, got, r.failed(), tc.fail)
+		}
+		if r.Keys[0].RawClass != tc.safe[0].Class {
+			t.Errorf("%d extra within %s: excess put in class %q", tc.extra, tc.safe[0].Class, r.Keys[0].RawClass)
+		}
 	}
 }

@@ -12,9 +12,12 @@ import (
 // instance at a time; the nemesis kills an instance and starts another in
 // its place (on new ports). Callers pick among the places that run.
 type chaosFleet struct {
-	t   testing.TB
-	mu  sync.Mutex
-	cfg *gwConfig // the valid config every instance is started on and reloaded to
+	t  testing.TB
+	mu sync.Mutex
+	// cfgs[k] is the valid config place k's instances are started on and
+	// reloaded to (one for all places but on the regions topology, where
+	// each place is a region).
+	cfgs []*gwConfig
 	// places[k] is the instance at place k; nil while it is replaced.
 	places []*chaosInstance
 	all    []*chaosInstance
@@ -29,10 +32,15 @@ type chaosInstance struct {
 	killedAt time.Time // zero while it runs; set under chaosFleet.mu
 }
 
-func startChaosFleet(t testing.TB, n int, cfg *gwConfig) *chaosFleet {
-	f := &chaosFleet{t: t, cfg: cfg, places: make([]*chaosInstance, n)}
-	gws := startGateways(t, n, cfg)
+// startChaosFleet starts one instance per config, at its place.
+func startChaosFleet(t testing.TB, cfgs []*gwConfig) *chaosFleet {
+	f := &chaosFleet{t: t, cfgs: cfgs, places: make([]*chaosInstance, len(cfgs))}
+	gws := make([]*gateway, len(cfgs))
+	for k, cfg := range cfgs {
+		gws[k] = launchGateway(t, fmt.Sprintf("gw%d", k), cfg)
+	}
 	for k, g := range gws {
+		g.proc.WaitReady(0)
 		f.places[k] = f.add(g)
 	}
 	return f
@@ -58,6 +66,13 @@ func (f *chaosFleet) pick(n int) *chaosInstance {
 		}
 	}
 	return run[n%len(run)]
+}
+
+// at returns the instance at place k; nil while it is replaced.
+func (f *chaosFleet) at(k int) *chaosInstance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.places[k]
 }
 
 // noteCall marks cc cut when its instance was killed while cc was in
@@ -100,7 +115,7 @@ func (f *chaosFleet) kill(k int, down time.Duration) (time.Time, error) {
 	<-in.g.proc.Done()
 	time.Sleep(down) // the time the instance stays down
 	f.mu.Lock()
-	cfg := f.cfg
+	cfg := f.cfgs[k]
 	f.mu.Unlock()
 	ni := f.add(startGateway(f.t, fmt.Sprintf("gw%d", k), cfg))
 	f.mu.Lock()
@@ -109,49 +124,43 @@ func (f *chaosFleet) kill(k int, down time.Duration) (time.Time, error) {
 	return at, nil
 }
 
-// reload writes cfg to every running instance's file and sends SIGHUP.
-func (f *chaosFleet) reload(cfg *gwConfig) {
+// reload makes each place's config next of it, writes it to the running
+// instance's file and sends SIGHUP. It returns the first place's new
+// config.
+func (f *chaosFleet) reload(next func(*gwConfig) *gwConfig) *gwConfig {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cfg = cfg
-	for _, in := range f.places {
+	for k, in := range f.places {
+		f.cfgs[k] = next(f.cfgs[k])
 		if in != nil {
-			in.g.writeConfig(cfg)
+			in.g.writeConfig(f.cfgs[k])
 			in.g.hup()
 		}
 	}
+	return f.cfgs[0]
 }
 
 // reloadInvalid writes a config with an unknown key to every running
 // instance, sends SIGHUP, and puts the valid config back after hold
 // (without a signal), so that an instance started later reads a valid one.
 func (f *chaosFleet) reloadInvalid(hold time.Duration) {
-	ins := f.running()
 	f.mu.Lock()
-	cfg := f.cfg
+	ins := append([]*chaosInstance(nil), f.places...)
+	cfgs := append([]*gwConfig(nil), f.cfgs...)
 	f.mu.Unlock()
-	for _, in := range ins {
-		valid := in.g.configJSON(cfg)
-		writeFileAtomic(f.t, in.g.cfgPath, []byte(valid[:1]+`"chaos_unknown_key": true,`+valid[1:]))
-		in.g.hup()
+	for k, in := range ins {
+		if in != nil {
+			valid := in.g.configJSON(cfgs[k])
+			writeFileAtomic(f.t, in.g.cfgPath, []byte(valid[:1]+`"chaos_unknown_key": true,`+valid[1:]))
+			in.g.hup()
+		}
 	}
 	time.Sleep(hold) // the gateways read the broken file meanwhile
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, in := range ins {
-		in.g.writeConfig(f.cfg)
-	}
-}
-
-// running returns the instances that run.
-func (f *chaosFleet) running() []*chaosInstance {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*chaosInstance
-	for _, in := range f.places {
+	for k, in := range ins {
 		if in != nil {
-			out = append(out, in)
+			in.g.writeConfig(f.cfgs[k])
 		}
 	}
-	return out
 }

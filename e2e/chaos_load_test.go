@@ -102,24 +102,45 @@ type chaosCaller struct {
 	fleet *chaosFleet
 	// plant, when set, is the gateway of the planted build
 	// (startPlantGateway) that plantTenant's plantRoute requests go to.
-	plant  *chaosInstance
+	plant *chaosInstance
+	// home, when set, gives the place a request must go to (on the
+	// regions topology, its region's gateway), or -1 for any.
+	home   func(q chaosReq) int
 	client *http.Client
 	mu     sync.Mutex
 	calls  []chaosCall
+}
+
+// pick returns the gateway q goes to: its home place's instance (nil
+// while it is replaced: then the caller sends nothing), or the n-th
+// running one.
+func (c *chaosCaller) pick(q chaosReq, n int) *chaosInstance {
+	if c.plant != nil && q.tenant == plantTenant && q.route == plantRoute {
+		return c.plant
+	}
+	if c.home != nil {
+		if k := c.home(q); k >= 0 {
+			return c.fleet.at(k)
+		}
+	}
+	return c.fleet.pick(n)
 }
 
 // chaosReq is one request a caller sends.
 type chaosReq struct {
 	tenant, route, path string
 	header              map[string]string
+	// region is the region a request of the cross-region tenant is sent
+	// in (the regions topology).
+	region int
 }
 
-// send sends q to the next gateway of the fleet and logs the outcome,
-// with the gateway instance it went to.
+// send sends q to the next gateway of the fleet (see pick) and logs the
+// outcome, with the gateway instance it went to.
 func (c *chaosCaller) send(q chaosReq, n int) chaosCall {
-	gw := c.fleet.pick(n)
-	if c.plant != nil && q.tenant == plantTenant && q.route == plantRoute {
-		gw = c.plant
+	gw := c.pick(q, n)
+	if gw == nil {
+		return chaosCall{}
 	}
 	cc := chaosCall{Tenant: q.tenant, Route: q.route, Start: time.Now()}
 	method := http.MethodGet
@@ -156,7 +177,10 @@ func (c *chaosCaller) send(q chaosReq, n int) chaosCall {
 // body stops after 10 of its 100 bytes, and logs the answer (408 once the
 // gateway's body_read_timeout passes, or a denial before the body is read).
 func (c *chaosCaller) stallBody(tenant string, n int, wait time.Duration) {
-	gw := c.fleet.pick(n)
+	gw := c.pick(chaosReq{tenant: tenant, route: "cost"}, n)
+	if gw == nil {
+		return
+	}
 	cc := chaosCall{Tenant: tenant, Route: "stall", Start: time.Now()}
 	defer func() {
 		cc.End = time.Now()
@@ -190,7 +214,10 @@ func (c *chaosCaller) stallBody(tenant string, n int, wait time.Duration) {
 // first line: the slot must come back. Not logged as a call (it wants no
 // answer).
 func (c *chaosCaller) hangUp(tenant string, n int) {
-	gw := c.fleet.pick(n)
+	gw := c.pick(chaosReq{tenant: tenant, route: "cc"}, n)
+	if gw == nil {
+		return
+	}
 	req, err := http.NewRequest(http.MethodGet, gw.url+"/cc/stream/2000", nil)
 	if err != nil {
 		return

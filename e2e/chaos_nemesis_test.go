@@ -34,12 +34,15 @@ func (e chaosEvent) String() string {
 	return s
 }
 
-// chaosKinds are the faults a schedule draws from, with their weights.
-// Every kind is a fault class of the report.
-var chaosKinds = []struct {
+// chaosKind is a fault a schedule draws, with its weight. Every kind is
+// a fault class of the report.
+type chaosKind struct {
 	kind   string
 	weight int
-}{
+}
+
+// clusterKinds are the faults of the Cluster topology.
+var clusterKinds = []chaosKind{
 	{"pause-primary", 3}, // SIGSTOP the range's primary, SIGCONT after For (past 2 s the Cluster fails it over)
 	{"pause-replica", 1}, // SIGSTOP its replica
 	{"kill-primary", 2},  // SIGKILL the primary, CLUSTER FAILOVER TAKEOVER, restart it empty as the replica after For
@@ -57,14 +60,39 @@ var chaosKinds = []struct {
 	{"hang-up", 1},      // five callers hang up mid-stream
 }
 
+// sentinelKinds are the faults of the Sentinel topology: the Cluster's,
+// with Sentinel's one manual failover (SENTINEL FAILOVER, which does not
+// wait for the replica to catch up) in place of CLUSTER FAILOVER and its
+// FORCE; kill-primary and kill-lagging promote with SENTINEL FAILOVER
+// too, and a primary paused past down-after-milliseconds (2 s) is failed
+// over by the Sentinels themselves.
+var sentinelKinds = []chaosKind{
+	{"pause-primary", 3},
+	{"pause-replica", 1},
+	{"kill-primary", 2},
+	{"kill-lagging", 2},
+	{"sentinel-failover", 3},
+	{"latency", 2},
+	{"partition", 2},
+	{"loss", 2},
+	{"flush", 2},
+	{"reload", 1},
+	{"reload-invalid", 1},
+	{"gateway-kill", 2},
+	{"stall-body", 1},
+	{"hang-up", 1},
+}
+
 // chaosSchedule draws the faults of a run of length d from seed: the
 // same seed, length and shape give the same schedule. Faults start from
 // 1.5 s, about 1.2 s apart (exponentially), and none starts in the last
 // 3 s, so that the run ends with the system recovered; they overlap.
-func chaosSchedule(seed uint64, d time.Duration, ranges, gateways int) []chaosEvent {
+// The topology gives the kinds and the number of slot ranges.
+func chaosSchedule(seed uint64, d time.Duration, topo chaosTopology, gateways int) []chaosEvent {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	kinds, ranges := topo.kinds, topo.ranges
 	total := 0
-	for _, k := range chaosKinds {
+	for _, k := range kinds {
 		total += k.weight
 	}
 	between := func(lo, hi time.Duration) time.Duration {
@@ -74,7 +102,7 @@ func chaosSchedule(seed uint64, d time.Duration, ranges, gateways int) []chaosEv
 	for at := 1500 * time.Millisecond; at < d-3*time.Second; at += time.Duration(rng.ExpFloat64() * float64(1200*time.Millisecond)) {
 		n := rng.IntN(total)
 		kind := ""
-		for _, k := range chaosKinds {
+		for _, k := range kinds {
 			if n < k.weight {
 				kind = k.kind
 				break
@@ -91,8 +119,12 @@ func chaosSchedule(seed uint64, d time.Duration, ranges, gateways int) []chaosEv
 			e.For = between(500*time.Millisecond, 2*time.Second)
 		case "kill-lagging":
 			e.For = between(200*time.Millisecond, 1500*time.Millisecond)
-		case "latency":
+		case "latency", "region-latency":
 			e.For, e.Param = between(500*time.Millisecond, 3*time.Second), between(20*time.Millisecond, 300*time.Millisecond)
+		case "region-partition":
+			e.For = between(time.Second, 10*time.Second)
+		case "global-pause":
+			e.Range, e.For = -1, between(300*time.Millisecond, 4*time.Second)
 		case "partition":
 			e.For = between(300*time.Millisecond, 2*time.Second)
 		case "loss", "flush":
@@ -109,18 +141,20 @@ func chaosSchedule(seed uint64, d time.Duration, ranges, gateways int) []chaosEv
 	return out
 }
 
-// clusterNodeTimeout is the Cluster's cluster-node-timeout (redistest):
-// a primary silent this long is failed over by its replica.
+// clusterNodeTimeout is the Cluster's cluster-node-timeout (redistest),
+// and the Sentinels' down-after-milliseconds: a primary silent this long
+// is failed over.
 const clusterNodeTimeout = 2 * time.Second
 
 // chaosNemesis carries out a schedule against the run's Cluster, fleet
 // and callers, and records each fault as it happened.
 type chaosNemesis struct {
-	redis  *chaosRedis
-	fleet  *chaosFleet
-	caller *chaosCaller
-	cfg    *gwConfig // the valid config; reloads toggle an unused route in it
-	tenant func(n int) string
+	redis *chaosRedis // nil on the regions topology
+	// regions is the regions topology's Redis (nil on the others).
+	regions *chaosRegions
+	fleet   *chaosFleet
+	caller  *chaosCaller
+	tenant  func(n int) string
 
 	mu     sync.Mutex
 	faults []chaosFault
@@ -176,7 +210,7 @@ func (n *chaosNemesis) run(start time.Time, events []chaosEvent) {
 // was not done (the fault then counts as skipped).
 func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 	switch e.Kind {
-	case "pause-primary", "pause-replica", "kill-primary", "kill-lagging", "failover", "failover-force":
+	case "pause-primary", "pause-replica", "kill-primary", "kill-lagging", "failover", "failover-force", "sentinel-failover":
 		lock := &n.redis.locks[e.Range]
 		if !lock.TryLock() {
 			return "", fmt.Errorf("range %d busy", e.Range)
@@ -205,7 +239,7 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 			return n.failover(e, p, r, f)
 		}
 	case "latency", "partition", "loss":
-		p, _, err := n.redis.roles(e.Range)
+		p, err := n.redis.served(e.Range)
 		if err != nil {
 			return "", err
 		}
@@ -233,10 +267,18 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 		}
 		relay.heal()
 		return "link to " + p.Addr, nil
+	case "region-partition", "region-latency", "global-pause":
+		return n.regions.do(n, e)
 	case "flush":
 		count := 0
 		for end := time.Now().Add(e.For); time.Now().Before(end); count++ {
-			for _, s := range n.redis.live() {
+			var servers []*redistest.Server
+			if n.regions != nil {
+				servers = n.regions.servers()
+			} else {
+				servers = n.redis.live()
+			}
+			for _, s := range servers {
 				_, _ = s.Do("FUNCTION", "FLUSH")
 				_, _ = s.Do("SCRIPT", "FLUSH")
 			}
@@ -244,12 +286,7 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 		}
 		return fmt.Sprintf("%d rounds", count), nil
 	case "reload":
-		n.mu.Lock()
-		cfg := n.cfg
-		n.cfg = toggleNoopRoute(cfg)
-		next := n.cfg
-		n.mu.Unlock()
-		n.fleet.reload(next)
+		next := n.fleet.reload(toggleNoopRoute)
 		return fmt.Sprintf("%d routes", len(next.Routes)), nil
 	case "reload-invalid":
 		n.fleet.reloadInvalid(500 * time.Millisecond)
@@ -281,10 +318,10 @@ func (n *chaosNemesis) do(e chaosEvent, i int, f *chaosFault) (string, error) {
 	return "", fmt.Errorf("unknown fault %q", e.Kind)
 }
 
-// pausePrimary SIGSTOPs p for e.For. Past cluster-node-timeout the
-// Cluster fails p over to r, which may lose writes p acknowledged: then a
-// second fault, failover-auto, is recorded from the moment the timeout
-// passed until the promotion was seen.
+// pausePrimary SIGSTOPs p for e.For. Past cluster-node-timeout (the
+// Sentinels' down-after-milliseconds) r is promoted, which may lose
+// writes p acknowledged: then a second fault, failover-auto, is recorded
+// from the moment the timeout passed until the promotion was seen.
 func (n *chaosNemesis) pausePrimary(e chaosEvent, p, r *redistest.Server, f *chaosFault) (string, error) {
 	n.redis.setPaused(p, true)
 	p.Pause()
@@ -295,16 +332,21 @@ func (n *chaosNemesis) pausePrimary(e chaosEvent, p, r *redistest.Server, f *cha
 	if e.For < clusterNodeTimeout {
 		return "no failover (shorter than cluster-node-timeout)", nil
 	}
-	// Did the Cluster fail it over? The resumed node learns it within a
-	// few gossip rounds.
+	// Was it failed over? A resumed Cluster node learns it within a few
+	// gossip rounds; the Sentinels may still be promoting r when p
+	// resumes (and leave p a primary too until they turn it into a
+	// replica, some 8 s later), so r's own role tells.
 	deadline := time.Now().Add(3 * time.Second)
+	if n.redis.sentinel() {
+		deadline = time.Now().Add(6 * time.Second)
+	}
 	for time.Now().Before(deadline) {
-		rp, _ := isPrimary(r)
-		pp, _ := isPrimary(p)
-		if rp && !pp {
-			n.record(chaosFault{Class: "failover-auto", Range: e.Range, Start: f.Start.Add(clusterNodeTimeout), End: time.Now().Add(200 * time.Millisecond),
+		rp, _ := n.redis.isPrimary(r)
+		pp, _ := n.redis.isPrimary(p)
+		if rp && (!pp || n.redis.sentinel()) {
+			n.record(chaosFault{Class: "failover-auto", Range: e.Range, Start: f.Start.Add(clusterNodeTimeout), End: n.redis.promotionSeen(r),
 				LosesWrites: true, Note: r.Addr + " promoted"})
-			if err := n.redis.waitLinked(p, 10*time.Second); err != nil {
+			if err := n.redis.waitLinked(p, 20*time.Second); err != nil {
 				return "failed over; " + err.Error(), nil
 			}
 			return "failed over to " + r.Addr, nil
@@ -314,10 +356,11 @@ func (n *chaosNemesis) pausePrimary(e chaosEvent, p, r *redistest.Server, f *cha
 	return "no failover", nil
 }
 
-// killPrimary SIGKILLs p, promotes r with CLUSTER FAILOVER TAKEOVER,
-// and after e.For (kill-primary; 1 s for kill-lagging) restarts p empty
-// as r's replica. For kill-lagging r is paused e.For before the kill and
-// resumed after it: what p acknowledged meanwhile never reached r.
+// killPrimary SIGKILLs p, promotes r (CLUSTER FAILOVER TAKEOVER; on
+// Sentinel, SENTINEL FAILOVER), and after e.For (kill-primary; 1 s for
+// kill-lagging) restarts p empty as r's replica. For kill-lagging the
+// replication link is held e.For before the kill and cut after it: what
+// p acknowledged meanwhile never reached r.
 func (n *chaosNemesis) killPrimary(e chaosEvent, p, r *redistest.Server, f *chaosFault) (string, error) {
 	f.LosesWrites = true
 	down := e.For
@@ -332,11 +375,11 @@ func (n *chaosNemesis) killPrimary(e chaosEvent, p, r *redistest.Server, f *chao
 	if e.Kind == "kill-lagging" {
 		note = fmt.Sprintf("%d replication links cut; ", n.redis.relay[p].cutReplication())
 	}
-	if _, err := r.Do("CLUSTER", "FAILOVER", "TAKEOVER"); err != nil {
-		return note + "TAKEOVER refused: " + err.Error(), nil
+	if err := n.redis.promote(r, "TAKEOVER"); err != nil {
+		return note + "promotion refused: " + err.Error(), nil
 	}
 	err := n.redis.waitPrimary(r, 10*time.Second)
-	f.End = time.Now().Add(200 * time.Millisecond)
+	f.End = n.redis.promotionSeen(r)
 	if err != nil {
 		return note + err.Error(), nil
 	}
@@ -350,23 +393,24 @@ func (n *chaosNemesis) killPrimary(e chaosEvent, p, r *redistest.Server, f *chao
 	return note + "promoted " + r.Addr + ", " + p.Addr + " back as its replica", nil
 }
 
-// failover runs CLUSTER FAILOVER (FORCE for failover-force) on r and
-// waits until r serves the range and p follows it. A forced failover does
-// not wait for r to catch up: it may lose writes.
+// failover promotes r while p runs: CLUSTER FAILOVER (FORCE for
+// failover-force), or SENTINEL FAILOVER (sentinel-failover); it waits
+// until r serves the range and p follows it. Only CLUSTER FAILOVER
+// without FORCE waits for r to catch up: the others may lose writes.
 func (n *chaosNemesis) failover(e chaosEvent, p, r *redistest.Server, f *chaosFault) (string, error) {
-	args := []string{"CLUSTER", "FAILOVER"}
+	how := ""
 	if e.Kind == "failover-force" {
-		args = append(args, "FORCE")
-		f.LosesWrites = true
+		how = "FORCE"
 	}
-	if _, err := r.Do(args...); err != nil {
+	f.LosesWrites = e.Kind != "failover"
+	if err := n.redis.promote(r, how); err != nil {
 		return "", err
 	}
 	deadline := time.Now().Add(8 * time.Second)
 	for {
-		rp, _ := isPrimary(r)
-		pp, _ := isPrimary(p)
-		if rp && !pp {
+		rp, _ := n.redis.isPrimary(r)
+		pp, _ := n.redis.isPrimary(p)
+		if rp && (!pp || n.redis.sentinel()) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -375,8 +419,8 @@ func (n *chaosNemesis) failover(e chaosEvent, p, r *redistest.Server, f *chaosFa
 		}
 		time.Sleep(20 * time.Millisecond) // polling external processes
 	}
-	f.End = time.Now().Add(200 * time.Millisecond)
-	if err := n.redis.waitLinked(p, 10*time.Second); err != nil {
+	f.End = n.redis.promotionSeen(r)
+	if err := n.redis.waitLinked(p, 20*time.Second); err != nil {
 		return "promoted " + r.Addr + "; " + err.Error(), nil
 	}
 	return "promoted " + r.Addr, nil

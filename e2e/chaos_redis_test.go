@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,50 @@ type chaosRedis struct {
 
 	mu     sync.Mutex
 	paused map[*redistest.Server]bool // SIGSTOPped or dead: not to be asked
+
+	// master, when set, makes it the Sentinel topology
+	// (chaos_sentinel_test.go): one pair, a primary and its replica, not
+	// in Cluster mode, followed by sentinels under that name.
+	master    string
+	sentinels []*redistest.Server
+}
+
+// sentinel reports whether c is the Sentinel topology.
+func (c *chaosRedis) sentinel() bool { return c.master != "" }
+
+// chaosBackend is a topology's Redis as the run sees it.
+type chaosBackend interface {
+	// configs returns the config of each gateway place of n, made by
+	// base on the store addresses the topology gives.
+	configs(base func(addrs []string) *gwConfig, n int) []*gwConfig
+	// settle heals every link and waits until the store has recovered.
+	settle() error
+	// keys returns the keys left in the store with their TTLs in ms.
+	keys(t testing.TB) map[string]int64
+}
+
+var (
+	_ chaosBackend = (*chaosRedis)(nil)
+	_ chaosBackend = (*chaosRegions)(nil)
+)
+
+// configs returns n places of one config on the relays (the Sentinels).
+func (c *chaosRedis) configs(base func(addrs []string) *gwConfig, n int) []*gwConfig {
+	cfg := base(c.seeds())
+	cfg.Store.Redis.MasterName = c.master
+	out := make([]*gwConfig, n)
+	for k := range out {
+		out[k] = cfg
+	}
+	return out
+}
+
+// settle heals every relay and waits until the nodes agree again.
+func (c *chaosRedis) settle() error {
+	for _, p := range c.relay {
+		p.heal()
+	}
+	return c.waitAnnounced(40 * time.Second)
 }
 
 // startChaosRedis starts the Cluster with a replica per primary, puts a
@@ -55,6 +100,9 @@ func startChaosRedis(t testing.TB, ranges int) *chaosRedis {
 // address, partial availability with a primary down (as the fault tests
 // do), and diskless syncs without delay.
 func (c *chaosRedis) setup(s *redistest.Server) error {
+	if c.sentinel() {
+		return c.setupSentinelNode(s)
+	}
 	for _, kv := range [][2]string{
 		{"cluster-announce-port", strconv.Itoa(relayPort(c.relay[s]))},
 		{"cluster-require-full-coverage", "no"},
@@ -82,9 +130,16 @@ func (c *chaosRedis) all() []*redistest.Server {
 	return out
 }
 
-// seeds returns the relays' addresses, for the gateways.
+// seeds returns the relays' addresses, for the gateways (the sentinels'
+// on Sentinel).
 func (c *chaosRedis) seeds() []string {
 	var out []string
+	if c.sentinel() {
+		for _, s := range c.sentinels {
+			out = append(out, s.Addr)
+		}
+		return out
+	}
 	for _, s := range c.all() {
 		out = append(out, c.relay[s].Addr)
 	}
@@ -114,6 +169,9 @@ func (c *chaosRedis) waitAnnounced(timeout time.Duration) error {
 }
 
 func (c *chaosRedis) checkAnnounced(relays map[int64]bool) error {
+	if c.sentinel() {
+		return c.checkSentinels(relays)
+	}
 	for _, s := range c.live() {
 		v, err := s.Do("CLUSTER", "INFO")
 		if err != nil {
@@ -179,7 +237,17 @@ func (c *chaosRedis) setPaused(s *redistest.Server, v bool) {
 	c.paused[s] = v
 }
 
-// isPrimary reports whether s says it is a primary that serves slots.
+// isPrimary reports whether s says it is a primary that serves slots (on
+// Sentinel: a primary).
+func (c *chaosRedis) isPrimary(s *redistest.Server) (bool, error) {
+	if c.sentinel() {
+		return rolePrimary(s)
+	}
+	return isPrimary(s)
+}
+
+// isPrimary reports whether the Cluster node s says it is a primary that
+// serves slots.
 func isPrimary(s *redistest.Server) (bool, error) {
 	v, err := s.Do("CLUSTER", "NODES")
 	if err != nil {
@@ -199,11 +267,11 @@ func isPrimary(s *redistest.Server) (bool, error) {
 // say; an error when neither (or both) serves the slots.
 func (c *chaosRedis) roles(i int) (primary, replica *redistest.Server, err error) {
 	a, b := c.pairs[i][0], c.pairs[i][1]
-	pa, err := isPrimary(a)
+	pa, err := c.isPrimary(a)
 	if err != nil {
 		return nil, nil, err
 	}
-	pb, err := isPrimary(b)
+	pb, err := c.isPrimary(b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -216,11 +284,32 @@ func (c *chaosRedis) roles(i int) (primary, replica *redistest.Server, err error
 	return nil, nil, fmt.Errorf("range %d: primaries %v %v", i, pa, pb)
 }
 
+// served returns the node the gateways reach for range i: its primary;
+// on Sentinel, the node the first Sentinel names (while an old primary
+// still says it is one too).
+func (c *chaosRedis) served(i int) (*redistest.Server, error) {
+	if !c.sentinel() {
+		p, _, err := c.roles(i)
+		return p, err
+	}
+	v, err := c.sentinels[0].Do("SENTINEL", "get-master-addr-by-name", c.master)
+	if err != nil {
+		return nil, err
+	}
+	addr, _ := v.([]any)
+	for _, s := range c.all() {
+		if len(addr) == 2 && fmt.Sprint(addr[1]) == strconv.Itoa(relayPort(c.relay[s])) {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("sentinel %s names %v, no relay of the pair", c.sentinels[0].Addr, v)
+}
+
 // waitPrimary waits until s serves range i's slots as a primary.
 func (c *chaosRedis) waitPrimary(s *redistest.Server, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		ok, err := isPrimary(s)
+		ok, err := c.isPrimary(s)
 		if ok {
 			return nil
 		}
@@ -234,6 +323,9 @@ func (c *chaosRedis) waitPrimary(s *redistest.Server, timeout time.Duration) err
 // rejoin restarts s (killed) empty and makes it the replica of primary:
 // the others forget its old id, it meets the primary and replicates it.
 func (c *chaosRedis) rejoin(s, primary *redistest.Server) error {
+	if c.sentinel() {
+		return c.rejoinSentinel(s, primary)
+	}
 	oldID, _ := c.idOf(primary, s)
 	s.Restart()
 	c.setPaused(s, false)
@@ -276,6 +368,21 @@ func (c *chaosRedis) rejoin(s, primary *redistest.Server) error {
 	}
 }
 
+// promote makes r its range's primary while its primary runs or after it
+// died: CLUSTER FAILOVER with how ("", FORCE or TAKEOVER); on Sentinel,
+// SENTINEL FAILOVER (how is not used: Sentinel has one way).
+func (c *chaosRedis) promote(r *redistest.Server, how string) error {
+	if c.sentinel() {
+		return c.sentinelFailover()
+	}
+	args := []string{"CLUSTER", "FAILOVER"}
+	if how != "" {
+		args = append(args, how)
+	}
+	_, err := r.Do(args...)
+	return err
+}
+
 // idOf returns the node id that from's CLUSTER NODES gives the node on
 // s's relay port.
 func (c *chaosRedis) idOf(from, s *redistest.Server) (string, error) {
@@ -302,18 +409,7 @@ func (c *chaosRedis) keys(t testing.TB) map[string]int64 {
 			t.Errorf("chaos: range %d after the run: %v", i, err)
 			continue
 		}
-		v, err := p.Do("KEYS", "*")
-		if err != nil {
-			t.Errorf("chaos: KEYS on %s: %v", p.Addr, err)
-			continue
-		}
-		ks, _ := v.([]any)
-		for _, k := range ks {
-			name, _ := k.(string)
-			ttl, _ := p.Do("PTTL", name)
-			n, _ := ttl.(int64)
-			out[name] = n
-		}
+		maps.Copy(out, serverKeys(t, p))
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 // chaosResult is one seed's figures, as the results page shows them.
 type chaosResult struct {
+	topology  string
 	seed      uint64
 	d         time.Duration
 	scheduled int
@@ -41,14 +42,15 @@ type chaosResult struct {
 	// would have admitted in the seconds the class was active but did
 	// not, over what it would have.
 	utilisation float64
+	crossIdeal  float64 // the cross-region key's burst + rate × span (regions)
 	short, due  map[string]float64
 	failures    []string
 	keys        []chaosKeyReport
 	rangeOf     map[string]int
 }
 
-func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []chaosFault, rep chaosReport, in chaosInput) chaosResult {
-	res := chaosResult{seed: seed, d: d, scheduled: len(events), done: map[string]int{}, status: rep.Status,
+func chaosSummarize(topology string, seed uint64, d time.Duration, events []chaosEvent, faults []chaosFault, rep chaosReport, in chaosInput) chaosResult {
+	res := chaosResult{topology: topology, seed: seed, d: d, scheduled: len(events), done: map[string]int{}, status: rep.Status,
 		admitted: map[string]int64{}, rawOver: map[string]map[string]int64{}, unanswered: rep.Unanswered, cut: rep.Cut,
 		late: rep.Late, keysLeft: len(rep.KeysLeft), short: rep.Short, due: rep.Due, calls: len(in.Calls),
 		keys: rep.Keys, rangeOf: in.RangeOf}
@@ -72,6 +74,9 @@ func chaosSummarize(seed uint64, d time.Duration, events []chaosEvent, faults []
 				res.rawOver[k.RawClass] = map[string]int64{}
 			}
 			res.rawOver[k.RawClass][k.Route] = max(res.rawOver[k.RawClass][k.Route], k.Raw)
+		}
+		if k.Route == crossRoute {
+			res.crossIdeal = k.Ideal
 		}
 		if k.Route == "tb" {
 			got += float64(k.Admitted)
@@ -151,11 +156,14 @@ func (r chaosResult) shortMix() string {
 // text is the seed's report for the test log.
 func (r chaosResult) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "CHAOS seed %d (%v): faults %s\n", r.seed, r.d, r.faultMix())
+	fmt.Fprintf(&b, "CHAOS %s seed %d (%v): faults %s\n", r.topology, r.seed, r.d, r.faultMix())
 	fmt.Fprintf(&b, "  calls %d: %s; unanswered %d, cut by a gateway kill %d, late %d\n",
 		r.calls, r.statusMix(), r.unanswered, r.cut, r.late)
 	fmt.Fprintf(&b, "  admitted: tb %d units (%.0f%% of a saturated bucket), cc %d requests (peak %d in flight, max %d), cost %d units settled\n",
 		r.admitted["tb"], 100*r.utilisation, r.admitted["cc"], r.peakCC, chaosCCMax, r.admitted["cost"])
+	if x := r.admitted[crossRoute]; x > 0 {
+		fmt.Fprintf(&b, "  cross-region %s: %d units admitted in all regions, %.0f%% of the limit's burst + rate × span\n", crossRoute, x, 100*float64(x)/r.crossIdeal)
+	}
 	fmt.Fprintf(&b, "  over a strict bound without allowance, by class: %s; beyond the allowance: %d; planted key: %d\n", r.overMix(), r.over, r.plantOver)
 	fmt.Fprintf(&b, "  tb shortfall by class: %s\n", r.shortMix())
 	fmt.Fprintf(&b, "  keys left: %d", r.keysLeft)
@@ -171,13 +179,13 @@ func (r chaosResult) row() string {
 	if len(r.failures) > 0 {
 		verdict = "FAIL: " + strings.Join(r.failures, "; ")
 	}
-	return fmt.Sprintf("| %d | %v | %s | %d (%s) | %s | %d | %d / %d | %d / %d / %d | %d | %.0f%% | %s | %s |",
-		r.seed, r.d, r.faultMix(), r.calls, r.statusMix(), r.overMix(), r.over, r.peakCC, chaosCCMax,
+	return fmt.Sprintf("| %s | %d | %v | %s | %d (%s) | %s | %d | %d / %d | %d / %d / %d | %d | %.0f%% | %s | %s |",
+		r.topology, r.seed, r.d, r.faultMix(), r.calls, r.statusMix(), r.overMix(), r.over, r.peakCC, chaosCCMax,
 		r.unanswered, r.cut, r.late, r.keysLeft, 100*r.utilisation, r.shortMix(), verdict)
 }
 
 // chaosRowHeader heads the results table.
-const chaosRowHeader = "| seed | traffic | faults carried out | calls (statuses) | over a strict bound without allowance, by class | beyond allowance | cc peak / max | unanswered / cut / late | keys left | tb utilisation | tb shortfall by class | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+const chaosRowHeader = "| topology | seed | traffic | faults carried out | calls (statuses) | over a strict bound without allowance, by class | beyond allowance | cc peak / max | unanswered / cut / late | keys left | tb utilisation | tb shortfall by class | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 
 var chaosPublishMu sync.Mutex
 

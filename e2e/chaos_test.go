@@ -3,10 +3,8 @@ package e2e
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,63 +17,17 @@ import (
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
-// The chaos suite: a Redis Cluster (3 primaries, a replica each, every
-// node behind a relay), 3 gateway processes, an upstream that records
-// every admission, closed- and open-loop callers over a strict token
-// bucket, a concurrency policy, a settled cost route, a sliding window, a
-// leased hot key and a calendar day's quota, and a nemesis
-// that carries out a schedule of overlapping faults drawn from a seed.
-// The checker (chaos_check_test.go) then holds the record to the bounds
-// the docs state. docs/operations/chaos.md has the results and the
-// commands.
-var (
-	chaosSeeds    = flag.String("chaos.seeds", "", "comma-separated seeds of TestChaos (default 1,2; env QUOTAGATE_CHAOS_SEEDS)")
-	chaosDuration = flag.Duration("chaos.duration", 0, "traffic time per seed of TestChaos (default 20s; env QUOTAGATE_CHAOS_DURATION)")
-)
-
-// chaosParams returns the seeds and the traffic time per seed.
-func chaosParams(t *testing.T) ([]uint64, time.Duration) {
-	seeds := *chaosSeeds
-	if seeds == "" {
-		seeds = os.Getenv("QUOTAGATE_CHAOS_SEEDS")
-	}
-	if seeds == "" {
-		seeds = "1,2"
-	}
-	var out []uint64
-	for _, s := range strings.Split(seeds, ",") {
-		s = strings.TrimSpace(s)
-		if lo, hi, ok := strings.Cut(s, "-"); ok { // a range: 1-20
-			a, err1 := strconv.ParseUint(lo, 10, 64)
-			b, err2 := strconv.ParseUint(hi, 10, 64)
-			if err1 != nil || err2 != nil || b < a {
-				t.Fatalf("chaos: seed range %q", s)
-			}
-			for n := a; n <= b; n++ {
-				out = append(out, n)
-			}
-			continue
-		}
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("chaos: seed %q: %v", s, err)
-		}
-		out = append(out, n)
-	}
-	d := *chaosDuration
-	if d == 0 {
-		if v := os.Getenv("QUOTAGATE_CHAOS_DURATION"); v != "" {
-			var err error
-			if d, err = time.ParseDuration(v); err != nil {
-				t.Fatalf("chaos: QUOTAGATE_CHAOS_DURATION: %v", err)
-			}
-		}
-	}
-	if d == 0 {
-		d = 20 * time.Second
-	}
-	return out, d
-}
+// The chaos suite: a store topology (a Redis Cluster of 3 primaries with
+// a replica each, every node behind a relay; a primary, its replica and
+// three Sentinels, chaos_sentinel_test.go; or three regions sharing a
+// global owner, chaos_regions_test.go), 3 gateway processes, an upstream
+// that records every admission, closed- and open-loop callers over a
+// strict token bucket, a concurrency policy, a settled cost route, a
+// sliding window, a leased hot key and a calendar day's quota (and on
+// regions a cross-region quota), and a nemesis that carries out a
+// schedule of overlapping faults drawn from a seed. The checker
+// (chaos_check_test.go) then holds the record to the bounds the docs
+// state. docs/chaos.md has the results and the commands.
 
 // The limits of the run, per tenant.
 const (
@@ -98,6 +50,7 @@ var chaosLimits = []chaosLimit{
 	{Route: "lease", Kind: "bucket", Burst: chaosLeaseRate, Rate: chaosLeaseRate},
 	{Route: "cal", Kind: "calendar", Rate: chaosCalRate},
 	{Route: plantRoute, Kind: "bucket", Burst: 2, Rate: 2},
+	{Route: crossRoute, Kind: "regions", Burst: regionBurst, Rate: regionRate, Safe: regionSafe}, // the regions topology's
 }
 
 // chaosConfig is the gateways' config: every policy fails closed, so any
@@ -189,11 +142,13 @@ const (
 // unanswered (other than those a gateway kill cut), a wrong status, a key
 // left behind. The planted over-admission must be found.
 func TestChaos(t *testing.T) {
-	seeds, d := chaosParams(t)
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			chaosRun(t, seed, d, chaosSchedule(seed, d, chaosRanges, chaosGateways))
-		})
+	plan, d := chaosPlan(t)
+	for _, p := range plan {
+		for _, seed := range p.seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", p.topo.name, seed), func(t *testing.T) {
+				chaosRun(t, p.topo, seed, d, chaosSchedule(seed, d, p.topo, chaosGateways))
+			})
+		}
 	}
 }
 
@@ -210,7 +165,7 @@ func TestChaosFailoverWindow(t *testing.T) {
 	for i, lag := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second} {
 		events = append(events, chaosEvent{At: time.Duration(2+4*i) * time.Second, Kind: "kill-lagging", Range: i, For: lag})
 	}
-	res := chaosRun(t, 0, 14*time.Second, events)
+	res := chaosRun(t, chaosCluster, 0, 14*time.Second, events)
 	if res.done["kill-lagging"] != len(events) {
 		t.Errorf("%d of %d lagging kills carried out", res.done["kill-lagging"], len(events))
 	}
@@ -255,26 +210,45 @@ func startPlantGateway(t testing.TB, cfg *gwConfig) *chaosInstance {
 	return &chaosInstance{id: -1, g: g, url: g.URL}
 }
 
-// chaosRun runs events with the traffic for d and checks the record
-// (seed seeds the callers' draws); it returns the figures.
-func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) chaosResult {
-	const ranges, nGateways = chaosRanges, chaosGateways
+// chaosRun runs events with the traffic for d on topo and checks the
+// record (seed seeds the callers' draws); it returns the figures.
+func chaosRun(t *testing.T, topo chaosTopology, seed uint64, d time.Duration, events []chaosEvent) chaosResult {
+	ranges, nGateways := topo.ranges, chaosGateways
 	var sched strings.Builder
 	for _, e := range events {
 		sched.WriteString("\n  " + e.String())
 	}
-	t.Logf("seed %d, %v of traffic, %d faults:%s", seed, d, len(events), sched.String())
+	t.Logf("%s, seed %d, %v of traffic, %d faults:%s", topo.name, seed, d, len(events), sched.String())
 
-	redis := startChaosRedis(t, ranges)
+	began := time.Now()
+	store := topo.start(t)
+	t.Logf("%s up after %v", topo.name, time.Since(began).Round(time.Millisecond))
 	up := startChaosUpstream(t)
 	tenants, rangeOf := chaosTenants(ranges)
 	rangeOf[plantTenant] = tenantRange(plantTenant, ranges)
 	all := append(append([]string(nil), tenants...), plantTenant)
-	cfg := chaosConfig(up.srv.URL, redis.seeds(), all)
-	fleet := startChaosFleet(t, nGateways, cfg)
-	caller := &chaosCaller{fleet: fleet, client: newClient(64), plant: startPlantGateway(t, cfg)}
+	regions, _ := store.(*chaosRegions)
+	if regions != nil {
+		rangeOf[plantTenant] = 0 // the planted build runs in eu
+	}
+	cfgs := store.configs(func(addrs []string) *gwConfig { return chaosConfig(up.srv.URL, addrs, all) }, nGateways)
+	fleet := startChaosFleet(t, cfgs)
+	caller := &chaosCaller{fleet: fleet, client: newClient(64), plant: startPlantGateway(t, cfgs[0])}
 	caller.client.Timeout = 10 * time.Second
-	nem := &chaosNemesis{redis: redis, fleet: fleet, caller: caller, cfg: cfg, tenant: func(n int) string { return all[n%len(all)] }}
+	nem := &chaosNemesis{fleet: fleet, caller: caller, tenant: func(n int) string { return all[n%len(all)] }}
+	if regions != nil {
+		// Every request goes to its region's gateway: a tenant's to its
+		// own, the cross-region tenant's to the one it is sent in.
+		nem.regions = regions
+		caller.home = func(q chaosReq) int {
+			if q.tenant == crossTenant {
+				return q.region
+			}
+			return rangeOf[q.tenant]
+		}
+	} else {
+		nem.redis = store.(*chaosRedis)
+	}
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -337,6 +311,11 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		calq := chaosReq{tenant: tn, route: "cal", path: "/cal/x"}
 		closedLoop(func(*rand.Rand) chaosReq { return calq }, 100*time.Millisecond, id+12)
 	}
+	if regions != nil {
+		for k, rate := range crossLoads() {
+			openLoop(chaosReq{tenant: crossTenant, route: crossRoute, path: "/" + crossRoute + "/x", region: k}, time.Second/time.Duration(rate))
+		}
+	}
 	// The planted over-admission: the plant tenant saturates its slow
 	// route through the gateway of the planted build.
 	plantq := chaosReq{tenant: plantTenant, route: plantRoute, path: "/" + plantRoute + "/x"}
@@ -350,19 +329,17 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 	end := time.Now()
 	t.Logf("traffic ended after %v", end.Sub(start).Round(time.Millisecond))
 
-	// Recovery: every link healed, the Cluster settled, every slot
+	// Recovery: every link healed, the store settled, every slot
 	// released (or expired) within slot_ttl, every key with an expiry.
-	for _, p := range redis.relay {
-		p.heal()
-	}
-	if err := redis.waitAnnounced(30 * time.Second); err != nil {
+	if err := store.settle(); err != nil {
 		proctest.Overrun(t, "chaos: %v", err)
 	}
+	t.Logf("%s settled %v after the traffic", topo.name, time.Since(end).Round(time.Millisecond))
 	var left []string
 	deadline := time.Now().Add(chaosSlotTTL + 2*time.Second)
 	for {
 		left = left[:0]
-		for k, ttl := range redis.keys(t) {
+		for k, ttl := range store.keys(t) {
 			if strings.HasSuffix(k, ":cc") || ttl == -1 {
 				left = append(left, fmt.Sprintf("%s (ttl %dms)", k, ttl))
 			}
@@ -381,8 +358,11 @@ func chaosRun(t *testing.T, seed uint64, d time.Duration, events []chaosEvent) c
 		Allowed:   map[string][]int{"stall": {408, 429, 503}},
 		Saturated: []string{"tb"},
 	}
+	if regions != nil {
+		in.SafeShare = regionSafeWindows(start, nem.faults)
+	}
 	rep := check(in)
-	res := chaosSummarize(seed, d, events, nem.faults, rep, in)
+	res := chaosSummarize(topo.name, seed, d, events, nem.faults, rep, in)
 	t.Log(res.text())
 	chaosPublish(t, res)
 

@@ -73,6 +73,7 @@ type fleetCfg struct {
 
 type redisCfg struct {
 	Addrs           []string `json:"addrs"`
+	MasterName      string   `json:"master_name,omitempty"`
 	Timeout         string   `json:"timeout,omitempty"`
 	PoolSize        int      `json:"pool_size,omitempty"`
 	KeyPrefix       string   `json:"key_prefix,omitempty"`

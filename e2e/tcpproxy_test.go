@@ -29,6 +29,11 @@ type tcpProxy struct {
 	replHeld   bool
 	replHealed chan struct{} // closed when the hold of replication links ends
 	repl       map[net.Conn]bool
+	// Sentinel links (told by the CLIENT SETNAME sentinel-... a Sentinel
+	// sends first), client side to target side, see none of the faults:
+	// they stand for the Sentinels' own network, which the faults of the
+	// gateways' links do not reach (as a Cluster's bus goes direct).
+	sentinel map[net.Conn]net.Conn
 }
 
 // startTCPProxy proxies to target until t ends.
@@ -39,7 +44,7 @@ func startTCPProxy(t testing.TB, target string) *tcpProxy {
 		t.Fatalf("tcp proxy: %v", err)
 	}
 	p := &tcpProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, healed: make(chan struct{}),
-		replHealed: make(chan struct{}), repl: map[net.Conn]bool{}}
+		replHealed: make(chan struct{}), repl: map[net.Conn]bool{}, sentinel: map[net.Conn]net.Conn{}}
 	close(p.healed)
 	close(p.replHealed)
 	go p.accept()
@@ -114,6 +119,7 @@ func (p *tcpProxy) serve(client net.Conn) {
 	delete(p.conns, client)
 	delete(p.conns, server)
 	delete(p.repl, client)
+	delete(p.sentinel, client)
 	p.mu.Unlock()
 }
 
@@ -151,8 +157,8 @@ func (p *tcpProxy) cutReplication() int {
 
 // pipe copies src to dst chunk by chunk, applying the delay (towards the
 // target only) and holding chunks while the proxy is a black hole, or the
-// connection (its client side: client) is a replication link held. It
-// closes both ends when either fails.
+// connection (its client side: client) is a replication link held; a
+// Sentinel's link passes untouched. It closes both ends when either fails.
 func (p *tcpProxy) pipe(dst, src, client net.Conn, towardsTarget bool) {
 	defer func() { _ = dst.Close(); _ = src.Close() }()
 	buf := make([]byte, 32<<10)
@@ -163,7 +169,13 @@ func (p *tcpProxy) pipe(dst, src, client net.Conn, towardsTarget bool) {
 			if towardsTarget && !p.repl[client] && strings.Contains(string(buf[:n]), "REPLCONF") {
 				p.repl[client] = true
 			}
+			if towardsTarget && p.sentinel[client] == nil && isSentinelHello(buf[:n]) {
+				p.sentinel[client] = dst
+			}
 			delay, healed, repl, replHealed := p.delay, p.healed, p.repl[client], p.replHealed
+			if p.sentinel[client] != nil {
+				delay, healed = 0, closedChan
+			}
 			p.mu.Unlock()
 			<-healed
 			if repl {
@@ -182,12 +194,29 @@ func (p *tcpProxy) pipe(dst, src, client net.Conn, towardsTarget bool) {
 	}
 }
 
+// closedChan is a closed channel: a wait on it passes.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// isSentinelHello reports whether chunk, the first a client sent, names
+// the connection as a Sentinel's (CLIENT SETNAME sentinel-<id>-cmd or
+// -pubsub).
+func isSentinelHello(chunk []byte) bool {
+	s := strings.ToLower(string(chunk))
+	return strings.Contains(s, "setname") && strings.Contains(s, "sentinel-")
+}
+
 // drop closes every connection open through the proxy (a lost link: the
-// peers see a reset or EOF and must reconnect); new ones are accepted.
+// peers see a reset or EOF and must reconnect) but the Sentinels'; new
+// ones are accepted.
 func (p *tcpProxy) drop() int {
 	p.mu.Lock()
 	conns := p.conns
 	p.conns = map[net.Conn]struct{}{}
+	for c, s := range p.sentinel {
+		delete(conns, c)
+		delete(conns, s)
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+	}
 	p.mu.Unlock()
 	for c := range conns {
 		_ = c.Close()
