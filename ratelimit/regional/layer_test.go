@@ -278,6 +278,62 @@ func TestLayerColdKeyStopsReporting(t *testing.T) {
 	}
 }
 
+// TestLayerColdKeysLeaveTheRegion: a key no longer asked for leaves the
+// region's limits and grants hashes (which every refresh reads whole)
+// once its grant is spent, while a key still asked for keeps the hashes
+// alive: without that, every key ever granted would stay in them as long
+// as any key is warm.
+func TestLayerColdKeysLeaveTheRegion(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	defer client.Close()
+	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
+	if err := client.Set(context.Background(), owner.prefix+"epoch", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := startRegion(t, client, owner, "eu", 1)
+	keys := r.layers[0].keys
+	once := item
+	once.Key = "{u}:quota"
+	if _, err := r.layers[0].Decide(context.Background(), []ratelimit.Item{once}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var admitted int64
+	done := make(chan struct{})
+	go func() { defer close(done); r.drive(t, 200, stop, &admitted, &mu) }()
+	defer func() { close(stop); <-done }()
+
+	held := func(hash, key string) bool {
+		ok, err := client.HExists(context.Background(), hash, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	deadline := time.Now().Add(10 * interval)
+	for !held(keys.grants, once.Key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("missed deadline: %s was not granted within %v", once.Key, 10*interval)
+		}
+		time.Sleep(interval / 4) // polling Redis
+	}
+	// Not asked for again: reported for a lease TTL, its grant spent a
+	// lease TTL later, removed by the report after.
+	deadline = time.Now().Add(2*leaseTTL + 20*interval)
+	for held(keys.grants, once.Key) || held(keys.limits, once.Key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still in the region's grants (%v) or limits (%v) %v after its last ask", once.Key,
+				held(keys.grants, once.Key), held(keys.limits, once.Key), 2*leaseTTL+20*interval)
+		}
+		time.Sleep(interval / 4) // polling Redis
+	}
+	if !held(keys.grants, item.Key) || !held(keys.limits, item.Key) {
+		t.Errorf("%s, asked for all along, left the region's grants (%v) or limits (%v)", item.Key,
+			held(keys.grants, item.Key), held(keys.limits, item.Key))
+	}
+}
+
 // TestLayerPolicyCounters: the safe-share decisions and the lease expiries
 // are counted per policy (Region.Policy). A grant renewed before it
 // expires is no expiry; one that expires while the key is decided here

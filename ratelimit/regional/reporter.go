@@ -29,6 +29,19 @@ if cur == ARGV[1] then
 end
 return 0`)
 
+// dropCold removes from the region's limits (KEYS[1]) and grants
+// (KEYS[2]) each key of ARGV that no instance has asked for since the
+// report took the counts (absent from asked, KEYS[3]), so that the two
+// hashes, which every refresh reads whole, hold the warm keys only.
+var dropCold = redis.NewScript(`
+for _, k in ipairs(ARGV) do
+  if redis.call('HEXISTS', KEYS[3], k) == 0 then
+    redis.call('HDEL', KEYS[1], k)
+    redis.call('HDEL', KEYS[2], k)
+  end
+end
+return 0`)
+
 // report runs once per interval on every instance. The reporter of the
 // region is elected with a lock in the regional Redis that lasts an
 // interval and a half and a Timeout, which its holder extends at each
@@ -38,7 +51,8 @@ return 0`)
 // to the next report), reports every key asked for, and every key still
 // granted that was asked for within a LeaseTTL, to the owner, and writes
 // the grants back. A key no longer asked for is no longer reported: its
-// grant expires, and it is cold again (decided on its safe share).
+// grant expires, and it is cold again (decided on its safe share); the
+// report after that removes it from the region's limits and grants.
 func (l *Layer) report(ctx context.Context) {
 	ok, err := holdLock.Run(ctx, l.o.Regional, []string{l.keys.lock}, l.o.ID, (3*l.o.ReportInterval/2 + l.o.Timeout).Milliseconds()).Int()
 	if err != nil || ok != 1 {
@@ -66,9 +80,11 @@ func (l *Layer) report(ctx context.Context) {
 	interval := l.o.ReportInterval.Microseconds()
 	var reports []KeyReport
 	var last []int64
+	var cold []any
 	for k, lv := range limits.Val() {
 		lim, ok := parseLimit(lv)
 		if !ok {
+			cold = append(cold, k)
 			continue
 		}
 		a, _ := strconv.ParseInt(asked.Val()[k], 10, 64)
@@ -77,7 +93,10 @@ func (l *Layer) report(ctx context.Context) {
 		if a > 0 {
 			lastAsked = now
 		} else if lastAsked == 0 || now-lastAsked > l.o.LeaseTTL.Microseconds() {
-			continue // cold: not asked for within a LeaseTTL
+			if !held.live(now) {
+				cold = append(cold, k) // not asked for within a LeaseTTL, its grant spent
+			}
+			continue
 		}
 		if !held.live(now) {
 			held = Grant{}
@@ -87,6 +106,11 @@ func (l *Layer) report(ctx context.Context) {
 		demand := (max(a, 0)*p + interval - 1) / interval
 		reports = append(reports, KeyReport{Key: k, Limit: lim, Demand: demand, Admitted: adm, Held: held})
 		last = append(last, lastAsked)
+	}
+	if len(cold) > 0 {
+		if err := dropCold.Run(ctx, l.o.Regional, []string{l.keys.limits, l.keys.grants, l.keys.asked}, cold...).Err(); err != nil {
+			l.o.Logger.Warn("regions: removing cold keys failed", slog.String("error", err.Error()))
+		}
 	}
 	if len(reports) == 0 {
 		return
