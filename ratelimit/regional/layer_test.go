@@ -229,13 +229,7 @@ func TestLayerShadowDenied(t *testing.T) {
 // within a lease TTL its claim is no longer renewed: it expires, and
 // the key is cold again.
 func TestLayerColdKeyStopsReporting(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
-	defer client.Close()
-	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
-	// An owner past its warm-up, so that the first report is granted.
-	if err := client.Set(context.Background(), owner.prefix+"epoch", 1, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	client, owner := warmOwner(t)
 	r := startRegion(t, client, owner, "eu", 1)
 	if _, err := r.layers[0].Decide(context.Background(), []ratelimit.Item{item}); err != nil {
 		t.Fatal(err)
@@ -278,18 +272,27 @@ func TestLayerColdKeyStopsReporting(t *testing.T) {
 	}
 }
 
+// warmOwner returns a client of the shared redis-server, closed when t
+// ends, and an owner on it past its warm-up, so that a first report is
+// granted.
+func warmOwner(t *testing.T) (*redis.Client, *Owner) {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
+	if err := client.Set(context.Background(), owner.prefix+"epoch", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return client, owner
+}
+
 // TestLayerColdKeysLeaveTheRegion: a key no longer asked for leaves the
 // region's limits and grants hashes (which every refresh reads whole)
 // once its grant is spent, while a key still asked for keeps the hashes
 // alive: without that, every key ever granted would stay in them as long
 // as any key is warm.
 func TestLayerColdKeysLeaveTheRegion(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
-	defer client.Close()
-	owner := NewOwner(client, OwnerOptions{Prefix: redistest.KeyPrefix(t) + "global"})
-	if err := client.Set(context.Background(), owner.prefix+"epoch", 1, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	client, owner := warmOwner(t)
 	r := startRegion(t, client, owner, "eu", 1)
 	keys := r.layers[0].keys
 	once := item
