@@ -72,16 +72,13 @@ type Layer struct {
 	mu     sync.Mutex
 	grants map[string]Grant // the region's, as last read
 	counts map[string]*count
-	// limits are the configured limits of the keys this instance decided
-	// or holds a grant of (for KeyStats); reports the reporter's last
-	// report, by key.
-	limits  map[string]ratelimit.Limit
-	reports map[string]keyReport
-	// decided are the keys this instance decided, with their policy
-	// (ratelimit.Region.Policy) and when it last did (µs), pruned with
-	// limits; policies the per-policy counters (safe-share decisions and
-	// lease expiries), bounded by the configuration's policies.
-	decided  map[string]decided
+	// seen are the keys this instance decided, holds a grant of or (on
+	// the reporter) reported, for KeyStats and the lease expiries; reports
+	// the reporter's last report, by key; policies the per-policy counters
+	// (safe-share decisions and lease expiries), bounded by the
+	// configuration's policies.
+	seen     map[string]*seenKey
+	reports  map[string]keyReport
 	policies map[string]*PolicyCounts
 	// checkedAt is when refresh last looked for expired grants (µs).
 	checkedAt int64
@@ -115,12 +112,26 @@ type keyReport struct{ demand, admitted, granted int64 }
 type count struct {
 	asked, admitted int64
 	limit           ratelimit.Limit
+	seen            *seenKey // the key's entry in Layer.seen
 }
 
-// decided is a key this instance decided: its policy, and when (µs).
-type decided struct {
-	policy string
-	at     int64
+// seenKey is a key of Layer.seen: its configured limit, its policy
+// (ratelimit.Region.Policy; "" for a key only reported), and when this
+// instance last decided it (µs; 0 for never).
+type seenKey struct {
+	limit     ratelimit.Limit
+	policy    string
+	decidedAt int64
+}
+
+// see returns key's entry in l.seen, created when absent (l.mu held).
+func (l *Layer) see(key string) *seenKey {
+	s := l.seen[key]
+	if s == nil {
+		s = &seenKey{}
+		l.seen[key] = s
+	}
+	return s
 }
 
 // PolicyCounts are the counters of one cross-region policy on this
@@ -161,8 +172,7 @@ func New(below ratelimit.Store, o Options) *Layer {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Layer{below: below, o: o, keys: newKeys(o.Prefix), grants: map[string]Grant{}, counts: map[string]*count{},
-		limits: map[string]ratelimit.Limit{}, reports: map[string]keyReport{}, decided: map[string]decided{},
-		policies: map[string]*PolicyCounts{}, stop: make(chan struct{})}
+		seen: map[string]*seenKey{}, reports: map[string]keyReport{}, policies: map[string]*PolicyCounts{}, stop: make(chan struct{})}
 	l.done.Add(2)
 	go l.loop(max(o.ReportInterval/4, time.Millisecond), l.refresh)
 	go l.loop(o.ReportInterval, l.report)
@@ -239,14 +249,14 @@ func (l *Layer) Decide(ctx context.Context, items []ratelimit.Item) (ratelimit.D
 			continue
 		}
 		c := l.counts[it.Key]
-		if c == nil {
-			c = &count{}
+		if c == nil { // the key's first decision since the last refresh
+			c = &count{seen: l.see(it.Key)}
 			l.counts[it.Key] = c
-			l.limits[it.Key] = it.Limit
+			c.seen.limit, c.seen.policy = it.Limit, it.Region.Policy
 		}
 		c.asked += it.Cost
 		c.limit = it.Limit
-		l.decided[it.Key] = decided{policy: it.Region.Policy, at: now}
+		c.seen.decidedAt = now
 		rate, burst := l.share(it, now)
 		if !l.fresh(now) || !l.grants[it.Key].live(now) {
 			l.safeDecisions.Add(1)
@@ -365,8 +375,8 @@ func (l *Layer) expire(now int64) {
 		if !g.live(l.checkedAt) || g.live(now) {
 			continue
 		}
-		if d, ok := l.decided[k]; ok && d.at >= g.Expires-ttl {
-			if pc := l.policy(d.policy); pc != nil {
+		if s := l.seen[k]; s != nil && s.decidedAt >= g.Expires-ttl {
+			if pc := l.policy(s.policy); pc != nil {
 				pc.LeaseExpiries++
 			}
 		}
@@ -429,14 +439,9 @@ func (l *Layer) refresh(ctx context.Context) {
 	l.grants = grants
 	l.reportedAt = at
 	l.readAt = sent
-	for k := range l.limits {
+	for k := range l.seen {
 		if _, ok := grants[k]; !ok && l.counts[k] == nil {
-			delete(l.limits, k)
-		}
-	}
-	for k := range l.decided {
-		if _, ok := grants[k]; !ok && l.counts[k] == nil {
-			delete(l.decided, k)
+			delete(l.seen, k)
 		}
 	}
 	l.mu.Unlock()

@@ -136,7 +136,7 @@ func (l *Layer) report(ctx context.Context) {
 	l.stats = st
 	l.reports = byKey
 	for _, r := range reports {
-		l.limits[r.Key] = r.Limit
+		l.see(r.Key).limit = r.Limit
 	}
 	l.mu.Unlock()
 	pipe = l.o.Regional.TxPipeline()

@@ -143,9 +143,9 @@ func (l *Layer) KeyStats() []KeyStat {
 	leader := l.leader.load()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]KeyStat, 0, len(l.limits))
-	for k, lim := range l.limits {
-		s := KeyStat{Key: k, Limit: lim}
+	out := make([]KeyStat, 0, len(l.seen))
+	for k, seen := range l.seen {
+		s := KeyStat{Key: k, Limit: seen.limit}
 		if g := l.grants[k]; g.live(now) {
 			s.Grant = g
 		}
