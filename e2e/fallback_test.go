@@ -55,7 +55,7 @@ func TestFleetFallbackAcrossUpstreams(t *testing.T) {
 	waitRemaining(t, gws[1], "key-burst", "ptu_tpm", 0, "burst")
 	waitRemaining(t, gws[1], "key-burst", "paygo_tpm", 0, "burst")
 	waitRemaining(t, gws[0], "key-burst", "rpm", 100-16, "burst")
-	for _, q := range readQuota(t, gws[0], "key-burst") {
+	for _, q := range readQuota(t, gws[0].URL, "key-burst") {
 		if want := map[string]string{"rpm": "ptu", "ptu_tpm": "ptu", "paygo_tpm": "paygo"}[q.Name]; q.Upstream != want {
 			t.Errorf("/_quota: %s has upstream %q, want %q", q.Name, q.Upstream, want)
 		}

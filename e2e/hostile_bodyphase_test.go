@@ -196,10 +196,10 @@ func startWorkUpstream(t *testing.T) *workUpstream {
 	return u
 }
 
-// quotaRemaining reads policy's remaining from GET /_quota as key.
-func quotaRemaining(t *testing.T, gw *gateway, key, policy string) int64 {
+// quotaRemaining reads policy's remaining from GET base/_quota as key.
+func quotaRemaining(t *testing.T, base, key, policy string) int64 {
 	t.Helper()
-	q := readQuota(t, gw, key)
+	q := readQuota(t, base, key)
 	for _, p := range q {
 		if p.Name == policy {
 			return p.Remaining
@@ -215,10 +215,10 @@ type quotaEntry struct {
 	Remaining          int64
 }
 
-// readQuota returns the policies of GET /_quota as key.
-func readQuota(t *testing.T, gw *gateway, key string) []quotaEntry {
+// readQuota returns the policies of GET base/_quota as key.
+func readQuota(t *testing.T, base, key string) []quotaEntry {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, gw.URL+"/_quota", nil)
+	req, _ := http.NewRequest(http.MethodGet, base+"/_quota", nil)
 	req.Header.Set("X-API-Key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -300,7 +300,7 @@ func waitRemaining(t *testing.T, gw *gateway, key, policy string, want int64, wh
 	deadline := time.Now().Add(10 * time.Second)
 	var got int64
 	for {
-		if got = quotaRemaining(t, gw, key, policy); got == want || time.Now().After(deadline) {
+		if got = quotaRemaining(t, gw.URL, key, policy); got == want || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond) // within the quota endpoint's 2 reads a second
@@ -345,7 +345,7 @@ func TestBodyFormIsNotReadAsJSON(t *testing.T) {
 			t.Fatalf("%q: %d %q", c.ctype, r.status, r.body)
 		}
 		left -= c.cost
-		if got := quotaRemaining(t, gw, "key-acme", "tokens"); got != left {
+		if got := quotaRemaining(t, gw.URL, "key-acme", "tokens"); got != left {
 			t.Errorf("Content-Type %q: remaining %d, want %d (a reservation of %d)", c.ctype, got, left, c.cost)
 			left = got
 		}
@@ -394,12 +394,12 @@ func TestBodyBufferBudget(t *testing.T) {
 	for i, c := range conns {
 		want408(t, responseWithin(t, c, 20*time.Second, fmt.Sprintf("stalled body %d", i)), fmt.Sprintf("stalled body %d", i))
 	}
-	before := quotaRemaining(t, gw, "key-acme", "tokens")
+	before := quotaRemaining(t, gw.URL, "key-acme", "tokens")
 	whole := `{"max_tokens":7}`
 	if r := rawStatus(t, gw.Addr, post("/v1/chat", "key-acme", fmt.Sprintf("Content-Length: %d\r\n", len(whole)))+whole); r.status != http.StatusOK {
 		t.Fatalf("a small body after the stall: %d %q", r.status, r.body)
 	}
-	if got := quotaRemaining(t, gw, "key-acme", "tokens"); got != before-7 {
+	if got := quotaRemaining(t, gw.URL, "key-acme", "tokens"); got != before-7 {
 		t.Errorf("a small body after the stalled ones reserved %d, want the 7 it states (the budget given back)", before-got)
 	}
 }
@@ -425,7 +425,7 @@ func TestHeadOnBodySettledRoute(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
 		t.Errorf("HEAD on a body-settled route: %d, Allow %q; want 405 with Allow: GET", resp.StatusCode, resp.Header.Get("Allow"))
 	}
-	if got := quotaRemaining(t, gw, "key-acme", "tokens"); got != 100000 {
+	if got := quotaRemaining(t, gw.URL, "key-acme", "tokens"); got != 100000 {
 		t.Errorf("after the refused HEAD: remaining %d, want 100000", got)
 	}
 	if r := rawStatus(t, gw.Addr, "GET /v1/report HTTP/1.1\r\nHost: gw\r\nX-API-Key: key-acme\r\n\r\n"); r.status != http.StatusOK {

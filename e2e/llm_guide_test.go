@@ -3,19 +3,12 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/quotagate/quotagate/internal/doccheck"
-	"github.com/quotagate/quotagate/internal/proctest"
-	"github.com/quotagate/quotagate/internal/redistest"
 )
 
 // guideConfig returns the first `yaml config` block of the LLM guide, the
@@ -44,38 +37,13 @@ func guideConfig(t *testing.T, upstreamURL string) string {
 // admitted.
 func TestLLMGuideWithOpenAISDK(t *testing.T) {
 	node, dir := openAISDK(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "openai_guide.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, store := range []string{"memory", "redis", "cluster"} {
 		t.Run(store, func(t *testing.T) {
 			up := llmUpstream(t)
-			cfgPath := filepath.Join(t.TempDir(), "llm.yaml")
-			if err := os.WriteFile(cfgPath, []byte(guideConfig(t, up.URL)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			env := []string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"}
-			switch store {
-			case "redis":
-				env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+redistest.StartStandalone(t).Addr)
-			case "cluster": // the route's four policies are decided in one script, in one slot
-				env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+strings.Join(redistest.StartCluster(t, 3).Addrs(), ","))
-			}
-			p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: "gw",
-				Args: []string{"-config", cfgPath, "-watch-interval", "0"}, Env: proctest.Environ(env...)})
-			p.WaitReady(0)
-
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, script)
-			cmd.Env = append(os.Environ(), "QG_SDK="+dir, "QG_BASE="+p.URL(), "QG_KEY=llm-free-key")
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out, stderr.String())
-			}
+			// On a Cluster, the route's four policies are decided in one
+			// script, in one slot.
+			p := startYAMLGateway(t, guideConfig(t, up.URL), store)
+			out := runNode(t, node, dir, "openai_guide.mjs", "QG_BASE="+p.URL(), "QG_KEY=llm-free-key")
 			var stream struct {
 				OK    bool           `json:"ok"`
 				Usage map[string]int `json:"usage"`

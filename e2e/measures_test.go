@@ -195,7 +195,7 @@ func TestFleetPerModelLimitsAndBudget(t *testing.T) {
 func quotaBy(t *testing.T, gw *gateway, key, policy string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
-	for _, p := range readQuota(t, gw, key) {
+	for _, p := range readQuota(t, gw.URL, key) {
 		if p.Name == policy {
 			out[p.By] = p.Remaining
 		}

@@ -3,21 +3,14 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/quotagate/quotagate/internal/proctest"
-	"github.com/quotagate/quotagate/internal/redistest"
 )
 
 // policiesConfig is the issue's policy shape with figures a test can
@@ -108,10 +101,6 @@ type sdkLine struct {
 // 1,000,000 − 5277 of team-a's.
 func TestOpenAISDKPolicyLanguage(t *testing.T) {
 	node, dir := openAISDK(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "openai_steps.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	hash := func(key string) string { s := sha256.Sum256([]byte(key)); return hex.EncodeToString(s[:]) }
 	type step struct {
 		Step      string `json:"step"`
@@ -136,31 +125,8 @@ func TestOpenAISDKPolicyLanguage(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			up := llmUpstream(t)
 			cfg := strings.NewReplacer("KEY_A", hash("key-a"), "KEY_B", hash("key-b"), "UPSTREAM", up.URL).Replace(policiesConfig)
-			cfgPath := filepath.Join(t.TempDir(), "llm.yaml")
-			if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			var env []string
-			switch store {
-			case "redis":
-				env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+redistest.StartStandalone(t).Addr)
-			case "cluster":
-				env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+strings.Join(redistest.StartCluster(t, 3).Addrs(), ","))
-			}
-			p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: "gw",
-				Args: []string{"-config", cfgPath, "-watch-interval", "0"}, Env: proctest.Environ(env...)})
-			p.WaitReady(0)
-
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, script)
-			cmd.Env = append(os.Environ(), "QG_SDK="+dir, "QG_BASE="+p.URL(), "QG_STEPS="+string(stepsJSON))
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out, stderr.String())
-			}
+			p := startYAMLGateway(t, cfg, store)
+			out := runNode(t, node, dir, "openai_steps.mjs", "QG_BASE="+p.URL(), "QG_STEPS="+string(stepsJSON))
 			got := map[string]sdkLine{}
 			sc := bufio.NewScanner(bytes.NewReader(out))
 			for sc.Scan() {
@@ -212,7 +178,7 @@ func TestOpenAISDKPolicyLanguage(t *testing.T) {
 			served("b-mini-small", 300)
 
 			for key, want := range map[string]int64{"key-b": 5200 - 4925 - 176, "key-a": 1000000 - 4925 - 296 - 56} {
-				if got := sdkQuotaRemaining(t, p.URL(), key, "spend"); got != want {
+				if got := quotaRemaining(t, p.URL(), key, "spend"); got != want {
 					t.Errorf("%s: spend remaining %d µUSD, want %d: each answer settled to its exact price", key, got, want)
 				}
 			}
@@ -232,27 +198,4 @@ func requestedOf(msg string) int64 {
 		return -1
 	}
 	return n
-}
-
-// sdkQuotaRemaining reads policy's remaining from GET base/_quota as key.
-func sdkQuotaRemaining(t *testing.T, base, key, policy string) int64 {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, base+"/_quota", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("/_quota: %v", err)
-	}
-	defer resp.Body.Close()
-	var q struct{ Policies []quotaEntry }
-	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/_quota: %d %v", resp.StatusCode, err)
-	}
-	for _, e := range q.Policies {
-		if e.Name == policy {
-			return e.Remaining
-		}
-	}
-	t.Fatalf("/_quota has no policy %q: %+v", policy, q.Policies)
-	return 0
 }

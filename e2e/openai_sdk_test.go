@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/internal/proctest"
 	"github.com/quotagate/quotagate/internal/redistest"
 )
 
@@ -220,22 +221,55 @@ func TestOpenAISDK(t *testing.T) {
 	}
 }
 
-func runSDK(t *testing.T, node, dir, base, key string) map[string]sdkStep {
+// runNode runs the script testdata/name with node (QG_SDK set to the
+// openai package's directory dir, and env) and returns its standard
+// output; a failure ends the test with both outputs. It gives the script
+// 90 s.
+func runNode(t *testing.T, node, dir, name string, env ...string) []byte {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join("testdata", "openai_sdk.mjs"))
+	script, err := filepath.Abs(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = append(os.Environ(), "QG_SDK="+dir, "QG_BASE="+base, "QG_KEY="+key)
+	cmd.Env = append(append(os.Environ(), "QG_SDK="+dir), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out, stderr.String())
 	}
+	return out
+}
+
+// startYAMLGateway starts the gateway binary on the configuration cfg
+// (YAML), its listeners moved to port 0 and its store to store: "memory"
+// as written, or "redis" or "cluster" (3 primaries) on a redis-server of
+// the test's; it returns once the gateway is ready.
+func startYAMLGateway(t *testing.T, cfg, store string) *proctest.Proc {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"QUOTAGATE_SERVER_LISTEN=127.0.0.1:0", "QUOTAGATE_SERVER_ADMIN_LISTEN=127.0.0.1:0"}
+	switch store {
+	case "redis":
+		env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+redistest.StartStandalone(t).Addr)
+	case "cluster":
+		env = append(env, "QUOTAGATE_STORE_KIND=redis", "QUOTAGATE_STORE_REDIS_ADDRS="+strings.Join(redistest.StartCluster(t, 3).Addrs(), ","))
+	}
+	p := proctest.Start(t, proctest.Binary(t), proctest.Options{Name: "gw",
+		Args: []string{"-config", cfgPath, "-watch-interval", "0"}, Env: proctest.Environ(env...)})
+	p.WaitReady(0)
+	return p
+}
+
+func runSDK(t *testing.T, node, dir, base, key string) map[string]sdkStep {
+	t.Helper()
+	out := runNode(t, node, dir, "openai_sdk.mjs", "QG_BASE="+base, "QG_KEY="+key)
 	steps := map[string]sdkStep{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
