@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -458,6 +459,26 @@ func TestMoneyReservedFromTokenBounds(t *testing.T) {
 			// their max, usd its max of 30000, more than is left.
 			post("/v1/chat/llm?p=1&c=1", `{"model":"gpt-4o"}`, http.StatusTooManyRequests)
 			expect("no bound", map[string]int64{"rpm": 96, "tpm": 100000 - 2370, "spend": 7500})
+
+			// A caller hiding its prompt's size (a chunked body) or its JSON
+			// (another content type) behind a small max_tokens, whose bound
+			// would fit, gets no bound either: usd reserves its max.
+			small := chatBody(t, "gpt-4o", 10, 100) // its bound, 163 µUSD, fits in the 7500 left
+			for name, hdr := range map[string]map[string]string{"chunked": nil, "text/plain": {"Content-Type": "text/plain"}} {
+				var body io.Reader = strings.NewReader(small)
+				if name == "chunked" {
+					body = io.MultiReader(body) // no length known: sent chunked
+				}
+				resp, b := sf.postBody(t, 1, "/v1/chat/llm?p=1&c=1", body, hdr)
+				if resp.StatusCode != http.StatusTooManyRequests || deniedBy(t, b) != "spend" {
+					t.Errorf("%s body of max_tokens 10: %d %s, want 429 by spend (usd reserves its max)", name, resp.StatusCode, b)
+				}
+			}
+			expect("hidden bounds", map[string]int64{"rpm": 96, "tpm": 100000 - 2370, "spend": 7500})
+			// The same body sent plainly states its bounds and is admitted:
+			// 1 + 1 tokens, (2500 + 10000) / 1000 rounded up, 13 µUSD.
+			post("/v1/chat/llm?p=1&c=1", small, http.StatusOK)
+			expect("stated bounds", map[string]int64{"rpm": 95, "tpm": 100000 - 2372, "spend": 7500 - 13})
 		})
 	}
 }
