@@ -236,20 +236,16 @@ func denyOpenAI(w http.ResponseWriter, st *requestState, v rateLimitView) {
 	if v.policy != localPolicy {
 		bp = boundNamed(st.policies, v.policy)
 	}
-	class := policySignalClass(st.route, bp) // signalNone (requests in flight) reads as requests
-	typ, code, unit, requested := openAIRequestsType, openAIRateLimitCode, "requests", st.cost
-	switch {
-	case bp == nil && class == signalTokens: // stage 1 takes the cost block's reservation
-		typ, unit = openAITokensType, "tokens"
-	case bp == nil:
-	case bp.measure >= 0 && st.route.measures[bp.measure].priced():
-		typ, code, unit = openAIQuotaType, openAIQuotaType, st.route.measures[bp.measure].name
+	class := policySignalClass(st.route, bp)                                                   // signalNone (requests in flight) reads as requests
+	typ, code, unit, requested := openAIRequestsType, openAIRateLimitCode, "requests", st.cost // stage 1's cost
+	if bp != nil {
 		requested = bp.cost(&st.reserved)
-	default:
-		if class == signalTokens {
-			typ, unit = openAITokensType, "tokens"
+		if m := bp.measure; m >= 0 && st.route.measures[m].priced() { // money: class signalNone
+			typ, code, unit = openAIQuotaType, openAIQuotaType, st.route.measures[m].name
 		}
-		requested = bp.cost(&st.reserved)
+	}
+	if class == signalTokens {
+		typ, unit = openAITokensType, "tokens"
 	}
 	msg := "Rate limit reached for policy " + v.policy + " on " + unit + ": limit " + strconv.FormatInt(v.quota, 10) +
 		", remaining " + strconv.FormatInt(max(v.remaining, 0), 10) + ", requested " + strconv.FormatInt(requested, 10) +
